@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One-step set-up and run.  Usage: ./run.sh demo  |  ./run.sh test [pytest args...]
+#   demo: set up .venv and run the embedded demo campaign end to end (CPU, minutes).
+#   test: set up .venv (with test tools and a headless Chromium) and run the test suite.
+set -euo pipefail
+cd "$(dirname "$0")"
+what="${1:-}"; shift || true
+case "$what" in demo|test) ;; *) echo "usage: ./run.sh demo | ./run.sh test [pytest args]" >&2; exit 2;; esac
+
+venv=.venv
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+py="$venv/bin/python"
+"$py" -m pip install -q --upgrade pip
+# Install PyTorch first so the package's torch range is already satisfied: a machine without a
+# GPU gets the CPU build instead of a multi-GB CUDA build. GPU users: install your CUDA torch
+# into .venv before running this script (or use environment.yml).
+if ! "$py" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    "$py" -m pip install -q torch
+  else
+    "$py" -m pip install -q "torch==2.13.0" 2>/dev/null \
+      || "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+  fi
+fi
+
+if [ "$what" = demo ]; then
+  "$py" -m pip install -q -e .
+  export PATH="$PWD/$venv/bin:$PATH"
+  exec snakemake --cores all
+fi
+
+"$py" -m pip install -q -e ".[test]"
+if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "warning: could not install chromium; browser tests will be skipped" >&2
+  else
+    echo "warning: no chromium at /usr/bin/chromium; browser tests will be skipped (apt install chromium)" >&2
+  fi
+fi
+export PATH="$PWD/$venv/bin:$PATH"
+exec "$py" -m pytest "$@"

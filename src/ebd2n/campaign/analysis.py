@@ -1,0 +1,299 @@
+"""Selection over a finished (or partly finished) campaign: group runs, rank, pick, explain.
+
+The rules follow the published 20M recipe sweep (`shared/reference/recipe_sweep_20m`), which this
+module reproduces exactly: per mode, the winner is the grid point with the lowest mean final
+full-validation loss over seeds; only points with every seed are eligible; exact ties go to the
+lower LR, then the lower beta2; uncertainty is the sample SD (ddof = 1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.errors import UserError
+
+_REQUIRED: dict[str, type[pl.DataType]] = {
+    "run": pl.String,
+    "mode": pl.String,
+    "lr": pl.Float64,
+    "beta2": pl.Float64,
+    "seed": pl.Int64,
+    "status": pl.String,
+    "loss": pl.Float64,
+}
+_POINT = ["mode", "lr", "beta2"]
+_GROUP_COLUMNS = [*_POINT, "seeds_completed", "eligible", "mean_loss", "std_loss", "rank"]
+_SELECTION_KEYS = ["lr", "beta2", "mean_loss", "std_loss", "seeds_completed"]
+_ALPHA = 0.05  # Welch t-test level below which a margin is called more than seed noise
+_NOT_ESTABLISHED = "the ranking alone does not establish a reliable improvement"
+_DASH = "—"
+
+Edge = Literal["lower", "upper"]
+
+
+def load_runs(path: Path) -> pl.DataFrame:
+    """Read the per-run table (CSV, JSON list, or JSON object with `runs`) and check its columns."""
+    path = Path(path)
+    table = _read_json(path) if path.suffix.lower() == ".json" else _read_csv(path)
+    missing = [name for name in _REQUIRED if name not in table.columns]
+    if missing:
+        names = ", ".join(repr(name) for name in missing)
+        raise UserError(
+            f"{path}: missing column {names}; a runs table needs {', '.join(_REQUIRED)}"
+        )
+    return table.with_columns(_cast(table, path, name, dtype) for name, dtype in _REQUIRED.items())
+
+
+def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFrame:
+    """One row per grid point: seeds done, eligibility, mean and sample SD of loss, rank in mode.
+
+    Only complete runs with a finite loss count. A point is eligible when it has every expected
+    seed (`seeds`, or else every seed the table mentions). Rank orders eligible points first, by
+    mean loss, then lower LR, then lower beta2; ineligible points follow, in the same order.
+    """
+    expected = sorted(set(seeds) if seeds is not None else set(runs["seed"].to_list()))
+    done = _completed(runs, seeds)
+    summary = done.group_by(_POINT).agg(
+        seeds_completed=pl.col("seed").n_unique().cast(pl.Int64),
+        mean_loss=pl.col("loss").mean(),
+        std_loss=pl.col("loss").std(ddof=1),
+    )
+    modes = pl.Enum(runs["mode"].unique(maintain_order=True).to_list())
+    return (
+        runs.select(_POINT)
+        .unique()
+        .join(summary, on=_POINT, how="left")
+        .with_columns(pl.col("seeds_completed").fill_null(0))
+        .with_columns(
+            eligible=(pl.col("seeds_completed") == len(expected)) & (len(expected) > 0),
+            mode=pl.col("mode").cast(modes),
+        )
+        .sort(
+            ["mode", "eligible", "mean_loss", "lr", "beta2"],
+            descending=[False, True, False, False, False],
+            nulls_last=True,
+        )
+        .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("mode"))
+        .sort(["mode", "lr", "beta2"])
+        .with_columns(pl.col("mode").cast(pl.String))
+        .select(_GROUP_COLUMNS)
+    )
+
+
+def select(groups: pl.DataFrame) -> dict[str, dict]:
+    """Per mode, the best eligible point; a mode with no eligible point has no entry."""
+    return {
+        mode: ranked.row(0, named=True)
+        for mode in _modes(groups)
+        if not (ranked := _ranked_eligible(groups, mode)).is_empty()
+    }
+
+
+def lr_response(groups: pl.DataFrame, beta2: float) -> pl.DataFrame:
+    """LR × mode table at one beta2: "mean ± sd" per cell, a dash where a mode skipped an LR."""
+    at = groups.filter(pl.col("beta2") == beta2)
+    if at.is_empty():
+        tested = ", ".join(f"{b:g}" for b in sorted(groups["beta2"].unique().to_list()))
+        raise UserError(f"beta2 {beta2:g} is not in the grid; choose one of: {tested}")
+    cells = {(row["mode"], row["lr"]): _cell(row) for row in at.iter_rows(named=True)}
+    lrs = sorted(at["lr"].unique().to_list())
+    columns = {mode: [cells.get((mode, lr), _DASH) for lr in lrs] for mode in _modes(groups)}
+    return pl.DataFrame({"lr": lrs, **columns})
+
+
+def winner_notes(
+    groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None = None
+) -> dict[str, dict]:
+    """Per mode with a winner: is it on the LR edge, and does it beat the runner-up beyond noise?
+
+    Pass the same `seeds` given to `group_runs`, so the t-test sees the losses the means used.
+    """
+    done = _completed(runs, seeds)
+    notes = {}
+    for mode in _modes(groups):
+        ranked = _ranked_eligible(groups, mode)
+        if ranked.is_empty():
+            continue
+        lrs = sorted(groups.filter(pl.col("mode") == mode)["lr"].unique().to_list())
+        notes[mode] = _notes(ranked, lrs, done)
+    return notes
+
+
+def write_selection(groups: pl.DataFrame, selection: dict[str, dict], out_dir: Path) -> None:
+    """Write `groups.csv` and `selection.json` atomically, so a reader never sees half a file."""
+    out_dir = Path(out_dir)
+    atomic_write_text(out_dir / "groups.csv", groups.write_csv())
+    chosen = {
+        mode: {key: entry[key] for key in _SELECTION_KEYS}
+        for mode, entry in selection.items()
+    }
+    atomic_write_text(out_dir / "selection.json", json.dumps(chosen, indent=2) + "\n")
+
+
+def _read_json(path: Path) -> pl.DataFrame:
+    """Accept a list of run records or a results file whose `runs` holds them."""
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"{path}: cannot read runs JSON ({error})") from error
+    records = payload.get("runs") if isinstance(payload, dict) else payload
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise UserError(f"{path}: expected a list of run records or an object with a 'runs' list")
+    if not records:
+        raise UserError(f"{path}: holds no runs")
+    try:
+        return pl.from_dicts(records, infer_schema_length=None)
+    except (pl.exceptions.PolarsError, TypeError, ValueError) as error:
+        raise UserError(f"{path}: run records do not form a table ({error})") from error
+
+
+def _read_csv(path: Path) -> pl.DataFrame:
+    """Read a per-run CSV, turning any I/O or parse failure into a one-line user error."""
+    try:
+        return pl.read_csv(path)
+    except (OSError, pl.exceptions.PolarsError) as error:
+        raise UserError(f"{path}: cannot read runs CSV ({error})") from error
+
+
+def _cast(table: pl.DataFrame, path: Path, name: str, dtype: type[pl.DataType]) -> pl.Series:
+    """Give a required column its type; only `loss` may be empty (a failed run has none)."""
+    try:
+        column = table[name].cast(dtype)
+    except pl.exceptions.PolarsError as error:
+        raise UserError(f"{path}: column '{name}' is not {dtype.__name__} ({error})") from error
+    if name != "loss" and column.null_count():
+        raise UserError(f"{path}: column '{name}' has {column.null_count()} empty value(s)")
+    return column
+
+
+def _completed(runs: pl.DataFrame, seeds: list[int] | None) -> pl.DataFrame:
+    """Runs that count: complete, finite loss, an expected seed, at most one per point and seed."""
+    done = runs.filter((pl.col("status") == "complete") & pl.col("loss").is_finite())
+    if seeds is not None:
+        done = done.filter(pl.col("seed").is_in(list(seeds)))
+    twice = done.filter(pl.struct([*_POINT, "seed"]).is_duplicated())
+    if not twice.is_empty():
+        raise UserError(
+            f"{twice.height} complete runs share a grid point and seed (first: "
+            f"{twice['run'][0]}); keep one result per seed before selecting"
+        )
+    return done
+
+
+def _modes(groups: pl.DataFrame) -> list[str]:
+    """Modes in table order, which is the campaign's order."""
+    return groups["mode"].unique(maintain_order=True).to_list()
+
+
+def _ranked_eligible(groups: pl.DataFrame, mode: str) -> pl.DataFrame:
+    """One mode's eligible points, best first, with the spec's tie-break."""
+    return groups.filter((pl.col("mode") == mode) & pl.col("eligible")).sort(
+        ["mean_loss", "lr", "beta2"]
+    )
+
+
+def _cell(row: dict[str, Any]) -> str:
+    """Format one LR-response cell; an incomplete point says how few seeds it rests on."""
+    if row["mean_loss"] is None:
+        return _DASH
+    text = f"{row['mean_loss']:.4f}"
+    if row["std_loss"] is not None:
+        text += f" ± {row['std_loss']:.4f}"
+    if not row["eligible"]:
+        count = row["seeds_completed"]
+        text += f" (only {count} seed{'' if count == 1 else 's'})"
+    return text
+
+
+def _notes(ranked: pl.DataFrame, lrs: list[float], done: pl.DataFrame) -> dict[str, Any]:
+    """Edge, runner-up margin, its size against seed noise, and a sentence a reader can quote."""
+    winner = ranked.row(0, named=True)
+    runner = ranked.row(1, named=True) if ranked.height > 1 else None
+    edge = _edge(winner["lr"], lrs)
+    sd = winner["std_loss"]
+    margin = runner["mean_loss"] - winner["mean_loss"] if runner else None
+    notes = {
+        "edge": edge,
+        "runner_up": {key: runner[key] for key in ("lr", "beta2", "mean_loss")} if runner else None,
+        "margin": margin,
+        "seed_sd": sd,
+        "margin_vs_sd": margin / sd if margin is not None and sd else None,
+        "p_value": _welch_p(_losses(done, winner), _losses(done, runner)) if runner else None,
+        "next_lrs": _next_lrs(edge, lrs),
+    }
+    notes["verdict"] = _verdict(winner, runner, notes)
+    return notes
+
+
+def _losses(done: pl.DataFrame, point: dict[str, Any]) -> list[float]:
+    """Per-seed losses behind one grid point's mean."""
+    match = [pl.col(key) == point[key] for key in _POINT]
+    return done.filter(*match)["loss"].to_list()
+
+
+def _welch_p(a: list[float], b: list[float]) -> float | None:
+    """Two-sided Welch t-test p; None when there is no spread to test (one seed, or none varies)."""
+    if len(a) < 2 or len(b) < 2 or (np.var(a) == 0 and np.var(b) == 0):
+        return None
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def _edge(lr: float, lrs: list[float]) -> Edge | None:
+    """Which end of the searched LR range the winner sits on; one LR tested has no range."""
+    if len(lrs) < 2:
+        return None
+    if lr == lrs[-1]:
+        return "upper"
+    if lr == lrs[0]:
+        return "lower"
+    return None
+
+
+def _next_lrs(edge: Edge | None, lrs: list[float], count: int = 2) -> list[float]:
+    """LRs beyond the edge at the grid's last step; below zero, continue its last ratio instead."""
+    if edge is None:
+        return []
+    near, far = (lrs[-1], lrs[-2]) if edge == "upper" else (lrs[0], lrs[1])
+    step = near - far
+    proposed = [near + k * step for k in range(1, count + 1)]
+    if min(proposed) <= 0:
+        proposed = [near * (near / far) ** k for k in range(1, count + 1)]
+    return [float(f"{lr:.4g}") for lr in proposed]
+
+
+def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[str, Any]) -> str:
+    """Plain-English summary: how much the winner wins by, whether that is noise, where next."""
+    name = f"LR {winner['lr']:g} (beta2 {winner['beta2']:g})"
+    if runner is None:
+        text = f"{name} is the only eligible recipe, so there is no runner-up to compare with."
+    else:
+        text = (
+            f"{name} beats the runner-up LR {runner['lr']:g} (beta2 {runner['beta2']:g}) "
+            f"by {notes['margin']:.6f} nats{_noise_clause(notes)}."
+        )
+    if notes["edge"]:
+        proposals = ", ".join(f"{lr:g}" for lr in notes["next_lrs"])
+        text += (
+            f" It lies on the {notes['edge']} edge of the searched LR range, so the grid does not"
+            f" locate the optimum; extend it with LR {proposals}."
+        )
+    return text
+
+
+def _noise_clause(notes: dict[str, Any]) -> str:
+    """Margin against the seed SD and the t-test; says plainly when the win is not established."""
+    ratio = notes["margin_vs_sd"]
+    size = f", {ratio:.2f} times the winner's seed SD" if ratio is not None else ""
+    p = notes["p_value"]
+    if p is None:
+        return f"{size}; with too few varying seeds for a t-test, {_NOT_ESTABLISHED}"
+    if p < _ALPHA:
+        return f"{size} (Welch t-test p = {p:.3g}); the difference is unlikely to be seed noise"
+    return f"{size} (Welch t-test p = {p:.3g}); {_NOT_ESTABLISHED}"

@@ -1,0 +1,60 @@
+"""Freeze a campaign: a snapshot of the trainer's source and the base recipes, written once.
+
+Every run of a campaign, including runs added later by extending the grid, trains with the frozen
+copy (`PYTHONPATH=results/<campaign>/frozen/src python -m ebd2n train ...`) from a frozen base
+recipe, so editing the package or a preset after the campaign started changes none of its runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.runs import frozen_base, frozen_dir
+from ebd2n.campaign.spec import RECORD, Campaign
+from ebd2n.config import save_recipe
+from ebd2n.errors import UserError
+from ebd2n.provenance import PACKAGE_DIR, source_hash
+
+SOURCE_HASH = "SOURCE_HASH"
+
+
+def freeze_trainer(campaign: Campaign) -> str:
+    """Copy the package to frozen/src/ebd2n, record the campaign's fixed settings; return the source hash."""
+    frozen = frozen_dir(campaign.directory)
+    marker = frozen / SOURCE_HASH
+    if marker.exists():
+        raise UserError(f"{frozen}: already frozen (source {marker.read_text().strip()}); a campaign freezes its trainer once")
+    target = frozen / "src" / "ebd2n"
+    staging = target.with_name(".ebd2n.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(PACKAGE_DIR, staging, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    os.replace(staging, target)
+    digest = source_hash(target)
+    record = {
+        "campaign": campaign.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "source_hash": digest,
+        "copied_from": str(PACKAGE_DIR),
+        "settings": campaign.settings(),
+    }
+    atomic_write_text(frozen / RECORD, json.dumps(record, indent=2) + "\n")
+    atomic_write_text(marker, digest + "\n")  # last: its presence means the freeze is complete
+    return digest
+
+
+def freeze_base(campaign: Campaign, base: str) -> Path:
+    """Write one base recipe (preset or file + data + overrides + policy) to frozen/recipes/<base>.yaml."""
+    if base not in campaign.bases:
+        raise UserError(f"--base {base}: not a base recipe of campaign {campaign.name} ({', '.join(campaign.bases)})")
+    path = frozen_base(campaign.directory, base)
+    if path.exists():
+        raise UserError(f"{path}: already frozen; a campaign freezes each base recipe once")
+    save_recipe(campaign.base_recipe(base), path)
+    return path
+

@@ -1,0 +1,98 @@
+"""Run ids and where a campaign's files live.
+
+A run id is a grid point and a seed, written so that the id alone says how to train the run:
+`packed-4-lr0.0012-beta20.999-seed42`; scaling campaigns prefix the preset:
+`254m-synchronous-lr0.0008-beta20.95-seed42`. Floats are written as Python's repr, the shortest
+text that reads back as the same float, so an id maps to exactly one grid point and back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ebd2n.errors import UserError
+
+RESULTS = Path("results")
+"""Where campaigns write, relative to the directory Snakemake (or ebd2n) runs in."""
+BASE = "base"
+"""Name of the single base recipe of a campaign without a presets axis (frozen/recipes/base.yaml)."""
+
+_NUMBER = r"[0-9][0-9.e+-]*?"
+_RUN_ID = re.compile(
+    rf"^(?:(?P<preset>[A-Za-z0-9][A-Za-z0-9._]*)-)?(?P<mode>synchronous|packed-[0-9]+)"
+    rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})-seed(?P<seed>[0-9]+)$"
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a campaign: model preset (scaling campaigns), mode, learning rate, beta2, seed."""
+
+    preset: str | None
+    mode: str
+    lr: float
+    beta2: float
+    seed: int
+
+    @property
+    def id(self) -> str:
+        prefix = f"{self.preset}-" if self.preset else ""
+        return f"{prefix}{self.mode}-lr{self.lr!r}-beta2{self.beta2!r}-seed{self.seed}"
+
+    @property
+    def base(self) -> str:
+        """Which frozen base recipe the run starts from."""
+        return self.preset or BASE
+
+
+def packed_models(mode: str) -> int | None:
+    """K of `packed-K`; None for synchronous."""
+    return None if mode == "synchronous" else int(mode.removeprefix("packed-"))
+
+
+def parse_run_id(run_id: str) -> Run:
+    """The run an id names; ids not in canonical form are refused (two ids would name one run)."""
+    match = _RUN_ID.match(run_id)
+    if match is None:
+        raise UserError(
+            f"run id {run_id!r}: expected [<preset>-]<mode>-lr<float>-beta2<float>-seed<int>, "
+            "e.g. packed-4-lr0.0012-beta20.999-seed42"
+        )
+    try:
+        run = Run(match["preset"], match["mode"], float(match["lr"]), float(match["beta2"]), int(match["seed"]))
+    except ValueError:
+        raise UserError(f"run id {run_id!r}: learning rate or beta2 is not a number") from None
+    if run.id != run_id:
+        raise UserError(f"run id {run_id!r}: not in canonical form; the run with these values is {run.id!r}")
+    return run
+
+
+def slice_ends(epochs: int, epochs_per_slice: int) -> list[int]:
+    """Epoch boundary reached by each slice: k, 2k, ... and finally the whole budget."""
+    return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]
+
+
+def previous_end(end: int, epochs: int, epochs_per_slice: int) -> int | None:
+    """Boundary the slice ending at `end` resumes from (None: the first slice starts fresh)."""
+    ends = slice_ends(epochs, epochs_per_slice)
+    if end not in ends:
+        raise UserError(f"epoch {end} is not a slice boundary of {epochs} epochs in slices of {epochs_per_slice}")
+    index = ends.index(end)
+    return ends[index - 1] if index else None
+
+
+def campaign_dir(name: str) -> Path:
+    """results/<campaign>."""
+    return RESULTS / name
+
+
+def frozen_dir(campaign: Path) -> Path:
+    """The campaign's frozen trainer and base recipes, written once."""
+    return Path(campaign) / "frozen"
+
+
+def frozen_base(campaign: Path, base: str) -> Path:
+    """Frozen base recipe `base` (a preset name, or `base` for a campaign without presets)."""
+    return frozen_dir(campaign) / "recipes" / f"{base}.yaml"

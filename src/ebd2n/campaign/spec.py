@@ -1,0 +1,310 @@
+"""Campaign files: read, check against the JSON Schema and for consistency, expand into runs.
+
+The schema is `workflow/schemas/campaign.schema.yaml`, the same file Snakemake's `validate()`
+uses, so `ebd2n campaign check` and the workflow refuse a bad file with the same message. The
+checks a schema cannot express (every mode has learning rates, presets exist, resources fit the
+mode, the base recipe accepts the overrides) follow here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ebd2n.campaign.resolve import run_recipe
+from ebd2n.campaign.runs import BASE, Run, campaign_dir, frozen_base, frozen_dir, packed_models, slice_ends
+from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
+from ebd2n.errors import UserError
+from ebd2n.paths import REPO_ROOT
+from ebd2n.train.budget import budget_of
+
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "campaign.schema.yaml"
+PREPARE = "prepare"
+DEFAULT = "default"
+RECORD = "freeze.json"
+"""frozen/freeze.json: when and from where the trainer was frozen, and the fixed settings."""
+FROZEN_SETTINGS = ("recipe", "data", "overrides", "checkpoint_policy", "epochs_per_slice")
+"""Settings fixed when a campaign starts: changing them would change runs already trained."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job asks the scheduler for."""
+
+    gpus: int = 0
+    """GPUs per job (0: CPU only)."""
+    minutes: int = 30
+    """Wall-time limit of one job."""
+    mem_mb: int = 4000
+    """Memory per job in MB."""
+    cpus: int = 1
+    """CPU cores per job."""
+    partition: str | None = None
+    """SLURM partition (None: the cluster's default)."""
+    account: str | None = None
+    """SLURM account (None: the user's default)."""
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A checked campaign file."""
+
+    name: str
+    source: str
+    description: str
+    recipe: str | None
+    presets: tuple[str, ...] | None
+    data: Mapping[str, Any]
+    overrides: Mapping[str, Any]
+    preset_overrides: Mapping[str, Mapping[str, Any]]
+    modes: tuple[str, ...]
+    learning_rates: Mapping[str, tuple[float, ...]]
+    beta2: tuple[float, ...]
+    seeds: tuple[int, ...]
+    epochs_per_slice: int
+    checkpoint_policy: str
+    resources: Mapping[str, Mapping[str, Any]]
+
+    @property
+    def directory(self) -> Path:
+        return campaign_dir(self.name)
+
+    @property
+    def bases(self) -> tuple[str, ...]:
+        """Base recipe names: the presets of a scaling campaign, else the single `base`."""
+        return self.presets or (BASE,)
+
+    def runs(self) -> list[Run]:
+        """Every run of the grid, ordered by preset, mode, learning rate, beta2, seed."""
+        return [
+            Run(None if base == BASE else base, mode, lr, beta2, seed)
+            for base in self.bases
+            for mode in self.modes
+            for lr in self.learning_rates[mode]
+            for beta2 in self.beta2
+            for seed in self.seeds
+        ]
+
+    def settings(self) -> dict[str, Any]:
+        """The settings a started campaign must keep (recorded in frozen/freeze.json)."""
+        settings = {key: _plain(getattr(self, key)) for key in FROZEN_SETTINGS}
+        settings["preset_overrides"] = {base: _plain(self.preset_overrides.get(base, {})) for base in self.presets or ()}
+        return settings
+
+    def job_resources(self, base: str, mode: str | None) -> Resources:
+        """Resources of a job: each field from the most specific scope that sets it.
+
+        Scopes, most specific first: `<preset>-<mode>`, `<preset>`, `<mode>`, `default`; the
+        data-cache job (mode None) reads `prepare`, then `default`.
+        """
+        if mode is None:
+            scopes = [PREPARE, DEFAULT]
+        else:
+            preset = [] if base == BASE else [f"{base}-{mode}", base]
+            scopes = [*preset, mode, DEFAULT]
+        merged: dict[str, Any] = {}
+        for scope in reversed(scopes):
+            merged.update(self.resources.get(scope, {}))
+        return Resources(**merged)
+
+    def base_recipe(self, base: str) -> Recipe:
+        """A base recipe as it is now: preset or file, then the campaign's data, overrides, policy."""
+        reference = self.recipe if base == BASE else base
+        path = resolve_recipe_path(reference)
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        purpose = f"campaign {self.name}" + (f": {self.description}" if self.description else "")
+        overrides = [
+            *((f"data.{key}", value) for key, value in self.data.items()),
+            *self.overrides.items(),
+            *self.preset_overrides.get(base, {}).items(),
+            ("training.checkpoint_policy", self.checkpoint_policy),
+            ("runtime.purpose", purpose),
+        ]
+        return recipe_from_dict(raw, overrides, source=f"{self.source}: base recipe {reference}")
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read and check a campaign file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"campaign file {path}: not found") from None
+    except yaml.YAMLError as error:
+        first = str(error).strip().splitlines()[0]
+        raise UserError(f"campaign file {path}: not valid YAML ({first})") from None
+    return campaign_from_dict(raw, source=str(path))
+
+
+def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
+    """Check a parsed campaign (the schema, then consistency) and build the Campaign."""
+    validate_schema(raw, source)
+    grid = raw["grid"]
+    campaign = Campaign(
+        name=raw["campaign"],
+        source=source,
+        description=raw.get("description", ""),
+        recipe=raw.get("recipe"),
+        presets=tuple(grid["presets"]) if "presets" in grid else None,
+        data=dict(raw.get("data", {})),
+        overrides=dict(raw.get("overrides", {})),
+        preset_overrides={preset: dict(keys) for preset, keys in raw.get("preset_overrides", {}).items()},
+        modes=tuple(grid["modes"]),
+        learning_rates={mode: tuple(float(lr) for lr in lrs) for mode, lrs in grid["learning_rates"].items()},
+        beta2=tuple(float(b) for b in grid["beta2"]),
+        seeds=tuple(raw["seeds"]),
+        epochs_per_slice=raw["epochs_per_slice"],
+        checkpoint_policy=raw.get("checkpoint_policy", "final"),
+        resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
+    )
+    _check(campaign)
+    return campaign
+
+
+def validate_schema(raw: Any, source: str = "campaign") -> None:
+    """JSON Schema check; the message names the key, like Snakemake's validate()."""
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(raw))
+    if error is not None:
+        where = ".".join(str(part) for part in error.absolute_path) or "top level"
+        raise UserError(f"campaign file {source}: {where}: {error.message}")
+
+
+def current_bases(campaign: Campaign) -> dict[str, Recipe]:
+    """Each base recipe: the frozen one once written, else as it would be frozen now."""
+    return {
+        base: load_recipe(path) if (path := frozen_base(campaign.directory, base)).is_file() else campaign.base_recipe(base)
+        for base in campaign.bases
+    }
+
+
+@functools.cache
+def _validator():
+    from jsonschema import Draft202012Validator
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return Draft202012Validator(schema)
+
+
+def _check(campaign: Campaign) -> None:
+    """What the schema cannot say."""
+    where = f"campaign file {campaign.source}"
+    if (campaign.recipe is None) == (campaign.presets is None):
+        raise UserError(
+            f"{where}: set either recipe (the base recipe of every run) or grid.presets "
+            "(a scaling campaign, one base recipe per preset), not both or neither"
+        )
+    for mode in campaign.modes:
+        if mode not in campaign.learning_rates:
+            raise UserError(f"{where}: grid.learning_rates: no list for mode {mode}; give each mode in grid.modes its learning rates")
+    for mode in campaign.learning_rates:
+        if mode not in campaign.modes:
+            raise UserError(f"{where}: grid.learning_rates.{mode}: mode {mode} is not in grid.modes {list(campaign.modes)}")
+    scopes = {DEFAULT, PREPARE, *campaign.modes}
+    if campaign.presets:
+        scopes |= {*campaign.presets, *(f"{p}-{m}" for p in campaign.presets for m in campaign.modes)}
+    for preset in campaign.preset_overrides:
+        if preset not in (campaign.presets or ()):
+            raise UserError(f"{where}: preset_overrides.{preset}: not in grid.presets {list(campaign.presets or ())}")
+    for scope in campaign.resources:
+        if scope not in scopes:
+            raise UserError(
+                f"{where}: resources.{scope}: not a scope of this campaign; use one of {', '.join(sorted(scopes))}"
+            )
+    _check_frozen(campaign)
+    bases = current_bases(campaign)
+    caches = {recipe.data.cache_dir for recipe in bases.values()}
+    if len(caches) > 1:
+        raise UserError(f"{where}: the presets use different data caches ({', '.join(sorted(caches))}); set data.cache_dir")
+    for base, recipe in bases.items():
+        for mode in campaign.modes:
+            probe = Run(None if base == BASE else base, mode, campaign.learning_rates[mode][0], campaign.beta2[0], campaign.seeds[0])
+            budget_of(run_recipe(recipe, probe, campaign.directory / "runs" / probe.id, source=where))
+            _check_resources(campaign, base, mode, recipe, where)
+
+
+def _check_frozen(campaign: Campaign) -> None:
+    """A started campaign may grow along its grid axes and seeds; its fixed settings must not change."""
+    record_path = frozen_dir(campaign.directory) / RECORD
+    if not record_path.is_file():
+        return
+    frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
+    now = campaign.settings()
+    # presets added after the start may bring their own overrides; those frozen must stay
+    now["preset_overrides"] = {base: now["preset_overrides"].get(base, {}) for base in frozen["preset_overrides"]}
+    changed = [key for key in frozen if frozen[key] != now[key]]
+    if changed:
+        details = "; ".join(f"{key}: frozen {frozen.get(key)!r}, now {now[key]!r}" for key in changed)
+        raise UserError(
+            f"campaign file {campaign.source}: campaign {campaign.name} started with other settings ({details}). "
+            "A started campaign can only gain learning rates, beta2 values, modes, presets and seeds; "
+            f"restore the settings, or give the changed campaign a new name (or remove {frozen_dir(campaign.directory)} "
+            "and its runs to start over)"
+        )
+
+
+def _check_resources(campaign: Campaign, base: str, mode: str, recipe: Recipe, where: str) -> None:
+    """Packed-K trains its K models on one device; a multi-GPU synchronous job needs a placement for every GPU."""
+    gpus = campaign.job_resources(base, mode).gpus
+    scope = mode if base == BASE else f"{base}-{mode}"
+    if packed_models(mode) is not None and gpus > 1:
+        raise UserError(
+            f"{where}: resources for {scope}: gpus {gpus}, but packed-K mode trains its K models on one device; set gpus to 0 or 1"
+        )
+    parallel = recipe.parallel
+    if gpus > 1 and parallel.pipeline_stages * parallel.data_parallel != gpus:
+        raise UserError(
+            f"{where}: resources for {scope}: gpus {gpus}, but the recipe places the model on "
+            f"parallel.pipeline_stages x parallel.data_parallel = {parallel.pipeline_stages} x {parallel.data_parallel} devices; "
+            "make them equal (overrides: parallel.data_parallel or parallel.pipeline_stages)"
+        )
+    if gpus == 0 and recipe.runtime.device.startswith("cuda"):
+        raise UserError(f"{where}: resources for {scope}: gpus 0, but runtime.device is {recipe.runtime.device}; give the job a GPU")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-like copy (tuples to lists) so settings compare equal to what freeze.json holds."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+
+def base_epochs(campaign: Campaign) -> dict[str, int]:
+    """Epochs of every run, per base recipe (the budget depends on the base, not the grid point)."""
+    return {base: budget_of(recipe).epochs for base, recipe in current_bases(campaign).items()}
+
+
+def describe_campaign(campaign: Campaign) -> str:
+    """A few lines saying what the campaign will train."""
+    runs = campaign.runs()
+    lines = [f"campaign {campaign.name}: {len(runs)} runs -> {campaign.directory}"]
+    for base, epochs in base_epochs(campaign).items():
+        slices = len(slice_ends(epochs, campaign.epochs_per_slice))
+        for mode in campaign.modes:
+            count = sum(1 for run in runs if run.base == base and run.mode == mode)
+            resources = campaign.job_resources(base, mode)
+            scope = mode if base == BASE else f"{base}-{mode}"
+            lines.append(
+                f"  {scope}: {count} runs x {slices} slice(s) of <= {campaign.epochs_per_slice} of {epochs} epochs; "
+                f"per job {resources.gpus} GPU(s), {resources.minutes} min, {resources.mem_mb} MB, {resources.cpus} CPU(s)"
+            )
+    return "\n".join(lines)
+
+
+def prepare_campaign_cache(campaign: Campaign, progress: bool = False) -> str:
+    """Build (or reuse) the campaign's data cache, defined by its base recipe's data section."""
+    from ebd2n.data import prepare_cache
+
+    recipe = next(iter(current_bases(campaign).values()))
+    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=progress)
+    return f"cache {cache.directory}  identity {cache.identity}"

@@ -1,0 +1,184 @@
+"""The `ebd2n` command line: thin wrappers that parse arguments and call one package function each.
+
+Bad input (`UserError`) becomes a one-line message on stderr and exit status 2. Heavy imports
+(torch, polars, matplotlib) happen inside the commands so `ebd2n --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ebd2n.errors import RunFailed, UserError
+
+
+def _add_recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -> None:
+    if positional:
+        parser.add_argument("recipe", help="recipe file or preset name (demo, 20m, 254m, ...)")
+    else:
+        parser.add_argument("--config", dest="recipe", required=True, help="recipe file or preset name")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one recipe key, value parsed as YAML (repeatable), e.g. optimizer.lr=1e-3",
+    )
+
+
+def cmd_recipe(args: argparse.Namespace) -> None:
+    from ebd2n.config import count_parameters, dump_recipe, load_recipe, recipe_identity
+    from ebd2n.data import find_cache_identity
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    cache_identity = find_cache_identity(recipe.data.cache_dir)
+    print(dump_recipe(recipe), end="")
+    print("---")
+    print(f"mode: {recipe.mode}")
+    print(f"parameters: {count_parameters(recipe.model):,}")
+    print(f"cache identity: {cache_identity or 'not prepared (identity below assumes no cache)'}")
+    print(f"recipe identity: {recipe_identity(recipe, cache_identity)}")
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from ebd2n.config import load_recipe
+    from ebd2n.data import prepare_cache
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet)
+    print(f"cache {cache.directory}  identity {cache.identity}")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from ebd2n.config import load_recipe, resolve_recipe_path
+    from ebd2n.train import train
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    train(
+        recipe,
+        config_path=resolve_recipe_path(args.recipe),
+        resume=args.resume,
+        until_epoch=args.until_epoch,
+        progress=not args.quiet,
+    )
+
+
+def cmd_validate(args: argparse.Namespace) -> None:
+    from ebd2n.evaluate import validate_run
+
+    results = validate_run(args.run_dir, device=args.device)
+    print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
+
+
+def cmd_campaign(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.spec import describe_campaign, load_campaign, prepare_campaign_cache
+
+    campaign = load_campaign(args.campaign_file)
+    print(prepare_campaign_cache(campaign) if args.action == "prepare" else describe_campaign(campaign))
+
+
+def cmd_freeze(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.freeze import freeze_base, freeze_trainer
+    from ebd2n.campaign.spec import load_campaign
+
+    campaign = load_campaign(args.campaign_file)
+    print(freeze_base(campaign, args.base) if args.base else f"frozen trainer, source {freeze_trainer(campaign)}")
+
+
+def cmd_resolve(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.resolve import resolve_run
+
+    print(resolve_run(args.run_dir))
+
+
+def cmd_collect(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.collect import collect_campaign
+    from ebd2n.campaign.spec import load_campaign
+
+    print(collect_campaign(load_campaign(args.campaign_file)))
+
+
+def cmd_select(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.analysis import group_runs, load_runs, select, write_selection
+
+    groups = group_runs(load_runs(args.runs))
+    write_selection(groups, select(groups), args.out)
+    print(f"{args.out / 'groups.csv'} and {args.out / 'selection.json'} written")
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from ebd2n.report import build_report
+
+    print(f"report {build_report(args.campaign_dir)}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ebd2n", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = commands.add_parser("recipe", help="print a resolved recipe, its identity and parameter count")
+    _add_recipe_args(p)
+    p.set_defaults(func=cmd_recipe)
+
+    p = commands.add_parser("prepare", help="build (or reuse) the recipe's tokenized data cache")
+    _add_recipe_args(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_prepare)
+
+    p = commands.add_parser("train", help="train one run, or one slice of it")
+    _add_recipe_args(p, positional=False)
+    p.add_argument("--resume", type=Path, help="slice checkpoint to resume from")
+    p.add_argument("--until-epoch", type=int, help="stop at this epoch boundary (default: the whole budget)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    p = commands.add_parser("validate", help="full validation of a run's final.pt -> results.json")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--device", default=None, help="override the recipe's device")
+    p.set_defaults(func=cmd_validate)
+
+    p = commands.add_parser("campaign", help="check a campaign file (say what it trains), or prepare its data cache")
+    p.add_argument("action", choices=["check", "prepare"])
+    p.add_argument("campaign_file", type=Path)
+    p.set_defaults(func=cmd_campaign)
+
+    p = commands.add_parser("freeze", help="snapshot the trainer (or, with --base, one base recipe) for a campaign")
+    p.add_argument("campaign_file", type=Path)
+    p.add_argument("--base", help="freeze this base recipe (a preset of the campaign, or 'base')")
+    p.set_defaults(func=cmd_freeze)
+
+    p = commands.add_parser("resolve", help="write a run's recipe.yaml from the frozen base and its run id")
+    p.add_argument("run_dir", type=Path, help="results/<campaign>/runs/<run-id>")
+    p.set_defaults(func=cmd_resolve)
+
+    p = commands.add_parser("collect", help="tabulate a campaign's finished runs (runs.csv, campaign.json)")
+    p.add_argument("campaign_file", type=Path)
+    p.set_defaults(func=cmd_collect)
+
+    p = commands.add_parser("select", help="group a runs table (CSV or JSON) and pick the best recipe per mode")
+    p.add_argument("runs", type=Path, help="per-run CSV or JSON (run, mode, lr, beta2, seed, status, loss)")
+    p.add_argument("--out", type=Path, required=True, help="directory for groups.csv and selection.json")
+    p.set_defaults(func=cmd_select)
+
+    p = commands.add_parser("report", help="regenerate a campaign's report from disk, without training")
+    p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as error:
+        print(f"ebd2n {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except RunFailed as error:
+        print(f"ebd2n {args.command}: run failed: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"ebd2n {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Recipe files: YAML in, `--set` overrides, strict validation, canonical identity, YAML out."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.config.schema import ModelConfig, Recipe
+from ebd2n.errors import UserError
+from ebd2n.paths import presets_dir
+from ebd2n.yamlio import load_yaml
+
+RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
+    "data.cache_dir",
+    "runtime.output_dir",
+    "runtime.device",
+    "runtime.purpose",
+    "runtime.cpu_threads",
+    "training.checkpoint_policy",
+    "training.log_every",
+)
+"""Fields that never change a run's numbers; they are left out of the recipe identity."""
+
+
+def resolve_recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe file path, or the name of a shipped preset (demo, 20m, 254m, ...)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    preset = presets_dir() / f"{name_or_path}.yaml"
+    if preset.is_file():
+        return preset
+    known = ", ".join(sorted(p.stem for p in presets_dir().glob("*.yaml")))
+    raise UserError(f"recipe {name_or_path}: no such file and no such preset (presets: {known})")
+
+
+def parse_overrides(pairs: Iterable[str]) -> list[tuple[str, Any]]:
+    """Parse `a.b=value` strings; the value is YAML (so 1e-3, true, [1, 2] and null work)."""
+    parsed = []
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise UserError(f"--set {pair!r}: expected KEY=VALUE with a dotted key such as optimizer.lr=0.001")
+        try:
+            value = load_yaml(raw) if raw.strip() else None
+        except yaml.YAMLError as error:
+            raise UserError(f"--set {key}: value {raw!r} is not valid YAML ({_first_line(error)})") from None
+        parsed.append((key, value))
+    return parsed
+
+
+def recipe_from_dict(raw: Mapping[str, Any], overrides: Iterable[tuple[str, Any]] = (), source: str = "recipe") -> Recipe:
+    """Validate a raw mapping (after overrides) into a Recipe; errors name the key."""
+    if not isinstance(raw, Mapping):
+        raise UserError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    data = copy.deepcopy(dict(raw))
+    for key, value in overrides:
+        _set_dotted(data, key, value, source)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as error:
+        raise UserError(f"{source}: {_describe(error)}") from None
+
+
+def load_recipe(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Recipe:
+    """Load a recipe file or preset and apply `--set` overrides."""
+    path = resolve_recipe_path(name_or_path)
+    try:
+        raw = load_yaml(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise UserError(f"{path}: not valid YAML ({_first_line(error)})") from None
+    return recipe_from_dict(raw or {}, parse_overrides(overrides), source=str(path))
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    """The resolved recipe as YAML, in schema order."""
+    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def save_recipe(recipe: Recipe, path: str | Path) -> None:
+    """Write the resolved recipe atomically."""
+    atomic_write_text(path, dump_recipe(recipe))
+
+
+def recipe_identity(recipe: Recipe, cache_identity: str | None) -> str:
+    """SHA-256 of the canonical resolved recipe without result-neutral fields, plus the cache identity."""
+    data = recipe.model_dump(mode="json")
+    for dotted in RESULT_NEUTRAL_FIELDS:
+        section, _, field = dotted.partition(".")
+        if isinstance(data.get(section), dict):
+            data[section].pop(field, None)
+    canonical = json.dumps({"recipe": data, "cache_identity": cache_identity}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def count_parameters(model: ModelConfig) -> int:
+    """Parameter count from the shapes: tied embedding, per block two norms, attention, SwiGLU; final norm."""
+    d, f = model.width, model.ffn_width
+    per_block = 2 * d + 4 * d * d + 3 * d * f
+    return model.vocab_size * d + model.layers * per_block + d
+
+
+def _set_dotted(data: dict, key: str, value: Any, source: str) -> None:
+    """Assign data[a][b] = value for key 'a.b', creating sections that are absent or null."""
+    *parents, leaf = key.split(".")
+    node = data
+    for i, part in enumerate(parents):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"{source}: --set {key}: {'.'.join(parents[: i + 1])} is not a section")
+        node = child
+    node[leaf] = value
+
+
+def _describe(error: ValidationError) -> str:
+    """One line naming the first offending key and what is wrong with it."""
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"]) or "recipe"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    more = error.error_count() - 1
+    suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
+    return f"{location}: {message}{suffix}"
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]

@@ -1,0 +1,247 @@
+"""The recipe: one run's complete configuration, as a strict typed schema.
+
+Unknown keys and wrong types are errors that name the key, so a typo in a campaign never
+silently trains the default. Each field's docstring says what it controls.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Section(BaseModel):
+    """Base of every recipe section: strict types, unknown keys refused, assignments checked."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
+
+
+class ModelConfig(Section):
+    """Llama-style decoder shape."""
+
+    vocab_size: int = Field(gt=0)
+    """Vocabulary size (tokenizer trained to this size for the embedded corpus)."""
+    layers: int = Field(gt=0)
+    """Number of transformer blocks."""
+    width: int = Field(gt=0)
+    """Residual stream width (d_model)."""
+    heads: int = Field(gt=0)
+    """Attention heads; width must divide by heads, and head_dim must be even for rotary."""
+    ffn_width: int = Field(gt=0)
+    """Hidden width of the SwiGLU MLP."""
+    context_length: int = Field(gt=0)
+    """Tokens of context per sequence; blocks hold context_length + 1 tokens."""
+    rope_theta: float = Field(default=10000.0, gt=0)
+    """Rotary embedding base (Llama default)."""
+    norm_eps: float = Field(default=1e-5, gt=0)
+    """RMSNorm epsilon."""
+    init_std: float = Field(default=0.02, gt=0)
+    """Std of the normal init; residual projections are scaled by 1/sqrt(2 * layers) (GPT-2)."""
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ModelConfig:
+        if self.width % self.heads:
+            raise ValueError(f"model.width ({self.width}) must be divisible by model.heads ({self.heads})")
+        if (self.width // self.heads) % 2:
+            raise ValueError("model.width / model.heads must be even (rotary embedding pairs)")
+        return self
+
+
+class DataConfig(Section):
+    """Where the token cache comes from and where it lives."""
+
+    source: Literal["synthetic", "huggingface", "local"] = "synthetic"
+    """synthetic: the embedded corpus; huggingface: a Hub data set by revision; local: files."""
+    cache_dir: str = "results/caches/synthetic"
+    """Directory of the prepared cache (shared by every run of a campaign)."""
+    dataset: str | None = None
+    """Hub data set name (allenai/c4) or a local file / glob (text, JSONL, Parquet)."""
+    dataset_config: str | None = None
+    """Hub configuration name (c4: en)."""
+    revision: str | None = None
+    """Pinned Hub revision of the data set (commit hash)."""
+    text_field: str = "text"
+    """Column holding the document text (JSONL, Parquet, Hub)."""
+    validation_split: str | None = None
+    """Source split used for validation (c4: validation); None holds out validation_fraction."""
+    validation_fraction: float = Field(default=0.05, gt=0, lt=1)
+    """Share of documents held out for validation when the source has no validation split."""
+    tokenizer: str | None = None
+    """Hub tokenizer name or local tokenizer.json; None trains a BPE tokenizer on the train split."""
+    tokenizer_revision: str | None = None
+    """Pinned Hub revision of the tokenizer."""
+    shuffle_seed: int = 42
+    """Seed of the document shuffle at preparation (fixed across runtime seeds)."""
+    synthetic_seed: int = 0
+    """Seed of the embedded corpus generator."""
+    synthetic_train_bytes: int = Field(default=4_000_000, gt=0)
+    """Size of the embedded training text in bytes."""
+    synthetic_validation_bytes: int = Field(default=400_000, gt=0)
+    """Size of the embedded validation text in bytes."""
+    prepare_train_tokens: int | None = Field(default=None, gt=0)
+    """Stop preparing the train split after this many tokens (None: the whole split)."""
+    prepare_validation_tokens: int | None = Field(default=None, gt=0)
+    """Stop preparing the validation split after this many tokens (None: the whole split)."""
+    tokenize_batch_size: int = Field(default=256, gt=0)
+    """Documents per tokenizer batch call."""
+    shard_tokens: int = Field(default=16_777_216, gt=0)
+    """Tokens per shard file."""
+
+
+class OptimizerConfig(Section):
+    """AdamW and the token-based learning-rate schedule."""
+
+    lr: float = Field(gt=0)
+    """Peak learning rate."""
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    """AdamW first-moment decay."""
+    beta2: float = Field(default=0.999, ge=0, lt=1)
+    """AdamW second-moment decay."""
+    eps: float = Field(default=1e-8, gt=0)
+    """AdamW epsilon."""
+    weight_decay: float = Field(default=0.1, ge=0)
+    """Decoupled weight decay, applied to matrices only (not norms)."""
+    grad_clip: float = Field(default=1.0, gt=0)
+    """Global gradient-norm clip."""
+    warmup_fraction: float = Field(default=0.05, ge=0, lt=1)
+    """Share of the token budget spent in linear warm-up."""
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    """Cosine decay ends at this fraction of the peak."""
+
+
+class TrainingConfig(Section):
+    """Token budget, batching, checkpoints."""
+
+    tokens_per_parameter: float | None = Field(default=20.0, gt=0)
+    """Total budget in tokens per model parameter (ignored when max_tokens is set)."""
+    epoch_tokens_per_parameter: float | None = Field(default=0.5, gt=0)
+    """Epoch length in tokens per parameter (ignored when epoch_tokens is set)."""
+    max_tokens: int | None = Field(default=None, gt=0)
+    """Explicit total token budget."""
+    epoch_tokens: int | None = Field(default=None, gt=0)
+    """Explicit epoch length in tokens."""
+    batch_tokens: int = Field(default=32768, gt=0)
+    """Tokens per optimizer step (gradient accumulation reaches it)."""
+    micro_batch_size: int = Field(default=32, gt=0)
+    """Sequences per forward/backward pass."""
+    checkpoint_policy: Literal["final", "epoch", "all"] = "final"
+    """final: only final.pt survives; epoch: one checkpoint per epoch kept; all: also slice ones."""
+    log_every: int = Field(default=20, gt=0)
+    """Optimizer steps between progress lines in train.log."""
+    max_consecutive_skips: int = Field(default=10, gt=0)
+    """A run with this many non-finite steps in a row fails instead of spinning."""
+    init_from: str | None = None
+    """Start from the weights of this ebd2n checkpoint (fine-tuning)."""
+
+
+class EvaluationConfig(Section):
+    """Per-epoch subset validation and full validation."""
+
+    subset_blocks: int = Field(default=1024, gt=0)
+    """Validation blocks evaluated after each epoch (fewer if the split is smaller)."""
+    batch_size: int = Field(default=128, gt=0)
+    """Sequences per evaluation batch."""
+    seed: int = 12345
+    """Seed choosing the fixed epoch-subset blocks."""
+
+
+class RuntimeConfig(Section):
+    """How and where this run executes; seed is the only field that changes the result."""
+
+    seed: int = 42
+    """Runtime seed: initialisation, data order, dropout."""
+    output_dir: str = "runs/default"
+    """Run directory (recipe.yaml, train.log, metrics.jsonl, checkpoints)."""
+    device: str = "auto"
+    """auto (CUDA when available, else CPU), cpu, cuda, cuda:N."""
+    deterministic: bool = False
+    """Deterministic algorithms (bitwise-reproducible on CPU)."""
+    amp: bool = True
+    """BF16 autocast on CUDA (CPU always computes in FP32)."""
+    compile: bool = False
+    """torch.compile the model."""
+    purpose: str = ""
+    """Free text shown on the run dashboard (why this run exists)."""
+    cpu_threads: int | None = Field(default=None, gt=0)
+    """torch CPU threads (None: PyTorch's default)."""
+
+
+class DecentralizedConfig(Section):
+    """Packed-K mode: K local models trained together on one device."""
+
+    num_models: int = Field(ge=1)
+    """K, the number of local models."""
+    topology: Literal["one_peer_ring", "one_peer_exponential", "complete"] = "one_peer_ring"
+    """Gossip peer choice after each step."""
+    scheme: Literal["awc", "atc"] = "awc"
+    """awc: clip, mix, then local step; atc: clip, local step, then mix."""
+
+    @model_validator(mode="after")
+    def _exponential_needs_power_of_two(self) -> DecentralizedConfig:
+        k = self.num_models
+        if self.topology == "one_peer_exponential" and k & (k - 1):
+            raise ValueError(f"decentralized.topology one_peer_exponential needs num_models a power of two, got {k}")
+        return self
+
+
+class LoraConfig(Section):
+    """Low-rank adapters on the linear layers of the trainable blocks."""
+
+    rank: int = Field(gt=0)
+    """Adapter rank r."""
+    alpha: float = Field(default=16.0, gt=0)
+    """Scale numerator: the adapter output is multiplied by alpha / rank."""
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout on the adapter input."""
+    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down"]] = ["q", "k", "v", "o", "gate", "up", "down"]
+    """Which projections get adapters."""
+
+
+class ParallelConfig(Section):
+    """Placement over devices, pipeline, freezing and LoRA."""
+
+    pipeline_stages: int = Field(default=1, gt=0)
+    """S: pipeline stages (S x data_parallel = the job's GPUs)."""
+    data_parallel: int = Field(default=1, gt=0)
+    """D: data-parallel replicas."""
+    pipeline_depth: int = Field(default=1, gt=0)
+    """Micro-batches in flight per step in the pipeline schedule."""
+    schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    """Pipeline schedule."""
+    freeze_prefix: int = Field(default=0, ge=0)
+    """Freeze the embedding and the first N blocks."""
+    lora: LoraConfig | None = None
+    """LoRA adapters on the trainable blocks (None: full-rank training)."""
+
+
+class Recipe(Section):
+    """One run's complete configuration."""
+
+    model: ModelConfig
+    data: DataConfig = DataConfig()
+    optimizer: OptimizerConfig
+    training: TrainingConfig = TrainingConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    decentralized: DecentralizedConfig | None = None
+    parallel: ParallelConfig = ParallelConfig()
+
+    @model_validator(mode="after")
+    def _cross_section(self) -> Recipe:
+        if self.parallel.freeze_prefix > self.model.layers:
+            raise ValueError(
+                f"parallel.freeze_prefix ({self.parallel.freeze_prefix}) exceeds model.layers ({self.model.layers})"
+            )
+        if self.training.max_tokens is None and self.training.tokens_per_parameter is None:
+            raise ValueError("training: set max_tokens or tokens_per_parameter")
+        if self.training.epoch_tokens is None and self.training.epoch_tokens_per_parameter is None:
+            raise ValueError("training: set epoch_tokens or epoch_tokens_per_parameter")
+        return self
+
+    @property
+    def mode(self) -> str:
+        """Training mode name used in run ids: synchronous or packed-K."""
+        if self.decentralized is None:
+            return "synchronous"
+        return f"packed-{self.decentralized.num_models}"

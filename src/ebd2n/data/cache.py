@@ -1,0 +1,363 @@
+"""Token caches: one token stream per split in shards, the tokenizer, and a manifest naming it all.
+
+A cache directory holds
+    manifest.json           request, provenance, seeds, per-split counts and shard hashes
+    tokenizer.json          the tokenizer that produced the tokens
+    <split>-00000.bin ...   raw little-endian uint16 (vocabulary <= 65,536) or uint32 token ids
+Every document is followed by EOS; a split's shards are consecutive pieces of one stream. The
+cache identity is the SHA-256 of the canonical manifest, so equal inputs give equal identities
+in any directory and any process.
+
+A cache is built in a temporary directory beside cache_dir and renamed into place under a file
+lock: a cache_dir is missing, empty, or holds a complete cache, and an existing cache is never
+modified (a changed request is an error, not a rebuild).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import islice
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from ebd2n.atomic import _fsync_dir, atomic_write_text, sha256_bytes, sha256_file
+from ebd2n.config.schema import DataConfig
+from ebd2n.data.sources import SPLITS, open_source
+from ebd2n.data.tokenizer import eos_id, obtain_tokenizer
+from ebd2n.errors import UserError
+
+FORMAT_VERSION = 1
+"""Version of the cache layout; caches of another version are refused, never reinterpreted."""
+MANIFEST = "manifest.json"
+TOKENIZER = "tokenizer.json"
+
+_CONTENT_NEUTRAL = ("cache_dir", "tokenize_batch_size")
+"""DataConfig fields that do not change a cache's bytes (batching only changes speed)."""
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Cache:
+    """A complete cache on disk, as read from its manifest."""
+
+    directory: Path
+    manifest: dict[str, Any]
+
+    @cached_property
+    def identity(self) -> str:
+        """SHA-256 of the canonical manifest."""
+        return cache_identity(self.manifest)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Token dtype of the shards (little-endian)."""
+        return np.dtype(self.manifest["dtype"]).newbyteorder("<")
+
+    @property
+    def eos_id(self) -> int:
+        """Id of the token that ends every document."""
+        return self.manifest["tokenizer"]["eos_id"]
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the tokenizer's vocabulary (every token id is below it)."""
+        return self.manifest["tokenizer"]["vocab_size"]
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.directory / TOKENIZER
+
+    def split_tokens(self, split: str) -> int:
+        """Tokens in the split's stream."""
+        return self.manifest["splits"][split]["tokens"]
+
+    def shards(self, split: str) -> list[tuple[Path, int]]:
+        """(path, tokens) of the split's shards, in stream order."""
+        return [(self.directory / shard["file"], shard["tokens"]) for shard in self.manifest["splits"][split]["shards"]]
+
+    @property
+    def validation_targets(self) -> int:
+        """Prediction targets of full validation: every validation token after the first."""
+        return self.manifest["splits"]["validation"]["targets"]
+
+
+def cache_identity(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of the manifest as canonical JSON (sorted keys, compact separators)."""
+    return sha256_bytes(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+
+
+def prepare_cache(data: DataConfig, vocab_size: int, progress: bool = True) -> Cache:
+    """Build the cache `data` asks for at data.cache_dir, or return the one already there.
+
+    vocab_size is the recipe's model.vocab_size: the size a trained tokenizer gets, and a bound
+    on a given one. Concurrent callers wait for one builder and reuse its cache.
+    """
+    directory = Path(data.cache_dir)
+    if _absent(directory):
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        with _build_lock(directory):
+            if _absent(directory):
+                _build(directory, data, vocab_size, progress)
+                log.info("built cache %s", directory)
+    cache = open_cache(directory)
+    _check_request(cache, data, vocab_size)
+    log.info("cache %s identity %s", directory, cache.identity)
+    return cache
+
+
+def find_cache_identity(cache_dir: str | os.PathLike) -> str | None:
+    """Identity of the cache at cache_dir, or None where none is prepared yet."""
+    return None if _absent(Path(cache_dir)) else open_cache(cache_dir).identity
+
+
+def open_cache(cache_dir: str | os.PathLike, verify: bool = False) -> Cache:
+    """A complete cache (shard sizes checked; with verify, every file re-hashed); UserError otherwise."""
+    directory = Path(cache_dir)
+    if _absent(directory):
+        raise UserError(f"data.cache_dir {directory}: no cache there; prepare it first (ebd2n prepare)")
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise _incomplete(directory, f"unreadable {MANIFEST}: {type(error).__name__}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+        raise _incomplete(directory, f"{MANIFEST} is not format {FORMAT_VERSION}")
+    cache = Cache(directory, manifest)
+    try:
+        files = _recorded_files(cache)
+    except (KeyError, TypeError, ValueError) as error:
+        raise _incomplete(directory, f"{MANIFEST} lacks {error}") from None
+    for path, size, digest in files:
+        if not path.is_file() or (size is not None and path.stat().st_size != size):
+            raise _incomplete(directory, f"{path.name} missing or of the wrong size")
+        if verify and sha256_file(path) != digest:
+            raise _incomplete(directory, f"{path.name} does not match its recorded SHA-256")
+    return cache
+
+
+def build_cache(
+    directory: Path,
+    documents: Mapping[str, Iterable[str]],
+    tokenizer: Tokenizer,
+    data: DataConfig,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Write the tokenizer and every split's shards into `directory`; return their manifest parts.
+
+    Everything a cache costs once the tokenizer exists (tokenization, sharding, hashing, fsync),
+    apart from obtaining the tokenizer, so the throughput benchmark measures exactly this.
+    """
+    vocab = tokenizer.get_vocab_size()
+    dtype = np.dtype("<u2" if vocab <= 1 << 16 else "<u4")
+    tokenizer_file = directory / TOKENIZER
+    atomic_write_text(tokenizer_file, tokenizer.to_str())
+    limits = {"train": data.prepare_train_tokens, "validation": data.prepare_validation_tokens}
+    splits = {
+        split: _write_split(directory, split, documents[split], tokenizer, dtype, data, limits[split], progress)
+        for split in documents
+    }
+    splits["validation"]["targets"] = splits["validation"]["tokens"] - 1
+    eos = eos_id(tokenizer)
+    return {
+        "tokenizer": {"file": TOKENIZER, "sha256": sha256_file(tokenizer_file), "vocab_size": vocab,
+                      "eos_id": eos, "eos_token": tokenizer.id_to_token(eos)},
+        "dtype": dtype.name,
+        "splits": splits,
+    }
+
+
+def _absent(directory: Path) -> bool:
+    """No cache and nothing else there: a missing or empty directory (Snakemake creates output folders)."""
+    return not directory.exists() or (directory.is_dir() and not any(directory.iterdir()))
+
+
+def _recorded_files(cache: Cache) -> list[tuple[Path, int | None, str]]:
+    """(path, size in bytes or None, SHA-256) of every file the manifest records."""
+    files: list[tuple[Path, int | None, str]] = [(cache.tokenizer_path, None, cache.manifest["tokenizer"]["sha256"])]
+    for split in SPLITS:
+        recorded = cache.manifest["splits"][split]["shards"]
+        files += [(path, tokens * cache.dtype.itemsize, shard["sha256"])
+                  for (path, tokens), shard in zip(cache.shards(split), recorded, strict=True)]
+    return files
+
+
+def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -> None:
+    """Read the source, obtain the tokenizer, build in a staging directory, rename into place."""
+    source = open_source(data)
+    tokenizer, tokenizer_provenance = obtain_tokenizer(
+        data.tokenizer, data.tokenizer_revision, lambda: source.documents("train"), vocab_size, progress
+    )
+    if tokenizer.get_vocab_size() > vocab_size:
+        raise UserError(
+            f"model.vocab_size {vocab_size} is smaller than the vocabulary of data.tokenizer {data.tokenizer} "
+            f"({tokenizer.get_vocab_size()}); raise model.vocab_size"
+        )
+    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=_staging_prefix(directory)))
+    try:
+        parts = build_cache(staging, {split: source.documents(split) for split in SPLITS}, tokenizer, data, progress)
+        parts["tokenizer"] |= tokenizer_provenance
+        manifest = {
+            "format": FORMAT_VERSION,
+            "request": _request(data, vocab_size),
+            "source": source.provenance,
+            "seeds": {
+                "shuffle": data.shuffle_seed,
+                "synthetic": data.synthetic_seed if data.source == "synthetic" else None,
+            },
+            **parts,
+        }
+        atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        _fsync_dir(staging)
+        os.rename(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fsync_dir(directory.parent)
+
+
+def _write_split(
+    directory: Path,
+    split: str,
+    documents: Iterable[str],
+    tokenizer: Tokenizer,
+    dtype: np.dtype,
+    data: DataConfig,
+    limit: int | None,
+    progress: bool,
+) -> dict[str, Any]:
+    """Tokenize documents in batches (EOS after each) into shards, stopping at `limit` tokens."""
+    eos = eos_id(tokenizer)
+    writer = _ShardWriter(directory, split, dtype, data.shard_tokens)
+    count = 0
+    with tqdm(total=limit, desc=f"tokenize {split}", unit="tok", unit_scale=True, disable=not progress) as bar:
+        for batch in _batches(documents, data.tokenize_batch_size):
+            tokens, ends = _encode(tokenizer, batch, eos, dtype)
+            if limit is not None and writer.tokens + len(tokens) >= limit:
+                keep = limit - writer.tokens
+                writer.write(tokens[:keep])
+                count += int(np.searchsorted(ends, keep)) + 1
+                bar.update(keep)
+                break
+            writer.write(tokens)
+            count += len(batch)
+            bar.update(len(tokens))
+    return {"documents": count, "tokens": writer.tokens, "shards": writer.close()}
+
+
+def _encode(tokenizer: Tokenizer, batch: list[str], eos: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's tokens with EOS after each document, and where each document ends."""
+    flat: list[int] = []
+    ends: list[int] = []
+    for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False):  # offsets not needed
+        flat += encoding.ids
+        flat.append(eos)
+        ends.append(len(flat))
+    return np.array(flat, dtype=dtype), np.array(ends)
+
+
+class _ShardWriter:
+    """Cuts one token stream into `<split>-NNNNN.bin` files of at most shard_tokens tokens, hashing as it writes."""
+
+    def __init__(self, directory: Path, split: str, dtype: np.dtype, shard_tokens: int) -> None:
+        self._directory, self._split, self._shard_tokens = directory, split, shard_tokens
+        self.tokens = 0
+        self._shards: list[dict[str, Any]] = []
+        self._file: BinaryIO | None = None
+        self._digest = hashlib.sha256()
+        self._count = 0
+
+    def write(self, tokens: np.ndarray) -> None:
+        while len(tokens):
+            if self._file is None:
+                self._file = open(self._directory / self._name(), "wb")
+            piece = tokens[: self._shard_tokens - self._count]
+            self._file.write(memoryview(piece))
+            self._digest.update(memoryview(piece))
+            self._count += len(piece)
+            self.tokens += len(piece)
+            tokens = tokens[len(piece) :]
+            if self._count == self._shard_tokens:
+                self._close_shard()
+
+    def close(self) -> list[dict[str, Any]]:
+        """Finish the last shard; return the shards' manifest entries."""
+        if self._file is not None:
+            self._close_shard()
+        return self._shards
+
+    def _name(self) -> str:
+        return f"{self._split}-{len(self._shards):05d}.bin"
+
+    def _close_shard(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._shards.append({"file": self._name(), "tokens": self._count, "sha256": self._digest.hexdigest()})
+        self._file, self._digest, self._count = None, hashlib.sha256(), 0
+
+
+def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def _request(data: DataConfig, vocab_size: int) -> dict[str, Any]:
+    """The settings that decide a cache's bytes, by recipe key (model.vocab_size only when trained)."""
+    settings = data.model_dump(mode="json")
+    request = {f"data.{key}": value for key, value in settings.items() if key not in _CONTENT_NEUTRAL}
+    if data.tokenizer is None:
+        request["model.vocab_size"] = vocab_size
+    return request
+
+
+def _check_request(cache: Cache, data: DataConfig, vocab_size: int) -> None:
+    """An existing cache serves a recipe only if it was prepared from the same settings."""
+    if cache.vocab_size > vocab_size:
+        raise UserError(
+            f"model.vocab_size {vocab_size} is smaller than the vocabulary of the cache {cache.directory} "
+            f"({cache.vocab_size}); raise model.vocab_size"
+        )
+    recorded = cache.manifest["request"]
+    for key, value in _request(data, vocab_size).items():
+        if recorded.get(key) != value:
+            raise UserError(
+                f"{key}: the cache at data.cache_dir {cache.directory} was prepared with {recorded.get(key)!r}, "
+                f"the recipe asks for {value!r}; set data.cache_dir to a new directory "
+                "(caches are never rebuilt in place)"
+            )
+
+
+def _incomplete(directory: Path, why: str) -> UserError:
+    return UserError(
+        f"data.cache_dir {directory}: not a complete cache ({why}); "
+        "point data.cache_dir elsewhere, or remove the directory if you know it is stale"
+    )
+
+
+@contextlib.contextmanager
+def _build_lock(directory: Path) -> Iterator[None]:
+    """Hold `<cache_dir>.lock` so one process builds while the others wait; leftovers of killed builds go."""
+    with open(directory.with_name(directory.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        for stale in directory.parent.glob(_staging_prefix(directory) + "*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        yield
+
+
+def _staging_prefix(directory: Path) -> str:
+    return f".{directory.name}.building-"

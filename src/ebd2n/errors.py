@@ -1,0 +1,9 @@
+"""Errors the command line turns into one-line messages."""
+
+
+class UserError(Exception):
+    """Bad input from the user: the CLI prints it on one line and exits with status 2."""
+
+
+class RunFailed(Exception):
+    """A run that cannot go on (diverged, too many skipped steps): the CLI prints it and exits 1."""

@@ -1,0 +1,105 @@
+"""Validation: the per-epoch subset, and the full validation of a run's final checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.config import load_recipe, recipe_identity
+from ebd2n.data import iter_full_validation, open_cache
+from ebd2n.errors import UserError
+from ebd2n.model import GPT
+from ebd2n.provenance import environment, source_hash
+
+
+@torch.inference_mode()
+def evaluate_sequences(
+    model: nn.Module, batches, device: torch.device, amp: bool
+) -> tuple[float, float, int]:
+    """Mean loss (nats), token accuracy and target count over (inputs, targets) batches.
+
+    Targets of -100 are padding and are not counted.
+    """
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    count = 0
+    use_amp = amp and device.type == "cuda"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
+    for inputs, targets in batches:
+        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+        with autocast:
+            logits, _ = model(inputs)
+        logits = logits.float().flatten(0, 1)
+        flat = targets.flatten()
+        loss_sum += F.cross_entropy(logits, flat, ignore_index=-100, reduction="sum").double()
+        valid = flat != -100
+        correct += (logits.argmax(-1)[valid] == flat[valid]).sum()
+        count += int(valid.sum())
+    model.train(was_training)
+    if count == 0:
+        raise UserError("validation: no targets to evaluate")
+    return float(loss_sum) / count, float(correct) / count, count
+
+
+def block_batches(blocks: torch.Tensor, batch_size: int):
+    """(inputs, targets) batches of (N, T+1) blocks."""
+    for start in range(0, blocks.shape[0], batch_size):
+        chunk = blocks[start : start + batch_size]
+        yield chunk[:, :-1], chunk[:, 1:]
+
+
+def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
+    """Evaluate final.pt over every validation target once and write results.json."""
+    from ebd2n.train.checkpoint import Provenance, load_checkpoint
+    from ebd2n.train.engine import evaluation_state_dict, resolve_device
+
+    run_dir = Path(run_dir)
+    recipe_path = run_dir / "recipe.yaml"
+    if not recipe_path.is_file():
+        raise UserError(f"{run_dir}: no recipe.yaml; not a run directory")
+    recipe = load_recipe(recipe_path)
+    cache = open_cache(recipe.data.cache_dir)
+    provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
+    started = time.time()
+    state = load_checkpoint(run_dir / "final.pt", provenance)
+    target = resolve_device(device or recipe.runtime.device)
+    model = GPT(recipe.model)
+    model.load_state_dict(evaluation_state_dict(recipe, state["engine"]))
+    model.to(target)
+    batches = iter_full_validation(cache, recipe.model.context_length, recipe.evaluation.batch_size)
+    loss, accuracy, targets = evaluate_sequences(model, batches, target, recipe.runtime.amp)
+    if targets != cache.validation_targets:
+        raise UserError(f"{run_dir}: evaluated {targets} targets, the cache has {cache.validation_targets}")
+    results = {
+        "run": run_dir.name,
+        "mode": recipe.mode,
+        "lr": recipe.optimizer.lr,
+        "beta2": recipe.optimizer.beta2,
+        "seed": recipe.runtime.seed,
+        "status": "complete",
+        "loss": loss,
+        "perplexity": math.exp(loss),
+        "accuracy": accuracy,
+        "targets": targets,
+        "tokens": int(state["tokens"]),
+        "recipe_identity": provenance.recipe_identity,
+        "cache_identity": cache.identity,
+        "source_hash": state["source_hash"],
+        "validator_source_hash": source_hash(),
+        "job_ids": list(state["job_ids"]),
+        "environment": environment(),
+        "wall_seconds": time.time() - started,
+    }
+    atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    return results
+

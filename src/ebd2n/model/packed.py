@@ -1,0 +1,207 @@
+"""K replicas of the GPT held as stacked parameters and computed together (the packed-K mode).
+
+Every weight has a leading replica dimension K. The forward pass runs the K models with batched
+matrix products over that dimension and one attention call over all K * B sequences, so K small
+models cost a few large kernels instead of K times many small ones. AdamW is elementwise, so one
+optimizer over the stacked parameters keeps an independent state per replica; gradient clipping
+and gossip per replica live in `ebd2n.model.gossip`.
+
+Within a replica q, k, v are fused into one (3 * width, width) matrix and gate, up into one
+(2 * ffn_width, width) matrix; `replica_state_dict` splits them back into GPT's names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ebd2n.config.schema import ModelConfig
+from ebd2n.model.gpt import GPT, IGNORE_INDEX, apply_rotary, rotary_tables
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of x (K, N, width) with per-replica gains weight (K, width); as GPT's RMSNorm."""
+    normed = F.rms_norm(x.float(), (x.size(-1),), eps=eps).type_as(x)
+    return normed * weight.unsqueeze(1)  # (K, 1, width) broadcast over tokens
+
+
+class PackedBlock(nn.Module):
+    """K pre-norm blocks: stacked gains (K, width) and stacked projection matrices (K, out, in)."""
+
+    def __init__(self, cfg: ModelConfig, num_models: int) -> None:
+        super().__init__()
+        K, d, f = num_models, cfg.width, cfg.ffn_width
+        self.heads = cfg.heads
+        self.head_dim = d // cfg.heads
+        self.eps = cfg.norm_eps
+        self.attn_norm = nn.Parameter(torch.ones(K, d))
+        self.qkv = nn.Parameter(torch.empty(K, 3 * d, d))  # rows: q, k, v (nn.Linear layout: out, in)
+        self.o = nn.Parameter(torch.empty(K, d, d))
+        self.mlp_norm = nn.Parameter(torch.ones(K, d))
+        self.gate_up = nn.Parameter(torch.empty(K, 2 * f, d))  # rows: gate, up
+        self.down = nn.Parameter(torch.empty(K, d, f))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: int) -> torch.Tensor:
+        K, N, C = x.shape  # N = batch * T tokens per replica
+        T = N // batch
+        qkv = torch.bmm(_rms_norm(x, self.attn_norm, self.eps), self.qkv.mT)  # (K, N, 3 * width)
+        qkv = qkv.view(K * batch, T, 3, self.heads, self.head_dim)  # (K*B, T, 3, heads, head_dim)
+        qk, v = qkv.permute(2, 0, 3, 1, 4).split([2, 1])  # (2 and 1, K*B, heads, T, head_dim)
+        q, k = apply_rotary(qk, cos, sin).unbind(0)  # q and k rotated together; each (K*B, heads, T, head_dim)
+        y = F.scaled_dot_product_attention(q, k, v.squeeze(0), is_causal=True)  # (K*B, heads, T, head_dim)
+        y = y.transpose(1, 2).reshape(K, N, C)  # (K, N, width)
+        x = x + torch.bmm(y, self.o.mT)
+        gate, up = torch.bmm(_rms_norm(x, self.mlp_norm, self.eps), self.gate_up.mT).chunk(2, dim=-1)  # (K, N, ffn)
+        return x + torch.bmm(F.silu(gate) * up, self.down.mT)
+
+
+class PackedGPT(nn.Module):
+    """K GPTs of one shape as stacked parameters; forward (K, B, T) -> logits (K, B, T, V), losses (K,)."""
+
+    def __init__(self, cfg: ModelConfig, num_models: int, *, init: bool = True) -> None:
+        """init=True starts every replica from one GPT(cfg) initialisation (drawn from torch's
+        global RNG exactly as GPT(cfg) draws it); init=False leaves the matrices to be loaded."""
+        super().__init__()
+        if num_models < 1:
+            raise ValueError(f"decentralized.num_models must be at least 1, got {num_models}")
+        self.cfg = cfg
+        self.num_models = num_models
+        K, d = num_models, cfg.width
+        self.embed = nn.Parameter(torch.empty(K, cfg.vocab_size, d))  # also the tied output head
+        self.blocks = nn.ModuleList(PackedBlock(cfg, K) for _ in range(cfg.layers))
+        self.norm = nn.Parameter(torch.ones(K, d))
+        self.register_buffer("rope_cos", torch.empty(cfg.context_length, d // cfg.heads), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(cfg.context_length, d // cfg.heads), persistent=False)
+        self.reset_rotary()
+        if init:
+            state = GPT(cfg).state_dict()
+            for i in range(K):
+                self.load_replica_state_dict(i, state)
+
+    @classmethod
+    def from_model(cls, model: GPT, num_models: int) -> PackedGPT:
+        """K replicas that all start from a copy of model's weights (on model's device and dtype)."""
+        reference = model.embed.weight
+        with torch.device(reference.device):
+            packed = cls(model.cfg, num_models, init=False).to(reference.dtype)
+        state = model.state_dict()
+        for i in range(num_models):
+            packed.load_replica_state_dict(i, state)
+        return packed
+
+    @torch.no_grad()
+    def reset_rotary(self) -> None:
+        """Recompute the rotary cos/sin tables (non-persistent buffers) on their current device."""
+        cos, sin = rotary_tables(self.cfg.width // self.cfg.heads, self.cfg.context_length, self.cfg.rope_theta)
+        self.rope_cos.copy_(cos)
+        self.rope_sin.copy_(sin)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx (K, B, T) -> logits (K, B, T, vocab) and, with targets (K, B, T), losses (K,):
+        losses[i] is replica i's mean cross-entropy over its targets that are not IGNORE_INDEX.
+        Train on losses.sum(): each replica's gradient is then that of its own mean loss."""
+        K, B, T = idx.shape
+        if K != self.num_models:
+            raise ValueError(f"input has {K} replica slices, the packed model has num_models={self.num_models}")
+        if T > self.cfg.context_length:
+            raise ValueError(
+                f"sequence of {T} tokens exceeds model.context_length ({self.cfg.context_length}); "
+                "cut the input into blocks of at most context_length tokens"
+            )
+        V = self.cfg.vocab_size
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, head_dim)
+        # Replica i's rows of the flattened (K*V, width) table start at i*V.
+        offsets = torch.arange(K, device=idx.device).view(K, 1, 1) * V
+        x = F.embedding((idx + offsets).view(K, B * T), self.embed.view(K * V, -1))  # (K, B*T, width)
+        for block in self.blocks:
+            x = block(x, cos, sin, B)
+        logits = torch.bmm(_rms_norm(x, self.norm, self.cfg.norm_eps), self.embed.mT)  # (K, B*T, vocab)
+        if targets is None:
+            return logits.view(K, B, T, V), None
+        flat_targets = targets.reshape(K * B * T)
+        per_token = F.cross_entropy(
+            logits.float().view(K * B * T, V), flat_targets, ignore_index=IGNORE_INDEX, reduction="none"
+        ).view(K, B * T)
+        counts = (flat_targets != IGNORE_INDEX).view(K, B * T).sum(dim=1)  # (K,)
+        losses = per_token.sum(dim=1) / counts  # (K,)
+        return logits.view(K, B, T, V), losses
+
+    def replica_param_groups(self, weight_decay: float) -> list[dict]:
+        """AdamW parameter groups: weight decay on the stacked matrices, none on the stacked norm gains."""
+        norms = {id(self.norm)} | {id(p) for b in self.blocks for p in (b.attn_norm, b.mlp_norm)}
+        params = [p for p in self.parameters() if p.requires_grad]
+        return [
+            {"params": [p for p in params if id(p) not in norms], "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) in norms], "weight_decay": 0.0},
+        ]
+
+    @torch.no_grad()
+    def replica_state_dict(self, i: int) -> dict[str, torch.Tensor]:
+        """Replica i's weights in GPT's state_dict naming (copies), ready for GPT.load_state_dict."""
+        self._check_replica(i)
+        return self._gpt_state(lambda p: p[i])
+
+    @torch.no_grad()
+    def average_state_dict(self) -> dict[str, torch.Tensor]:
+        """The global average model (FP32 mean over the replicas) in GPT's state_dict naming."""
+        return self._gpt_state(lambda p: p.float().mean(dim=0))
+
+    @torch.no_grad()
+    def load_replica_state_dict(self, i: int, state: dict[str, torch.Tensor]) -> None:
+        """Overwrite replica i with a GPT state_dict (the inverse of replica_state_dict)."""
+        self._check_replica(i)
+        d, f = self.cfg.width, self.cfg.ffn_width
+        self.embed[i].copy_(state["embed.weight"])
+        self.norm[i].copy_(state["norm.weight"])
+        for n, block in enumerate(self.blocks):
+            prefix = f"blocks.{n}."
+            block.attn_norm[i].copy_(state[prefix + "attn_norm.weight"])
+            for j, name in enumerate(("q", "k", "v")):
+                block.qkv[i, j * d : (j + 1) * d].copy_(state[f"{prefix}attn.{name}.weight"])
+            block.o[i].copy_(state[prefix + "attn.o.weight"])
+            block.mlp_norm[i].copy_(state[prefix + "mlp_norm.weight"])
+            block.gate_up[i, :f].copy_(state[prefix + "mlp.gate.weight"])
+            block.gate_up[i, f:].copy_(state[prefix + "mlp.up.weight"])
+            block.down[i].copy_(state[prefix + "mlp.down.weight"])
+
+    @torch.no_grad()
+    def consensus_distance(self) -> float:
+        """sqrt of the mean over replicas of ||x_i - x_mean||^2, over all parameters (FP32)."""
+        total = torch.zeros((), dtype=torch.float32, device=self.embed.device)
+        for p in self.parameters():
+            x = p.float()
+            total += (x - x.mean(dim=0, keepdim=True)).pow(2).sum()
+        return (total / self.num_models).sqrt().item()
+
+    def _gpt_state(self, take: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """GPT-named tensors, each made by take(stacked parameter), split where fused, then copied
+        into its own storage (the tied head entry is the embedding tensor itself, as in GPT)."""
+        d, f = self.cfg.width, self.cfg.ffn_width
+        embed = take(self.embed)
+        state = {"embed.weight": embed}
+        for n, block in enumerate(self.blocks):
+            prefix = f"blocks.{n}."
+            q, k, v = take(block.qkv).split(d)
+            gate, up = take(block.gate_up).split(f)
+            state[prefix + "attn_norm.weight"] = take(block.attn_norm)
+            state[prefix + "attn.q.weight"] = q
+            state[prefix + "attn.k.weight"] = k
+            state[prefix + "attn.v.weight"] = v
+            state[prefix + "attn.o.weight"] = take(block.o)
+            state[prefix + "mlp_norm.weight"] = take(block.mlp_norm)
+            state[prefix + "mlp.gate.weight"] = gate
+            state[prefix + "mlp.up.weight"] = up
+            state[prefix + "mlp.down.weight"] = take(block.down)
+        state["norm.weight"] = take(self.norm)
+        state = {name: tensor.clone() for name, tensor in state.items()}
+        state["head.weight"] = state["embed.weight"]  # tied
+        return state
+
+    def _check_replica(self, i: int) -> None:
+        if not 0 <= i < self.num_models:
+            raise IndexError(f"replica {i} out of range for num_models={self.num_models}")

@@ -1,0 +1,89 @@
+"""The model as a sequence of units: embedding, each block's attention and MLP, final norm + head.
+
+Placement assigns contiguous units to devices and the run dashboard reports each unit's state;
+both need the units' sizes and costs from the shapes alone, before any model is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ebd2n.config.schema import ModelConfig
+
+UnitKind = Literal["embedding", "attention", "mlp", "head"]
+
+_WRAPPER_PREFIXES = ("_orig_mod.", "module.")
+"""Prefixes that torch.compile and DDP put in front of parameter names; unit_of_parameter drops them."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of the model, described from the shapes."""
+
+    name: str
+    """'embedding', 'block0.attention', 'block0.mlp', ..., 'head'."""
+    kind: UnitKind
+    """What the unit computes."""
+    block: int | None
+    """Block index of attention and MLP units; None for the embedding and the head."""
+    parameters: int
+    """Parameters the unit owns (the tied embedding/head matrix is owned by the embedding)."""
+    flops_per_token: int
+    """Forward FLOPs per token (2 per multiply-add) of the matrix products; norms, rotary and
+    softmax are left out. Attention counts QK^T and AV over the full context length."""
+    param_prefixes: tuple[str, ...]
+    """Prefixes of the unit's names in GPT's state_dict."""
+
+
+def model_units(cfg: ModelConfig) -> list[Unit]:
+    """The units of a GPT of this shape, in forward order; their parameters sum to count_parameters(cfg)."""
+    d, f, v, t = cfg.width, cfg.ffn_width, cfg.vocab_size, cfg.context_length
+    units = [Unit("embedding", "embedding", None, v * d, 0, ("embed.",))]
+    for i in range(cfg.layers):
+        units.append(
+            Unit(
+                name=f"block{i}.attention",
+                kind="attention",
+                block=i,
+                parameters=d + 4 * d * d,  # attn_norm gain; q, k, v, o
+                flops_per_token=2 * 4 * d * d + 2 * 2 * t * d,  # projections; QK^T and AV over t positions
+                param_prefixes=(f"blocks.{i}.attn_norm.", f"blocks.{i}.attn."),
+            )
+        )
+        units.append(
+            Unit(
+                name=f"block{i}.mlp",
+                kind="mlp",
+                block=i,
+                parameters=d + 3 * d * f,  # mlp_norm gain; gate, up, down
+                flops_per_token=2 * 3 * d * f,
+                param_prefixes=(f"blocks.{i}.mlp_norm.", f"blocks.{i}.mlp."),
+            )
+        )
+    # The head owns only the final norm: its projection is the embedding matrix (tied), but it
+    # does compute the logits.
+    units.append(Unit("head", "head", None, d, 2 * v * d, ("norm.",)))
+    return units
+
+
+def unit_of_parameter(name: str) -> str:
+    """The unit a GPT parameter (or state_dict entry) belongs to: 'blocks.3.mlp.up.weight' -> 'block3.mlp'.
+
+    'head.weight' is the tied embedding matrix and belongs to 'embedding'. Names from a compiled
+    (`_orig_mod.`) or DDP-wrapped (`module.`) model are accepted.
+    """
+    stripped = name
+    while stripped.startswith(_WRAPPER_PREFIXES):
+        stripped = stripped.split(".", 1)[1]
+    parts = stripped.split(".")
+    if parts[0] in ("embed", "head") and len(parts) > 1:
+        return "embedding"
+    if parts[0] == "norm" and len(parts) > 1:
+        return "head"
+    if parts[0] == "blocks" and len(parts) > 3 and parts[1].isdigit():
+        if parts[2] in ("attn_norm", "attn"):
+            return f"block{int(parts[1])}.attention"
+        if parts[2] in ("mlp_norm", "mlp"):
+            return f"block{int(parts[1])}.mlp"
+    raise ValueError(f"parameter {name!r} belongs to no unit of the GPT (expected embed.*, blocks.N.*, norm.* or head.*)")

@@ -1,0 +1,54 @@
+"""Where a result came from: the trainer's source hash, the job id, the software and hardware."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+_SOURCE_SUFFIXES = (".py", ".html", ".js", ".css", ".yaml", ".json")
+
+
+def source_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """The files whose content defines the trainer's behaviour, in a stable order."""
+    return sorted(
+        p for p in package_dir.rglob("*")
+        if p.is_file() and p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts
+    )
+
+
+def source_hash(package_dir: Path = PACKAGE_DIR) -> str:
+    """SHA-256 over (relative path, content) of every source file: equal code, equal hash."""
+    digest = hashlib.sha256()
+    for path in source_files(package_dir):
+        digest.update(path.relative_to(package_dir).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def job_id() -> str:
+    """The SLURM job id when running under SLURM, else a local id unique to this process."""
+    slurm = os.environ.get("SLURM_JOB_ID")
+    if slurm:
+        return slurm
+    return f"local-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+
+
+def environment() -> dict:
+    """Software and hardware facts recorded beside every result."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else ["cpu"],
+        "platform": platform.platform(),
+    }

@@ -1,0 +1,277 @@
+"""The campaign report: every table, figure, selected recipe and the HTML page, from disk alone.
+
+`build_report` reads `results/<campaign>` and rewrites `results/<campaign>/report/`. It trains
+nothing, so it can be rerun after an extension or a change of the report code. Outputs hold no
+wall-clock timestamps, so regenerating an unchanged campaign gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ebd2n.atomic import atomic_write_bytes, atomic_write_text
+from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
+from ebd2n.config import Recipe, dump_recipe
+from ebd2n.report import figures
+from ebd2n.report.collect import Campaign, load_campaign
+from ebd2n.report.page import render_page
+from ebd2n.report.tables import (
+    curve_table,
+    data_facts,
+    point_runs,
+    response_beta2,
+    scaling_rows,
+    settings,
+)
+
+SELECTION_RULE = {
+    "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
+    "uncertainty": "sample standard deviation across seeds (ddof = 1), not a confidence interval",
+    "tie_break": "lower learning rate, then lower beta2; only points with every seed are eligible",
+}
+
+
+def build_report(campaign_dir: Path) -> Path:
+    """Write the campaign's report directory and return the path of its index.html."""
+    campaign = load_campaign(Path(campaign_dir))
+    out = campaign.directory / "report"
+    atomic_write_text(out / "runs.csv", campaign.runs.write_csv())
+    if campaign.presets:
+        scaling = scaling_rows(campaign)
+        atomic_write_text(out / "scaling.csv", _scaling_frame(scaling).write_csv())
+        summary = _summary(campaign, {})
+        _write_json(out / "results.json", {**summary, "scaling": scaling, "runs": _run_records(campaign)})
+        page = render_page(campaign, summary, scaling=scaling)
+    else:
+        grid = _grid_outputs(campaign, out)
+        summary = _summary(campaign, grid["selection"])
+        _write_json(out / "results.json", {**summary, **grid["json"], "runs": _run_records(campaign)})
+        page = render_page(campaign, summary, grid=grid)
+    atomic_write_text(out / "index.html", page)
+    return out / "index.html"
+
+
+def _grid_outputs(campaign: Campaign, out: Path) -> dict[str, Any]:
+    """Selection, LR response, curves, heatmaps and selected recipes of an LR x beta2 campaign."""
+    groups = group_runs(campaign.runs, campaign.seeds)
+    selection = select(groups)
+    notes = winner_notes(groups, campaign.runs, campaign.seeds)
+    write_selection(groups, selection, out)
+    beta2 = response_beta2(groups["beta2"].unique().sort().to_list(), selection)
+    response = lr_response(groups, beta2)
+    atomic_write_text(out / "lr-response.csv", response.write_csv())
+    curves = curve_table(campaign, selection)
+    atomic_write_text(out / "curves.csv", curves.write_csv())
+    for name, drawn in (
+        ("heatmaps", figures.heatmaps(groups, campaign.learning_rates, campaign.beta2, selection)),
+        ("curves", figures.curves(curves)),
+    ):
+        for fmt, data in drawn.items():
+            atomic_write_bytes(out / f"{name}.{fmt}", data)
+    selected = {mode: _write_selected(campaign, mode, point, out) for mode, point in selection.items()}
+    return {
+        "groups": groups,
+        "selection": selection,
+        "notes": notes,
+        "response": response,
+        "response_beta2": beta2,
+        "curves": curves,
+        "selected": selected,
+        "json": {
+            "selected": selection,
+            "notes": notes,
+            "selected_recipes": {mode: entry["file"] for mode, entry in selected.items()},
+            "lr_response": {"beta2": beta2, "rows": response.to_dicts()},
+            "groups": groups.to_dicts(),
+        },
+    }
+
+
+def _write_selected(campaign: Campaign, mode: str, point: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The winner's first-seed recipe with repository-relative paths, ready for `ebd2n train`."""
+    runs = point_runs(campaign, point)
+    recipe = campaign.recipe(runs["directory"][0]).model_copy(deep=True)
+    recipe.data.cache_dir = _repo_relative(recipe.data.cache_dir, campaign.repo_root)
+    recipe.runtime.output_dir = f"runs/{campaign.directory.name}-selected-{mode}"
+    name = f"selected-{mode}.yaml"
+    config = f"{_campaign_path(campaign)}/report/{name}"
+    seeds = ", ".join(str(seed) for seed in runs["seed"])
+    header = (
+        f"# Selected {mode} recipe of campaign {_one_line(campaign.name)}: LR {point['lr']:g}, beta2 {point['beta2']:g},\n"
+        f"# mean final full-validation loss {point['mean_loss']:.6f} nats over seeds {seeds}.\n"
+        f"# Reproduce from the repository root: ebd2n prepare {config}\n"
+        f"#   ebd2n train --config {config} --set runtime.seed={recipe.runtime.seed} "
+        f"--set runtime.output_dir={recipe.runtime.output_dir}-seed{recipe.runtime.seed}\n"
+    )
+    atomic_write_text(out / name, header + dump_recipe(recipe))
+    return {
+        "file": name,
+        "config": config,
+        "cache_dir": recipe.data.cache_dir,
+        "output_dir": recipe.runtime.output_dir,
+        "runs": runs["run"].to_list(),
+        "seeds": runs["seed"].to_list(),
+        "recipe": recipe,
+    }
+
+
+def _summary(campaign: Campaign, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Campaign-level facts and provenance shared by grid and scaling reports (results.json head)."""
+    runs = campaign.runs
+    complete = runs.filter(pl.col("status") == "complete")
+    results = list(campaign.results.values())
+    points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
+    expected = points * len(campaign.seeds) * max(1, len(set(campaign.presets.values())))
+    info = campaign.info or {}
+    recipes = _representatives(campaign, selection)
+    first = next(iter(recipes.values()))[0]
+    return {
+        "campaign": campaign.name,
+        "description": info.get("description") or "",
+        "directory": _campaign_path(campaign),
+        "kind": "scaling" if campaign.presets else "grid",
+        "measured_date": campaign.measured_date,
+        "status": "complete" if complete.height == runs.height and complete.height >= expected else "incomplete",
+        "runs": runs.height,
+        "completed_runs": complete.height,
+        "expected_runs": expected,
+        "grid": {"modes": campaign.modes, "learning_rates": campaign.learning_rates, "beta2": campaign.beta2},
+        "seeds": campaign.seeds,
+        **SELECTION_RULE,
+        "settings": {mode: settings(recipe, epochs) for mode, (recipe, epochs) in recipes.items()},
+        "validation_targets": sorted({r["targets"] for r in results if r.get("targets") is not None}),
+        "data": _data_record(campaign, first),
+        "evaluation": first.evaluation.model_dump(mode="json"),
+        "data_facts": dict(data_facts(campaign, first)),
+        "source_hash": {
+            "campaign": info.get("source_hash"),
+            "runs": sorted({r["source_hash"] for r in results if r.get("source_hash")}),
+        },
+        "cache_identity": sorted({r["cache_identity"] for r in results if r.get("cache_identity")}),
+        "base_recipes": _base_recipes(info),
+        "created": info.get("created"),
+        "environment": _environments(results),
+        "hosts": sorted({(r.get("environment") or {}).get("host") for r in results} - {None}),
+        "job_ids": sorted({str(job) for r in results for job in r.get("job_ids") or []}),
+        "audit": _audit(campaign.audit),
+    }
+
+
+def _representatives(campaign: Campaign, selection: dict[str, dict[str, Any]]) -> dict[str, tuple[Recipe, int | None]]:
+    """Recipe and epoch count of one run per column of the settings table: per model size in a
+    scaling campaign (its first run), else per mode (the winner's first seed, else the mode's first run)."""
+    directories: dict[str, str] = {}
+    if campaign.presets:
+        for directory, size in campaign.presets.items():
+            directories.setdefault(size, directory)
+    else:
+        for mode in campaign.modes:
+            runs = point_runs(campaign, selection[mode]) if mode in selection else campaign.runs.filter(pl.col("mode") == mode)
+            if not runs.is_empty():
+                directories[mode] = runs["directory"][0]
+    return {label: (campaign.recipe(d), len(campaign.epochs(d)) or None) for label, d in directories.items()}
+
+
+def _base_recipes(info: dict[str, Any]) -> dict[str, str]:
+    """Identity of each frozen base recipe (one per preset in a scaling campaign)."""
+    if info.get("base_recipes"):
+        return {name: entry.get("identity") for name, entry in info["base_recipes"].items()}
+    return {"base": info["base_recipe_identity"]} if info.get("base_recipe_identity") else {}
+
+
+def _data_record(campaign: Campaign, recipe: Recipe) -> dict[str, Any]:
+    """Data and tokenizer revisions: the manifest when present, else what the recipe pinned."""
+    if campaign.manifest is not None:
+        keys = ("source", "tokenizer", "seeds", "splits")
+        manifest = _repo_relative(str(campaign.manifest_path), campaign.repo_root)
+        return {"manifest": manifest, **{k: campaign.manifest.get(k) for k in keys}}
+    data = recipe.data
+    return {
+        "manifest": None,
+        "manifest_missing": _repo_relative(str(campaign.manifest_path), campaign.repo_root),
+        "source": {"name": data.dataset or data.source, "config": data.dataset_config, "revision": data.revision},
+        "tokenizer": {"name": data.tokenizer, "revision": data.tokenizer_revision, "vocab_size": recipe.model.vocab_size},
+        "seeds": {"shuffle": data.shuffle_seed, "validation": recipe.evaluation.seed},
+    }
+
+
+def _environments(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Distinct software and hardware environments (hosts listed apart), with their run counts."""
+    counts: dict[str, int] = {}
+    for result in results:
+        environment = {k: v for k, v in (result.get("environment") or {}).items() if k != "host"}
+        key = json.dumps(environment, sort_keys=True)
+        counts[key] = counts.get(key, 0) + 1
+    return [{**json.loads(key), "runs": count} for key, count in sorted(counts.items())]
+
+
+def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
+    """Audit outcome: not audited, passed, or failed with the failing checks and their violations."""
+    if audit is None:
+        return {"status": "not audited", "checks": 0, "failed": []}
+    checks = audit.get("checks") or []
+    failed = [
+        {"name": check.get("name"), "scope": check.get("scope"), "violations": list(check.get("violations") or [])}
+        for check in checks
+        if not check.get("passed")
+    ]
+    return {"status": "passed" if audit.get("passed") and not failed else "failed", "checks": len(checks), "failed": failed}
+
+
+def _run_records(campaign: Campaign) -> list[dict[str, Any]]:
+    return [{**row, "job_ids": row["job_ids"].split()} for row in campaign.runs.iter_rows(named=True)]
+
+
+def _scaling_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """scaling.csv: one column per epoch's validation accuracy, job ids space-separated."""
+    epochs = max((len(row["val_accuracy"]) for row in rows), default=0)
+    flat = [
+        {
+            **{k: v for k, v in row.items() if k not in ("val_accuracy", "job_ids")},
+            **{f"val_accuracy_epoch{e + 1}": (row["val_accuracy"][e] if e < len(row["val_accuracy"]) else None)
+               for e in range(epochs)},
+            "job_ids": " ".join(row["job_ids"]),
+        }
+        for row in rows
+    ]
+    return pl.DataFrame(flat, infer_schema_length=None)
+
+
+def _repo_relative(path: str, repo_root: Path) -> str:
+    """A path under the repository made relative to it; relative paths and outside paths kept."""
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        return candidate.as_posix()
+    try:
+        return candidate.resolve().relative_to(repo_root.resolve()).as_posix()
+    except ValueError:
+        return candidate.as_posix()
+
+
+def _campaign_path(campaign: Campaign) -> str:
+    """The campaign directory as commands run from the repository root name it."""
+    return _repo_relative(str(campaign.directory.resolve()), campaign.repo_root)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    """JSON with non-finite numbers as null (JSON has no NaN), stable key order as built."""
+    atomic_write_text(path, json.dumps(_finite(payload), indent=2, default=str) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value

@@ -1,0 +1,109 @@
+"""Static figures (PNG and PDF) for papers and slides: grid heatmaps and winners' curves.
+
+Figures are drawn on `matplotlib.figure.Figure` directly (Agg for PNG, the PDF backend for PDF),
+never through pyplot, so no global state or display is touched. PDF creation dates are left out,
+so regenerating a report gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any
+
+import numpy as np
+import polars as pl
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import EngFormatter
+
+_CMAP = colormaps["viridis_r"].with_extremes(bad="white")  # low loss bright; untested cells blank
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+_METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None, "Creator": None}}
+
+
+def heatmaps(
+    groups: pl.DataFrame,
+    learning_rates: dict[str, list[float]],
+    beta2: list[float],
+    selection: dict[str, dict[str, Any]],
+) -> dict[str, bytes]:
+    """One panel per mode: mean loss over its LR x beta2 grid, annotated; untested cells blank."""
+    modes = list(learning_rates)
+    rows = max(len(lrs) for lrs in learning_rates.values())
+    figure = Figure(figsize=(0.6 + 1.1 * len(beta2) * len(modes) + 1.2 * len(modes), 1.4 + 0.34 * rows))
+    axes = figure.subplots(1, len(modes), squeeze=False)[0]
+    for ax, mode in zip(axes, modes, strict=True):
+        _heatmap_panel(figure, ax, groups.filter(pl.col("mode") == mode), mode, learning_rates[mode], beta2, selection.get(mode))
+    partial = "; * not every seed" if not groups["eligible"].all() else ""
+    figure.suptitle(f"Mean final full-validation loss (nats) over seeds; winner outlined{partial}", fontsize=10)
+    figure.tight_layout()
+    return _save(figure)
+
+
+def curves(table: pl.DataFrame) -> dict[str, bytes]:
+    """Winners' epoch-subset validation loss against tokens: mean line and a band of one sample SD."""
+    figure = Figure(figsize=(7.5, 4.5))
+    ax = figure.subplots()
+    for index, ((mode, lr, beta2), part) in enumerate(table.group_by(["mode", "lr", "beta2"], maintain_order=True)):
+        color = PALETTE[index % len(PALETTE)]
+        tokens = part["tokens"].to_numpy()
+        mean = part["mean_loss"].to_numpy()
+        sd = part["std_loss"].fill_null(0.0).to_numpy()
+        ax.fill_between(tokens, mean - sd, mean + sd, color=color, alpha=0.22, linewidth=0)
+        ax.plot(tokens, mean, color=color, linewidth=1.6, label=f"{mode}: LR {lr:g}, beta2 {beta2:g}")
+    if table.is_empty():
+        ax.text(0.5, 0.5, "no grid point has every seed yet", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend(frameon=False)
+    ax.xaxis.set_major_formatter(EngFormatter())
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("subset validation loss (nats)")
+    ax.set_title("Winners' epoch-subset validation loss: mean ± one sample SD over seeds", fontsize=10)
+    ax.grid(alpha=0.3)
+    figure.tight_layout()
+    return _save(figure)
+
+
+def _heatmap_panel(
+    figure: Figure, ax: Any, groups: pl.DataFrame, mode: str, lrs: list[float], beta2: list[float], winner: dict | None
+) -> None:
+    cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
+    values = np.full((len(lrs), len(beta2)), np.nan)
+    for i, lr in enumerate(lrs):
+        for j, b in enumerate(beta2):
+            row = cells.get((lr, b))
+            if row and row["mean_loss"] is not None:
+                values[i, j] = row["mean_loss"]
+    masked = np.ma.masked_invalid(values)
+    image = ax.imshow(masked, cmap=_CMAP, aspect="auto", origin="lower")
+    low, high = (np.nanmin(values), np.nanmax(values)) if masked.count() else (0.0, 1.0)
+    for i, lr in enumerate(lrs):
+        for j, b in enumerate(beta2):
+            if math.isnan(values[i, j]):
+                continue
+            shade = image.cmap(image.norm(values[i, j]))
+            dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
+            mark = "" if cells[(lr, b)]["eligible"] else "*"
+            ax.text(j, i, f"{values[i, j]:.4f}{mark}", ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")
+    if winner is not None:
+        i, j = lrs.index(winner["lr"]), beta2.index(winner["beta2"])
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=2.2))
+    ax.set_xticks(range(len(beta2)), [f"{b:g}" for b in beta2])
+    ax.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
+    ax.set_xlabel("beta2")
+    ax.set_ylabel("peak learning rate")
+    ax.set_title(mode, fontsize=10)
+    if high > low:
+        figure.colorbar(image, ax=ax, fraction=0.08, pad=0.03)
+
+
+def _save(figure: Figure) -> dict[str, bytes]:
+    out = {}
+    for fmt in ("png", "pdf"):
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=fmt, dpi=150, metadata=_METADATA[fmt])
+        out[fmt] = buffer.getvalue()
+    return out

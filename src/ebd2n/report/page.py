@@ -1,0 +1,278 @@
+"""The campaign's HTML page: one self-contained file that opens offline in any browser.
+
+Values are formatted here and passed to a Jinja2 template with autoescaping on, so anything that
+came from a user (run names, campaign names, purposes, paths) is shown as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from ebd2n.report.collect import Campaign
+from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_script
+from ebd2n.report.tables import point_runs, settings_rows, split_rows
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+DASH = "—"
+
+
+def render_page(
+    campaign: Campaign,
+    summary: dict[str, Any],
+    *,
+    grid: dict[str, Any] | None = None,
+    scaling: list[dict[str, Any]] | None = None,
+) -> str:
+    """index.html for a grid campaign (`grid` from the selection) or a scaling one (`scaling` rows)."""
+    environment = Environment(
+        loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True
+    )
+    environment.filters["words"] = _words
+    context: dict[str, Any] = {
+        "summary": summary,
+        "audit": summary["audit"],
+        "settings_modes": list(summary["settings"]),
+        "settings": settings_rows(summary["settings"]),
+        "data_facts": list(summary["data_facts"].items()),
+        "splits": split_rows(campaign),
+        "manifest_found": campaign.manifest is not None,
+        "provenance": _provenance(summary),
+        "runs": [_run_row(row) for row in campaign.runs.iter_rows(named=True)],
+        "scaling": _scaling(scaling) if scaling is not None else None,
+        "grid": _grid(campaign, summary, grid) if grid is not None else None,
+        "links": _links(campaign, grid, scaling is not None),
+    }
+    context["plotly_js"] = plotly_script() if grid is not None else None
+    return environment.get_template("campaign.html.j2").render(context)
+
+
+def _grid(campaign: Campaign, summary: dict[str, Any], grid: dict[str, Any]) -> dict[str, Any]:
+    """Everything the LR x beta2 sections show: winners, grid, response, figures, commands."""
+    groups: pl.DataFrame = grid["groups"]
+    selection = grid["selection"]
+    winners = [_winner(campaign, mode, point, grid["notes"][mode], grid["selected"][mode]) for mode, point in selection.items()]
+    modes = [mode for mode in campaign.learning_rates if not groups.filter(pl.col("mode") == mode).is_empty()]
+    return {
+        "combinations": groups.height,
+        "eligible": int(groups["eligible"].sum()),
+        "modes": modes,
+        "winners": winners,
+        "unselected": [mode for mode in modes if mode not in selection],
+        "inside": [w["mode"] for w in winners if not w["edge"]],
+        "on_edge": [w for w in winners if w["edge"]],
+        "grid_rows": _grid_rows(campaign, groups),
+        "response": _response(grid["response"], grid["response_beta2"], selection),
+        "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
+        "curves": _curves(grid["curves"]),
+    }
+
+
+def _winner(
+    campaign: Campaign, mode: str, point: dict[str, Any], notes: dict[str, Any], selected: dict[str, Any]
+) -> dict[str, Any]:
+    runs = point_runs(campaign, point)
+    runner = notes["runner_up"]
+    seeds = selected["seeds"]
+    return {
+        "mode": mode,
+        "lr": f"{point['lr']:g}",
+        "beta2": f"{point['beta2']:g}",
+        "loss": _pm(point["mean_loss"], point["std_loss"], 6),
+        "perplexity": f"{math.exp(point['mean_loss']):.3f}",
+        "accuracy": _percent(runs["accuracy"].mean()),
+        "seeds": ", ".join(str(seed) for seed in seeds),
+        "runs": selected["runs"],
+        "runner_up": (f"LR {runner['lr']:g}, beta2 {runner['beta2']:g}", f"{runner['mean_loss']:.6f}") if runner else None,
+        "margin": f"{notes['margin']:.6f}" if notes["margin"] is not None else DASH,
+        "margin_vs_sd": f"{notes['margin_vs_sd']:.2f}" if notes["margin_vs_sd"] is not None else DASH,
+        "p_value": f"{notes['p_value']:.3g}" if notes["p_value"] is not None else DASH,
+        "edge": notes["edge"],
+        "next_lrs": ", ".join(f"{lr:g}" for lr in notes["next_lrs"]),
+        "verdict": notes["verdict"],
+        "file": selected["file"],
+        "cache_dir": selected["cache_dir"],
+        "deterministic": selected["recipe"].runtime.deterministic,
+        "prepare": f"ebd2n prepare {selected['config']}",
+        "train": [
+            (f"ebd2n train --config {selected['config']}",
+             f"--set runtime.seed={seed} --set runtime.output_dir={selected['output_dir']}-seed{seed}")
+            for seed in campaign.seeds
+        ],
+    }
+
+
+def _grid_rows(campaign: Campaign, groups: pl.DataFrame) -> list[dict[str, Any]]:
+    rows = []
+    for mode, lrs in campaign.learning_rates.items():
+        runs = campaign.runs.filter(pl.col("mode") == mode)
+        rows.append({
+            "mode": mode,
+            "lrs": ", ".join(f"{lr:g}" for lr in lrs),
+            "count": len(lrs),
+            "beta2": ", ".join(f"{b:g}" for b in campaign.beta2),
+            "points": groups.filter(pl.col("mode") == mode).height,
+            "complete": runs.filter(pl.col("status") == "complete").height,
+            "expected": len(lrs) * len(campaign.beta2) * len(campaign.seeds),
+        })
+    return rows
+
+
+def _response(table: pl.DataFrame, beta2: float, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """LR-response rows; the winner's cell is flagged so the page can set it in bold."""
+    modes = [name for name in table.columns if name != "lr"]
+    rows = [
+        {
+            "lr": f"{row['lr']:g}",
+            "cells": [
+                {"text": row[mode], "winner": mode in selection and selection[mode]["lr"] == row["lr"]
+                 and selection[mode]["beta2"] == beta2}
+                for mode in modes
+            ],
+        }
+        for row in table.iter_rows(named=True)
+    ]
+    return {"beta2": f"{beta2:g}", "modes": modes, "rows": rows}
+
+
+def _heatmap(
+    campaign: Campaign, groups: pl.DataFrame, mode: str, winner: dict[str, Any] | None, index: int
+) -> dict[str, Any]:
+    lrs, beta2 = campaign.learning_rates[mode], campaign.beta2
+    part = groups.filter(pl.col("mode") == mode)
+    cells = {(row["lr"], row["beta2"]): row for row in part.iter_rows(named=True)}
+    rows = []
+    for lr in reversed(lrs):
+        texts = []
+        for b in beta2:
+            cell = cells.get((lr, b))
+            if cell is None or cell["mean_loss"] is None:
+                texts.append({"text": DASH, "winner": False})
+            else:
+                seeds = "" if cell["eligible"] else f" ({cell['seeds_completed']} seeds)"
+                texts.append({"text": _pm(cell["mean_loss"], cell["std_loss"], 4) + seeds,
+                              "winner": winner is not None and (winner["lr"], winner["beta2"]) == (lr, b)})
+        rows.append({"lr": f"{lr:g}", "cells": texts})
+    return {
+        "id": f"heatmap-{index}",
+        "mode": mode,
+        "json": figure_json(heatmap_figure(mode, part, lrs, beta2, winner)),
+        "beta2": [f"{b:g}" for b in beta2],
+        "rows": rows,
+    }
+
+
+def _curves(table: pl.DataFrame) -> dict[str, Any]:
+    rows = [
+        {
+            "mode": row["mode"],
+            "lr": f"{row['lr']:g}",
+            "beta2": f"{row['beta2']:g}",
+            "tokens": f"{row['tokens']:,}",
+            "seeds": row["seeds"],
+            "mean": f"{row['mean_loss']:.4f}",
+            "sd": f"{row['std_loss']:.4f}" if row["std_loss"] is not None else DASH,
+        }
+        for row in table.iter_rows(named=True)
+    ]
+    return {"id": "curves", "json": figure_json(curves_figure(table)), "rows": rows}
+
+
+def _scaling(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    epochs = max((len(row["val_accuracy"]) for row in rows), default=0)
+    return {
+        "epochs": list(range(1, epochs + 1)),
+        "rows": [
+            {
+                "size": row["size"],
+                "run": row["run"],
+                "parameters": f"{row['parameters']:,}",
+                "gpus": row["gpus"] or "CPU",
+                "epochs": row["epochs"],
+                "accuracy": [_percent(acc) for acc in row["val_accuracy"]] + [DASH] * (epochs - len(row["val_accuracy"])),
+                "tokens_per_s": f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] is not None else DASH,
+                "peak_memory": f"{row['peak_memory_bytes'] / 1e9:.1f} GB" if row["peak_memory_bytes"] else DASH,
+                "gpu_hours": f"{row['gpu_hours']:.2f}" if row["gpu_hours"] is not None else DASH,
+                "loss": f"{row['loss']:.4f}" if row["loss"] is not None else DASH,
+                "job_ids": ", ".join(row["job_ids"]) or DASH,
+            }
+            for row in rows
+        ],
+    }
+
+
+def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
+    hashes = summary["source_hash"]
+    return {
+        "campaign_hash": hashes["campaign"],
+        "run_hashes": hashes["runs"],
+        "consistent": len(hashes["runs"]) <= 1 and (hashes["campaign"] is None or hashes["runs"] in ([], [hashes["campaign"]])),
+        "caches": summary["cache_identity"],
+        "base_recipes": summary["base_recipes"],
+        "created": summary["created"],
+        "environments": [
+            {**env, "devices": ", ".join(env.get("devices") or []) or DASH} for env in summary["environment"]
+        ],
+        "hosts": ", ".join(summary["hosts"]) or DASH,
+        "job_ids": summary["job_ids"],
+    }
+
+
+def _run_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **row,
+        "lr": f"{row['lr']:g}",
+        "beta2": f"{row['beta2']:g}",
+        "loss": f"{row['loss']:.6f}" if row["loss"] is not None else DASH,
+        "perplexity": f"{row['perplexity']:.3f}" if row["perplexity"] is not None else DASH,
+        "accuracy": _percent(row["accuracy"]),
+        "tokens": f"{row['tokens']:,}" if row["tokens"] is not None else DASH,
+        "job_ids": row["job_ids"] or DASH,
+    }
+
+
+def _links(campaign: Campaign, grid: dict[str, Any] | None, scaling: bool) -> list[dict[str, str]]:
+    """Every file of the report (and the campaign's own records), with what it holds."""
+    runs = campaign.runs.height
+    links = [{"href": "runs.csv", "label": "runs.csv", "about": f"per-run CSV: {runs} run(s) with final full-validation results"}]
+    if grid is not None:
+        links += [
+            {"href": "groups.csv", "label": "groups.csv", "about": f"grouped CSV: {grid['groups'].height} combinations, means, sample SDs and ranks"},
+            {"href": "selection.json", "label": "selection.json", "about": "the selected point per mode"},
+            {"href": "lr-response.csv", "label": "lr-response.csv", "about": f"LR response at beta2 = {grid['response_beta2']:g}"},
+            {"href": "heatmaps.png", "label": "heatmaps.png", "about": "full-grid heatmaps (PNG)"},
+            {"href": "heatmaps.pdf", "label": "heatmaps.pdf", "about": "full-grid heatmaps (PDF)"},
+            {"href": "curves.png", "label": "curves.png", "about": "winners' validation curves (PNG)"},
+            {"href": "curves.pdf", "label": "curves.pdf", "about": "winners' validation curves (PDF)"},
+            {"href": "curves.csv", "label": "curves.csv", "about": "curve data: mean and sample SD per token count"},
+        ]
+        links += [
+            {"href": entry["file"], "label": entry["file"], "about": f"selected {mode} recipe, ready for ebd2n train"}
+            for mode, entry in grid["selected"].items()
+        ]
+    if scaling:
+        links.append({"href": "scaling.csv", "label": "scaling.csv", "about": "the scaling table"})
+    links.append({"href": "results.json", "label": "results.json",
+                  "about": "JSON results and provenance: per-run and grouped values, selections, grid, seeds, revisions, environment, job ids"})
+    for name, about in (("campaign.json", "the campaign's resolved grid and seeds"), ("audit.json", "the audit's checks")):
+        if (campaign.directory / name).is_file():
+            links.append({"href": f"../{name}", "label": name, "about": about})
+    return links
+
+
+def _words(items: list[Any]) -> str:
+    """English list: "a", "a and b", "a, b and c"."""
+    texts = [str(item) for item in items]
+    return " and ".join(texts) if len(texts) < 3 else f"{', '.join(texts[:-1])} and {texts[-1]}"
+
+
+def _pm(mean: float, sd: float | None, digits: int) -> str:
+    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
+
+
+def _percent(value: float | None) -> str:
+    return f"{100 * value:.2f} %" if value is not None else DASH

@@ -1,0 +1,130 @@
+"""Interactive figures for the HTML page: Plotly figure specs as JSON, plotly.js inlined once.
+
+The page must open offline, so plotly.js comes from the installed plotly package and is written
+into the page itself; figures are plain JSON handed to `Plotly.newPlot`. JSON placed inside a
+<script> element has `<`, `>` and `&` escaped, so no string in it can close the element.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+from markupsafe import Markup
+
+from ebd2n.report.figures import PALETTE
+
+_FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 12}
+_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def plotly_script() -> Markup:
+    """plotly.js from the installed package, checked safe to inline in a <script> element."""
+    from plotly.offline import get_plotlyjs
+
+    source = get_plotlyjs()
+    if "</script" in source.lower():
+        raise RuntimeError("the installed plotly.js contains '</script' and cannot be inlined")
+    return Markup(source)
+
+
+def figure_json(figure: dict[str, Any]) -> Markup:
+    """A figure as JSON that is safe inside <script type="application/json">."""
+    text = json.dumps(figure, separators=(",", ":"), allow_nan=False)
+    for char, escaped in _UNSAFE.items():
+        text = text.replace(char, escaped)
+    return Markup(text)
+
+
+def heatmap_figure(
+    mode: str, groups: pl.DataFrame, lrs: list[float], beta2: list[float], winner: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One mode's LR x beta2 grid of mean loss, annotated; untested cells are empty (null)."""
+    cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
+    z, text, hover = [], [], []
+    for lr in lrs:
+        row_z, row_text, row_hover = [], [], []
+        for b in beta2:
+            cell = cells.get((lr, b))
+            mean = cell["mean_loss"] if cell else None
+            row_z.append(mean)
+            row_text.append("" if mean is None else f"{mean:.4f}" + ("" if cell["eligible"] else "*"))
+            row_hover.append(_hover(cell))
+        z.append(row_z)
+        text.append(row_text)
+        hover.append(row_hover)
+    shapes = []
+    if winner is not None:
+        i, j = lrs.index(winner["lr"]), beta2.index(winner["beta2"])
+        shapes.append({"type": "rect", "x0": j - 0.5, "x1": j + 0.5, "y0": i - 0.5, "y1": i + 0.5,
+                       "line": {"color": "#d62728", "width": 3}})
+    return {
+        "data": [{
+            "type": "heatmap",
+            "x": [f"{b:g}" for b in beta2],
+            "y": [f"{lr:g}" for lr in lrs],
+            "z": z,
+            "text": text,
+            "texttemplate": "%{text}",
+            "customdata": hover,
+            "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
+            "colorscale": "Viridis",
+            "reversescale": True,
+            "hoverongaps": False,
+            "colorbar": {"title": {"text": "nats"}, "thickness": 12},
+        }],
+        "layout": {
+            "title": {"text": mode},
+            "xaxis": {"title": {"text": "beta2"}, "type": "category"},
+            "yaxis": {"title": {"text": "peak learning rate"}, "type": "category"},
+            "shapes": shapes,
+            "height": 160 + 30 * len(lrs),
+            "margin": {"l": 80, "r": 20, "t": 50, "b": 50},
+            "font": _FONT,
+        },
+    }
+
+
+def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
+    """Winners' subset validation loss: a ± one-SD band (two traces, filled) and the mean line."""
+    data: list[dict[str, Any]] = []
+    for index, ((mode, lr, beta2), part) in enumerate(table.group_by(["mode", "lr", "beta2"], maintain_order=True)):
+        color = PALETTE[index % len(PALETTE)]
+        tokens = part["tokens"].to_list()
+        mean = part["mean_loss"].to_list()
+        sd = part["std_loss"].fill_null(0.0).to_list()
+        band = {"x": tokens, "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False,
+                "legendgroup": mode}
+        data.append({**band, "type": "scatter", "y": [m - s for m, s in zip(mean, sd, strict=True)]})
+        data.append({**band, "type": "scatter", "y": [m + s for m, s in zip(mean, sd, strict=True)],
+                     "fill": "tonexty", "fillcolor": _translucent(color)})
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "x": tokens, "y": mean, "customdata": sd,
+            "name": f"{mode}: LR {lr:g}, beta2 {beta2:g}", "legendgroup": mode,
+            "line": {"color": color, "width": 2}, "marker": {"size": 4},
+            "hovertemplate": "%{x:,} tokens<br>%{y:.4f} ± %{customdata:.4f} nats<extra>%{fullData.name}</extra>",
+        })
+    return {
+        "data": data,
+        "layout": {
+            "xaxis": {"title": {"text": "training tokens"}, "zeroline": False},
+            "yaxis": {"title": {"text": "subset validation loss (nats)"}, "zeroline": False},
+            "legend": {"orientation": "h", "y": -0.2},
+            "height": 440,
+            "margin": {"l": 70, "r": 20, "t": 20, "b": 60},
+            "font": _FONT,
+        },
+    }
+
+
+def _hover(cell: dict[str, Any] | None) -> str:
+    if cell is None or cell["mean_loss"] is None:
+        return "not tested"
+    sd = f" ± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
+    return f"{cell['mean_loss']:.4f}{sd} nats, {cell['seeds_completed']} seed(s), rank {cell['rank']}"
+
+
+def _translucent(color: str, alpha: float = 0.2) -> str:
+    red, green, blue = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"

@@ -1,0 +1,97 @@
+"""Checkpoints: atomic writes, a hash ledger per run, verified and safe loads.
+
+Every checkpoint's SHA-256 is recorded in the run's `checkpoints.json` when it is written; a load
+recomputes the hash and refuses a file that is truncated or altered, and refuses one written for
+another recipe, cache or trainer source (resuming it would silently mix two experiments).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ebd2n.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
+from ebd2n.errors import UserError
+
+LEDGER = "checkpoints.json"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a checkpoint must match to be resumed: the experiment, the data and the code."""
+
+    recipe_identity: str
+    cache_identity: str
+    source_hash: str | None
+    """None accepts any trainer source (validation reads weights; it records who wrote them)."""
+
+
+def read_ledger(run_dir: Path) -> dict[str, str]:
+    """Checkpoint file (relative to the run directory) -> SHA-256."""
+    path = run_dir / LEDGER
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_checkpoint(run_dir: Path, relative: str, payload: dict[str, Any]) -> str:
+    """Write a checkpoint atomically, record its hash in the ledger, return the hash."""
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, **payload}, buffer)
+    data = buffer.getvalue()
+    digest = sha256_bytes(data)
+    atomic_write_bytes(run_dir / relative, data)
+    ledger = read_ledger(run_dir)
+    ledger[relative] = digest
+    atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
+    return digest
+
+
+def forget_checkpoint(run_dir: Path, relative: str) -> None:
+    """Delete a consumed checkpoint and drop it from the ledger (retention policy `final`)."""
+    (run_dir / relative).unlink(missing_ok=True)
+    ledger = read_ledger(run_dir)
+    if ledger.pop(relative, None) is not None:
+        atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
+
+
+def load_checkpoint(path: Path, expected: Provenance | None = None, map_location: str = "cpu") -> dict[str, Any]:
+    """Load a checkpoint after checking its hash against the ledger beside it and its provenance."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint {path}: no such file")
+    run_dir = _run_dir_of(path)
+    recorded = read_ledger(run_dir).get(path.resolve().relative_to(run_dir.resolve()).as_posix())
+    if recorded is None:
+        raise UserError(f"checkpoint {path}: not recorded in {run_dir / LEDGER}; refusing an unverifiable file")
+    actual = sha256_file(path)
+    if actual != recorded:
+        raise UserError(f"checkpoint {path}: SHA-256 {actual[:16]}… does not match the recorded {recorded[:16]}… (truncated or altered)")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise UserError(f"checkpoint {path}: unreadable ({type(error).__name__})") from None
+    if expected is not None:
+        _check_provenance(path, state, expected)
+    return state
+
+
+def _check_provenance(path: Path, state: dict[str, Any], expected: Provenance) -> None:
+    for field in ("recipe_identity", "cache_identity", "source_hash"):
+        have, want = state.get(field), getattr(expected, field)
+        if want is not None and have != want:
+            what = field.replace("_", " ")
+            raise UserError(
+                f"checkpoint {path}: {what} {str(have)[:16]}… differs from this run's {want[:16]}…; "
+                "it belongs to another recipe, cache or trainer version"
+            )
+
+
+def _run_dir_of(path: Path) -> Path:
+    """Checkpoints live in the run directory or its checkpoints/ folder."""
+    parent = path.parent
+    return parent.parent if parent.name == "checkpoints" else parent

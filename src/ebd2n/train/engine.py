@@ -1,0 +1,206 @@
+"""Training engines: one optimizer step of a synchronous model or of K packed local models.
+
+Both expose the same small interface (`train_step`, `evaluation_model`, `state_dict`,
+`load_state_dict`, `epoch_metrics`), so the trainer loop, checkpoints and exact resume are
+written once for every mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ebd2n.config import Recipe
+from ebd2n.model import GPT, PackedGPT
+from ebd2n.model.gossip import clip_per_replica_, mix_
+from ebd2n.train.budget import Budget
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimizer step did, for metrics.jsonl and the skip counter."""
+
+    loss: float
+    accuracy: float
+    grad_norm: float
+    skipped: bool
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` means CUDA when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_engine(recipe: Recipe, budget: Budget, device: torch.device) -> SynchronousEngine | PackedEngine:
+    """The engine of the recipe's mode, its model initialised from the current torch seed."""
+    if recipe.decentralized is None:
+        return SynchronousEngine(recipe, budget, device)
+    return PackedEngine(recipe, budget, device)
+
+
+class _Engine:
+    """Shared pieces: autocast, AdamW construction, LR assignment, state assembly."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+
+    def __init__(self, recipe: Recipe, budget: Budget, device: torch.device) -> None:
+        self.recipe = recipe
+        self.budget = budget
+        self.device = device
+        self.use_amp = device.type == "cuda" and recipe.runtime.amp
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """BF16 autocast on CUDA; the CPU computes in FP32."""
+        if self.use_amp:
+            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _make_optimizer(self, groups: list[dict]) -> torch.optim.Optimizer:
+        """AdamW (fused on CUDA, foreach on CPU); groups carry their own weight decay."""
+        opt = self.recipe.optimizer
+        fused = self.device.type == "cuda"
+        return torch.optim.AdamW(
+            [g for g in groups if g["params"]], lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+            fused=fused, foreach=None if fused else True,
+        )
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _compiled(self, module: nn.Module) -> nn.Module:
+        return torch.compile(module) if self.recipe.runtime.compile else module
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def epoch_metrics(self) -> dict:
+        return {}
+
+
+class SynchronousEngine(_Engine):
+    """One model; gradient accumulation over micro-batches reaches batch_tokens."""
+
+    def __init__(self, recipe: Recipe, budget: Budget, device: torch.device) -> None:
+        super().__init__(recipe, budget, device)
+        self.model = GPT(recipe.model).to(device)
+        self.forward = self._compiled(self.model)
+        self.optimizer = self._make_optimizer(self.model.param_groups(recipe.optimizer.weight_decay))
+
+    def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
+        """Forward/backward over micro-batches of (S, T+1) sequences, clip, then step or skip."""
+        self._set_lr(lr)
+        chunks = sequences.split(sequences.shape[0] // self.budget.micro_batches_per_step)
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        for chunk in chunks:
+            inputs, targets = chunk[:, :-1], chunk[:, 1:]
+            with self.autocast():
+                logits, loss = self.forward(inputs, targets)
+            (loss / len(chunks)).backward()
+            loss_sum += loss.detach()
+            correct += (logits.detach().argmax(-1) == targets).sum()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.recipe.optimizer.grad_clip))
+        skipped = not math.isfinite(grad_norm)
+        if not skipped:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepResult(
+            loss=float(loss_sum) / len(chunks),
+            accuracy=float(correct) / (sequences.shape[0] * (sequences.shape[1] - 1)),
+            grad_norm=grad_norm,
+            skipped=skipped,
+        )
+
+    def evaluation_model(self) -> GPT:
+        return self.model
+
+
+class PackedEngine(_Engine):
+    """K local models as stacked parameters: own data share, own clipping and AdamW moments, gossip."""
+
+    def __init__(self, recipe: Recipe, budget: Budget, device: torch.device) -> None:
+        super().__init__(recipe, budget, device)
+        settings = recipe.decentralized
+        self.k = settings.num_models
+        self.topology = settings.topology
+        self.scheme = settings.scheme
+        self.model = PackedGPT.from_model(GPT(recipe.model), self.k).to(device)
+        self.forward = self._compiled(self.model)
+        self.optimizer = self._make_optimizer(self.model.replica_param_groups(recipe.optimizer.weight_decay))
+        self.mix_step = 0
+        self._eval_model = GPT(recipe.model).to(device)
+
+    def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
+        """Replica i takes every K-th sequence; the driving loss is the sum of replica mean losses."""
+        self._set_lr(lr)
+        shares = torch.stack([sequences[i :: self.k] for i in range(self.k)])  # (K, S/K, T+1)
+        chunks = shares.split(shares.shape[1] // self.budget.micro_batches_per_step, dim=1)
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        for chunk in chunks:
+            inputs, targets = chunk[..., :-1], chunk[..., 1:]
+            with self.autocast():
+                logits, losses = self.forward(inputs, targets)
+            (losses.sum() / len(chunks)).backward()
+            loss_sum += losses.detach().mean()
+            correct += (logits.detach().argmax(-1) == targets).sum()
+        params = list(self.model.parameters())
+        norms = clip_per_replica_([p.grad for p in params], self.recipe.optimizer.grad_clip)
+        skipped = not bool(torch.isfinite(norms).all())
+        if not skipped:
+            self._apply(params)
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepResult(
+            loss=float(loss_sum) / len(chunks),
+            accuracy=float(correct) / (sequences.shape[0] * (sequences.shape[1] - 1)),
+            grad_norm=float(norms.mean()),
+            skipped=skipped,
+        )
+
+    @torch.no_grad()
+    def _apply(self, params: list[nn.Parameter]) -> None:
+        """awc mixes before the local AdamW step, atc after it."""
+        if self.scheme == "awc":
+            mix_([p.data for p in params], self.topology, self.mix_step)
+            self.optimizer.step()
+        else:
+            self.optimizer.step()
+            mix_([p.data for p in params], self.topology, self.mix_step)
+        self.mix_step += 1
+
+    def evaluation_model(self) -> GPT:
+        """A synchronous model holding the FP32 global average of the K local models."""
+        self._eval_model.load_state_dict(self.model.average_state_dict())
+        return self._eval_model
+
+    def epoch_metrics(self) -> dict:
+        return {"consensus_distance": self.model.consensus_distance()}
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "mix_step": self.mix_step}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.mix_step = int(state["mix_step"])
+
+
+def evaluation_state_dict(recipe: Recipe, state: dict) -> dict:
+    """The synchronous weights a checkpoint is evaluated with (packed: the replica average)."""
+    if recipe.decentralized is None:
+        return state["model"]
+    packed = PackedGPT(recipe.model, recipe.decentralized.num_models, init=False)
+    packed.load_state_dict(state["model"])
+    return packed.average_state_dict()

@@ -1,0 +1,82 @@
+"""The run's two records: the human job log `train.log` and the machine log `metrics.jsonl`.
+
+train.log is append-only: every slice (and every failed attempt) adds a block opened by
+`########## job <id> ##########`. metrics.jsonl is cut back to the length recorded in the
+checkpoint a slice resumes from, so records of a killed attempt are replaced, not duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+METRICS = "metrics.jsonl"
+TRAIN_LOG = "train.log"
+
+
+class TrainLog:
+    """Appends lines to train.log, flushed at once so a killed job keeps what it said."""
+
+    def __init__(self, run_dir: Path, job_id: str) -> None:
+        self.path = run_dir / TRAIN_LOG
+        self.handle = open(self.path, "a", encoding="utf-8")
+        self.write(f"########## job {job_id} ##########")
+
+    def write(self, line: str) -> None:
+        self.handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class MetricsLog:
+    """Appends JSON records to metrics.jsonl; `offset` is what a checkpoint records."""
+
+    def __init__(self, run_dir: Path, resume_offset: int) -> None:
+        self.path = run_dir / METRICS
+        with open(self.path, "ab") as handle:
+            handle.truncate(resume_offset)
+        self.handle = open(self.path, "a", encoding="utf-8")
+
+    def append(self, record: dict[str, Any]) -> None:
+        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def sync(self) -> int:
+        """Flush to disk (before a checkpoint records the offset) and return the file length."""
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        return self.path.stat().st_size
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Every record of a run's metrics.jsonl."""
+    path = Path(run_dir) / METRICS
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def device_memory(device: torch.device) -> dict[str, dict[str, int]]:
+    """Allocated and peak bytes per device (the CPU reports the process's resident set)."""
+    if device.type == "cuda":
+        return {
+            f"cuda:{i}": {"allocated": torch.cuda.memory_allocated(i), "peak": torch.cuda.max_memory_allocated(i)}
+            for i in range(torch.cuda.device_count())
+        }
+    page = os.sysconf("SC_PAGE_SIZE")
+    with open("/proc/self/statm") as statm:
+        resident = int(statm.read().split()[1]) * page
+    return {"cpu": {"allocated": resident, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}
+
+
+def format_memory(memory: dict[str, dict[str, int]]) -> str:
+    """`cuda:0 1.23/4.56 GB` per device: allocated/peak."""
+    return ", ".join(f"{name} {m['allocated'] / 1e9:.2f}/{m['peak'] / 1e9:.2f} GB" for name, m in memory.items())

@@ -1,0 +1,269 @@
+"""Train one run, or one slice of it, resuming exactly at an epoch boundary.
+
+Everything a slice needs to continue is in its checkpoint: model and optimizer states, the step
+counter (which fixes the LR-schedule position and the data position, since the training order
+is a pure function of seed and position), RNG states, best-epoch statistics and the length of
+metrics.jsonl. N slices therefore give the same result as one job (bitwise on CPU when
+deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save_recipe
+from ebd2n.data import BlockReader, eval_subset_indices, open_cache, train_block_indices
+from ebd2n.errors import RunFailed, UserError
+from ebd2n.evaluate import block_batches, evaluate_sequences
+from ebd2n.model.units import model_units
+from ebd2n.provenance import environment, job_id, source_hash
+from ebd2n.train.budget import Budget, budget_of
+from ebd2n.train.checkpoint import LEDGER, Provenance, forget_checkpoint, load_checkpoint, save_checkpoint
+from ebd2n.train.engine import build_engine, resolve_device
+from ebd2n.train.runlog import MetricsLog, TrainLog, device_memory, format_memory
+from ebd2n.train.schedule import learning_rate
+
+FINAL = "final.pt"
+
+
+def slice_checkpoint(epoch: int) -> str:
+    """Relative path of the checkpoint written at an epoch boundary."""
+    return f"checkpoints/epoch-{epoch}.pt"
+
+
+@dataclass
+class Progress:
+    """Counters carried across slices in the checkpoint."""
+
+    step: int = 0
+    epoch: int = 0
+    skipped_steps: int = 0
+    consecutive_skips: int = 0
+    best: dict | None = None
+    job_ids: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+
+def train(
+    recipe: Recipe,
+    config_path: Path | None = None,
+    resume: Path | None = None,
+    until_epoch: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Train from the start (or `resume`) to `until_epoch` (default: the end); return the run dir."""
+    run_dir = Path(recipe.runtime.output_dir)
+    budget = budget_of(recipe)
+    cache = open_cache(recipe.data.cache_dir)
+    provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
+    _configure_torch(recipe)
+    device = resolve_device(recipe.runtime.device)
+
+    state = load_checkpoint(resume, provenance) if resume else None
+    start_epoch = int(state["epoch"]) if state else 0
+    end_epoch = budget.epochs if until_epoch is None else until_epoch
+    if not start_epoch < end_epoch <= budget.epochs:
+        raise UserError(
+            f"--until-epoch {end_epoch}: must be after the resume point (epoch {start_epoch}) "
+            f"and at most the budget's {budget.epochs} epochs"
+        )
+    _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
+
+    torch.manual_seed(recipe.runtime.seed)
+    engine = build_engine(recipe, budget, device)
+    counters = Progress()
+    if state:
+        engine.load_state_dict(state["engine"])
+        counters = Progress(**state["progress"])
+        _restore_rng(state["rng"])
+    this_job = job_id()
+    counters.job_ids.append(this_job)
+
+    log = TrainLog(run_dir, this_job)
+    metrics = MetricsLog(run_dir, int(state["metrics_offset"]) if state else 0)
+    try:
+        _log_header(log, recipe, budget, provenance, config_path, device, resume, start_epoch, end_epoch)
+        loop = _Loop(recipe, budget, engine, cache, device, log, metrics, counters, progress)
+        for epoch in range(start_epoch, end_epoch):
+            loop.run_epoch(epoch)
+            if recipe.training.checkpoint_policy != "final" and epoch + 1 < budget.epochs:
+                _write_checkpoint(run_dir, slice_checkpoint(epoch + 1), engine, counters, provenance, metrics, log)
+        if end_epoch == budget.epochs:
+            _finish(run_dir, recipe, engine, counters, provenance, metrics, log)
+        elif recipe.training.checkpoint_policy == "final":
+            _write_checkpoint(run_dir, slice_checkpoint(end_epoch), engine, counters, provenance, metrics, log)
+        if resume and recipe.training.checkpoint_policy == "final":
+            forget_checkpoint(run_dir, Path(resume).resolve().relative_to(run_dir.resolve()).as_posix())
+            log.write(f"removed consumed slice checkpoint {Path(resume).name} (policy final)")
+        log.write(f"slice done: epochs {start_epoch}..{end_epoch} of {budget.epochs}")
+    finally:
+        metrics.close()
+        log.close()
+    return run_dir
+
+
+class _Loop:
+    """The epoch loop of one slice: steps, per-step records, subset validation, epoch records."""
+
+    def __init__(self, recipe, budget, engine, cache, device, log, metrics, counters, progress) -> None:
+        self.recipe, self.budget, self.engine, self.device = recipe, budget, engine, device
+        self.log, self.metrics, self.counters, self.progress = log, metrics, counters, progress
+        block_len = recipe.model.context_length + 1
+        self.train_blocks = BlockReader(cache, "train", block_len)
+        validation = BlockReader(cache, "validation", block_len)
+        subset = eval_subset_indices(validation.num_blocks, recipe.evaluation.subset_blocks, recipe.evaluation.seed)
+        self.eval_blocks = validation.read(subset)
+
+    def run_epoch(self, epoch: int) -> None:
+        budget, counters = self.budget, self.counters
+        started = time.perf_counter()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        losses = []
+        steps = range(epoch * budget.steps_per_epoch, (epoch + 1) * budget.steps_per_epoch)
+        bar = tqdm(steps, desc=f"epoch {epoch + 1}/{budget.epochs}", disable=not self.progress, leave=False)
+        for step in bar:
+            result = self._step(step)
+            losses.append(result.loss)
+            bar.set_postfix(loss=f"{result.loss:.4f}")
+        elapsed = time.perf_counter() - started
+        val_loss, val_accuracy, _ = evaluate_sequences(
+            self.engine.evaluation_model(), block_batches(self.eval_blocks, self.recipe.evaluation.batch_size),
+            self.device, self.recipe.runtime.amp,
+        )
+        counters.epoch = epoch + 1
+        memory = device_memory(self.device)
+        record = {
+            "type": "epoch", "epoch": epoch + 1, "step": counters.step, "tokens": counters.step * budget.tokens_per_step,
+            "train_loss": sum(losses) / len(losses), "val_loss": val_loss, "val_accuracy": val_accuracy,
+            "lr": learning_rate(counters.step - 1, budget.total_steps, self.recipe.optimizer),
+            "tokens_per_s": budget.steps_per_epoch * budget.tokens_per_step / elapsed,
+            "batches_per_s": budget.steps_per_epoch / elapsed, "wall_s": elapsed, "memory": memory,
+            "skipped_steps": counters.skipped_steps, **self.engine.epoch_metrics(),
+        }
+        self.metrics.append(record)
+        if counters.best is None or val_loss < counters.best["val_loss"]:
+            counters.best = {"epoch": epoch + 1, "step": counters.step, "tokens": record["tokens"],
+                             "val_loss": val_loss, "val_accuracy": val_accuracy}
+        extra = "".join(f" | {k.replace('_', ' ')} {v:.4g}" for k, v in self.engine.epoch_metrics().items())
+        self.log.write(
+            f"epoch {epoch + 1}/{budget.epochs} | step {counters.step} | {record['tokens_per_s']:,.0f} tok/s | "
+            f"mem {format_memory(memory)} | train loss {record['train_loss']:.4f} | "
+            f"val loss {val_loss:.4f} acc {100 * val_accuracy:.2f}% | lr {record['lr']:.3e}{extra}"
+        )
+
+    def _step(self, step: int):
+        budget, counters = self.budget, self.counters
+        count = budget.sequences_per_step
+        indices = train_block_indices(self.train_blocks.num_blocks, self.recipe.runtime.seed, step * count, count)
+        sequences = self.train_blocks.read(indices).to(self.device, non_blocking=True)
+        lr = learning_rate(step, budget.total_steps, self.recipe.optimizer)
+        result = self.engine.train_step(sequences, lr)
+        counters.step = step + 1
+        if result.skipped:
+            counters.skipped_steps += 1
+            counters.consecutive_skips += 1
+            self.log.write(f"step {step + 1}: non-finite gradient norm ({result.grad_norm}); step skipped")
+            if counters.consecutive_skips >= self.recipe.training.max_consecutive_skips:
+                raise RunFailed(
+                    f"{counters.consecutive_skips} consecutive steps had non-finite gradients (last at step {step + 1}); "
+                    "lower optimizer.lr or check the data"
+                )
+        else:
+            counters.consecutive_skips = 0
+        self.metrics.append({
+            "type": "step", "step": step + 1, "loss": result.loss, "accuracy": result.accuracy, "lr": lr,
+            "grad_norm": result.grad_norm, "skipped": result.skipped,
+        })
+        if (step + 1) % self.recipe.training.log_every == 0:
+            self.log.write(f"step {step + 1}/{budget.total_steps} | loss {result.loss:.4f} | lr {lr:.3e}")
+        return result
+
+
+def _configure_torch(recipe: Recipe) -> None:
+    if recipe.runtime.cpu_threads:
+        torch.set_num_threads(recipe.runtime.cpu_threads)
+    torch.use_deterministic_algorithms(recipe.runtime.deterministic, warn_only=False)
+    torch.backends.cudnn.benchmark = not recipe.runtime.deterministic
+
+
+def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resumed: bool) -> None:
+    """Refuse a directory holding another run, a finished run, or a run that should be resumed."""
+    existing = run_dir / "recipe.yaml"
+    if existing.is_file():
+        other = load_recipe(existing)
+        if recipe_identity(other, provenance.cache_identity) != provenance.recipe_identity:
+            raise UserError(f"runtime.output_dir {run_dir}: holds a different run (its recipe.yaml differs)")
+    if (run_dir / FINAL).exists():
+        raise UserError(f"runtime.output_dir {run_dir}: the run is already complete (final.pt exists)")
+    if not resumed and (run_dir / LEDGER).exists() and json.loads((run_dir / LEDGER).read_text()):
+        raise UserError(f"runtime.output_dir {run_dir}: holds slice checkpoints; resume with --resume {run_dir}/checkpoints/epoch-N.pt")
+    save_recipe(recipe, existing)
+
+
+def _log_header(log, recipe, budget, provenance, config_path, device, resume, start_epoch, end_epoch) -> None:
+    env = environment()
+    log.write(f"config {config_path or '-'} | purpose: {recipe.runtime.purpose or '-'}")
+    log.write(f"host {env['host']} | python {env['python']} | torch {env['torch']} | cuda {env['cuda'] or '-'} | devices {', '.join(env['devices'])}")
+    log.write(f"recipe identity {provenance.recipe_identity} | cache {provenance.cache_identity} | source {provenance.source_hash}")
+    log.write(
+        f"mode {recipe.mode} | parameters {budget.parameters:,} | budget {budget.epochs} epochs x {budget.steps_per_epoch} "
+        f"steps x {budget.tokens_per_step:,} tokens | lr {recipe.optimizer.lr} beta2 {recipe.optimizer.beta2} | seed {recipe.runtime.seed}"
+    )
+    dtype = "bf16 autocast" if device.type == "cuda" and recipe.runtime.amp else "fp32"
+    log.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
+    for line in dump_recipe(recipe).splitlines():
+        log.write(f"  {line}")
+    units = model_units(recipe.model)
+    log.write(f"placement {device}: {len(units)} units ({units[0].name} .. {units[-1].name})")
+    action = f"resume from {resume} at epoch {start_epoch}" if resume else "start"
+    log.write(f"slice: {action}, train to epoch {end_epoch}")
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _restore_rng(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, log) -> None:
+    payload = {
+        "recipe_identity": provenance.recipe_identity,
+        "cache_identity": provenance.cache_identity,
+        "source_hash": provenance.source_hash,
+        "epoch": counters.epoch,
+        "step": counters.step,
+        "tokens": counters.step * engine.budget.tokens_per_step,
+        "engine": engine.state_dict(),
+        "progress": vars(counters),
+        "rng": _rng_state(),
+        "metrics_offset": metrics.sync(),
+        "job_ids": list(counters.job_ids),
+    }
+    digest = save_checkpoint(run_dir, relative, payload)
+    log.write(f"checkpoint {relative} written, sha256 {digest}")
+
+
+def _finish(run_dir, recipe, engine, counters, provenance, metrics, log) -> None:
+    """End of the budget: final.pt and best.json (weights: null under the final policy)."""
+    _write_checkpoint(run_dir, FINAL, engine, counters, provenance, metrics, log)
+    best = dict(counters.best)
+    best["weights"] = None if recipe.training.checkpoint_policy == "final" else slice_checkpoint(best["epoch"])
+    if recipe.training.checkpoint_policy != "final" and best["epoch"] == engine.budget.epochs:
+        best["weights"] = FINAL
+    atomic_write_text(run_dir / "best.json", json.dumps(best, indent=2) + "\n")
+    log.write(f"best subset epoch {best['epoch']}: val loss {best['val_loss']:.4f} (best.json)")

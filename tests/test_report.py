@@ -1,0 +1,244 @@
+"""The campaign report: every artifact present and right, user text escaped, regeneration stable."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+from campaign_tree import HOSTILE, REPORT_MODES, REPORT_SEEDS, RunSpec, grid_runs
+
+from ebd2n.campaign.analysis import group_runs, load_runs, select
+from ebd2n.config import load_recipe
+from ebd2n.errors import UserError
+from ebd2n.report import build_report
+from ebd2n.report.collect import RUN_COLUMNS
+from ebd2n.report.plotly_embed import figure_json
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+GRID_FILES = {
+    "runs.csv", "groups.csv", "selection.json", "lr-response.csv", "results.json", "curves.csv",
+    "heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "index.html",
+    "selected-synchronous.yaml", "selected-packed-4.yaml",
+}
+CURVE_COLUMNS = ["mode", "lr", "beta2", "tokens", "split", "seeds", "mean_loss", "std_loss"]
+MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF-"}
+
+
+def _report(campaign: Path) -> Path:
+    return campaign / "report"
+
+
+def _results(campaign: Path) -> dict:
+    return json.loads((_report(campaign) / "results.json").read_text())
+
+
+def _page(campaign: Path) -> str:
+    return (_report(campaign) / "index.html").read_text()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "ebd2n", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_report_writes_every_artifact(report_campaign: Path) -> None:
+    result = {path.name for path in _report(report_campaign).iterdir()}
+    assert result == GRID_FILES
+
+
+def test_report_runs_csv_has_one_row_per_run(report_campaign: Path) -> None:
+    result = pl.read_csv(_report(report_campaign) / "runs.csv")
+    assert (result.height, result.columns) == (24, list(RUN_COLUMNS))
+
+
+def test_report_groups_match_analysis(report_campaign: Path) -> None:
+    result = pl.read_csv(_report(report_campaign) / "groups.csv")
+    expected = group_runs(load_runs(_report(report_campaign) / "runs.csv"))
+    assert result.to_dicts() == expected.to_dicts()
+
+
+def test_report_selection_matches_analysis(report_campaign: Path) -> None:
+    result = json.loads((_report(report_campaign) / "selection.json").read_text())
+    expected = select(group_runs(load_runs(_report(report_campaign) / "runs.csv")))
+    assert {m: (e["lr"], e["beta2"]) for m, e in result.items()} == {m: (e["lr"], e["beta2"]) for m, e in expected.items()}
+
+
+def test_report_lr_response_is_at_the_winners_beta2(report_campaign: Path) -> None:
+    table = pl.read_csv(_report(report_campaign) / "lr-response.csv")
+    result = (table.columns, _results(report_campaign)["lr_response"]["beta2"])
+    assert result == (["lr", *REPORT_MODES], 0.999)
+
+
+@pytest.mark.parametrize("mode", REPORT_MODES)
+def test_report_selected_yaml_is_trainable_with_relative_paths(report_campaign: Path, mode: str) -> None:
+    recipe = load_recipe(_report(report_campaign) / f"selected-{mode}.yaml")
+    winner = _results(report_campaign)["selected"][mode]
+    result = (recipe.data.cache_dir, recipe.runtime.output_dir, recipe.mode, recipe.optimizer.lr, recipe.runtime.seed)
+    expected = ("results/caches/synthetic", f"runs/sweep-selected-{mode}", mode, winner["lr"], REPORT_SEEDS[0])
+    assert result == expected
+
+
+def test_report_selected_yaml_keeps_relative_cache_dir(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree(absolute_paths=False)
+    build_report(campaign)
+    result = load_recipe(_report(campaign) / "selected-synchronous.yaml").data.cache_dir
+    assert result == "results/caches/synthetic"
+
+
+@pytest.mark.parametrize("name", ["heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf"])
+def test_report_figures_are_real_files(report_campaign: Path, name: str) -> None:
+    data = (_report(report_campaign) / name).read_bytes()
+    result = (data.startswith(MAGIC[Path(name).suffix]), len(data) > 5_000)
+    assert result == (True, True)
+
+
+def test_report_curves_csv_has_reference_columns_and_every_epoch(report_campaign: Path) -> None:
+    table = pl.read_csv(_report(report_campaign) / "curves.csv")
+    result = (table.columns, table.height, set(table["seeds"]), set(table["split"]))
+    assert result == (CURVE_COLUMNS, len(REPORT_MODES) * 4, {len(REPORT_SEEDS)}, {"subset"})
+
+
+def test_report_results_json_carries_provenance(report_campaign: Path) -> None:
+    results = _results(report_campaign)
+    result = {
+        "grid_modes": results["grid"]["modes"],
+        "seeds": results["seeds"],
+        "revision": results["data"]["source"]["revision"],
+        "tokenizer_revision": results["data"]["tokenizer"]["revision"],
+        "cache": results["cache_identity"],
+        "source": results["source_hash"]["runs"],
+        "python": [env["python"] for env in results["environment"]],
+        "jobs": len(results["job_ids"]),
+        "measured": bool(re.fullmatch(r"\d{4}-\d\d-\d\d", results["measured_date"])),
+        "audit": results["audit"]["status"],
+        "runs": len(results["runs"]),
+        "groups": len(results["groups"]),
+    }
+    expected = {
+        "grid_modes": list(REPORT_MODES),
+        "seeds": list(REPORT_SEEDS),
+        "revision": "embedded-v1",
+        "tokenizer_revision": "trained",
+        "cache": ["c" * 64],
+        "source": ["a" * 64],
+        "python": ["3.12.13"],
+        "jobs": 6,
+        "measured": True,
+        "audit": "passed",
+        "runs": 24,
+        "groups": 8,
+    }
+    assert result == expected
+
+
+def test_report_page_escapes_user_text(report_campaign: Path) -> None:
+    page = _page(report_campaign)
+    result = (page.count(html.escape(HOSTILE)) >= 3, HOSTILE in page)
+    assert result == (True, False)
+
+
+def test_report_page_inlines_plotly_once_and_loads_nothing(report_campaign: Path) -> None:
+    page = _page(report_campaign)
+    result = (page.count("* plotly.js v"), re.findall(r"<script[^>]+src=|<link[^>]+href=\"?https?:", page))
+    assert result == (1, [])
+
+
+def test_report_page_shows_every_section(report_campaign: Path) -> None:
+    page = _page(report_campaign)
+    sections = ["best", "settings", "data", "response", "figures", "files", "reproduce", "provenance", "runs"]
+    result = [name for name in sections if f'<section id="{name}">' not in page]
+    assert result == []
+
+
+def test_report_figure_json_cannot_close_its_script() -> None:
+    result = str(figure_json({"text": "</script><script>alert(1)</script>&"}))
+    assert "<" not in result and "&" not in result
+
+
+def test_report_regeneration_is_byte_identical(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree(audit=False)
+    build_report(campaign)
+    first = {path.name: path.read_bytes() for path in _report(campaign).iterdir()}
+    build_report(campaign)
+    result = {path.name: path.read_bytes() for path in _report(campaign).iterdir()}
+    assert result == first
+
+
+@pytest.mark.parametrize(("audit", "expected"), [(None, "not audited"), (True, "passed"), (False, "failed")])
+def test_report_states_the_audit(campaign_tree: Callable[..., Path], audit: bool | None, expected: str) -> None:
+    campaign = campaign_tree(audit=audit)
+    build_report(campaign)
+    result = _results(campaign)["audit"]["status"]
+    assert result == expected
+
+
+def test_report_says_when_the_manifest_is_missing(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree(manifest=False)
+    build_report(campaign)
+    result = "The cache manifest was not found" in _page(campaign)
+    assert result
+
+
+def test_report_without_campaign_json_derives_the_grid(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree(campaign_json=False)
+    build_report(campaign)
+    result = _results(campaign)["grid"]
+    expected = {"modes": list(REPORT_MODES), "learning_rates": {m: [0.001, 0.003] for m in REPORT_MODES}, "beta2": [0.95, 0.999]}
+    assert result == expected
+
+
+def test_report_incomplete_point_is_not_eligible(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree()
+    (campaign / "runs" / "synchronous-lr0.003-beta20.999-seed44" / "results.json").unlink()
+    build_report(campaign)
+    groups = pl.read_csv(_report(campaign) / "groups.csv").filter((pl.col("mode") == "synchronous") & (pl.col("lr") == 0.003))
+    result = (_results(campaign)["status"], groups["eligible"].to_list(), groups["seeds_completed"].to_list())
+    assert result == ("incomplete", [True, False], [3, 2])
+
+
+def test_report_scaling_campaign_shows_the_scaling_table(campaign_tree: Callable[..., Path]) -> None:
+    runs = [
+        RunSpec("synchronous", 0.003, 0.99, 42, 3.9, preset="tiny"),
+        RunSpec("synchronous", 0.003, 0.99, 42, 3.7, preset="small", overrides=(("model.layers", 3),)),
+    ]
+    campaign = campaign_tree(runs, presets=["tiny", "small"])
+    build_report(campaign)
+    scaling = pl.read_csv(_report(campaign) / "scaling.csv")
+    result = (scaling["size"].to_list(), scaling["epochs"].to_list(), '<section id="scaling">' in _page(campaign))
+    assert result == (["tiny", "small"], [4, 4], True)
+
+
+def test_report_without_runs_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(UserError, match="no runs/\\*/results.json or recipe.yaml; run the campaign first"):
+        build_report(tmp_path)
+
+
+def test_cli_report_regenerates_from_disk(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree(runs=grid_runs(["synchronous"], [0.001, 0.003], [0.999], [42, 43]))
+    completed = _cli("report", str(campaign))
+    result = (completed.returncode, (campaign / "report" / "index.html").is_file())
+    assert result == (0, True)
+
+
+def test_cli_report_missing_directory_exits_2_with_one_line(tmp_path: Path) -> None:
+    completed = _cli("report", str(tmp_path / "absent"))
+    result = (completed.returncode, len(completed.stderr.strip().splitlines()), "no such campaign directory" in completed.stderr)
+    assert result == (2, 1, True)
+
+
+def test_cli_select_writes_groups_and_selection(report_campaign: Path, tmp_path: Path) -> None:
+    shutil.copy(_report(report_campaign) / "runs.csv", tmp_path / "runs.csv")
+    completed = _cli("select", str(tmp_path / "runs.csv"), "--out", str(tmp_path / "out"))
+    written = json.loads((tmp_path / "out" / "selection.json").read_text())
+    result = (completed.returncode, written == json.loads((_report(report_campaign) / "selection.json").read_text()))
+    assert result == (0, True)

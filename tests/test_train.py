@@ -1,0 +1,216 @@
+"""Training runtime: schedule, slices and exact resume, checkpoints, skips, full validation."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ebd2n.config import load_recipe
+from ebd2n.data import open_cache
+from ebd2n.errors import RunFailed, UserError
+from ebd2n.evaluate import validate_run
+from ebd2n.train import train
+from ebd2n.train.budget import budget_of
+from ebd2n.train.checkpoint import load_checkpoint
+from ebd2n.train.engine import build_engine
+from ebd2n.train.runlog import read_metrics
+from ebd2n.train.schedule import learning_rate
+
+TIMING_FIELDS = {"tokens_per_s", "batches_per_s", "wall_s", "memory"}
+
+
+def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
+    return load_recipe(
+        "demo",
+        [f"data.cache_dir={cache_dir}", f"runtime.output_dir={run_dir}", "training.max_tokens=16384",
+         "training.epoch_tokens=4096", *overrides],
+    )
+
+
+def _weights(run_dir: Path) -> dict:
+    return load_checkpoint(run_dir / "final.pt")["engine"]
+
+
+def _comparable_metrics(run_dir: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(run_dir)]
+
+
+def _assert_state_equal(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _assert_state_equal(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_state_equal(x, y)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [(0, 0.001 / 5), (4, 0.001), (5, 0.001), (100, 0.0001)],
+)
+def test_learning_rate_known_steps(step: int, expected: float) -> None:
+    optimizer = load_recipe("demo", ["optimizer.lr=0.001", "optimizer.min_lr_ratio=0.1", "optimizer.warmup_fraction=0.05"]).optimizer
+    result = learning_rate(step, 100, optimizer)  # 5 warm-up steps of 100
+    assert result == pytest.approx(expected)
+
+
+def test_learning_rate_midpoint_of_cosine() -> None:
+    optimizer = load_recipe("demo", ["optimizer.lr=0.001", "optimizer.min_lr_ratio=0.1", "optimizer.warmup_fraction=0.05"]).optimizer
+    result = learning_rate(5 + 95 // 2, 100, optimizer)
+    assert result == pytest.approx(0.0001 + 0.0009 * 0.5 * (1 + math.cos(math.pi * 47 / 95)))
+
+
+def test_train_loss_falls_below_unigram_entropy(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run", "training.max_tokens=196608", "training.epoch_tokens=49152")
+    train(recipe, progress=False)
+    cache = open_cache(demo_cache)
+    tokens = np.fromfile(cache.directory / cache.manifest["splits"]["validation"]["shards"][0]["file"], dtype=cache.dtype)
+    counts = np.bincount(tokens).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    unigram_entropy = float(-(p * np.log(p)).sum())
+    final_val_loss = read_metrics(tmp_path / "run")[-1]["val_loss"]
+    assert final_val_loss < unigram_entropy - 1.0
+
+
+def test_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Path) -> None:
+    whole = _recipe(demo_cache, tmp_path / "whole")
+    train(whole, progress=False)
+    sliced = _recipe(demo_cache, tmp_path / "sliced")
+    train(sliced, until_epoch=2, progress=False)
+    train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-2.pt", progress=False)
+    _assert_state_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
+    assert _comparable_metrics(tmp_path / "whole") == _comparable_metrics(tmp_path / "sliced")
+
+
+def test_packed_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Path) -> None:
+    whole = _recipe(demo_cache, tmp_path / "whole", "decentralized.num_models=4")
+    train(whole, progress=False)
+    sliced = _recipe(demo_cache, tmp_path / "sliced", "decentralized.num_models=4")
+    train(sliced, until_epoch=1, progress=False)
+    train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-1.pt", until_epoch=3, progress=False)
+    train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-3.pt", progress=False)
+    _assert_state_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
+    assert _comparable_metrics(tmp_path / "whole") == _comparable_metrics(tmp_path / "sliced")
+
+
+def test_killed_slice_rerun_replaces_its_partial_metrics(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run")
+    train(recipe, until_epoch=2, progress=False)
+    with open(tmp_path / "run/metrics.jsonl", "a") as handle:  # what a killed slice 2 left behind
+        handle.write('{"type":"step","step":9,"loss":1.0}\n{"type":"st')
+    train(recipe, resume=tmp_path / "run/checkpoints/epoch-2.pt", progress=False)
+    steps = [r["step"] for r in read_metrics(tmp_path / "run") if r["type"] == "step"]
+    assert steps == list(range(1, budget_of(recipe).total_steps + 1))
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("final", {"final.pt"}),
+        ("epoch", {"final.pt", "checkpoints/epoch-1.pt", "checkpoints/epoch-2.pt", "checkpoints/epoch-3.pt"}),
+    ],
+)
+def test_checkpoint_policy_retention(demo_cache: Path, tmp_path: Path, policy: str, expected: set[str]) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run", f"training.checkpoint_policy={policy}")
+    train(recipe, until_epoch=2, progress=False)
+    train(recipe, resume=tmp_path / "run/checkpoints/epoch-2.pt", progress=False)
+    result = {p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*.pt")}
+    assert result == expected
+
+
+def test_best_json_has_null_weights_under_final(demo_cache: Path, tmp_path: Path) -> None:
+    train(_recipe(demo_cache, tmp_path / "run"), progress=False)
+    best = json.loads((tmp_path / "run/best.json").read_text())
+    assert best["weights"] is None and best["epoch"] >= 1
+
+
+def test_train_log_has_one_job_header_per_slice(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run")
+    train(recipe, until_epoch=1, progress=False)
+    train(recipe, resume=tmp_path / "run/checkpoints/epoch-1.pt", progress=False)
+    lines = (tmp_path / "run/train.log").read_text().splitlines()
+    result = Counter("##########" in line for line in lines)[True], sum(" | val loss " in line for line in lines)
+    assert result == (2, 4)
+
+
+def test_corrupt_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run")
+    train(recipe, until_epoch=2, progress=False)
+    checkpoint = tmp_path / "run/checkpoints/epoch-2.pt"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:-100])
+    with pytest.raises(UserError, match=r"epoch-2\.pt: SHA-256 .* does not match"):
+        train(recipe, resume=checkpoint, progress=False)
+
+
+def test_foreign_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
+    train(_recipe(demo_cache, tmp_path / "run"), until_epoch=2, progress=False)
+    other = _recipe(demo_cache, tmp_path / "other", "optimizer.lr=0.0042")
+    with pytest.raises(UserError, match="recipe identity .* another recipe"):
+        train(other, resume=tmp_path / "run/checkpoints/epoch-2.pt", progress=False)
+
+
+def test_missing_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="nope.pt: no such file"):
+        train(_recipe(demo_cache, tmp_path / "run"), resume=tmp_path / "nope.pt", progress=False)
+
+
+def test_until_epoch_beyond_budget_refused(demo_cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="--until-epoch 9: must be .* at most the budget's 4 epochs"):
+        train(_recipe(demo_cache, tmp_path / "run"), until_epoch=9, progress=False)
+
+
+def test_output_dir_of_another_run_refused(demo_cache: Path, tmp_path: Path) -> None:
+    train(_recipe(demo_cache, tmp_path / "run"), until_epoch=1, progress=False)
+    before = (tmp_path / "run/recipe.yaml").read_bytes()
+    with pytest.raises(UserError, match="holds a different run"):
+        train(_recipe(demo_cache, tmp_path / "run", "runtime.seed=7"), progress=False)
+    assert (tmp_path / "run/recipe.yaml").read_bytes() == before
+
+
+def test_batch_not_divisible_into_blocks_refused(demo_cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"training.batch_tokens \(1000\) must be a multiple of model.context_length"):
+        train(_recipe(demo_cache, tmp_path / "run", "training.batch_tokens=1000"), progress=False)
+
+
+def test_non_finite_step_is_skipped_and_counted(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run")
+    torch.manual_seed(0)
+    engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    handle = engine.model.embed.weight.register_hook(lambda grad: grad * float("nan"))
+    sequences = torch.randint(0, recipe.model.vocab_size, (16, recipe.model.context_length + 1))
+    result = engine.train_step(sequences, lr=0.01)
+    handle.remove()
+    _assert_state_equal(before, engine.model.state_dict())
+    assert result.skipped and engine.optimizer.state == {}
+
+
+def test_too_many_consecutive_skips_fail_the_run(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run", "optimizer.lr=1e30", "training.max_consecutive_skips=3",
+                     "optimizer.grad_clip=1e30")
+    with pytest.raises(RunFailed, match="3 consecutive steps had non-finite gradients"):
+        train(recipe, progress=False)
+
+
+def test_full_validation_counts_every_target(demo_cache: Path, tmp_path: Path) -> None:
+    train(_recipe(demo_cache, tmp_path / "run"), progress=False)
+    results = validate_run(tmp_path / "run")
+    assert results["targets"] == open_cache(demo_cache).validation_targets
+
+
+def test_full_validation_of_packed_run(demo_cache: Path, tmp_path: Path) -> None:
+    train(_recipe(demo_cache, tmp_path / "run", "decentralized.num_models=4"), progress=False)
+    results = validate_run(tmp_path / "run")
+    assert results["mode"] == "packed-4" and math.isfinite(results["loss"])

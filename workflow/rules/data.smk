@@ -1,0 +1,18 @@
+# The token cache every run of the campaign reads, shared with other campaigns on the same data.
+# No file inputs: the cache is defined by the campaign's data section, and a cache another
+# campaign already built is reused as it is. The directory is the output because ebd2n builds it
+# elsewhere and renames it into place (it must not exist before the job).
+
+
+rule prepare_cache:
+    output:
+        directory(str(CACHE)),
+    log:
+        f"results/logs/caches/{CACHE.name}.log",
+    benchmark:
+        f"results/benchmarks/caches/{CACHE.name}.tsv"
+    threads: get_threads
+    resources:
+        **JOB_RESOURCES,
+    shell:
+        "{EBD2N} campaign prepare {CAMPAIGN_FILE:q} > {log} 2>&1"

@@ -1,0 +1,32 @@
+# Full validation of every run's final checkpoint, then one table over the campaign's finished runs.
+
+
+rule validate_run:
+    input:
+        f"{RUN}/final.pt",
+    output:
+        f"{RUN}/results.json",
+    log:
+        "results/{campaign}/logs/runs/{run}/results.log",
+    benchmark:
+        "results/{campaign}/benchmarks/runs/{run}/results.tsv"
+    params:
+        trainer=get_trainer,
+        run=get_run_dir,
+    threads: get_threads
+    resources:
+        **JOB_RESOURCES,
+    shell:
+        "{params.trainer} validate {params.run} > {log} 2>&1"
+
+
+rule collect_runs:
+    input:
+        get_run_results,
+    output:
+        "results/{campaign}/runs.csv",
+        "results/{campaign}/campaign.json",
+    log:
+        "results/{campaign}/logs/runs.log",
+    shell:
+        "{EBD2N} collect {CAMPAIGN_FILE:q} > {log} 2>&1"
