@@ -210,7 +210,7 @@ class ParallelConfig(Section):
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     """Pipeline schedule."""
     freeze_prefix: int = Field(default=0, ge=0)
-    """Freeze the embedding and the first N blocks."""
+    """Freeze the first N blocks (fine-tuning)."""
     lora: LoraConfig | None = None
     """LoRA adapters on the trainable blocks (None: full-rank training)."""
 
@@ -233,6 +233,8 @@ class Recipe(Section):
             raise ValueError(
                 f"parallel.freeze_prefix ({self.parallel.freeze_prefix}) exceeds model.layers ({self.model.layers})"
             )
+        if self.decentralized is not None and self.parallel.lora is not None:
+            raise ValueError("parallel.lora: LoRA fine-tuning is for synchronous runs; remove decentralized or lora")
         if self.training.max_tokens is None and self.training.tokens_per_parameter is None:
             raise ValueError("training: set max_tokens or tokens_per_parameter")
         if self.training.epoch_tokens is None and self.training.epoch_tokens_per_parameter is None:

@@ -89,7 +89,7 @@ def _winner(
         "runs": selected["runs"],
         "runner_up": (f"LR {runner['lr']:g}, beta2 {runner['beta2']:g}", f"{runner['mean_loss']:.6f}") if runner else None,
         "margin": f"{notes['margin']:.6f}" if notes["margin"] is not None else DASH,
-        "margin_vs_sd": f"{notes['margin_vs_sd']:.2f}" if notes["margin_vs_sd"] is not None else DASH,
+        "margin_vs_sd": f"{notes['margin_vs_sd']:.2f} × SD" if notes["margin_vs_sd"] is not None else "",
         "p_value": f"{notes['p_value']:.3g}" if notes["p_value"] is not None else DASH,
         "edge": notes["edge"],
         "next_lrs": ", ".join(f"{lr:g}" for lr in notes["next_lrs"]),
@@ -151,11 +151,12 @@ def _heatmap(
         for b in beta2:
             cell = cells.get((lr, b))
             if cell is None or cell["mean_loss"] is None:
-                texts.append({"text": DASH, "winner": False})
-            else:
-                seeds = "" if cell["eligible"] else f" ({cell['seeds_completed']} seeds)"
-                texts.append({"text": _pm(cell["mean_loss"], cell["std_loss"], 4) + seeds,
-                              "winner": winner is not None and (winner["lr"], winner["beta2"]) == (lr, b)})
+                texts.append({"mean": DASH, "sd": "", "winner": False})
+                continue
+            sd = f"± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
+            seeds = "" if cell["eligible"] else f" ({cell['seeds_completed']} seeds)"
+            texts.append({"mean": f"{cell['mean_loss']:.4f}", "sd": sd + seeds,
+                          "winner": winner is not None and (winner["lr"], winner["beta2"]) == (lr, b)})
         rows.append({"lr": f"{lr:g}", "cells": texts})
     return {
         "id": f"heatmap-{index}",
@@ -167,19 +168,18 @@ def _heatmap(
 
 
 def _curves(table: pl.DataFrame) -> dict[str, Any]:
+    """The curve figure and its table view: one row per token count, one column per winner."""
+    columns, cells = [], {}
+    for (mode, lr, beta2), part in table.group_by(["mode", "lr", "beta2"], maintain_order=True):
+        columns.append(f"{mode} (LR {lr:g}, beta2 {beta2:g})")
+        for row in part.iter_rows(named=True):
+            sd = f" ± {row['std_loss']:.4f}" if row["std_loss"] is not None else ""
+            cells[(len(columns) - 1, row["tokens"])] = f"{row['mean_loss']:.4f}{sd}"
     rows = [
-        {
-            "mode": row["mode"],
-            "lr": f"{row['lr']:g}",
-            "beta2": f"{row['beta2']:g}",
-            "tokens": f"{row['tokens']:,}",
-            "seeds": row["seeds"],
-            "mean": f"{row['mean_loss']:.4f}",
-            "sd": f"{row['std_loss']:.4f}" if row["std_loss"] is not None else DASH,
-        }
-        for row in table.iter_rows(named=True)
+        {"tokens": f"{tokens:,}", "cells": [cells.get((index, tokens), DASH) for index in range(len(columns))]}
+        for tokens in sorted(set(table["tokens"].to_list()))
     ]
-    return {"id": "curves", "json": figure_json(curves_figure(table)), "rows": rows}
+    return {"id": "curves", "json": figure_json(curves_figure(table)), "columns": columns, "rows": rows}
 
 
 def _scaling(rows: list[dict[str, Any]]) -> dict[str, Any]:

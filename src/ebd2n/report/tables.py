@@ -147,7 +147,7 @@ def settings(recipe: Recipe, epochs: int | None) -> dict[str, str]:
             f"AdamW, beta1 {opt.beta1:g}, eps {opt.eps:g}, weight decay {opt.weight_decay:g} (matrices), "
             f"gradient clip {opt.grad_clip:g}"
         ),
-        "Schedule": f"{opt.warmup_fraction:.0%} linear warm-up, cosine decay to {opt.min_lr_ratio:.0%} of peak LR",
+        "Schedule": f"{100 * opt.warmup_fraction:g}% linear warm-up, cosine decay to {100 * opt.min_lr_ratio:g}% of peak LR",
         "Batch": f"{training.batch_tokens:,} tokens per step, micro-batch {training.micro_batch_size}",
         "Epochs": str(epochs) if epochs is not None else "no epoch recorded",
         "Numerics": (

@@ -64,7 +64,7 @@ def load_checkpoint(path: Path, expected: Provenance | None = None, map_location
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint {path}: no such file")
-    run_dir = _run_dir_of(path)
+    run_dir = run_dir_of(path)
     recorded = read_ledger(run_dir).get(path.resolve().relative_to(run_dir.resolve()).as_posix())
     if recorded is None:
         raise UserError(f"checkpoint {path}: not recorded in {run_dir / LEDGER}; refusing an unverifiable file")
@@ -91,7 +91,7 @@ def _check_provenance(path: Path, state: dict[str, Any], expected: Provenance) -
             )
 
 
-def _run_dir_of(path: Path) -> Path:
-    """Checkpoints live in the run directory or its checkpoints/ folder."""
+def run_dir_of(path: Path) -> Path:
+    """The run directory of a checkpoint: checkpoints live in the run directory or its checkpoints/ folder."""
     parent = path.parent
     return parent.parent if parent.name == "checkpoints" else parent

@@ -10,14 +10,18 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from ebd2n.config import Recipe
+from ebd2n.config import Recipe, load_recipe
+from ebd2n.errors import UserError
 from ebd2n.model import GPT, PackedGPT
 from ebd2n.model.gossip import clip_per_replica_, mix_
+from ebd2n.model.lora import apply_lora_, freeze_prefix_, merged_state_dict
 from ebd2n.train.budget import Budget
+from ebd2n.train.checkpoint import load_checkpoint, run_dir_of
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class SynchronousEngine(_Engine):
 
     def __init__(self, recipe: Recipe, budget: Budget, device: torch.device) -> None:
         super().__init__(recipe, budget, device)
-        self.model = GPT(recipe.model).to(device)
+        self.model = fine_tuning_model(recipe, initial_model(recipe)).to(device)
         self.forward = self._compiled(self.model)
         self.optimizer = self._make_optimizer(self.model.param_groups(recipe.optimizer.weight_decay))
 
@@ -137,7 +141,9 @@ class PackedEngine(_Engine):
         self.k = settings.num_models
         self.topology = settings.topology
         self.scheme = settings.scheme
-        self.model = PackedGPT.from_model(GPT(recipe.model), self.k).to(device)
+        self.model = PackedGPT.from_model(initial_model(recipe), self.k).to(device)
+        for block in self.model.blocks[: recipe.parallel.freeze_prefix]:
+            block.requires_grad_(False)
         self.forward = self._compiled(self.model)
         self.optimizer = self._make_optimizer(self.model.replica_param_groups(recipe.optimizer.weight_decay))
         self.mix_step = 0
@@ -157,7 +163,7 @@ class PackedEngine(_Engine):
             (losses.sum() / len(chunks)).backward()
             loss_sum += losses.detach().mean()
             correct += (logits.detach().argmax(-1) == targets).sum()
-        params = list(self.model.parameters())
+        params = [p for p in self.model.parameters() if p.requires_grad]
         norms = clip_per_replica_([p.grad for p in params], self.recipe.optimizer.grad_clip)
         skipped = not bool(torch.isfinite(norms).all())
         if not skipped:
@@ -197,10 +203,42 @@ class PackedEngine(_Engine):
         self.mix_step = int(state["mix_step"])
 
 
+def initial_model(recipe: Recipe) -> GPT:
+    """A fresh GPT from the current torch seed, or the weights of training.init_from."""
+    model = GPT(recipe.model)
+    if recipe.training.init_from:
+        model.load_state_dict(checkpoint_weights(Path(recipe.training.init_from)))
+    return model
+
+
+def checkpoint_weights(path: Path) -> dict:
+    """Plain GPT weights of any ebd2n checkpoint (its run's recipe.yaml says how to read it)."""
+    recipe_path = run_dir_of(path) / "recipe.yaml"
+    if not recipe_path.is_file():
+        raise UserError(f"training.init_from {path}: no recipe.yaml in its run directory")
+    return evaluation_state_dict(load_recipe(recipe_path), load_checkpoint(path)["engine"])
+
+
+def fine_tuning_model(recipe: Recipe, model: GPT) -> GPT:
+    """Apply the recipe's frozen prefix and LoRA adapters (no-ops for plain training)."""
+    lora, prefix = recipe.parallel.lora, recipe.parallel.freeze_prefix
+    if lora is not None:
+        apply_lora_(model, lora, first_block=prefix)
+    elif prefix:
+        freeze_prefix_(model, prefix)
+    return model
+
+
 def evaluation_state_dict(recipe: Recipe, state: dict) -> dict:
-    """The synchronous weights a checkpoint is evaluated with (packed: the replica average)."""
+    """Plain GPT weights a checkpoint is evaluated with (packed: the replica average; LoRA: merged)."""
     if recipe.decentralized is None:
-        return state["model"]
+        if recipe.parallel.lora is None:
+            return state["model"]
+        with torch.device("meta"):
+            model = fine_tuning_model(recipe, GPT(recipe.model))
+        model.load_state_dict(state["model"], assign=True)
+        return merged_state_dict(model)
     packed = PackedGPT(recipe.model, recipe.decentralized.num_models, init=False)
     packed.load_state_dict(state["model"])
     return packed.average_state_dict()
+

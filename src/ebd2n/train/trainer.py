@@ -24,6 +24,7 @@ from ebd2n.errors import RunFailed, UserError
 from ebd2n.evaluate import block_batches, evaluate_sequences
 from ebd2n.model.units import model_units
 from ebd2n.provenance import environment, job_id, source_hash
+from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import Budget, budget_of
 from ebd2n.train.checkpoint import LEDGER, Provenance, forget_checkpoint, load_checkpoint, save_checkpoint
 from ebd2n.train.engine import build_engine, resolve_device
@@ -97,6 +98,7 @@ def train(
                 _write_checkpoint(run_dir, slice_checkpoint(epoch + 1), engine, counters, provenance, metrics, log)
         if end_epoch == budget.epochs:
             _finish(run_dir, recipe, engine, counters, provenance, metrics, log)
+            _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, device)
         elif recipe.training.checkpoint_policy == "final":
             _write_checkpoint(run_dir, slice_checkpoint(end_epoch), engine, counters, provenance, metrics, log)
         if resume and recipe.training.checkpoint_policy == "final":
@@ -206,6 +208,30 @@ def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resume
     if not resumed and (run_dir / LEDGER).exists() and json.loads((run_dir / LEDGER).read_text()):
         raise UserError(f"runtime.output_dir {run_dir}: holds slice checkpoints; resume with --resume {run_dir}/checkpoints/epoch-N.pt")
     save_recipe(recipe, existing)
+
+
+def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, device) -> None:
+    """run.json: who trained what, where and how, unit by unit (the dashboard's source)."""
+    env = environment()
+    units = unit_table(recipe, str(device), counters.step, counters.skipped_steps)
+    record = {
+        "run_id": run_dir.name, "purpose": recipe.runtime.purpose, "config_path": str(config_path or ""),
+        "recipe_identity": provenance.recipe_identity, "cache_identity": provenance.cache_identity,
+        "source_hash": provenance.source_hash, "mode": recipe.mode, "host": env["host"], "devices": env["devices"],
+        "python": env["python"], "torch": env["torch"], "cuda": env["cuda"], "job_ids": counters.job_ids,
+        "started": _iso(counters.started), "ended": _iso(time.time()),
+        "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
+        "steps": counters.step, "skipped_steps": counters.skipped_steps, "tokens": counters.step * budget.tokens_per_step,
+        "numerics": {"dtype": "bf16" if device.type == "cuda" and recipe.runtime.amp else "fp32",
+                     "compile": recipe.runtime.compile, "deterministic": recipe.runtime.deterministic},
+        "placement": [{"device": str(device), "units": [u["name"] for u in units]}],
+        "units": units,
+    }
+    atomic_write_text(run_dir / "run.json", json.dumps(record, indent=2) + "\n")
+
+
+def _iso(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(timestamp))
 
 
 def _log_header(log, recipe, budget, provenance, config_path, device, resume, start_epoch, end_epoch) -> None:

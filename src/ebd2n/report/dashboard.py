@@ -1,0 +1,388 @@
+"""The run dashboard: `report.html`, one self-contained page written at the end of a run.
+
+It shows what the training process itself recorded (run.json, recipe.yaml, metrics.jsonl):
+identity, hyper-parameters, metrics, interactive curves with a table view each, the placement of
+units over devices and every unit's state. Full-validation scores are computed later from
+final.pt and are not on this page. Per-batch series are down-sampled for plotting only; each
+per-batch table view holds every batch, so the page alone carries all the data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.config import Recipe, load_recipe
+from ebd2n.errors import UserError
+from ebd2n.report.plotly_embed import figure_json, plotly_script
+from ebd2n.train.runlog import METRICS, read_metrics
+
+RUN_RECORD = "run.json"
+DASHBOARD = "report.html"
+MAX_POINTS = 2000
+"""Most points a per-batch curve draws; more would slow the page without showing more."""
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+DASH = "—"
+STATE_CLASSES = {
+    "frozen by the prefix": "frozen-prefix",
+    "frozen base under LoRA": "frozen-base",
+    "LoRA": "lora",
+    "full rank": "full-rank",
+}
+"""CSS class of each unit state (its colour in the placement strip)."""
+
+
+def write_dashboard(run_dir: Path) -> Path:
+    """Write `run_dir/report.html` from the run's own records and return its path."""
+    run_dir = Path(run_dir)
+    run = json.loads(_required(run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+    recipe = load_recipe(run_dir / "recipe.yaml")
+    _required(run_dir / METRICS)
+    path = run_dir / DASHBOARD
+    atomic_write_text(path, render_dashboard(run, recipe, read_metrics(run_dir)))
+    return path
+
+
+def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str, Any]]) -> str:
+    """The page's HTML for a run record, its recipe and its metrics records."""
+    steps = [record for record in records if record["type"] == "step"]
+    epochs = [record for record in records if record["type"] == "epoch"]
+    memory = _memory(epochs)
+    context = {
+        "run": run,
+        "identity": _identity(run),
+        "cards": _cards(run, epochs, memory),
+        "settings": _settings(recipe, run),
+        "epochs": _epoch_table(epochs),
+        "memory": memory,
+        "figures": [_loss_figure(steps), _accuracy_figure(steps), _validation_figure(epochs), _throughput_figure(epochs)],
+        "placement": _placement(run),
+        "units": _unit_rows(run["units"]),
+        "state_classes": STATE_CLASSES,
+        "plotly_js": plotly_script(),
+    }
+    environment = Environment(
+        loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True
+    )
+    return environment.get_template("dashboard.html.j2").render(context)
+
+
+def downsample(points: list[tuple[int, float]], limit: int = MAX_POINTS) -> list[tuple[int, float]]:
+    """At most `limit` points, in order: each bucket keeps its lowest and highest, so spikes stay visible."""
+    if len(points) <= limit:
+        return points
+    size = math.ceil(len(points) / (limit // 2))
+    kept: list[tuple[int, float]] = []
+    for start in range(0, len(points), size):
+        bucket = points[start : start + size]
+        extremes = {min(bucket, key=lambda point: point[1]), max(bucket, key=lambda point: point[1])}
+        kept.extend(sorted(extremes))
+    return kept
+
+
+def _required(path: Path) -> Path:
+    if not path.is_file():
+        raise UserError(
+            f"{path}: no such file; the run dashboard is written from a finished run's records "
+            "(run.json, recipe.yaml, metrics.jsonl) - finish the run's final slice first"
+        )
+    return path
+
+
+# --- identity, summary and settings ---
+
+
+def _identity(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """Who, what and where: every value as text (the template escapes it)."""
+    return [
+        ("Purpose", run["purpose"] or DASH),
+        ("Run id", run["run_id"]),
+        ("Mode", run["mode"]),
+        ("Configuration file", run["config_path"] or DASH),
+        ("Recipe identity", run["recipe_identity"]),
+        ("Cache identity", run["cache_identity"]),
+        ("Trainer source hash", run["source_hash"]),
+        ("Host", run["host"]),
+        ("Devices", _devices(run)),
+        ("Python", run["python"]),
+        ("PyTorch", run["torch"]),
+        ("CUDA", run["cuda"] or "none (CPU)"),
+        ("Started", _time(run["started"])),
+        ("Ended", f"{_time(run['ended'])} ({_duration(run['started'], run['ended'])})"),
+    ]
+
+
+def _devices(run: dict[str, Any]) -> str:
+    """'4 × NVIDIA H200', or 'CPU' for a run without CUDA."""
+    if run["cuda"] is None:
+        return "CPU"
+    return ", ".join(f"{count} × {name}" for name, count in Counter(run["devices"]).items())
+
+
+def _time(stamp: str) -> str:
+    return datetime.fromisoformat(stamp).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def _duration(started: str, ended: str) -> str:
+    seconds = int((datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, Any]) -> list[tuple[str, str]]:
+    """The headline numbers: (value, label) pairs."""
+    last = epochs[-1] if epochs else None
+    wall = sum(epoch["wall_s"] for epoch in epochs)
+    busiest = memory["busiest"]
+    where = f" ({busiest['device']})" if busiest else ""
+    return [
+        (_percent(last["val_accuracy"]) if last else DASH, "validation token accuracy (epoch subset, final)"),
+        (_fixed(last["val_loss"], 4) if last else DASH, "validation loss, nats (epoch subset, final)"),
+        (f"{run['steps']:,}", f"batches (optimizer steps); {run['skipped_steps']:,} skipped"),
+        (f"{run['tokens']:,}", "training tokens"),
+        (f"{run['tokens'] / wall:,.0f}" if wall else DASH, "tokens/s (training time)"),
+        (f"{run['steps'] / wall:,.2f}" if wall else DASH, "batches/s (training time)"),
+        (busiest["peak"] if busiest else DASH, f"peak memory on the most loaded device{where}"),
+        (f"{run['trainable_parameters']:,}", f"trainable parameters of {run['parameters']:,}"),
+    ]
+
+
+def _settings(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Hyper-parameters in groups of (label, value)."""
+    model, optimizer, training, parallel = recipe.model, recipe.optimizer, recipe.training, recipe.parallel
+    numerics = run["numerics"]
+    return [
+        ("Model", [
+            ("Blocks", str(model.layers)), ("Width", str(model.width)), ("Heads", str(model.heads)),
+            ("MLP width", str(model.ffn_width)), ("Context length", str(model.context_length)),
+            ("Vocabulary", f"{model.vocab_size:,}"), ("Parameters", f"{run['parameters']:,}"),
+        ]),
+        ("Optimisation", [
+            ("Optimizer", f"AdamW, beta1 {optimizer.beta1:g}, beta2 {optimizer.beta2:g}, eps {optimizer.eps:g}"),
+            ("Peak learning rate", f"{optimizer.lr:g}"),
+            ("Schedule", f"{optimizer.warmup_fraction:g} warm-up, cosine to {optimizer.min_lr_ratio:g} of peak"),
+            ("Weight decay", f"{optimizer.weight_decay:g}"), ("Gradient clip", f"{optimizer.grad_clip:g}"),
+            ("Tokens per step", f"{training.batch_tokens:,}"), ("Token budget", _budget(recipe)),
+            ("Seed", str(recipe.runtime.seed)), ("Initial weights", training.init_from or "random initialisation"),
+        ]),
+        ("Numerics", [
+            ("Compute dtype", numerics["dtype"]), ("torch.compile", _yes(numerics["compile"])),
+            ("Deterministic", _yes(numerics["deterministic"])),
+        ]),
+        ("Pipeline", [
+            ("Pipeline stages", str(parallel.pipeline_stages)), ("Data-parallel replicas", str(parallel.data_parallel)),
+            ("Pipeline depth", f"{parallel.pipeline_depth} micro-batches in flight"), ("Schedule", parallel.schedule),
+            ("Micro-batch", f"{training.micro_batch_size} sequences"),
+        ]),
+        ("Freeze and LoRA", [
+            ("Frozen prefix", f"first {parallel.freeze_prefix} block(s)" if parallel.freeze_prefix else "none"),
+            ("LoRA", _lora(recipe)),
+        ]),
+        ("Decentralized", _decentralized(recipe)),
+    ]
+
+
+def _budget(recipe: Recipe) -> str:
+    training = recipe.training
+    total = f"{training.max_tokens:,}" if training.max_tokens else f"{training.tokens_per_parameter:g} per parameter"
+    epoch = f"{training.epoch_tokens:,}" if training.epoch_tokens else f"{training.epoch_tokens_per_parameter:g} per parameter"
+    return f"{total} tokens, epochs of {epoch}"
+
+
+def _lora(recipe: Recipe) -> str:
+    lora = recipe.parallel.lora
+    if lora is None:
+        return "none (full-rank training)"
+    return f"rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g}, on {', '.join(lora.targets)}"
+
+
+def _decentralized(recipe: Recipe) -> list[tuple[str, str]]:
+    settings = recipe.decentralized
+    if settings is None:
+        return [("Training", "synchronous (one model)")]
+    return [("Local models", str(settings.num_models)), ("Topology", settings.topology), ("Scheme", settings.scheme)]
+
+
+# --- metrics ---
+
+
+def _epoch_table(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every epoch record; a consensus-distance column only for runs that record it."""
+    consensus = any("consensus_distance" in epoch for epoch in epochs)
+    columns = ["Epoch", "Step", "Tokens", "Train loss", "Val loss", "Val accuracy", "LR", "Tokens/s", "Batches/s",
+               "Wall (s)", "Skipped steps"] + (["Consensus distance"] if consensus else [])
+    rows = [
+        [str(e["epoch"]), f"{e['step']:,}", f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4),
+         _percent(e["val_accuracy"]), _sci(e["lr"]), f"{e['tokens_per_s']:,.0f}", f"{e['batches_per_s']:,.2f}",
+         f"{e['wall_s']:,.1f}", f"{e['skipped_steps']:,}"]
+        + ([_sci(e.get("consensus_distance"))] if consensus else [])
+        for e in epochs
+    ]
+    return {"columns": columns, "rows": rows}
+
+
+def _memory(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per device: allocated at the last epoch and the peak over all epochs; the busiest device by peak."""
+    peaks: dict[str, int] = {}
+    for epoch in epochs:
+        for device, numbers in epoch["memory"].items():
+            peaks[device] = max(peaks.get(device, 0), numbers["peak"])
+    allocated = epochs[-1]["memory"] if epochs else {}
+    busiest = max(peaks, key=lambda device: peaks[device], default=None)
+    rows = [
+        {"device": device, "allocated": _bytes(allocated[device]["allocated"]) if device in allocated else DASH,
+         "peak": _bytes(peak), "busiest": device == busiest}
+        for device, peak in peaks.items()
+    ]
+    return {"rows": rows, "busiest": {"device": busiest, "peak": _bytes(peaks[busiest])} if busiest else None}
+
+
+# --- figures: Plotly specs plus the table each one's "Table view" shows ---
+
+
+def _figure(key: str, title: str, note: str, data: list[dict[str, Any]], layout: dict[str, Any],
+            columns: list[str], rows: list[list[str]]) -> dict[str, Any]:
+    base = {"height": 360, "margin": {"l": 70, "r": 70, "t": 20, "b": 50}, "hovermode": "x unified",
+            "legend": {"orientation": "h", "y": 1.12}}
+    return {"id": key, "title": title, "note": note, "json": figure_json({"data": data, "layout": base | layout}),
+            "columns": columns, "rows": rows}
+
+
+def _series(steps: list[dict[str, Any]], field: str) -> list[tuple[int, float]]:
+    return [(step["step"], step[field]) for step in steps if _finite(step[field])]
+
+
+def _line(points: list[tuple[int, float]], name: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "scatter", "mode": "lines", "name": name,
+            "x": [x for x, _ in points], "y": [y for _, y in points], **extra}
+
+
+def _sampling_note(count: int) -> str:
+    if count <= MAX_POINTS:
+        return f"All {count:,} batches are drawn."
+    return f"{count:,} batches, drawn as {MAX_POINTS:,} points that keep each stretch's lowest and highest value; the table view lists every batch."
+
+
+def _loss_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    points = _series(steps, "loss")
+    skipped = [(step["step"], step["loss"]) for step in steps if step["skipped"] and _finite(step["loss"])]
+    data = [_line(downsample(points), "training loss", line={"width": 1, "color": "#1f77b4"})]
+    if skipped:
+        data.append({**_line(skipped, "skipped step"), "mode": "markers", "marker": {"color": "#d62728", "symbol": "x", "size": 8}})
+    layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}}, "yaxis": {"title": {"text": "loss (nats)"}}}
+    rows = [[f"{s['step']:,}", _fixed(s["loss"], 4), _sci(s["lr"]), _fixed(s["grad_norm"], 3), "skipped" if s["skipped"] else ""]
+            for s in steps]
+    return _figure("batch-loss", "Per-batch training loss", _sampling_note(len(steps)), data, layout,
+                   ["Step", "Loss", "LR", "Gradient norm", "Skipped"], rows)
+
+
+def _accuracy_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    points = [(step, 100 * value) for step, value in _series(steps, "accuracy")]
+    data = [_line(downsample(points), "token accuracy", line={"width": 1, "color": "#2ca02c"})]
+    layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}}, "yaxis": {"title": {"text": "token accuracy (%)"}}}
+    rows = [[f"{s['step']:,}", _percent(s["accuracy"])] for s in steps]
+    return _figure("batch-accuracy", "Per-batch token accuracy", _sampling_note(len(steps)), data, layout,
+                   ["Step", "Token accuracy"], rows)
+
+
+def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    x = [e["epoch"] for e in epochs]
+    data = [
+        {"type": "scatter", "mode": "lines+markers", "name": "train loss (epoch mean)", "x": x,
+         "y": [_finite_or_none(e["train_loss"]) for e in epochs], "line": {"color": "#9ecae1", "dash": "dot"}},
+        {"type": "scatter", "mode": "lines+markers", "name": "validation loss", "x": x,
+         "y": [_finite_or_none(e["val_loss"]) for e in epochs], "line": {"color": "#1f77b4"}},
+        {"type": "scatter", "mode": "lines+markers", "name": "validation accuracy", "x": x, "yaxis": "y2",
+         "y": [100 * e["val_accuracy"] for e in epochs], "line": {"color": "#2ca02c"}},
+    ]
+    layout = {"xaxis": {"title": {"text": "epoch"}, "dtick": 1},
+              "yaxis": {"title": {"text": "loss (nats)"}},
+              "yaxis2": {"title": {"text": "token accuracy (%)"}, "overlaying": "y", "side": "right", "showgrid": False}}
+    rows = [[str(e["epoch"]), f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4), _percent(e["val_accuracy"])]
+            for e in epochs]
+    return _figure("epoch-validation", "Validation after each epoch",
+                   "Loss and token accuracy on the fixed validation subset, after each epoch.", data, layout,
+                   ["Epoch", "Tokens", "Train loss", "Val loss", "Val accuracy"], rows)
+
+
+def _throughput_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    x = [e["epoch"] for e in epochs]
+    data = [
+        {"type": "bar", "name": "tokens/s", "x": x, "y": [e["tokens_per_s"] for e in epochs], "marker": {"color": "#9467bd"},
+         "offsetgroup": "tokens"},
+        {"type": "scatter", "mode": "lines+markers", "name": "batches/s", "x": x, "yaxis": "y2",
+         "y": [e["batches_per_s"] for e in epochs], "line": {"color": "#ff7f0e"}},
+    ]
+    layout = {"xaxis": {"title": {"text": "epoch"}, "dtick": 1},
+              "yaxis": {"title": {"text": "tokens/s"}, "rangemode": "tozero"},
+              "yaxis2": {"title": {"text": "batches/s"}, "overlaying": "y", "side": "right", "rangemode": "tozero", "showgrid": False}}
+    rows = [[str(e["epoch"]), f"{e['tokens_per_s']:,.0f}", f"{e['batches_per_s']:,.2f}", f"{e['wall_s']:,.1f}"] for e in epochs]
+    return _figure("throughput", "Throughput per epoch", "Training time only (validation excluded).", data, layout,
+                   ["Epoch", "Tokens/s", "Batches/s", "Wall (s)"], rows)
+
+
+# --- units and placement ---
+
+
+def _placement(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per device: its units in order with their state class, and the parameters it holds."""
+    units = {unit["name"]: unit for unit in run["units"]}
+    return [
+        {
+            "device": entry["device"],
+            "units": [{"name": name, "state": units[name]["state"], "class": STATE_CLASSES.get(units[name]["state"], "other")}
+                      for name in entry["units"]],
+            "span": f"{entry['units'][0]} … {entry['units'][-1]}" if entry["units"] else DASH,
+            "parameters": f"{sum(units[name]['parameters'] for name in entry['units']):,}",
+            "trainable": f"{sum(units[name]['trainable'] for name in entry['units']):,}",
+        }
+        for entry in run["placement"]
+    ]
+
+
+def _unit_rows(units: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [
+        {"name": u["name"], "state": u["state"], "class": STATE_CLASSES.get(u["state"], "other"),
+         "parameters": f"{u['parameters']:,}", "trainable": f"{u['trainable']:,}", "device": u["device"],
+         "steps_taken": f"{u['steps_taken']:,}", "steps_skipped": f"{u['steps_skipped']:,}"}
+        for u in units
+    ]
+
+
+# --- formatting ---
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """Plotly JSON has no NaN or infinity: such points become gaps."""
+    return value if _finite(value) else None
+
+
+def _fixed(value: float | None, digits: int) -> str:
+    return f"{value:.{digits}f}" if _finite(value) else str(value) if value is not None else DASH
+
+
+def _sci(value: float | None) -> str:
+    return f"{value:.3e}" if _finite(value) else DASH
+
+
+def _percent(value: float | None) -> str:
+    return f"{100 * value:.2f} %" if _finite(value) else DASH
+
+
+def _bytes(count: int) -> str:
+    return f"{count / 1e9:.2f} GB" if count >= 1e9 else f"{count / 1e6:.0f} MB"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
