@@ -7,6 +7,7 @@ import torch
 
 from ebd2n.config import ModelConfig
 from ebd2n.model import GPT, PackedGPT, clip_per_replica_, mix_, mixing_matrix, peer_offset
+from ebd2n.model.packed import ReplicaCrossEntropy, ReplicaLinear
 
 TOPOLOGIES = ["one_peer_ring", "one_peer_exponential", "complete"]
 
@@ -290,3 +291,44 @@ def _as_params(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         p.grad = t
         params.append(p)
     return params
+
+
+def test_replica_cross_entropy_equals_f_cross_entropy() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(12, 7, dtype=torch.float64)
+    targets = torch.randint(0, 7, (12,))
+    targets[3] = -100
+    result = ReplicaCrossEntropy.apply(logits, targets)
+    expected = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+    torch.testing.assert_close(result, expected)
+
+
+def test_replica_cross_entropy_gradient_equals_f_cross_entropy() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(12, 7, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 7, (12,))
+    targets[3] = -100
+    weights = torch.rand(12, dtype=torch.float64)
+    (ReplicaCrossEntropy.apply(logits, targets) * weights).sum().backward()
+    result = logits.grad
+    logits.grad = None
+    (torch.nn.functional.cross_entropy(logits, targets, reduction="none") * weights).sum().backward()
+    torch.testing.assert_close(result, logits.grad)
+
+
+def test_replica_linear_gradcheck() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ReplicaLinear.apply, (x, w))
+
+
+def test_packed_bf16_autocast_keeps_fp32_gradients() -> None:
+    packed = perturbed_packed(2)
+    idx, targets = tokens((2, 2, 16)), tokens((2, 2, 16), seed=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, losses = packed(idx, targets)
+    losses.sum().backward()
+    result = {(p.grad.dtype, bool(p.grad.isfinite().all())) for p in packed.parameters()}
+    expected = {(torch.float32, True)}
+    assert result == expected

@@ -17,9 +17,65 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from ebd2n.config.schema import ModelConfig
 from ebd2n.model.gpt import GPT, IGNORE_INDEX, apply_rotary, rotary_tables
+
+
+class ReplicaLinear(torch.autograd.Function):
+    """y = x @ W^T for every replica: x (K, N, in), W (K, out, in) -> y (K, N, out), no bias.
+
+    Autograd's own backward of bmm(x, W.mT) forms the weight gradient as (x^T g)^T, which needs a
+    transposed copy and is the slower product on CPU BLAS; this one forms g^T x, directly in W's
+    layout (as nn.Linear does). Under autocast, inputs are cast as autocast would cast them.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        device = x.device.type
+        if torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+            x, weight = x.to(dtype), weight.to(dtype)
+        ctx.save_for_backward(x, weight)
+        with torch.autocast(device, enabled=False):
+            return torch.bmm(x, weight.mT)  # (K, N, out)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        x, weight = ctx.saved_tensors
+        grad = grad.to(x.dtype)
+        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None  # (K, N, in)
+        grad_weight = torch.bmm(grad.mT, x) if ctx.needs_input_grad[1] else None  # (K, out, in)
+        return grad_x, grad_weight
+
+
+class ReplicaCrossEntropy(torch.autograd.Function):
+    """Per-token cross-entropy (FP32) of logits (M, V) against targets (M,); 0 where IGNORE_INDEX.
+
+    Same values as F.cross_entropy(reduction="none"), but the backward turns the saved
+    log-probabilities into the gradient (softmax - one-hot) in place instead of allocating and
+    zero-filling more (M, V) buffers: the logits are the largest tensors of a packed step.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (M, V)
+        valid = targets != IGNORE_INDEX
+        safe = torch.where(valid, targets, 0).unsqueeze(1)  # (M, 1)
+        ctx.save_for_backward(log_probs, safe, valid)
+        ctx.logits_dtype = logits.dtype
+        return torch.where(valid, -log_probs.gather(1, safe).squeeze(1), 0.0)  # (M,)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        log_probs, safe, valid = ctx.saved_tensors
+        grad = torch.where(valid, grad, 0.0).unsqueeze(1)  # (M, 1); ignored tokens get none, even NaN
+        grad_logits = log_probs.exp_().mul_(grad)  # softmax * grad, in the saved buffer
+        grad_logits.scatter_add_(1, safe, -grad)  # minus grad at each target
+        return grad_logits.to(ctx.logits_dtype), None
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -47,15 +103,16 @@ class PackedBlock(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: int) -> torch.Tensor:
         K, N, C = x.shape  # N = batch * T tokens per replica
         T = N // batch
-        qkv = torch.bmm(_rms_norm(x, self.attn_norm, self.eps), self.qkv.mT)  # (K, N, 3 * width)
+        qkv = ReplicaLinear.apply(_rms_norm(x, self.attn_norm, self.eps), self.qkv)  # (K, N, 3 * width)
         qkv = qkv.view(K * batch, T, 3, self.heads, self.head_dim)  # (K*B, T, 3, heads, head_dim)
         qk, v = qkv.permute(2, 0, 3, 1, 4).split([2, 1])  # (2 and 1, K*B, heads, T, head_dim)
         q, k = apply_rotary(qk, cos, sin).unbind(0)  # q and k rotated together; each (K*B, heads, T, head_dim)
         y = F.scaled_dot_product_attention(q, k, v.squeeze(0), is_causal=True)  # (K*B, heads, T, head_dim)
         y = y.transpose(1, 2).reshape(K, N, C)  # (K, N, width)
-        x = x + torch.bmm(y, self.o.mT)
-        gate, up = torch.bmm(_rms_norm(x, self.mlp_norm, self.eps), self.gate_up.mT).chunk(2, dim=-1)  # (K, N, ffn)
-        return x + torch.bmm(F.silu(gate) * up, self.down.mT)
+        x = x + ReplicaLinear.apply(y, self.o)
+        gate_up = ReplicaLinear.apply(_rms_norm(x, self.mlp_norm, self.eps), self.gate_up)  # (K, N, 2 * ffn)
+        gate, up = gate_up.chunk(2, dim=-1)  # (K, N, ffn) each
+        return x + ReplicaLinear.apply(F.silu(gate) * up, self.down)
 
 
 class PackedGPT(nn.Module):
@@ -120,13 +177,11 @@ class PackedGPT(nn.Module):
         x = F.embedding((idx + offsets).view(K, B * T), self.embed.view(K * V, -1))  # (K, B*T, width)
         for block in self.blocks:
             x = block(x, cos, sin, B)
-        logits = torch.bmm(_rms_norm(x, self.norm, self.cfg.norm_eps), self.embed.mT)  # (K, B*T, vocab)
+        logits = ReplicaLinear.apply(_rms_norm(x, self.norm, self.cfg.norm_eps), self.embed)  # (K, B*T, vocab)
         if targets is None:
             return logits.view(K, B, T, V), None
         flat_targets = targets.reshape(K * B * T)
-        per_token = F.cross_entropy(
-            logits.float().view(K * B * T, V), flat_targets, ignore_index=IGNORE_INDEX, reduction="none"
-        ).view(K, B * T)
+        per_token = ReplicaCrossEntropy.apply(logits.view(K * B * T, V), flat_targets).view(K, B * T)
         counts = (flat_targets != IGNORE_INDEX).view(K, B * T).sum(dim=1)  # (K,)
         losses = per_token.sum(dim=1) / counts  # (K,)
         return logits.view(K, B, T, V), losses

@@ -28,6 +28,8 @@ RUN_RECORD = "run.json"
 DASHBOARD = "report.html"
 MAX_POINTS = 2000
 """Most points a per-batch curve draws; more would slow the page without showing more."""
+TREND_STRETCHES = 200
+"""A per-batch curve of more batches than twice this also draws its mean over this many stretches."""
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 DASH = "—"
 STATE_CLASSES = {
@@ -87,6 +89,14 @@ def downsample(points: list[tuple[int, float]], limit: int = MAX_POINTS) -> list
     return kept
 
 
+def stretch_means(points: list[tuple[int, float]], size: int) -> list[tuple[float, float]]:
+    """Mean position and value of each run of `size` points: the trend under per-batch noise."""
+    return [
+        (sum(x for x, _ in chunk) / len(chunk), sum(y for _, y in chunk) / len(chunk))
+        for chunk in (points[start : start + size] for start in range(0, len(points), size))
+    ]
+
+
 def _required(path: Path) -> Path:
     if not path.is_file():
         raise UserError(
@@ -127,7 +137,7 @@ def _devices(run: dict[str, Any]) -> str:
 
 
 def _time(stamp: str) -> str:
-    return datetime.fromisoformat(stamp).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    return datetime.fromisoformat(stamp).isoformat(sep=" ")
 
 
 def _duration(started: str, ended: str) -> str:
@@ -178,11 +188,11 @@ def _settings(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list[tuple
         ]),
         ("Pipeline", [
             ("Pipeline stages", str(parallel.pipeline_stages)), ("Data-parallel replicas", str(parallel.data_parallel)),
-            ("Pipeline depth", f"{parallel.pipeline_depth} micro-batches in flight"), ("Schedule", parallel.schedule),
+            ("Pipeline depth", f"{parallel.pipeline_depth} (micro-batches in flight)"), ("Schedule", parallel.schedule),
             ("Micro-batch", f"{training.micro_batch_size} sequences"),
         ]),
         ("Freeze and LoRA", [
-            ("Frozen prefix", f"first {parallel.freeze_prefix} block(s)" if parallel.freeze_prefix else "none"),
+            ("Frozen prefix", _frozen(parallel.freeze_prefix)),
             ("LoRA", _lora(recipe)),
         ]),
         ("Decentralized", _decentralized(recipe)),
@@ -194,6 +204,10 @@ def _budget(recipe: Recipe) -> str:
     total = f"{training.max_tokens:,}" if training.max_tokens else f"{training.tokens_per_parameter:g} per parameter"
     epoch = f"{training.epoch_tokens:,}" if training.epoch_tokens else f"{training.epoch_tokens_per_parameter:g} per parameter"
     return f"{total} tokens, epochs of {epoch}"
+
+
+def _frozen(prefix: int) -> str:
+    return "none" if prefix == 0 else "block 0" if prefix == 1 else f"blocks 0–{prefix - 1}"
 
 
 def _lora(recipe: Recipe) -> str:
@@ -249,8 +263,8 @@ def _memory(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _figure(key: str, title: str, note: str, data: list[dict[str, Any]], layout: dict[str, Any],
             columns: list[str], rows: list[list[str]]) -> dict[str, Any]:
-    base = {"height": 360, "margin": {"l": 70, "r": 70, "t": 20, "b": 50}, "hovermode": "x unified",
-            "legend": {"orientation": "h", "y": 1.12}}
+    base = {"height": 360, "margin": {"l": 70, "r": 70, "t": 40, "b": 50}, "hovermode": "x unified",
+            "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}}
     return {"id": key, "title": title, "note": note, "json": figure_json({"data": data, "layout": base | layout}),
             "columns": columns, "rows": rows}
 
@@ -259,9 +273,17 @@ def _series(steps: list[dict[str, Any]], field: str) -> list[tuple[int, float]]:
     return [(step["step"], step[field]) for step in steps if _finite(step[field])]
 
 
-def _line(points: list[tuple[int, float]], name: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "scatter", "mode": "lines", "name": name,
-            "x": [x for x, _ in points], "y": [y for _, y in points], **extra}
+def _line(points: list[tuple[float, float]], name: str, color: str, width: float = 1) -> dict[str, Any]:
+    return {"type": "scatter", "mode": "lines", "name": name, "line": {"color": color, "width": width},
+            "x": [x for x, _ in points], "y": [y for _, y in points]}
+
+
+def _batch_traces(points: list[tuple[int, float]], name: str, colors: tuple[str, str]) -> list[dict[str, Any]]:
+    """Every batch (down-sampled), light under a dark trend line when the series is long enough to be noisy."""
+    if len(points) <= 2 * TREND_STRETCHES:
+        return [_line(points, name, colors[1])]
+    size = math.ceil(len(points) / TREND_STRETCHES)
+    return [_line(downsample(points), name, colors[0]), _line(stretch_means(points, size), f"mean over {size:,} batches", colors[1], 2)]
 
 
 def _sampling_note(count: int) -> str:
@@ -272,20 +294,25 @@ def _sampling_note(count: int) -> str:
 
 def _loss_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
     points = _series(steps, "loss")
-    skipped = [(step["step"], step["loss"]) for step in steps if step["skipped"] and _finite(step["loss"])]
-    data = [_line(downsample(points), "training loss", line={"width": 1, "color": "#1f77b4"})]
-    if skipped:
-        data.append({**_line(skipped, "skipped step"), "mode": "markers", "marker": {"color": "#d62728", "symbol": "x", "size": 8}})
-    layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}}, "yaxis": {"title": {"text": "loss (nats)"}}}
+    skipped = [step["step"] for step in steps if step["skipped"]]
+    data = _batch_traces(points, "training loss", ("#a6c8e6", "#1f5fa8"))
+    layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}}, "yaxis": {"title": {"text": "loss (nats)"}},
+              "shapes": [_marker_line(step) for step in skipped]}
+    note = _sampling_note(len(steps)) + (f" Red dotted lines mark the {len(skipped):,} skipped step(s)." if skipped else "")
     rows = [[f"{s['step']:,}", _fixed(s["loss"], 4), _sci(s["lr"]), _fixed(s["grad_norm"], 3), "skipped" if s["skipped"] else ""]
             for s in steps]
-    return _figure("batch-loss", "Per-batch training loss", _sampling_note(len(steps)), data, layout,
-                   ["Step", "Loss", "LR", "Gradient norm", "Skipped"], rows)
+    return _figure("batch-loss", "Per-batch training loss", note, data, layout, ["Step", "Loss", "LR", "Gradient norm", "Skipped"], rows)
+
+
+def _marker_line(step: int) -> dict[str, Any]:
+    """A full-height vertical line at a skipped step (its loss may be NaN, so no point can mark it)."""
+    return {"type": "line", "x0": step, "x1": step, "yref": "paper", "y0": 0, "y1": 1,
+            "line": {"color": "#d62728", "width": 1, "dash": "dot"}}
 
 
 def _accuracy_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
     points = [(step, 100 * value) for step, value in _series(steps, "accuracy")]
-    data = [_line(downsample(points), "token accuracy", line={"width": 1, "color": "#2ca02c"})]
+    data = _batch_traces(points, "token accuracy", ("#b5dfb0", "#1e7a3c"))
     layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}}, "yaxis": {"title": {"text": "token accuracy (%)"}}}
     rows = [[f"{s['step']:,}", _percent(s["accuracy"])] for s in steps]
     return _figure("batch-accuracy", "Per-batch token accuracy", _sampling_note(len(steps)), data, layout,
@@ -304,7 +331,8 @@ def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     layout = {"xaxis": {"title": {"text": "epoch"}, "dtick": 1},
               "yaxis": {"title": {"text": "loss (nats)"}},
-              "yaxis2": {"title": {"text": "token accuracy (%)"}, "overlaying": "y", "side": "right", "showgrid": False}}
+              "yaxis2": {"title": {"text": "token accuracy (%)"}, "overlaying": "y", "side": "right", "showgrid": False,
+                         "tickmode": "auto"}}
     rows = [[str(e["epoch"]), f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4), _percent(e["val_accuracy"])]
             for e in epochs]
     return _figure("epoch-validation", "Validation after each epoch",
@@ -313,19 +341,27 @@ def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _throughput_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens/s as a line, batches/s as dots; both axes start at zero with the same headroom, so with a fixed
+    batch size the dots sit on the line and either axis reads the same curve."""
     x = [e["epoch"] for e in epochs]
+    tokens, batches = [e["tokens_per_s"] for e in epochs], [e["batches_per_s"] for e in epochs]
     data = [
-        {"type": "bar", "name": "tokens/s", "x": x, "y": [e["tokens_per_s"] for e in epochs], "marker": {"color": "#9467bd"},
-         "offsetgroup": "tokens"},
-        {"type": "scatter", "mode": "lines+markers", "name": "batches/s", "x": x, "yaxis": "y2",
-         "y": [e["batches_per_s"] for e in epochs], "line": {"color": "#ff7f0e"}},
+        {"type": "scatter", "mode": "lines", "name": "tokens/s", "x": x, "y": tokens, "line": {"color": "#7b4fa6", "width": 2}},
+        {"type": "scatter", "mode": "markers", "name": "batches/s", "x": x, "yaxis": "y2", "y": batches,
+         "marker": {"color": "#e07b00", "size": 9}},
     ]
     layout = {"xaxis": {"title": {"text": "epoch"}, "dtick": 1},
-              "yaxis": {"title": {"text": "tokens/s"}, "rangemode": "tozero"},
-              "yaxis2": {"title": {"text": "batches/s"}, "overlaying": "y", "side": "right", "rangemode": "tozero", "showgrid": False}}
+              "yaxis": {"title": {"text": "tokens/s"}, "range": _headroom(tokens), "tickformat": ",.0f"},
+              "yaxis2": {"title": {"text": "batches/s"}, "overlaying": "y", "side": "right", "range": _headroom(batches),
+                         "showgrid": False, "tickformat": ",.2f"}}
     rows = [[str(e["epoch"]), f"{e['tokens_per_s']:,.0f}", f"{e['batches_per_s']:,.2f}", f"{e['wall_s']:,.1f}"] for e in epochs]
-    return _figure("throughput", "Throughput per epoch", "Training time only (validation excluded).", data, layout,
+    return _figure("throughput", "Throughput per epoch",
+                   "Training time only (validation excluded): tokens/s on the left axis, batches/s on the right.", data, layout,
                    ["Epoch", "Tokens/s", "Batches/s", "Wall (s)"], rows)
+
+
+def _headroom(values: list[float]) -> list[float]:
+    return [0, 1.1 * max(values, default=1.0)]
 
 
 # --- units and placement ---

@@ -18,8 +18,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import EngFormatter
 
+from ebd2n.report.plotly_embed import PALETTE
+
 _CMAP = colormaps["viridis_r"].with_extremes(bad="white")  # low loss bright; untested cells blank
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 _METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None, "Creator": None}}
 
 

@@ -8,12 +8,15 @@ into the page itself; figures are plain JSON handed to `Plotly.newPlot`. JSON pl
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
 from markupsafe import Markup
 
-from ebd2n.report.figures import PALETTE
+if TYPE_CHECKING:  # the trainer's run dashboard imports this module; keep it free of polars
+    import polars as pl
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+"""Line colours shared by the interactive and the static figures, so a mode looks the same in both."""
 
 _FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 12}
 _UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}

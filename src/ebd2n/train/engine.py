@@ -11,6 +11,7 @@ import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -22,6 +23,9 @@ from ebd2n.model.gossip import clip_per_replica_, mix_
 from ebd2n.model.lora import apply_lora_, freeze_prefix_, merged_state_dict
 from ebd2n.train.budget import Budget
 from ebd2n.train.checkpoint import load_checkpoint, run_dir_of
+
+if TYPE_CHECKING:  # parallel: imported for the annotation only (ebd2n.parallel builds on this module)
+    from ebd2n.parallel.distributed import Context
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,16 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_engine(recipe: Recipe, budget: Budget, device: torch.device) -> SynchronousEngine | PackedEngine:
-    """The engine of the recipe's mode, its model initialised from the current torch seed."""
+def build_engine(recipe: Recipe, budget: Budget, device: torch.device, context: Context | None = None) -> _Engine:
+    """The engine of the recipe's mode, its model initialised from the current torch seed.
+
+    `context` (ebd2n.parallel.distributed.Context) is this process's place in a torchrun job;
+    with more than one process the DistributedEngine runs this rank's share.
+    """
+    if context is not None and context.world_size > 1:  # parallel: a multi-process job
+        from ebd2n.parallel.engine import DistributedEngine  # imported here: it builds on this module
+
+        return DistributedEngine(recipe, budget, context)
     if recipe.decentralized is None:
         return SynchronousEngine(recipe, budget, device)
     return PackedEngine(recipe, budget, device)

@@ -207,7 +207,8 @@ def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resume
         raise UserError(f"runtime.output_dir {run_dir}: the run is already complete (final.pt exists)")
     if not resumed and (run_dir / LEDGER).exists() and json.loads((run_dir / LEDGER).read_text()):
         raise UserError(f"runtime.output_dir {run_dir}: holds slice checkpoints; resume with --resume {run_dir}/checkpoints/epoch-N.pt")
-    save_recipe(recipe, existing)
+    if not existing.is_file():  # an audited artifact: written once, never rewritten by later slices
+        save_recipe(recipe, existing)
 
 
 def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, device) -> None:

@@ -1,0 +1,177 @@
+"""The distributed engine: one rank's share of an S x D synchronous job under torchrun.
+
+Same step as SynchronousEngine: the gradient of the mean token loss over the whole step, one
+global gradient-norm clip over every parameter of every stage, a skipped step on every rank when
+the norm is not finite, AdamW with decay on matrices only. Data parallel runs through DDP;
+pipeline stages through torch.distributed.pipelining. Checkpoints are assembled on rank 0 in
+the single-process layout (a GPT state dict), so validation and reports read them unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ebd2n.config import Recipe
+from ebd2n.errors import UserError
+from ebd2n.model import GPT
+from ebd2n.parallel.distributed import Context, to_cpu
+from ebd2n.parallel.pipeline import StageModule, TokenLoss, bubble_fraction, pipeline_rounds, pipeline_schedule
+from ebd2n.train.budget import Budget
+from ebd2n.train.engine import StepResult, _Engine, fine_tuning_model, initial_model
+
+
+class DistributedEngine(_Engine):
+    """This rank's stage (a StageModule, or the whole GPT when S = 1), its replica's data share and AdamW."""
+
+    def __init__(self, recipe: Recipe, budget: Budget, context: Context) -> None:
+        super().__init__(recipe, budget, context.device)
+        self.context = context
+        stages, replicas = context.stages, context.replicas
+        if budget.sequences_per_step % replicas:
+            raise UserError(
+                f"parallel.data_parallel ({replicas}) must divide the {budget.sequences_per_step} sequences of a step "
+                "(training.batch_tokens / model.context_length)"
+            )
+        self.share = budget.sequences_per_step // replicas
+        gpt = fine_tuning_model(recipe, initial_model(recipe))  # every rank draws the same whole model
+        local = gpt if stages == 1 else StageModule(gpt, context.placement.stages[context.stage], self.autocast)
+        self.model = local.to(self.device)
+        if recipe.runtime.compile:
+            self.model.compile()  # in place: parameter names stay the GPT's
+        self.ddp = (
+            DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                process_group=context.groups.data, broadcast_buffers=False,
+            )
+            if replicas > 1 else None
+        )
+        self.optimizer = self._make_optimizer(self.model.param_groups(recipe.optimizer.weight_decay))
+        self.tied = self._tied_weight()
+        if stages > 1:
+            depth = recipe.parallel.pipeline_depth
+            rounds = pipeline_rounds(self.share, depth, recipe.training.micro_batch_size)
+            self.round_size = self.share // rounds
+            self.loss = TokenLoss(self.device)
+            self.schedule = pipeline_schedule(
+                self.ddp or self.model, context, (self.round_size // depth, recipe.model.context_length),
+                recipe.model.width, recipe.model.vocab_size, self.use_amp, self.loss, recipe.parallel.schedule, depth,
+            )
+
+    def _tied_weight(self) -> nn.Parameter | None:
+        """This stage's copy of the tied embedding matrix when the other copy is on another stage."""
+        if self.context.stages == 1:
+            return None
+        if self.context.stage == 0:
+            return self.model.embed.weight
+        if self.context.stage == self.context.stages - 1:
+            return self.model.head.weight
+        return None
+
+    def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
+        """This replica's contiguous share of the (S, T+1) sequences; every rank gets the same result."""
+        self._set_lr(lr)
+        share = sequences.split(self.share)[self.context.replica]
+        loss_sum, correct = self._pipeline(share) if self.context.stages > 1 else self._data_parallel(share)
+        if self.tied is not None and self.tied.grad is not None:
+            dist.all_reduce(self.tied.grad, group=self.context.groups.tied)  # both copies get the summed gradient
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        counted = [p for p in params if p is not self.tied or self.context.stage == 0]  # the tied matrix once
+        norm_sq = sum((torch.linalg.vector_norm(p.grad, dtype=torch.float32) ** 2 for p in counted),
+                      torch.zeros((), device=self.device))
+        if self.context.replica != 0:
+            norm_sq = torch.zeros_like(norm_sq)  # replicas hold equal gradients: count replica 0's
+        totals = torch.stack([norm_sq.double(), loss_sum.double(), correct.double()])
+        dist.all_reduce(totals)  # one sum over the job: every rank decides the same
+        grad_norm = float(totals[0].sqrt())
+        skipped = not math.isfinite(grad_norm)
+        if not skipped:
+            coefficient = min(1.0, self.recipe.optimizer.grad_clip / (grad_norm + 1e-6))  # as clip_grad_norm_
+            for p in params:
+                p.grad.mul_(coefficient)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        tokens = sequences.shape[0] * (sequences.shape[1] - 1)
+        return StepResult(loss=float(totals[1]) / tokens, accuracy=float(totals[2]) / tokens,
+                          grad_norm=grad_norm, skipped=skipped)
+
+    def _data_parallel(self, share: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """S = 1: DDP over the whole GPT, accumulating micro-batches; gradients all-reduce on the last."""
+        chunks = share.split(min(self.recipe.training.micro_batch_size, share.shape[0]))
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        for index, chunk in enumerate(chunks):
+            inputs, targets = chunk[:, :-1], chunk[:, 1:]
+            sync = contextlib.nullcontext() if index == len(chunks) - 1 else self.ddp.no_sync()
+            with sync:
+                with self.autocast():
+                    logits, loss = self.ddp(inputs, targets)
+                (loss * (targets.numel() / (share.shape[0] * targets.shape[1]))).backward()
+            loss_sum += loss.detach() * targets.numel()
+            correct += (logits.detach().argmax(-1) == targets).sum()
+        return loss_sum, correct
+
+    def _pipeline(self, share: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """S > 1: rounds of pipeline_depth micro-batches through the schedule (loss on the last stage)."""
+        self.loss.reset(share.shape[0] * (share.shape[1] - 1))
+        for chunk in share.split(self.round_size):
+            inputs, targets = chunk[:, :-1], chunk[:, 1:]
+            if self.context.stage == 0:
+                self.schedule.step(inputs)
+            elif self.context.stage == self.context.stages - 1:
+                self.schedule.step(target=targets, return_outputs=False)
+            else:
+                self.schedule.step()
+        return self.loss.loss_sum, self.loss.correct
+
+    def _gathered_model(self) -> dict[str, torch.Tensor] | None:
+        """The whole model's state dict, GPT naming, on rank 0 (None elsewhere): replica 0's stages merged."""
+        local = to_cpu(self.model.state_dict()) if self.context.replica == 0 else None
+        parts = self.context.gather(local)
+        if parts is None:
+            return None
+        return {name: tensor for part in parts[: self.context.stages] for name, tensor in part.items()}
+
+    def state_dict(self) -> dict:
+        """On rank 0 the assembled checkpoint state ({} on other ranks): `model` a GPT state dict,
+        `optimizer` the AdamW state of each stage (replicas hold equal states), by stage."""
+        model = self._gathered_model()
+        optimizers = self.context.gather(to_cpu(self.optimizer.state_dict()) if self.context.replica == 0 else None)
+        if model is None:
+            return {}
+        return {"model": model, "optimizer": optimizers[: self.context.stages]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Each rank takes its stage's weights and AdamW state from an assembled checkpoint."""
+        if len(state["optimizer"]) != self.context.stages:
+            raise UserError(
+                f"checkpoint holds {len(state['optimizer'])} pipeline stage(s), this job has "
+                f"parallel.pipeline_stages = {self.context.stages}; resume with the run's own recipe"
+            )
+        own = self.model.state_dict()
+        self.model.load_state_dict({name: state["model"][name] for name in own})
+        self.optimizer.load_state_dict(state["optimizer"][self.context.stage])
+
+    def evaluation_model(self) -> GPT | None:
+        """The whole model on rank 0 for subset validation (None on other ranks); all ranks must call it."""
+        state = self._gathered_model()
+        if state is None:
+            return None
+        with torch.device("meta"):
+            model = fine_tuning_model(self.recipe, GPT(self.recipe.model))
+        model.to_empty(device=self.device)
+        model.load_state_dict(state)
+        model.head.weight = model.embed.weight  # to_empty untied them
+        model.reset_rotary()
+        return model
+
+    def epoch_metrics(self) -> dict:
+        """The schedule's theoretical bubble: (S - 1) / (M + S - 1) with M = pipeline_depth."""
+        if self.context.stages == 1:
+            return {}
+        return {"theoretical_bubble": bubble_fraction(self.context.stages, self.recipe.parallel.pipeline_depth)}

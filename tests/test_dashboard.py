@@ -1,0 +1,161 @@
+"""The run dashboard (report.html) of a fabricated run: sections, values, escaping, size, errors."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from run_dir_factory import BUSIEST, HOSTILE, JOB_IDS, fabricate_run
+
+from ebd2n.errors import UserError
+from ebd2n.report.dashboard import MAX_POINTS, downsample, write_dashboard
+
+SIZE_LIMIT = 8_000_000
+"""Bytes a 10,000-batch page may take (plotly.js alone is about 4.8 MB)."""
+
+
+class _Rows(HTMLParser):
+    """Text of each body row of the tables carrying a class, cell by cell."""
+
+    def __init__(self, table_class: str) -> None:
+        super().__init__()
+        self.table_class, self.depth, self.rows, self.cell = table_class, 0, [], None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table" and self.table_class in (dict(attrs).get("class") or "").split():
+            self.depth = 1
+        elif self.depth and tag == "tbody":
+            self.depth = 2
+        elif self.depth == 2 and tag == "tr":
+            self.rows.append([])
+        elif self.depth == 2 and tag == "td":
+            self.cell = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self.depth = 0
+        elif tag == "td" and self.cell is not None:
+            self.rows[-1].append(self.cell.strip())
+            self.cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell += data
+
+
+def table_rows(html: str, table_class: str) -> list[list[str]]:
+    parser = _Rows(table_class)
+    parser.feed(html)
+    return parser.rows
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fabricated finished run with its dashboard written; tests must not modify it."""
+    directory = fabricate_run(tmp_path_factory.mktemp("dashboard") / "lora-r4-seed42", purpose=f"fine-tune {HOSTILE}")
+    write_dashboard(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def html(run_dir: Path) -> str:
+    return (run_dir / "report.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "lora-r4-seed42", "config/recipes/demo.yaml", "gpu-node-07", "2 × NVIDIA H200", "2.5.1", "12.4",
+        "2026-09-25 08:00:00+00:00", "1 h 12 min", "a" * 64,
+        "rank 4, alpha 16, dropout 0, on q, k, v, o", "block 0", "1f1b", "bf16", "16 sequences",
+        "55.00 %", "2.4317", "batches (optimizer steps); 1 skipped", "122,880",
+        f"Most loaded device: <strong>{BUSIEST}</strong>, 47.80 GB peak",
+    ],
+)
+def test_dashboard_shows_value(html: str, text: str) -> None:
+    assert text in html
+
+
+@pytest.mark.parametrize("job", JOB_IDS)
+def test_dashboard_lists_every_slice_job_id(html: str, job: str) -> None:
+    assert f"<code>{job}</code>" in html
+
+
+@pytest.mark.parametrize("section", ["identity", "settings", "metrics", "curves", "placement", "units"])
+def test_dashboard_has_section(html: str, section: str) -> None:
+    assert f'<section id="{section}">' in html
+
+
+def test_dashboard_unit_rows_equal_run_record(run_dir: Path, html: str) -> None:
+    units = json.loads((run_dir / "run.json").read_text())["units"]
+    result = table_rows(html, "units")
+    expected = [
+        [u["name"], u["state"], f"{u['parameters']:,}", f"{u['trainable']:,}", u["device"], f"{u['steps_taken']:,}",
+         f"{u['steps_skipped']:,}"]
+        for u in units
+    ]
+    assert result == expected
+
+
+def test_dashboard_every_figure_has_a_table_view(html: str) -> None:
+    result = (html.count('class="plot"'), html.count('class="table-toggle"'), html.count('class="table-view"'))
+    assert result == (4, 4, 4)
+
+
+def test_dashboard_per_batch_table_lists_every_batch(html: str) -> None:
+    result = len(table_rows(html, "batch-loss"))
+    assert result == 120
+
+
+def test_dashboard_plotly_inlined_once(html: str) -> None:
+    result = (html.count("<script src"), html.count("Plotly.newPlot"))
+    assert result == (0, 1)
+
+
+def test_dashboard_purpose_is_escaped(html: str) -> None:
+    result = (HOSTILE in html, f"fine-tune {HOSTILE}".replace("<", "&lt;").replace(">", "&gt;") in html)
+    assert result == (False, True)
+
+
+def test_dashboard_non_finite_values_shown_not_plotted(html: str) -> None:
+    """Step 7 is skipped with a NaN loss and an infinite gradient norm: the table says so, the JSON stays valid."""
+    result = table_rows(html, "batch-loss")[6]
+    assert result == ["7", "nan", "9.421e-04", "inf", "skipped"]
+
+
+def test_dashboard_leaves_out_full_validation(html: str) -> None:
+    assert "results.json" not in html
+
+
+def test_dashboard_10k_batches_under_size_limit(tmp_path: Path) -> None:
+    result = write_dashboard(fabricate_run(tmp_path / "big", steps=10_000, epochs=5)).stat().st_size
+    assert result < SIZE_LIMIT
+
+
+def test_dashboard_missing_run_record_is_user_error(tmp_path: Path) -> None:
+    directory = fabricate_run(tmp_path / "unfinished")
+    (directory / "run.json").unlink()
+    with pytest.raises(UserError, match=r"run\.json: no such file.*finish the run's final slice"):
+        write_dashboard(directory)
+
+
+def test_dashboard_missing_metrics_is_user_error(tmp_path: Path) -> None:
+    directory = fabricate_run(tmp_path / "no-metrics")
+    (directory / "metrics.jsonl").unlink()
+    with pytest.raises(UserError, match=r"metrics\.jsonl: no such file"):
+        write_dashboard(directory)
+
+
+def test_downsample_short_series_unchanged() -> None:
+    points = [(step, float(step % 7)) for step in range(MAX_POINTS)]
+    assert downsample(points) == points
+
+
+def test_downsample_keeps_limit_order_and_extremes() -> None:
+    points = [(step, float((step * 7919) % 1000)) for step in range(50_000)]
+    points[31_337] = (31_337, 1e6)  # a spike must survive
+    kept = downsample(points)
+    result = (len(kept) <= MAX_POINTS, kept == sorted(kept), (31_337, 1e6) in kept, min(p[1] for p in kept))
+    assert result == (True, True, True, 0.0)

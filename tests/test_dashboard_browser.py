@@ -1,0 +1,125 @@
+"""Run dashboards of real demo runs (synchronous, packed-4, LoRA) and a fabricated two-GPU run in
+headless Chromium, offline: figures draw, table views toggle, units show their states, a hostile
+purpose stays text, and the console stays clean."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from run_dir_factory import HOSTILE, fabricate_run
+
+from ebd2n.config import load_recipe
+from ebd2n.report.dashboard import write_dashboard
+from ebd2n.train import train
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+SHORT = ["training.max_tokens=8192", "training.epoch_tokens=4096"]
+PURPOSE = f"dashboard probe {HOSTILE}"
+UNITS = ["embedding", "block0.attention", "block0.mlp", "block1.attention", "block1.mlp", "head"]
+FROZEN_BASE, FROZEN_PREFIX = "frozen base under LoRA", "frozen by the prefix"
+STATES = {
+    "synchronous": ["full rank"] * 6,
+    "packed-4": ["full rank"] * 6,
+    "lora": [FROZEN_BASE, FROZEN_PREFIX, FROZEN_PREFIX, "LoRA", "LoRA", FROZEN_BASE],
+    "fabricated": [FROZEN_BASE, FROZEN_PREFIX, FROZEN_PREFIX, "LoRA", FROZEN_BASE, FROZEN_BASE],
+}
+"""Expected unit states of each run's demo model (two blocks), from its recipe."""
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} not installed (apt-get install chromium)"),
+]
+
+
+def _demo_run(cache: Path, directory: Path, *overrides: str) -> Path:
+    """Train a short demo run and write its dashboard (again, if the trainer already did: it is idempotent)."""
+    recipe = load_recipe("demo", [
+        f"data.cache_dir={cache}", f"runtime.output_dir={directory}", *SHORT, f"runtime.purpose={json.dumps(PURPOSE)}",
+        *overrides,
+    ])
+    train(recipe, progress=False)
+    write_dashboard(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The four run directories, by kind; the LoRA run fine-tunes the synchronous run's final.pt."""
+    root = tmp_path_factory.mktemp("dashboards")
+    synchronous = _demo_run(demo_cache, root / "synchronous")
+    fabricated = fabricate_run(root / "fabricated", purpose=PURPOSE)
+    write_dashboard(fabricated)
+    return {
+        "synchronous": synchronous,
+        "packed-4": _demo_run(demo_cache, root / "packed-4", "decentralized.num_models=4"),
+        "lora": _demo_run(demo_cache, root / "lora", f"training.init_from={synchronous / 'final.pt'}",
+                          "parallel.freeze_prefix=1", "parallel.lora={rank: 4}"),
+        "fabricated": fabricated,
+    }
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module", params=list(STATES))
+def page(request: pytest.FixtureRequest, browser, runs: dict[str, Path]) -> Iterator[object]:
+    """One run's dashboard from file:// with every non-file request aborted; records errors and dialogs."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+    page = context.new_page()
+    page.kind, page.errors, page.dialogs = request.param, [], []
+    page.on("console", lambda message: page.errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto((runs[request.param] / "report.html").as_uri())
+    page.wait_for_function("document.querySelectorAll('[data-figure] .main-svg').length > 0")
+    yield page
+    context.close()
+
+
+def test_browser_dashboard_every_figure_renders(page) -> None:
+    result = page.evaluate(
+        "[...document.querySelectorAll('[data-figure]')].map(div => div.querySelector('.main-svg') !== null)"
+    )
+    assert result == [True] * 4
+
+
+def test_browser_dashboard_table_views_toggle(page) -> None:
+    states = []
+    for button in page.locator("button.table-toggle").all():
+        view = page.locator(f"#{button.get_attribute('aria-controls')}")
+        button.click()
+        shown = view.is_visible()
+        button.click()
+        states.append((shown, view.is_visible()))
+    assert states == [(True, False)] * 4
+
+
+def test_browser_dashboard_unit_states(page) -> None:
+    result = page.evaluate(
+        "[...document.querySelectorAll('table.units tbody tr')].map(row => [row.cells[0].innerText, row.cells[1].innerText])"
+    )
+    assert result == [list(pair) for pair in zip(UNITS, STATES[page.kind], strict=True)]
+
+
+def test_browser_dashboard_hostile_purpose_is_text(page) -> None:
+    result = (page.locator("header .path").inner_text(), page.dialogs)
+    assert result == (PURPOSE, [])
+
+
+def test_browser_dashboard_console_has_no_errors(page) -> None:
+    result = page.errors
+    assert result == []
