@@ -52,7 +52,7 @@ class ReplicaLinear(torch.autograd.Function):
 
 
 class ReplicaCrossEntropy(torch.autograd.Function):
-    """Per-token cross-entropy (FP32) of logits (M, V) against targets (M,); 0 where IGNORE_INDEX.
+    """Per-token cross-entropy (at least FP32) of logits (M, V) against targets (M,); 0 where IGNORE_INDEX.
 
     Same values as F.cross_entropy(reduction="none"), but the backward turns the saved
     log-probabilities into the gradient (softmax - one-hot) in place instead of allocating and
@@ -61,7 +61,7 @@ class ReplicaCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (M, V)
+        log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
         valid = targets != IGNORE_INDEX
         safe = torch.where(valid, targets, 0).unsqueeze(1)  # (M, 1)
         ctx.save_for_backward(log_probs, safe, valid)
