@@ -186,7 +186,7 @@ def test_prepare_cache_records_validation_targets(tiny_cache: Cache) -> None:
     assert tiny_cache.validation_targets == tiny_cache.split_tokens("validation") - 1
 
 
-def test_prepare_cache_uses_uint32_for_vocabularies_beyond_uint16(tiny_data, prepare_tiny, large_tokenizer: Path) -> None:
+def test_prepare_cache_uses_uint32_beyond_uint16_ids(tiny_data, prepare_tiny, large_tokenizer: Path) -> None:
     cache = prepare_tiny(tiny_data(tokenizer=str(large_tokenizer)), 70_000)
     assert cache.dtype == np.dtype("<u4")
 

@@ -214,3 +214,14 @@ def test_full_validation_of_packed_run(demo_cache: Path, tmp_path: Path) -> None
     train(_recipe(demo_cache, tmp_path / "run", "decentralized.num_models=4"), progress=False)
     results = validate_run(tmp_path / "run")
     assert results["mode"] == "packed-4" and math.isfinite(results["loss"])
+
+
+def test_dashboard_written_once_at_the_end_covering_every_slice(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run")
+    train(recipe, until_epoch=2, progress=False)
+    after_first_slice = (tmp_path / "run/report.html").exists()
+    train(recipe, resume=tmp_path / "run/checkpoints/epoch-2.pt", progress=False)
+    job_ids = json.loads((tmp_path / "run/run.json").read_text())["job_ids"]
+    page = (tmp_path / "run/report.html").read_text()
+    writes = (tmp_path / "run/train.log").read_text().count(" dashboard ")
+    assert (after_first_slice, len(job_ids), all(j in page for j in job_ids), writes) == (False, 2, True, 1)

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ebd2n.errors import RunFailed, UserError
+from ebd2n.errors import AuditFailed, RunFailed, UserError
 
 
 def _add_recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -> None:
@@ -110,6 +110,16 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(f"report {build_report(args.campaign_dir)}")
 
 
+def cmd_audit(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.audit import audit_campaign, violations
+
+    record = audit_campaign(args.campaign_dir)
+    for check in record["checks"]:
+        print(f"{'ok  ' if check['passed'] else 'FAIL'} {check['name']} ({check['scope']})")
+    if not record["passed"]:
+        raise AuditFailed("\n".join(violations(record)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ebd2n", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -161,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("report", help="regenerate a campaign's report from disk, without training")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
     p.set_defaults(func=cmd_report)
+
+    p = commands.add_parser("audit", help="check a campaign's completeness and integrity -> audit.json")
+    p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
+    p.set_defaults(func=cmd_audit)
     return parser
 
 
@@ -171,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"ebd2n {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except AuditFailed as error:
+        print(f"ebd2n {args.command}: audit failed:\n{error}", file=sys.stderr)
+        return 1
     except RunFailed as error:
         print(f"ebd2n {args.command}: run failed: {error}", file=sys.stderr)
         return 1

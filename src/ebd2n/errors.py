@@ -7,3 +7,7 @@ class UserError(Exception):
 
 class RunFailed(Exception):
     """A run that cannot go on (diverged, too many skipped steps): the CLI prints it and exits 1."""
+
+
+class AuditFailed(Exception):
+    """A campaign audit found violations: the CLI lists them and exits 1."""

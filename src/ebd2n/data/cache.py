@@ -34,7 +34,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from ebd2n.atomic import _fsync_dir, atomic_write_text, sha256_bytes, sha256_file
+from ebd2n.atomic import fsync_dir, atomic_write_text, sha256_bytes, sha256_file
 from ebd2n.config.schema import DataConfig
 from ebd2n.data.sources import SPLITS, open_source
 from ebd2n.data.tokenizer import eos_id, obtain_tokenizer
@@ -221,12 +221,12 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -
             **parts,
         }
         atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        _fsync_dir(staging)
+        fsync_dir(staging)
         os.rename(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fsync_dir(directory.parent)
+    fsync_dir(directory.parent)
 
 
 def _write_split(

@@ -86,4 +86,6 @@ def unit_of_parameter(name: str) -> str:
             return f"block{int(parts[1])}.attention"
         if parts[2] in ("mlp_norm", "mlp"):
             return f"block{int(parts[1])}.mlp"
-    raise ValueError(f"parameter {name!r} belongs to no unit of the GPT (expected embed.*, blocks.N.*, norm.* or head.*)")
+    raise ValueError(
+        f"parameter {name!r} belongs to no unit of the GPT (expected embed.*, blocks.N.*, norm.* or head.*)"
+    )

@@ -47,7 +47,7 @@ class DistributedEngine(_Engine):
         self.ddp = (
             DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                process_group=context.groups.data, broadcast_buffers=False,
+                process_group=context.groups.data,
             )
             if replicas > 1 else None
         )

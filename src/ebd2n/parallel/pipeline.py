@@ -128,11 +128,17 @@ def pipeline_schedule(
     Shapes are given up front (static metadata: every micro-batch has the same (B, T)), so the
     stage runs no trial forward and backward at its first step.
     """
+    if schedule == "1f1b" and depth < context.stages:
+        raise UserError(
+            f"parallel.pipeline_depth ({depth}) must be at least parallel.pipeline_stages ({context.stages}) under the "
+            "1f1b schedule; raise it or set parallel.schedule=gpipe"
+        )
     B, T = micro_batch
     first, last = context.stage == 0, context.stage == context.stages - 1
-    inputs = torch.empty(B, T, dtype=torch.long, device="meta") if first else torch.empty(B, T, width, device="meta")
+    stream = torch.empty(B, T, width, device="meta", requires_grad=True)  # the residual stream between stages
+    inputs = torch.empty(B, T, dtype=torch.long, device="meta") if first else stream
     logits_dtype = torch.bfloat16 if amp else torch.float32
-    outputs = torch.empty(B, T, vocab, dtype=logits_dtype, device="meta") if last else torch.empty(B, T, width, device="meta")
+    outputs = torch.empty(B, T, vocab, dtype=logits_dtype, device="meta", requires_grad=True) if last else stream
     stage = PipelineStage(
         module, context.stage, context.stages, context.device, input_args=inputs, output_args=outputs,
         group=context.groups.pipeline,

@@ -19,7 +19,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.config import Recipe, load_recipe
+from ebd2n.config import Recipe, count_parameters, load_recipe
 from ebd2n.errors import UserError
 from ebd2n.report.plotly_embed import figure_json, plotly_script
 from ebd2n.train.runlog import METRICS, read_metrics
@@ -45,7 +45,7 @@ def write_dashboard(run_dir: Path) -> Path:
     """Write `run_dir/report.html` from the run's own records and return its path."""
     run_dir = Path(run_dir)
     run = json.loads(_required(run_dir / RUN_RECORD).read_text(encoding="utf-8"))
-    recipe = load_recipe(run_dir / "recipe.yaml")
+    recipe = load_recipe(_required(run_dir / "recipe.yaml"))
     _required(run_dir / METRICS)
     path = run_dir / DASHBOARD
     atomic_write_text(path, render_dashboard(run, recipe, read_metrics(run_dir)))
@@ -172,7 +172,7 @@ def _settings(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list[tuple
         ("Model", [
             ("Blocks", str(model.layers)), ("Width", str(model.width)), ("Heads", str(model.heads)),
             ("MLP width", str(model.ffn_width)), ("Context length", str(model.context_length)),
-            ("Vocabulary", f"{model.vocab_size:,}"), ("Parameters", f"{run['parameters']:,}"),
+            ("Vocabulary", f"{model.vocab_size:,}"), ("Parameters (one model)", f"{count_parameters(model):,}"),
         ]),
         ("Optimisation", [
             ("Optimizer", f"AdamW, beta1 {optimizer.beta1:g}, beta2 {optimizer.beta2:g}, eps {optimizer.eps:g}"),
@@ -230,8 +230,8 @@ def _decentralized(recipe: Recipe) -> list[tuple[str, str]]:
 def _epoch_table(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every epoch record; a consensus-distance column only for runs that record it."""
     consensus = any("consensus_distance" in epoch for epoch in epochs)
-    columns = ["Epoch", "Step", "Tokens", "Train loss", "Val loss", "Val accuracy", "LR", "Tokens/s", "Batches/s",
-               "Wall (s)", "Skipped steps"] + (["Consensus distance"] if consensus else [])
+    columns = ["Epoch", "Step", "Tokens", "Train loss", "Val loss", "Val acc.", "LR", "Tokens/s", "Batches/s",
+               "Wall (s)", "Skipped"] + (["Consensus dist."] if consensus else [])
     rows = [
         [str(e["epoch"]), f"{e['step']:,}", f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4),
          _percent(e["val_accuracy"]), _sci(e["lr"]), f"{e['tokens_per_s']:,.0f}", f"{e['batches_per_s']:,.2f}",
@@ -283,13 +283,17 @@ def _batch_traces(points: list[tuple[int, float]], name: str, colors: tuple[str,
     if len(points) <= 2 * TREND_STRETCHES:
         return [_line(points, name, colors[1])]
     size = math.ceil(len(points) / TREND_STRETCHES)
-    return [_line(downsample(points), name, colors[0]), _line(stretch_means(points, size), f"mean over {size:,} batches", colors[1], 2)]
+    return [
+        _line(downsample(points), name, colors[0]),
+        _line(stretch_means(points, size), f"mean over {size:,} batches", colors[1], width=2),
+    ]
 
 
 def _sampling_note(count: int) -> str:
     if count <= MAX_POINTS:
         return f"All {count:,} batches are drawn."
-    return f"{count:,} batches, drawn as {MAX_POINTS:,} points that keep each stretch's lowest and highest value; the table view lists every batch."
+    return (f"{count:,} batches, drawn as {MAX_POINTS:,} points that keep each stretch's lowest and highest value; "
+            "the table view lists every batch.")
 
 
 def _loss_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -299,9 +303,12 @@ def _loss_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
     layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}}, "yaxis": {"title": {"text": "loss (nats)"}},
               "shapes": [_marker_line(step) for step in skipped]}
     note = _sampling_note(len(steps)) + (f" Red dotted lines mark the {len(skipped):,} skipped step(s)." if skipped else "")
-    rows = [[f"{s['step']:,}", _fixed(s["loss"], 4), _sci(s["lr"]), _fixed(s["grad_norm"], 3), "skipped" if s["skipped"] else ""]
-            for s in steps]
-    return _figure("batch-loss", "Per-batch training loss", note, data, layout, ["Step", "Loss", "LR", "Gradient norm", "Skipped"], rows)
+    rows = [
+        [f"{s['step']:,}", _fixed(s["loss"], 4), _sci(s["lr"]), _fixed(s["grad_norm"], 3), "skipped" if s["skipped"] else ""]
+        for s in steps
+    ]
+    return _figure("batch-loss", "Per-batch training loss", note, data, layout,
+                   ["Step", "Loss", "LR", "Gradient norm", "Skipped"], rows)
 
 
 def _marker_line(step: int) -> dict[str, Any]:
@@ -368,22 +375,23 @@ def _headroom(values: list[float]) -> list[float]:
 
 
 def _placement(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per device: its units in order with their state class, and the parameters it holds."""
+    """Per device: its unit rows in order, the span they cover and the parameters they hold."""
     units = {unit["name"]: unit for unit in run["units"]}
-    return [
-        {
+    placement = []
+    for entry in run["placement"]:
+        placed = [units[name] for name in entry["units"]]
+        placement.append({
             "device": entry["device"],
-            "units": [{"name": name, "state": units[name]["state"], "class": STATE_CLASSES.get(units[name]["state"], "other")}
-                      for name in entry["units"]],
-            "span": f"{entry['units'][0]} … {entry['units'][-1]}" if entry["units"] else DASH,
-            "parameters": f"{sum(units[name]['parameters'] for name in entry['units']):,}",
-            "trainable": f"{sum(units[name]['trainable'] for name in entry['units']):,}",
-        }
-        for entry in run["placement"]
-    ]
+            "units": _unit_rows(placed),
+            "span": f"{placed[0]['name']} … {placed[-1]['name']}" if placed else DASH,
+            "parameters": f"{sum(unit['parameters'] for unit in placed):,}",
+            "trainable": f"{sum(unit['trainable'] for unit in placed):,}",
+        })
+    return placement
 
 
 def _unit_rows(units: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Units as text, with the CSS class of their state."""
     return [
         {"name": u["name"], "state": u["state"], "class": STATE_CLASSES.get(u["state"], "other"),
          "parameters": f"{u['parameters']:,}", "trainable": f"{u['trainable']:,}", "device": u["device"],

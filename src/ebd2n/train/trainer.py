@@ -22,13 +22,14 @@ from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save
 from ebd2n.data import BlockReader, eval_subset_indices, open_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
 from ebd2n.evaluate import block_batches, evaluate_sequences
-from ebd2n.model.units import model_units
+from ebd2n.parallel import distributed
 from ebd2n.provenance import environment, job_id, source_hash
+from ebd2n.report.dashboard import write_dashboard
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import Budget, budget_of
 from ebd2n.train.checkpoint import LEDGER, Provenance, forget_checkpoint, load_checkpoint, save_checkpoint
-from ebd2n.train.engine import build_engine, resolve_device
-from ebd2n.train.runlog import MetricsLog, TrainLog, device_memory, format_memory
+from ebd2n.train.engine import build_engine
+from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
 
 FINAL = "final.pt"
@@ -52,6 +53,22 @@ class Progress:
     started: float = field(default_factory=time.time)
 
 
+class _Muted:
+    """parallel: train.log and metrics.jsonl of ranks other than 0, which write nothing."""
+
+    def write(self, line: str) -> None:
+        pass
+
+    def append(self, record: dict) -> None:
+        pass
+
+    def sync(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
 def train(
     recipe: Recipe,
     config_path: Path | None = None,
@@ -65,7 +82,8 @@ def train(
     cache = open_cache(recipe.data.cache_dir)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
     _configure_torch(recipe)
-    device = resolve_device(recipe.runtime.device)
+    context = distributed.init(recipe)  # parallel: rank, device and placement (one process: the recipe's device)
+    device = context.device
 
     state = load_checkpoint(resume, provenance) if resume else None
     start_epoch = int(state["epoch"]) if state else 0
@@ -75,10 +93,11 @@ def train(
             f"--until-epoch {end_epoch}: must be after the resume point (epoch {start_epoch}) "
             f"and at most the budget's {budget.epochs} epochs"
         )
-    _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
+    if context.is_main:  # parallel: rank 0 owns the run directory
+        _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
 
     torch.manual_seed(recipe.runtime.seed)
-    engine = build_engine(recipe, budget, device)
+    engine = build_engine(recipe, budget, device, context)
     counters = Progress()
     if state:
         engine.load_state_dict(state["engine"])
@@ -87,35 +106,39 @@ def train(
     this_job = job_id()
     counters.job_ids.append(this_job)
 
-    log = TrainLog(run_dir, this_job)
-    metrics = MetricsLog(run_dir, int(state["metrics_offset"]) if state else 0)
+    log = TrainLog(run_dir, this_job) if context.is_main else _Muted()  # parallel: only rank 0 writes records
+    metrics = MetricsLog(run_dir, int(state["metrics_offset"]) if state else 0) if context.is_main else _Muted()
     try:
-        _log_header(log, recipe, budget, provenance, config_path, device, resume, start_epoch, end_epoch)
-        loop = _Loop(recipe, budget, engine, cache, device, log, metrics, counters, progress)
+        _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch)
+        loop = _Loop(recipe, budget, engine, cache, context, log, metrics, counters, progress and context.is_main)
         for epoch in range(start_epoch, end_epoch):
             loop.run_epoch(epoch)
             if recipe.training.checkpoint_policy != "final" and epoch + 1 < budget.epochs:
-                _write_checkpoint(run_dir, slice_checkpoint(epoch + 1), engine, counters, provenance, metrics, log)
+                _write_checkpoint(run_dir, slice_checkpoint(epoch + 1), engine, counters, provenance, metrics, log, context)
         if end_epoch == budget.epochs:
-            _finish(run_dir, recipe, engine, counters, provenance, metrics, log)
-            _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, device)
+            _finish(run_dir, recipe, engine, counters, provenance, metrics, log, context)
+            if context.is_main:  # parallel
+                _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, context)
+                log.write(f"dashboard {write_dashboard(run_dir)}")
         elif recipe.training.checkpoint_policy == "final":
-            _write_checkpoint(run_dir, slice_checkpoint(end_epoch), engine, counters, provenance, metrics, log)
-        if resume and recipe.training.checkpoint_policy == "final":
+            _write_checkpoint(run_dir, slice_checkpoint(end_epoch), engine, counters, provenance, metrics, log, context)
+        if resume and recipe.training.checkpoint_policy == "final" and context.is_main:  # parallel: rank 0 deletes
             forget_checkpoint(run_dir, Path(resume).resolve().relative_to(run_dir.resolve()).as_posix())
             log.write(f"removed consumed slice checkpoint {Path(resume).name} (policy final)")
         log.write(f"slice done: epochs {start_epoch}..{end_epoch} of {budget.epochs}")
     finally:
         metrics.close()
         log.close()
+        context.close()  # parallel: leaves the process group it joined
     return run_dir
 
 
 class _Loop:
     """The epoch loop of one slice: steps, per-step records, subset validation, epoch records."""
 
-    def __init__(self, recipe, budget, engine, cache, device, log, metrics, counters, progress) -> None:
-        self.recipe, self.budget, self.engine, self.device = recipe, budget, engine, device
+    def __init__(self, recipe, budget, engine, cache, context, log, metrics, counters, progress) -> None:
+        self.recipe, self.budget, self.engine, self.device = recipe, budget, engine, context.device
+        self.context = context  # parallel
         self.log, self.metrics, self.counters, self.progress = log, metrics, counters, progress
         block_len = recipe.model.context_length + 1
         self.train_blocks = BlockReader(cache, "train", block_len)
@@ -136,12 +159,16 @@ class _Loop:
             losses.append(result.loss)
             bar.set_postfix(loss=f"{result.loss:.4f}")
         elapsed = time.perf_counter() - started
+        evaluation_model = self.engine.evaluation_model()  # parallel: collective; the whole model on rank 0 only
+        counters.epoch = epoch + 1
+        if not self.context.is_main:  # parallel: the other ranks only join rank 0's memory gather
+            distributed.gather_memory(self.context)
+            return
         val_loss, val_accuracy, _ = evaluate_sequences(
-            self.engine.evaluation_model(), block_batches(self.eval_blocks, self.recipe.evaluation.batch_size),
+            evaluation_model, block_batches(self.eval_blocks, self.recipe.evaluation.batch_size),
             self.device, self.recipe.runtime.amp,
         )
-        counters.epoch = epoch + 1
-        memory = device_memory(self.device)
+        memory = distributed.gather_memory(self.context)  # parallel: every device of the job
         record = {
             "type": "epoch", "epoch": epoch + 1, "step": counters.step, "tokens": counters.step * budget.tokens_per_step,
             "train_loss": sum(losses) / len(losses), "val_loss": val_loss, "val_accuracy": val_accuracy,
@@ -157,7 +184,7 @@ class _Loop:
         extra = "".join(f" | {k.replace('_', ' ')} {v:.4g}" for k, v in self.engine.epoch_metrics().items())
         self.log.write(
             f"epoch {epoch + 1}/{budget.epochs} | step {counters.step} | {record['tokens_per_s']:,.0f} tok/s | "
-            f"mem {format_memory(memory)} | train loss {record['train_loss']:.4f} | "
+            f"mem {format_memory(memory)}{distributed.most_loaded(memory)} | train loss {record['train_loss']:.4f} | "
             f"val loss {val_loss:.4f} acc {100 * val_accuracy:.2f}% | lr {record['lr']:.3e}{extra}"
         )
 
@@ -211,10 +238,14 @@ def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resume
         save_recipe(recipe, existing)
 
 
-def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, device) -> None:
+def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, context) -> None:
     """run.json: who trained what, where and how, unit by unit (the dashboard's source)."""
     env = environment()
+    device = context.device
     units = unit_table(recipe, str(device), counters.step, counters.skipped_steps)
+    devices = context.unit_devices()  # parallel: the device(s) holding each unit
+    for unit in units:
+        unit["device"] = devices[unit["name"]]
     record = {
         "run_id": run_dir.name, "purpose": recipe.runtime.purpose, "config_path": str(config_path or ""),
         "recipe_identity": provenance.recipe_identity, "cache_identity": provenance.cache_identity,
@@ -225,7 +256,7 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "steps": counters.step, "skipped_steps": counters.skipped_steps, "tokens": counters.step * budget.tokens_per_step,
         "numerics": {"dtype": "bf16" if device.type == "cuda" and recipe.runtime.amp else "fp32",
                      "compile": recipe.runtime.compile, "deterministic": recipe.runtime.deterministic},
-        "placement": [{"device": str(device), "units": [u["name"] for u in units]}],
+        "placement": context.placement_record(),
         "units": units,
     }
     atomic_write_text(run_dir / "run.json", json.dumps(record, indent=2) + "\n")
@@ -235,8 +266,9 @@ def _iso(timestamp: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(timestamp))
 
 
-def _log_header(log, recipe, budget, provenance, config_path, device, resume, start_epoch, end_epoch) -> None:
+def _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch) -> None:
     env = environment()
+    device = context.device
     log.write(f"config {config_path or '-'} | purpose: {recipe.runtime.purpose or '-'}")
     log.write(f"host {env['host']} | python {env['python']} | torch {env['torch']} | cuda {env['cuda'] or '-'} | devices {', '.join(env['devices'])}")
     log.write(f"recipe identity {provenance.recipe_identity} | cache {provenance.cache_identity} | source {provenance.source_hash}")
@@ -248,8 +280,8 @@ def _log_header(log, recipe, budget, provenance, config_path, device, resume, st
     log.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
     for line in dump_recipe(recipe).splitlines():
         log.write(f"  {line}")
-    units = model_units(recipe.model)
-    log.write(f"placement {device}: {len(units)} units ({units[0].name} .. {units[-1].name})")
+    for line in context.placement_lines():  # parallel: one line per stage in multi-process jobs
+        log.write(line)
     action = f"resume from {resume} at epoch {start_epoch}" if resume else "start"
     log.write(f"slice: {action}, train to epoch {end_epoch}")
 
@@ -267,7 +299,10 @@ def _restore_rng(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, log) -> None:
+def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, log, context) -> None:
+    engine_state = engine.state_dict()  # parallel: collective in multi-process jobs, assembled on rank 0
+    if not context.is_main:  # parallel: only rank 0 writes
+        return
     payload = {
         "recipe_identity": provenance.recipe_identity,
         "cache_identity": provenance.cache_identity,
@@ -275,7 +310,7 @@ def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, 
         "epoch": counters.epoch,
         "step": counters.step,
         "tokens": counters.step * engine.budget.tokens_per_step,
-        "engine": engine.state_dict(),
+        "engine": engine_state,
         "progress": vars(counters),
         "rng": _rng_state(),
         "metrics_offset": metrics.sync(),
@@ -285,9 +320,11 @@ def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, 
     log.write(f"checkpoint {relative} written, sha256 {digest}")
 
 
-def _finish(run_dir, recipe, engine, counters, provenance, metrics, log) -> None:
+def _finish(run_dir, recipe, engine, counters, provenance, metrics, log, context) -> None:
     """End of the budget: final.pt and best.json (weights: null under the final policy)."""
-    _write_checkpoint(run_dir, FINAL, engine, counters, provenance, metrics, log)
+    _write_checkpoint(run_dir, FINAL, engine, counters, provenance, metrics, log, context)
+    if not context.is_main:  # parallel
+        return
     best = dict(counters.best)
     best["weights"] = None if recipe.training.checkpoint_policy == "final" else slice_checkpoint(best["epoch"])
     if recipe.training.checkpoint_policy != "final" and best["epoch"] == engine.budget.epochs:

@@ -1,0 +1,301 @@
+"""Campaign files, run ids, slices, resolved recipes, freezing and collecting (no training)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ebd2n.campaign.analysis import load_runs
+from ebd2n.campaign.collect import COLUMNS, collect_campaign
+from ebd2n.campaign.freeze import freeze_base, freeze_trainer
+from ebd2n.campaign.resolve import resolve_run, run_recipe
+from ebd2n.campaign.runs import Run, frozen_base, parse_run_id, previous_end, slice_ends
+from ebd2n.campaign.spec import base_epochs, campaign_from_dict, load_campaign
+from ebd2n.config import load_recipe
+from ebd2n.errors import UserError
+from ebd2n.paths import REPO_ROOT
+from ebd2n.provenance import PACKAGE_DIR, source_hash
+
+CAMPAIGNS = REPO_ROOT / "config" / "campaigns"
+REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "recipe_sweep_20m" / "results.json"
+
+TINY: dict[str, Any] = {
+    "campaign": "tiny",
+    "recipe": "demo",
+    "data": {"source": "synthetic", "cache_dir": "results/caches/synthetic"},
+    "grid": {
+        "modes": ["synchronous", "packed-4"],
+        "learning_rates": {"synchronous": [0.003], "packed-4": [0.004, 0.006]},
+        "beta2": [0.99],
+    },
+    "seeds": [42, 43],
+    "epochs_per_slice": 3,
+    "resources": {"default": {"gpus": 0, "minutes": 5}, "packed-4": {"mem_mb": 1234}},
+}
+
+
+def tiny(**changes: Any) -> dict[str, Any]:
+    """The tiny campaign with top-level keys replaced (None removes a key)."""
+    raw = copy.deepcopy(TINY)
+    for key, value in changes.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    return raw
+
+
+def with_grid(**changes: Any) -> dict[str, Any]:
+    raw = tiny()
+    raw["grid"].update(changes)
+    return raw
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Work in tmp_path: campaigns write to ./results."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        (Run(None, "packed-4", 0.0012, 0.999, 42), "packed-4-lr0.0012-beta20.999-seed42"),
+        (Run(None, "synchronous", 0.003, 0.95, 7), "synchronous-lr0.003-beta20.95-seed7"),
+        (Run("254m", "synchronous", 0.0008, 0.95, 42), "254m-synchronous-lr0.0008-beta20.95-seed42"),
+        (Run("1.41b", "synchronous", 1e-05, 0.95, 42), "1.41b-synchronous-lr1e-05-beta20.95-seed42"),
+    ],
+)
+def test_run_id_format(run: Run, expected: str) -> None:
+    result = run.id
+    assert result == expected
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["packed-4-lr0.0012-beta20.999-seed42", "1.41b-synchronous-lr1e-05-beta20.95-seed0", "packed-16-lr0.1-beta20.0-seed3"],
+)
+def test_parse_run_id_round_trip(run_id: str) -> None:
+    result = parse_run_id(run_id).id
+    assert result == run_id
+
+
+@pytest.mark.parametrize(
+    ("run_id", "message"),
+    [
+        ("synchronous-lr0.00120-beta20.95-seed42", "not in canonical form.*lr0.0012-"),
+        ("synchronous-lr0.001-seed42", "expected \\[<preset>-\\]<mode>"),
+        ("packed-lr0.001-beta20.9-seed42", "expected"),
+    ],
+)
+def test_parse_run_id_refuses(run_id: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_run_id(run_id)
+
+
+@pytest.mark.parametrize(
+    ("epochs", "per_slice", "expected"),
+    [(4, 2, [2, 4]), (40, 40, [40]), (5, 2, [2, 4, 5]), (3, 5, [3])],
+)
+def test_slice_ends(epochs: int, per_slice: int, expected: list[int]) -> None:
+    result = slice_ends(epochs, per_slice)
+    assert result == expected
+
+
+def test_previous_end_chains_slices() -> None:
+    result = [previous_end(end, 5, 2) for end in (2, 4, 5)]
+    assert result == [None, 2, 4]
+
+
+def test_demo_campaign_grid() -> None:
+    campaign = load_campaign(REPO_ROOT / "config" / "config.yaml")
+    result = (len(campaign.runs()), campaign.modes, campaign.seeds, base_epochs(campaign), campaign.epochs_per_slice)
+    assert result == (36, ("synchronous", "packed-4"), (42, 43, 44), {"base": 4}, 2)
+
+
+def test_recipe_sweep_reproduces_reference_grid() -> None:
+    if not REFERENCE.exists():
+        pytest.skip(f"reference results not found at {REFERENCE}")
+    reference = json.loads(REFERENCE.read_text())
+    campaign = load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml")
+    result = ({mode: list(lrs) for mode, lrs in campaign.learning_rates.items()}, list(campaign.beta2), list(campaign.seeds))
+    assert result == (reference["learning_rates"], reference["beta2"], reference["seeds"])
+
+
+def test_recipe_sweep_runs_match_reference_ids() -> None:
+    if not REFERENCE.exists():
+        pytest.skip(f"reference results not found at {REFERENCE}")
+    reference = {run["run"] for run in json.loads(REFERENCE.read_text())["runs"]}
+    result = {run.id for run in load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml").runs()}
+    assert result == reference
+
+
+def test_recipe_sweep_jobs_fit_one_gpu_and_30_minutes() -> None:
+    campaign = load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml")
+    result = {(r.gpus, r.minutes) for r in (campaign.job_resources("base", mode) for mode in campaign.modes)}
+    assert result == {(1, 30)}
+
+
+def test_scaling_campaign_resources_per_preset() -> None:
+    campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
+    result = {preset: campaign.job_resources(preset, "synchronous").gpus for preset in campaign.presets}
+    assert result == {"254m": 4, "483m": 4, "778m": 8, "1.41b": 8}
+
+
+def test_scaling_campaign_slices_fit_a_day() -> None:
+    campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
+    result = max(campaign.job_resources(preset, "synchronous").minutes for preset in campaign.presets)
+    assert result <= 24 * 60
+
+
+def test_resources_most_specific_scope_wins() -> None:
+    campaign = campaign_from_dict(tiny())
+    result = campaign.job_resources("base", "packed-4")
+    assert (result.gpus, result.minutes, result.mem_mb) == (0, 5, 1234)
+
+
+def test_prepare_job_takes_prepare_then_default() -> None:
+    raw = tiny(resources={"default": {"minutes": 5}, "prepare": {"cpus": 4}})
+    result = campaign_from_dict(raw).job_resources("base", None)
+    assert (result.minutes, result.cpus) == (5, 4)
+
+
+BAD_CAMPAIGNS = [
+    pytest.param(tiny(epochs=3), "top level: Additional properties are not allowed \\('epochs' was unexpected\\)", id="unknown-key"),
+    pytest.param(
+        with_grid(learning_rates={"synchronous": [0.003, 0.003], "packed-4": [0.004]}),
+        "grid.learning_rates.synchronous: \\[0.003, 0.003\\] has non-unique elements",
+        id="duplicate-lr",
+    ),
+    pytest.param(tiny(seeds=[]), "seeds: \\[\\] should be non-empty", id="empty-seeds"),
+    pytest.param(
+        with_grid(modes=["synchronous", "packed-1"]), "grid.modes.1: 'packed-1' does not match", id="unknown-mode"
+    ),
+    pytest.param(
+        tiny(recipe=None, grid={**TINY["grid"], "presets": ["20m", "99m"]}),
+        "recipe 99m: no such file and no such preset",
+        id="unknown-preset",
+    ),
+    pytest.param(
+        tiny(resources={"packed-4": {"gpus": 2}}),
+        "resources for packed-4: gpus 2, but packed-K mode trains its K models on one device",
+        id="packed-needs-one-gpu",
+    ),
+    pytest.param(
+        tiny(resources={"synchronous": {"gpus": 4}}),
+        "resources for synchronous: gpus 4, but the recipe places the model on "
+        "parallel.pipeline_stages x parallel.data_parallel = 1 x 1 devices",
+        id="gpus-need-placement",
+    ),
+    pytest.param(
+        with_grid(learning_rates={"synchronous": [0.003]}),
+        "grid.learning_rates: no list for mode packed-4",
+        id="mode-without-lrs",
+    ),
+    pytest.param(tiny(resources={"packed-8": {"gpus": 1}}), "resources.packed-8: not a scope of this campaign", id="unknown-scope"),
+    pytest.param(tiny(overrides={"optimizer.lrr": 0.1}), "optimizer.lrr: unknown key", id="bad-override"),
+    pytest.param(tiny(recipe=None), "set either recipe .* or grid.presets", id="no-base"),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), BAD_CAMPAIGNS)
+def test_campaign_refuses(raw: dict, message: str, in_tmp: Path) -> None:
+    with pytest.raises(UserError, match=message):
+        campaign_from_dict(raw, source="tiny.yaml")
+
+
+def test_run_recipe_applies_grid_point() -> None:
+    base = campaign_from_dict(tiny()).base_recipe("base")
+    run = Run(None, "packed-4", 0.006, 0.99, 43)
+    recipe = run_recipe(base, run, "results/tiny/runs/x")
+    result = (recipe.mode, recipe.optimizer.lr, recipe.optimizer.beta2, recipe.runtime.seed, recipe.runtime.output_dir)
+    assert result == ("packed-4", 0.006, 0.99, 43, "results/tiny/runs/x")
+
+
+def test_run_recipe_synchronous_drops_packed_section() -> None:
+    base = run_recipe(campaign_from_dict(tiny()).base_recipe("base"), Run(None, "packed-4", 0.1, 0.9, 1), "x")
+    result = run_recipe(base, Run(None, "synchronous", 0.1, 0.9, 1), "x").decentralized
+    assert result is None
+
+
+def test_base_recipe_takes_campaign_settings() -> None:
+    raw = tiny(overrides={"training.log_every": 3}, checkpoint_policy="epoch")
+    recipe = campaign_from_dict(raw).base_recipe("base")
+    result = (recipe.training.log_every, recipe.training.checkpoint_policy, recipe.data.cache_dir)
+    assert result == (3, "epoch", "results/caches/synthetic")
+
+
+def test_freeze_copies_the_package(in_tmp: Path) -> None:
+    result = freeze_trainer(campaign_from_dict(tiny()))
+    assert result == source_hash(PACKAGE_DIR) == source_hash(in_tmp / "results/tiny/frozen/src/ebd2n")
+
+
+def test_freeze_happens_once(in_tmp: Path) -> None:
+    campaign = campaign_from_dict(tiny())
+    freeze_trainer(campaign)
+    with pytest.raises(UserError, match="already frozen"):
+        freeze_trainer(campaign)
+
+
+def test_resolve_uses_frozen_base(in_tmp: Path) -> None:
+    campaign = campaign_from_dict(tiny())
+    freeze_base(campaign, "base")
+    path = frozen_base(campaign.directory, "base")
+    path.write_text(path.read_text().replace("log_every: 8", "log_every: 5"))
+    run_dir = campaign.directory / "runs" / "packed-4-lr0.004-beta20.99-seed43"
+    result = load_recipe(resolve_run(run_dir))
+    assert (result.training.log_every, result.mode, result.runtime.output_dir) == (5, "packed-4", run_dir.as_posix())
+
+
+def test_started_campaign_keeps_its_settings(in_tmp: Path) -> None:
+    freeze_trainer(campaign_from_dict(tiny()))
+    with pytest.raises(UserError, match="started with other settings \\(epochs_per_slice: frozen 3, now 1\\)"):
+        campaign_from_dict(tiny(epochs_per_slice=1))
+
+
+def test_started_campaign_may_grow(in_tmp: Path) -> None:
+    freeze_trainer(campaign_from_dict(tiny()))
+    result = len(campaign_from_dict(tiny(seeds=[42, 43, 44])).runs())
+    assert result == 9
+
+
+def test_collect_writes_a_table_analysis_reads(in_tmp: Path) -> None:
+    campaign = campaign_from_dict(tiny())
+    freeze_trainer(campaign)
+    for index, run in enumerate(campaign.runs()[:2]):
+        run_dir = campaign.directory / "runs" / run.id
+        run_dir.mkdir(parents=True)
+        result = {"run": run.id, "mode": run.mode, "lr": run.lr, "beta2": run.beta2, "seed": run.seed, "status": "complete",
+                  "loss": 4.0 + index, "targets": 10, "cache_identity": "c", "job_ids": ["1", "2"]}
+        (run_dir / "results.json").write_text(json.dumps(result))
+    table = load_runs(collect_campaign(campaign))
+    result = (table.columns, table["loss"].to_list())
+    assert result == (list(COLUMNS), [4.0, 5.0])
+
+
+def test_collect_records_the_campaign(in_tmp: Path) -> None:
+    campaign = campaign_from_dict(tiny())
+    freeze_trainer(campaign)
+    collect_campaign(campaign)
+    record = json.loads((campaign.directory / "campaign.json").read_text())
+    result = (record["runs_planned"], record["runs_finished"], record["source_hash"], record["grid"]["modes"])
+    assert result == (6, 0, source_hash(PACKAGE_DIR), ["synchronous", "packed-4"])
+
+
+def test_shipped_campaign_files_pass_the_schema() -> None:
+    paths = [REPO_ROOT / "config" / "config.yaml", *sorted(CAMPAIGNS.glob("*.yaml"))]
+    result = [load_campaign(path).name for path in paths]
+    assert result == ["demo", "recipe-sweep-20m", "scaling-minipile"]
+
+
+def test_campaign_file_yaml_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("campaign: [unclosed\n")
+    with pytest.raises(UserError, match="bad.yaml: not valid YAML"):
+        load_campaign(path)
+

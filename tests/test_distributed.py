@@ -1,0 +1,229 @@
+"""Multi-process training on the CPU (gloo, 2 processes): pipeline and data-parallel runs equal one process."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import ebd2n
+from ebd2n.config import load_recipe
+from ebd2n.data import open_cache
+from ebd2n.errors import UserError
+from ebd2n.evaluate import validate_run
+from ebd2n.model import GPT, model_units
+from ebd2n.parallel import distributed, plan_placement
+from ebd2n.parallel.pipeline import StageModule, bubble_fraction, pipeline_rounds
+from ebd2n.train.budget import budget_of
+from ebd2n.train.checkpoint import load_checkpoint
+from ebd2n.train.engine import build_engine
+from ebd2n.train.runlog import read_metrics
+
+SHORT = ["training.max_tokens=16384", "training.epoch_tokens=4096"]
+LAYOUTS = {
+    "pipeline-1f1b": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=2", "parallel.schedule=1f1b"],
+    "pipeline-gpipe": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=2", "parallel.schedule=gpipe"],
+    "data-parallel": ["parallel.data_parallel=2"],
+}
+STEPS = 3
+TIMING_FIELDS = {"tokens_per_s", "batches_per_s", "wall_s", "memory"}
+
+
+def _recipe(*overrides: str):
+    return load_recipe("demo", [*SHORT, *overrides])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _steps(engine, recipe) -> list[dict]:
+    """STEPS optimizer steps on fixed random sequences, as plain dicts of StepResult."""
+    generator = torch.Generator().manual_seed(0)
+    results = []
+    for _ in range(STEPS):
+        sequences = torch.randint(0, recipe.model.vocab_size, (16, recipe.model.context_length + 1), generator=generator)
+        results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
+    return results
+
+
+def _layout_worker(rank: int, port: int, out_dir: Path) -> None:
+    """One of two processes: every layout of LAYOUTS in turn; rank 0 saves results and the assembled weights."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    for name, overrides in LAYOUTS.items():
+        recipe = _recipe(*overrides)
+        context = distributed.init(recipe)
+        torch.manual_seed(recipe.runtime.seed)
+        engine = build_engine(recipe, budget_of(recipe), context.device, context)
+        results = _steps(engine, recipe)
+        state = engine.state_dict()
+        if context.is_main:
+            torch.save({"results": results, "model": state["model"]}, out_dir / f"{name}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    recipe = _recipe()
+    torch.manual_seed(recipe.runtime.seed)
+    engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
+    results = _steps(engine, recipe)
+    return {"results": results, "model": engine.state_dict()["model"]}
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    out_dir = tmp_path_factory.mktemp("layouts")
+    mp.spawn(_layout_worker, args=(_free_port(), out_dir), nprocs=2)
+    return {name: torch.load(out_dir / f"{name}.pt", weights_only=True) for name in LAYOUTS}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_layout_losses_equal_one_process(layouts: dict, reference: dict, layout: str) -> None:
+    result = [(r["loss"], r["accuracy"], r["grad_norm"], r["skipped"]) for r in layouts[layout]["results"]]
+    expected = [(r["loss"], r["accuracy"], r["grad_norm"], r["skipped"]) for r in reference["results"]]
+    assert result == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_layout_weights_equal_one_process(layouts: dict, reference: dict, layout: str) -> None:
+    result, expected = layouts[layout]["model"], reference["model"]
+    assert result.keys() == expected.keys()
+    torch.testing.assert_close(result, expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_pipeline_tied_copies_stay_equal(layouts: dict) -> None:
+    model = layouts["pipeline-1f1b"]["model"]
+    assert torch.equal(model["head.weight"], model["embed.weight"])
+
+
+# --- whole runs under torchrun: slices, checkpoints, records ---
+
+
+def _torchrun_train(cache: Path, run_dir: Path, *arguments: str) -> None:
+    """`torchrun --nproc-per-node 2 -m ebd2n train` of the demo as a 2-stage pipeline."""
+    overrides = [f"data.cache_dir={cache}", f"runtime.output_dir={run_dir}", *SHORT, *LAYOUTS["pipeline-1f1b"]]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={o}" for o in overrides], *arguments,
+    ]
+    source = str(Path(ebd2n.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert finished.returncode == 0, finished.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def pipeline_runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One whole 2-stage run and the same run in two slices (epochs 0..2, then 2..4)."""
+    root = tmp_path_factory.mktemp("pipeline-runs")
+    _torchrun_train(demo_cache, root / "whole")
+    _torchrun_train(demo_cache, root / "sliced", "--until-epoch", "2")
+    _torchrun_train(demo_cache, root / "sliced", "--resume", str(root / "sliced/checkpoints/epoch-2.pt"))
+    return root / "whole", root / "sliced"
+
+
+@pytest.mark.slow
+def test_pipeline_two_slices_equal_one_job_weights(pipeline_runs: tuple[Path, Path]) -> None:
+    whole, sliced = (load_checkpoint(run / "final.pt")["engine"] for run in pipeline_runs)
+    torch.testing.assert_close(sliced, whole, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_pipeline_two_slices_equal_one_job_metrics(pipeline_runs: tuple[Path, Path]) -> None:
+    whole, sliced = ([{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(run)] for run in pipeline_runs)
+    assert sliced == whole
+
+
+@pytest.mark.slow
+def test_pipeline_final_checkpoint_validates_in_one_process(pipeline_runs: tuple[Path, Path], demo_cache: Path) -> None:
+    result = validate_run(pipeline_runs[0])["targets"]
+    assert result == open_cache(demo_cache).validation_targets
+
+
+@pytest.mark.slow
+def test_pipeline_run_record_places_units_per_device(pipeline_runs: tuple[Path, Path]) -> None:
+    record = json.loads((pipeline_runs[0] / "run.json").read_text())
+    result = [(entry["device"], entry["units"]) for entry in record["placement"]], {u["name"]: u["device"] for u in record["units"]}
+    stages = plan_placement(model_units(_recipe().model), 2).stages
+    expected = [("cpu:0", stages[0]), ("cpu:1", stages[1])], {name: f"cpu:{s}" for s in (0, 1) for name in stages[s]}
+    assert result == expected
+
+
+@pytest.mark.slow
+def test_pipeline_train_log_has_stages_memory_and_bubble(pipeline_runs: tuple[Path, Path]) -> None:
+    text = (pipeline_runs[0] / "train.log").read_text()
+    result = ("stage 0 [cpu:0]: embedding" in text, "stage 1 [cpu:1]:" in text, "most loaded cpu:" in text,
+              "theoretical bubble 0.3333" in text)
+    assert result == (True, True, True, True)
+
+
+# --- single-process pieces ---
+
+
+def test_stage_modules_chained_equal_gpt_forward() -> None:
+    cfg = _recipe().model
+    torch.manual_seed(0)
+    gpt = GPT(cfg)
+    idx = torch.randint(0, cfg.vocab_size, (2, cfg.context_length))
+    stages = [["embedding", "block0.attention"], ["block0.mlp", "block1.attention", "block1.mlp"], ["head"]]
+    x = idx
+    for units in stages:
+        x = StageModule(gpt, units, contextlib.nullcontext)(x)
+    torch.testing.assert_close(x, gpt(idx)[0], rtol=0, atol=0)
+
+
+def test_stage_module_keeps_gpt_parameter_names() -> None:
+    gpt = GPT(_recipe().model)
+    result = set(StageModule(gpt, ["block0.mlp", "block1.attention"], contextlib.nullcontext).state_dict())
+    expected = {name for name in gpt.state_dict() if name.startswith(("blocks.0.mlp", "blocks.1.attn"))}
+    assert result == expected
+
+
+@pytest.mark.parametrize(("sequences", "depth", "micro", "expected"), [(16, 2, 16, 1), (64, 2, 8, 4), (48, 3, 4, 4)])
+def test_pipeline_rounds(sequences: int, depth: int, micro: int, expected: int) -> None:
+    result = pipeline_rounds(sequences, depth, micro)
+    assert result == expected
+
+
+def test_pipeline_depth_not_dividing_refused() -> None:
+    with pytest.raises(UserError, match=r"parallel.pipeline_depth \(3\) must divide the 256 sequences"):
+        pipeline_rounds(256, 3, 16)
+
+
+def test_bubble_fraction_theoretical() -> None:
+    result = bubble_fraction(4, 12)
+    assert result == pytest.approx(3 / 15)
+
+
+def test_multi_stage_recipe_without_torchrun_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(UserError, match=r"2 x 1 processes, but this job has 1; launch it with torchrun --nproc-per-node 2"):
+        distributed.init(_recipe("parallel.pipeline_stages=2"))
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"),
+    [({"cuda:0": {"allocated": 1, "peak": 2e9}}, ""),
+     ({"cuda:0": {"allocated": 1, "peak": 2e9}, "cuda:1": {"allocated": 1, "peak": 3e9}}, " | most loaded cuda:1 (3.00 GB peak)")],
+)
+def test_most_loaded_device_called_out(memory: dict, expected: str) -> None:
+    result = distributed.most_loaded(memory)
+    assert result == expected
