@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # run_dir_factory: the test suite's run writer
 
 from run_dir_factory import fabricate_run  # noqa: E402
-from test_dashboard_browser import ARGS, CHROMIUM  # noqa: E402
+from offline_browser import CHROMIUM, launch  # noqa: E402
 
 from ebd2n.report.dashboard import write_dashboard  # noqa: E402
 
@@ -34,7 +34,7 @@ def page_seconds(path: Path) -> float:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = launch(playwright)
         page = browser.new_page()
         page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
         started = time.perf_counter()

@@ -127,11 +127,12 @@ def test_recipe_sweep_reproduces_reference_grid() -> None:
     assert result == (reference["learning_rates"], reference["beta2"], reference["seeds"])
 
 
-def test_recipe_sweep_runs_match_reference_ids() -> None:
+def test_recipe_sweep_runs_match_reference_runs() -> None:
     if not REFERENCE.exists():
         pytest.skip(f"reference results not found at {REFERENCE}")
-    reference = {run["run"] for run in json.loads(REFERENCE.read_text())["runs"]}
-    result = {run.id for run in load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml").runs()}
+    runs = json.loads(REFERENCE.read_text())["runs"]
+    reference = {(run["mode"], run["lr"], run["beta2"], run["seed"]) for run in runs}
+    result = {(run.mode, run.lr, run.beta2, run.seed) for run in load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml").runs()}
     assert result == reference
 
 

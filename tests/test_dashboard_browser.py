@@ -9,17 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from offline_browser import MARKS, launch, open_offline, toggle_states
 from run_dir_factory import HOSTILE, fabricate_run
 
 from ebd2n.config import load_recipe
 from ebd2n.report.dashboard import write_dashboard
 from ebd2n.train import train
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
 SHORT = ["training.max_tokens=8192", "training.epoch_tokens=4096"]
 PURPOSE = f"dashboard probe {HOSTILE}"
 UNITS = ["embedding", "block0.attention", "block0.mlp", "block1.attention", "block1.mlp", "head"]
@@ -32,10 +28,7 @@ STATES = {
 }
 """Expected unit states of each run's demo model (two blocks), from its recipe."""
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} not installed (apt-get install chromium)"),
-]
+pytestmark = MARKS
 
 
 def _demo_run(cache: Path, directory: Path, *overrides: str) -> Path:
@@ -69,7 +62,7 @@ def runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 def browser() -> Iterator[object]:
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = launch(playwright)
         yield browser
         browser.close()
 
@@ -77,15 +70,9 @@ def browser() -> Iterator[object]:
 @pytest.fixture(scope="module", params=list(STATES))
 def page(request: pytest.FixtureRequest, browser, runs: dict[str, Path]) -> Iterator[object]:
     """One run's dashboard from file:// with every non-file request aborted; records errors and dialogs."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
-    page = context.new_page()
-    page.kind, page.errors, page.dialogs = request.param, [], []
-    page.on("console", lambda message: page.errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
-    page.goto((runs[request.param] / "report.html").as_uri())
-    page.wait_for_function("document.querySelectorAll('[data-figure] .main-svg').length > 0")
+    context, loaded = open_offline(browser, runs[request.param] / "report.html")
+    page = loaded.page
+    page.kind, page.errors, page.dialogs = request.param, loaded.errors, loaded.dialogs
     yield page
     context.close()
 
@@ -98,13 +85,7 @@ def test_browser_dashboard_every_figure_renders(page) -> None:
 
 
 def test_browser_dashboard_table_views_toggle(page) -> None:
-    states = []
-    for button in page.locator("button.table-toggle").all():
-        view = page.locator(f"#{button.get_attribute('aria-controls')}")
-        button.click()
-        shown = view.is_visible()
-        button.click()
-        states.append((shown, view.is_visible()))
+    states = toggle_states(page)
     assert states == [(True, False)] * 4
 
 

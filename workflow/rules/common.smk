@@ -9,15 +9,16 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+
+validate(config, schema="../schemas/campaign.schema.yaml")
+
+# The package of this checkout (not an installed copy): the same code the rules run.
 SRC = Path(workflow.basedir).parent / "src"
 sys.path.insert(0, str(SRC))
 
 from ebd2n.campaign.runs import campaign_dir, frozen_base, frozen_dir, parse_run_id, previous_end
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
-
-
-validate(config, schema="../schemas/campaign.schema.yaml")
 
 
 def _campaign_file():

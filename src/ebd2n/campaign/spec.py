@@ -168,10 +168,8 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
 
 
 def validate_schema(raw: Any, source: str = "campaign") -> None:
-    """JSON Schema check; the message names the key, like Snakemake's validate()."""
-    from jsonschema.exceptions import best_match
-
-    error = best_match(_validator().iter_errors(raw))
+    """JSON Schema check: the first error, as Snakemake's validate() reports it, naming the key."""
+    error = next(_validator().iter_errors(raw), None)
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path) or "top level"
         raise UserError(f"campaign file {source}: {where}: {error.message}")

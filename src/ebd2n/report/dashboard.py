@@ -16,11 +16,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, count_parameters, load_recipe
 from ebd2n.errors import UserError
+from ebd2n.report import html
 from ebd2n.report.plotly_embed import figure_json, plotly_script
 from ebd2n.train.runlog import METRICS, read_metrics
 
@@ -30,7 +30,6 @@ MAX_POINTS = 2000
 """Most points a per-batch curve draws; more would slow the page without showing more."""
 TREND_STRETCHES = 200
 """A per-batch curve of more batches than twice this also draws its mean over this many stretches."""
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 DASH = "—"
 STATE_CLASSES = {
     "frozen by the prefix": "frozen-prefix",
@@ -70,10 +69,7 @@ def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str
         "state_classes": STATE_CLASSES,
         "plotly_js": plotly_script(),
     }
-    environment = Environment(
-        loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True
-    )
-    return environment.get_template("dashboard.html.j2").render(context)
+    return html.environment().get_template("dashboard.html.j2").render(context)
 
 
 def downsample(points: list[tuple[int, float]], limit: int = MAX_POINTS) -> list[tuple[int, float]]:

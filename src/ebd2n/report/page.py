@@ -7,17 +7,15 @@ came from a user (run names, campaign names, purposes, paths) is shown as text, 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import polars as pl
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from ebd2n.report.collect import Campaign
 from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_script
+from ebd2n.report import html
 from ebd2n.report.tables import point_runs, settings_rows, split_rows
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 DASH = "—"
 
 
@@ -29,9 +27,7 @@ def render_page(
     scaling: list[dict[str, Any]] | None = None,
 ) -> str:
     """index.html for a grid campaign (`grid` from the selection) or a scaling one (`scaling` rows)."""
-    environment = Environment(
-        loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True
-    )
+    environment = html.environment()
     environment.filters["words"] = _words
     context: dict[str, Any] = {
         "summary": summary,

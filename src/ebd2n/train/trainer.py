@@ -26,7 +26,7 @@ from ebd2n.parallel import distributed
 from ebd2n.provenance import environment, job_id, source_hash
 from ebd2n.report.dashboard import write_dashboard
 from ebd2n.train.accounting import unit_table
-from ebd2n.train.budget import Budget, budget_of
+from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import LEDGER, Provenance, forget_checkpoint, load_checkpoint, save_checkpoint
 from ebd2n.train.engine import build_engine
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
