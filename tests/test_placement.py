@@ -66,7 +66,8 @@ def test_placement_ties_go_to_earliest_split() -> None:
 
 def test_placement_memory_limit_moves_a_split() -> None:
     # Compute alone would cut after u2 (max 3); u0..u2 hold 300 parameters, more than 200 fit.
-    result = plan_placement(_units([1, 1, 1, 1, 1, 1], [100, 100, 100, 1, 1, 1]), 2, memory_per_device=200, bytes_per_parameter=1).stages
+    units = _units([1, 1, 1, 1, 1, 1], [100, 100, 100, 1, 1, 1])
+    result = plan_placement(units, 2, memory_per_device=200, bytes_per_parameter=1).stages
     assert result == [["u0", "u1"], ["u2", "u3", "u4", "u5"]]
 
 

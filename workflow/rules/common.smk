@@ -16,7 +16,7 @@ validate(config, schema="../schemas/campaign.schema.yaml")
 SRC = Path(workflow.basedir).parent / "src"
 sys.path.insert(0, str(SRC))
 
-from ebd2n.campaign.runs import campaign_dir, frozen_base, frozen_dir, parse_run_id, previous_end
+from ebd2n.campaign.runs import campaign_dir, frozen_base, parse_run_id, previous_end
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 
@@ -39,11 +39,13 @@ try:
 except UserError as error:
     raise WorkflowError(str(error)) from None
 CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
-# `python -m ebd2n` of this checkout (prepare, freeze, collect) or of the campaign's frozen copy
-# (resolve, train, validate): the trainer is passed by path, never as an input.
+# `python -m ebd2n` of this checkout (prepare, freeze, collect) or, TRAINER, of the campaign's
+# frozen copy (resolve, train, validate): the trainer is passed by path, never as an input.
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"PYTHONPATH={shlex.quote(str(SRC))} {PYTHON} -m ebd2n"
+TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} -m ebd2n"
 RUN = "results/{campaign}/runs/{run}"
+RUN_DIR = "results/{wildcards.campaign}/runs/{wildcards.run}"
 
 
 wildcard_constraints:
@@ -65,22 +67,12 @@ def get_frozen_base(wildcards):
     return frozen_base(campaign_dir(wildcards.campaign), _run(wildcards).base)
 
 
-def get_run_dir(wildcards):
-    return RUN.format(campaign=wildcards.campaign, run=wildcards.run)
-
-
-def get_trainer(wildcards):
-    """`python -m ebd2n` running the campaign's frozen trainer."""
-    src = frozen_dir(campaign_dir(wildcards.campaign)) / "src"
-    return f"PYTHONPATH={shlex.quote(str(src))} {PYTHON} -m ebd2n"
-
-
 def get_resume_checkpoint(wildcards):
     """The checkpoint the slice ending at {epoch} (the final slice: the whole budget) resumes from."""
     epochs = EPOCHS[_run(wildcards).base]
     end = int(wildcards.epoch) if "epoch" in wildcards.keys() else epochs
     previous = previous_end(end, epochs, CAMPAIGN.epochs_per_slice)
-    return [] if previous is None else [f"{get_run_dir(wildcards)}/checkpoints/epoch-{previous}.pt"]
+    return [] if previous is None else [f"{campaign_dir(wildcards.campaign)}/runs/{wildcards.run}/checkpoints/epoch-{previous}.pt"]
 
 
 def get_resume_arg(wildcards):

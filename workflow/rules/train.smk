@@ -30,11 +30,8 @@ rule resolve_recipe:
         f"{RUN}/recipe.yaml",
     log:
         "results/{campaign}/logs/runs/{run}/recipe.log",
-    params:
-        trainer=get_trainer,
-        run=get_run_dir,
     shell:
-        "{params.trainer} resolve {params.run} > {log} 2>&1"
+        TRAINER + " resolve " + RUN_DIR + " > {log} 2>&1"
 
 
 rule train_slice:
@@ -50,14 +47,12 @@ rule train_slice:
     benchmark:
         "results/{campaign}/benchmarks/runs/{run}/checkpoints/epoch-{epoch}.tsv"
     params:
-        trainer=get_trainer,
         resume=get_resume_arg,
     threads: get_threads
     resources:
         **JOB_RESOURCES,
     shell:
-        "{params.trainer} train --config {input.recipe} {params.resume} --until-epoch {wildcards.epoch} --quiet"
-        " > {log} 2>&1"
+        TRAINER + " train --config {input.recipe} {params.resume} --until-epoch {wildcards.epoch} --quiet > {log} 2>&1"
 
 
 rule train_final:
@@ -75,10 +70,9 @@ rule train_final:
     benchmark:
         "results/{campaign}/benchmarks/runs/{run}/final.tsv"
     params:
-        trainer=get_trainer,
         resume=get_resume_arg,
     threads: get_threads
     resources:
         **JOB_RESOURCES,
     shell:
-        "{params.trainer} train --config {input.recipe} {params.resume} --quiet > {log} 2>&1"
+        TRAINER + " train --config {input.recipe} {params.resume} --quiet > {log} 2>&1"

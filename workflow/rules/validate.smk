@@ -10,14 +10,11 @@ rule validate_run:
         "results/{campaign}/logs/runs/{run}/results.log",
     benchmark:
         "results/{campaign}/benchmarks/runs/{run}/results.tsv"
-    params:
-        trainer=get_trainer,
-        run=get_run_dir,
     threads: get_threads
     resources:
         **JOB_RESOURCES,
     shell:
-        "{params.trainer} validate {params.run} > {log} 2>&1"
+        TRAINER + " validate " + RUN_DIR + " > {log} 2>&1"
 
 
 rule collect_runs:

@@ -38,7 +38,7 @@ class DistributedEngine(_Engine):
                 f"parallel.data_parallel ({replicas}) must divide the {budget.sequences_per_step} sequences of a step "
                 "(training.batch_tokens / model.context_length)"
             )
-        self.share = budget.sequences_per_step // replicas
+        self.replica_sequences = budget.sequences_per_step // replicas
         gpt = fine_tuning_model(recipe, initial_model(recipe))  # every rank draws the same whole model
         local = gpt if stages == 1 else StageModule(gpt, context.placement.stages[context.stage], self.autocast)
         self.model = local.to(self.device)
@@ -55,12 +55,13 @@ class DistributedEngine(_Engine):
         self.tied = self._tied_weight()
         if stages > 1:
             depth = recipe.parallel.pipeline_depth
-            rounds = pipeline_rounds(self.share, depth, recipe.training.micro_batch_size)
-            self.round_size = self.share // rounds
+            rounds = pipeline_rounds(self.replica_sequences, depth, recipe.training.micro_batch_size)
+            self.round_size = self.replica_sequences // rounds
             self.loss = TokenLoss(self.device)
+            stage_module = self.ddp if self.ddp is not None else self.model
             self.schedule = pipeline_schedule(
-                self.ddp or self.model, context, (self.round_size // depth, recipe.model.context_length),
-                recipe.model.width, recipe.model.vocab_size, self.use_amp, self.loss, recipe.parallel.schedule, depth,
+                stage_module, context, (self.round_size // depth, recipe.model.context_length), recipe.model.width,
+                recipe.model.vocab_size, self.use_amp, self.loss, recipe.parallel.schedule, depth,
             )
 
     def _tied_weight(self) -> nn.Parameter | None:
@@ -76,7 +77,7 @@ class DistributedEngine(_Engine):
     def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
         """This replica's contiguous share of the (S, T+1) sequences; every rank gets the same result."""
         self._set_lr(lr)
-        share = sequences.split(self.share)[self.context.replica]
+        share = sequences.split(self.replica_sequences)[self.context.replica]
         loss_sum, correct = self._pipeline(share) if self.context.stages > 1 else self._data_parallel(share)
         if self.tied is not None and self.tied.grad is not None:
             dist.all_reduce(self.tied.grad, group=self.context.groups.tied)  # both copies get the summed gradient
@@ -120,7 +121,7 @@ class DistributedEngine(_Engine):
         """S > 1: rounds of pipeline_depth micro-batches through the schedule (loss on the last stage)."""
         self.loss.reset(share.shape[0] * (share.shape[1] - 1))
         for chunk in share.split(self.round_size):
-            inputs, targets = chunk[:, :-1], chunk[:, 1:]
+            inputs, targets = chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()  # static metadata: dense strides
             if self.context.stage == 0:
                 self.schedule.step(inputs)
             elif self.context.stage == self.context.stages - 1:

@@ -9,6 +9,7 @@ optimal partitions the one with the earliest split points wins.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -93,7 +94,7 @@ def plan_placement(
         start = next(j for j in range(start + 1, n - k + 2) if stage_cost(start, j) <= bound and best[k - 1][j] <= bound)
         bounds.append(start)
     edges = [0, *bounds, n]
-    spans = list(zip(edges[:-1], edges[1:]))
+    spans = list(itertools.pairwise(edges))
     return Placement(
         stages=[[u.name for u in units[i:j]] for i, j in spans],
         cost=[cost_prefix[j] - cost_prefix[i] for i, j in spans],

@@ -72,7 +72,7 @@ def load_checkpoint(path: Path, expected: Provenance | None = None, map_location
     if actual != recorded:
         raise UserError(f"checkpoint {path}: SHA-256 {actual[:16]}… does not match the recorded {recorded[:16]}… (truncated or altered)")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=True)  # ranks share pages
     except Exception as error:  # noqa: BLE001 - any unpickling failure means a bad file
         raise UserError(f"checkpoint {path}: unreadable ({type(error).__name__})") from None
     if expected is not None:

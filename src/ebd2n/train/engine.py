@@ -52,7 +52,8 @@ def build_engine(recipe: Recipe, budget: Budget, device: torch.device, context: 
     with more than one process the DistributedEngine runs this rank's share.
     """
     if context is not None and context.world_size > 1:  # parallel: a multi-process job
-        from ebd2n.parallel.engine import DistributedEngine  # imported here: it builds on this module
+        # Imported here: ebd2n.parallel.engine builds on this module.
+        from ebd2n.parallel.engine import DistributedEngine
 
         return DistributedEngine(recipe, budget, context)
     if recipe.decentralized is None:

@@ -1,0 +1,373 @@
+"""The Snakemake workflow, run for real on a tiny campaign in a copy of the repository.
+
+Every test works in tmp_path on a copy of workflow/, config/, profiles/, slurm/, src/ and
+resources/, so editing "the package" or "a preset" never touches this checkout. One finished
+campaign (one run, two slices) is built per module and copied into each test that needs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from ebd2n.campaign.spec import load_campaign
+from ebd2n.errors import UserError
+from ebd2n.provenance import source_hash
+
+REPO = Path(__file__).resolve().parents[1]
+COPIED = ("workflow", "config", "profiles", "slurm", "src", "resources")
+RUN = "synchronous-lr0.003-beta20.99-seed42"
+TINY = {
+    "campaign": "tiny",
+    "recipe": "demo",
+    "data": {
+        "source": "synthetic",
+        "cache_dir": "results/caches/tiny",
+        "synthetic_train_bytes": 300000,
+        "synthetic_validation_bytes": 30000,
+    },
+    "overrides": {
+        "training.max_tokens": 65536,  # 2 epochs x 32 steps x 1,024 tokens
+        "training.epoch_tokens": 32768,
+        "evaluation.subset_blocks": 16,
+    },
+    "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.003]}, "beta2": [0.99]},
+    "seeds": [42],
+    "epochs_per_slice": 1,
+    "resources": {"default": {"gpus": 0, "minutes": 7, "mem_mb": 1234, "cpus": 1}},
+}
+TIMEOUT = 600
+
+
+def copy_repo(destination: Path) -> Path:
+    for name in COPIED:
+        shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+    return destination
+
+
+def write_campaign(repo: Path, raw: dict, name: str = "tiny.yaml") -> str:
+    path = repo / "config" / "campaigns" / name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return f"config/campaigns/{name}"
+
+
+def environment(extra_path: Path | None = None) -> dict[str, str]:
+    """This interpreter's bin first on PATH (stand-in SLURM tools before it); no PYTHONPATH."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH" and not key.startswith("SLURM_")}
+    path = [str(Path(sys.executable).parent), env.get("PATH", "")]
+    if extra_path:
+        path.insert(0, str(extra_path))
+    env["PATH"] = os.pathsep.join(path)
+    return env
+
+
+def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakemake", *args]
+    result = subprocess.run(command, cwd=repo, env=env or environment(), capture_output=True, text=True, timeout=TIMEOUT)
+    if check and result.returncode:
+        raise AssertionError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a Snakemake run, without the total."""
+    block = output.split("Job stats:", 1)[1]
+    rows = re.findall(r"^(\w+)\s+(\d+)$", block.split("\n\n", 1)[0], flags=re.MULTILINE)
+    return {name: int(count) for name, count in rows if name != "total"}
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    return {
+        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def engine_state(path: Path) -> dict:
+    return torch.load(path, weights_only=True, map_location="cpu")["engine"]
+
+
+def assert_states_equal(left, right) -> None:
+    if isinstance(left, torch.Tensor):
+        assert torch.equal(left, right)
+    elif isinstance(left, dict):
+        assert left.keys() == right.keys()
+        for key in left:
+            assert_states_equal(left[key], right[key])
+    elif isinstance(left, (list, tuple)):
+        assert len(left) == len(right)
+        for a, b in zip(left, right):
+            assert_states_equal(a, b)
+    else:
+        assert left == right
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository copy holding the tiny campaign, finished (one run, two slices)."""
+    repo = copy_repo(tmp_path_factory.mktemp("finished"))
+    snakemake(repo, "--configfile", write_campaign(repo, TINY))
+    return repo
+
+
+@pytest.fixture
+def repo(finished: Path, tmp_path: Path) -> Path:
+    """A private copy of the finished campaign (timestamps and Snakemake's records kept)."""
+    destination = tmp_path / "repo"
+    shutil.copytree(finished, destination, symlinks=True)
+    return destination
+
+
+@pytest.mark.slow
+def test_workflow_finished_campaign_has_every_artifact(repo: Path) -> None:
+    run = repo / "results/tiny/runs" / RUN
+    result = {path.name for path in run.iterdir()}
+    assert {"best.json", "final.pt", "metrics.jsonl", "recipe.yaml", "results.json", "train.log"} <= result
+    assert list(run.glob("checkpoints/*.pt")) == []  # slice checkpoints were temp()
+    assert (repo / "results/tiny/runs.csv").read_text().splitlines()[1].startswith(f"{RUN},,synchronous,0.003,0.99,42,complete,")
+    assert (run / "train.log").read_text().count("########## job ") == 2
+
+
+@pytest.mark.slow
+def test_workflow_rerun_of_finished_campaign_does_nothing(repo: Path) -> None:
+    result = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_workflow_extension_trains_only_new_runs(repo: Path) -> None:
+    before = tree_hashes(repo / "results/tiny/runs") | tree_hashes(repo / "results/tiny/frozen")
+    raw = json.loads(json.dumps(TINY))
+    raw["grid"]["learning_rates"]["synchronous"].append(0.004)
+    result = snakemake(repo, "--configfile", write_campaign(repo, raw))
+    after = tree_hashes(repo / "results/tiny/runs") | tree_hashes(repo / "results/tiny/frozen")
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts == {"resolve_recipe": 1, "train_slice": 1, "train_final": 1, "validate_run": 1, "collect_runs": 1, "all": 1}
+    assert {key: after[key] for key in before} == before
+    assert len((repo / "results/tiny/runs.csv").read_text().splitlines()) == 3
+
+
+@pytest.mark.slow
+def test_workflow_code_and_preset_edits_retrain_nothing(repo: Path) -> None:
+    frozen_hash = (repo / "results/tiny/frozen/SOURCE_HASH").read_text().strip()
+    before = tree_hashes(repo / "results/tiny/runs")
+    trainer = repo / "src/ebd2n/train/trainer.py"
+    trainer.write_text(trainer.read_text() + "\n# edited after the campaign started\n")
+    preset = repo / "config/recipes/demo.yaml"
+    preset.write_text(preset.read_text().replace("log_every: 8", "log_every: 4"))
+    dry = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
+    raw = json.loads(json.dumps(TINY))
+    raw["seeds"].append(43)
+    snakemake(repo, "--configfile", write_campaign(repo, raw))
+    new_run = repo / "results/tiny/runs" / RUN.replace("seed42", "seed43")
+    recorded = json.loads((new_run / "results.json").read_text())["source_hash"]
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+    assert recorded == frozen_hash != source_hash(repo / "src/ebd2n")
+    assert yaml.safe_load((new_run / "recipe.yaml").read_text())["training"]["log_every"] == 8
+    assert {key: value for key, value in tree_hashes(repo / "results/tiny/runs").items() if key in before} == before
+
+
+@pytest.mark.slow
+def test_workflow_killed_slice_resumes_bitwise(repo: Path, finished: Path) -> None:
+    run = repo / "results/tiny/runs" / RUN
+    shutil.rmtree(run)
+    checkpoint = run / "checkpoints/epoch-1.pt"
+    snakemake(repo, "--configfile", "config/campaigns/tiny.yaml", "--until", checkpoint.relative_to(repo).as_posix())
+    slice_one = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    command = [sys.executable, "-m", "snakemake", "--configfile", "config/campaigns/tiny.yaml"]
+    with subprocess.Popen(command, cwd=repo, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        pid = wait_for_slice_two(run)
+        os.kill(pid, signal.SIGSTOP)  # hold it midway, then kill it as a node failure would
+        assert not (run / "final.pt").exists()
+        os.kill(pid, signal.SIGKILL)
+        output, _ = process.communicate(timeout=TIMEOUT)
+    assert process.returncode != 0, output
+    assert hashlib.sha256(checkpoint.read_bytes()).hexdigest() == slice_one
+    result = snakemake(repo, "--configfile", "config/campaigns/tiny.yaml")
+    log = (run / "train.log").read_text()
+    assert job_counts(result.stdout + result.stderr)["train_final"] == 1
+    assert "train_slice" not in job_counts(result.stdout + result.stderr)
+    assert log.count("########## job ") == 3
+    assert log.rsplit("########## job ", 1)[1].count(f"slice: resume from {checkpoint.relative_to(repo).as_posix()} at epoch 1") == 1
+    assert_states_equal(engine_state(run / "final.pt"), engine_state(finished / "results/tiny/runs" / RUN / "final.pt"))
+
+
+def wait_for_slice_two(run: Path, timeout: float = TIMEOUT) -> int:
+    """The pid of the trainer running the run's second slice, once it has opened its job block."""
+    deadline = time.monotonic() + timeout
+    log = run / "train.log"
+    while time.monotonic() < deadline:
+        if log.exists() and log.read_text().count("########## job ") == 2:
+            for pid in trainer_pids(run.name):
+                return pid
+        time.sleep(0.01)
+    raise AssertionError(f"slice 2 of {run.name} never started")
+
+
+def trainer_pids(run_id: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        args = [part.decode(errors="replace") for part in argv]
+        if "ebd2n" in args and "train" in args and "--resume" in args and any(run_id in arg for arg in args):
+            pids.append(int(entry.name))
+    return pids
+
+
+SLURM_TOOLS = {
+    "sbatch": '''
+        args = sys.argv[1:]
+        job_id = 1000 + len(list(STATE.glob("*.job")))
+        name = args[args.index("--job-name") + 1]
+        (STATE / f"{job_id}.job").write_text(f"{name}|RUNNING")
+        with open(STATE / "sbatch.jsonl", "a") as record:
+            record.write(json.dumps(args) + "\\n")
+        wrap = next(arg[len("--wrap="):] for arg in args if arg.startswith("--wrap="))
+        log = args[args.index("--output") + 1].replace("%j", str(job_id))
+        env = {**os.environ, "SLURM_JOB_ID": str(job_id)}
+        with open(log, "w") as out:
+            code = subprocess.call(["sh", "-c", wrap], cwd=args[args.index("-D") + 1], env=env, stdout=out, stderr=out)
+        (STATE / f"{job_id}.job").write_text(f"{name}|{'COMPLETED' if code == 0 else 'FAILED'}")
+        print(job_id)
+    ''',
+    "sacct": '''
+        args = sys.argv[1:]
+        if "--name" in args:
+            name = args[args.index("--name") + 1]
+            for job in sorted(STATE.glob("*.job")):
+                job_name, state = job.read_text().split("|")
+                if job_name == name:
+                    print(f"{job.stem}|{state}")
+    ''',
+    "srun": '''
+        args = sys.argv[1:]
+        command = next(i for i, arg in enumerate(args) if not arg.startswith("-"))
+        os.execvp(args[command], args[command:])
+    ''',
+    "sinfo": 'print("PARTITION")\nprint("testpart*")',
+    "sacctmgr": 'print("testacct")',
+    "squeue": "pass",
+    "scancel": "pass",
+    "scontrol": 'print("MaxArraySize = 1001")\nprint("MinJobAge = 300 sec")',
+}
+
+
+def install_slurm_tools(bin_dir: Path, state: Path) -> None:
+    """Stand-ins for the SLURM commands the executor plugin calls; sbatch runs the job at once."""
+    bin_dir.mkdir()
+    state.mkdir()
+    for name, body in SLURM_TOOLS.items():
+        header = f"#!{sys.executable}\nimport json, os, subprocess, sys\nfrom pathlib import Path\nSTATE = Path({str(state)!r})\n"
+        path = bin_dir / name
+        path.write_text(header + textwrap.dedent(body).strip() + "\n")
+        path.chmod(0o755)
+
+
+@pytest.mark.slow
+def test_workflow_slurm_profile_submits_chain_with_campaign_resources(tmp_path: Path) -> None:
+    repo = copy_repo(tmp_path / "repo")
+    raw = json.loads(json.dumps(TINY))
+    raw["resources"] = {
+        "default": {"gpus": 1, "minutes": 7, "mem_mb": 1234, "cpus": 1, "partition": "testpart", "account": "testacct"},
+        "prepare": {"gpus": 0, "minutes": 11, "mem_mb": 999},
+    }
+    campaign = write_campaign(repo, raw)
+    install_slurm_tools(tmp_path / "bin", tmp_path / "slurm")
+    env = environment(tmp_path / "bin")
+    snakemake(repo, "--profile", "slurm", "--configfile", campaign, "--slurm-init-seconds-before-status-checks", "1", env=env)
+    submissions = [json.loads(line) for line in (tmp_path / "slurm/sbatch.jsonl").read_text().splitlines()]
+    rules = [args[args.index("--comment") + 1].split("_wildcards_")[0] for args in submissions]
+    train = [args for args in submissions if "rule_train" in args[args.index("--comment") + 1]]
+    log = (repo / "results/tiny/runs" / RUN / "train.log").read_text()
+    assert rules == ["rule_prepare_cache", "rule_train_slice", "rule_train_final", "rule_validate_run"]
+    assert all({"--gpus=1", "-t", "7", "--mem", "1234", "-p", "testpart", "-A", "testacct"} <= set(args) for args in train)
+    assert {"-t", "11", "--mem", "999", "-p", "testpart"} <= set(submissions[0]) and "--gpus=1" not in submissions[0]
+    assert re.findall(r"########## job (\S+) ##########", log) == ["1001", "1002"]
+    assert all("--requeue" in args for args in submissions)
+
+
+def count_planned(repo: Path, campaign: str) -> dict[str, int]:
+    result = snakemake(repo, "--profile", "slurm", "-n", "--configfile", campaign)
+    return job_counts(result.stdout + result.stderr)
+
+
+@pytest.mark.slow
+def test_workflow_recipe_sweep_plans_324_runs_and_18_more(tmp_path: Path) -> None:
+    repo = copy_repo(tmp_path / "repo")
+    planned = count_planned(repo, "config/campaigns/recipe-sweep-20m.yaml")
+    raw = yaml.safe_load((repo / "config/campaigns/recipe-sweep-20m.yaml").read_text())
+    raw["grid"]["learning_rates"]["packed-8"] += [0.0056, 0.006]
+    extended = count_planned(repo, write_campaign(repo, raw, "sweep-extended.yaml"))
+    result = [(counts["train_final"], counts["validate_run"], counts.get("train_slice", 0)) for counts in (planned, extended)]
+    assert result == [(324, 324, 0), (342, 342, 0)]
+
+
+def bad(change) -> dict:
+    raw = json.loads(json.dumps(TINY))
+    change(raw)
+    return raw
+
+
+BAD = [
+    pytest.param(bad(lambda r: r.update(epochs=3)), "Additional properties are not allowed ('epochs' was unexpected)", id="unknown-key"),
+    pytest.param(
+        bad(lambda r: r["grid"]["learning_rates"].update(synchronous=[0.003, 0.003])),
+        "[0.003, 0.003] has non-unique elements",
+        id="duplicate-lr",
+    ),
+    pytest.param(bad(lambda r: r.update(seeds=[])), "[] should be non-empty", id="empty-seeds"),
+    pytest.param(bad(lambda r: r["grid"].update(modes=["packed-1"])), "'packed-1' does not match", id="unknown-mode"),
+    pytest.param(
+        bad(lambda r: (r.pop("recipe"), r["grid"].update(presets=["99m"]))),
+        "recipe 99m: no such file and no such preset",
+        id="unknown-preset",
+    ),
+    pytest.param(
+        bad(lambda r: (r["grid"].update(modes=["packed-4"], learning_rates={"packed-4": [0.003]}),
+                       r["resources"]["default"].update(gpus=2))),
+        "resources for packed-4: gpus 2, but packed-K mode trains its K models on one device",
+        id="packed-on-two-gpus",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bare_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_repo(tmp_path_factory.mktemp("bare"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("raw", "message"), BAD)
+def test_workflow_bad_campaign_stops_before_any_job(raw: dict, message: str, bare_repo: Path) -> None:
+    campaign = write_campaign(bare_repo, raw, "bad.yaml")
+    result = snakemake(bare_repo, "--configfile", campaign, check=False)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert not (bare_repo / "results").exists()
+
+
+@pytest.mark.parametrize(("raw", "message"), BAD)
+def test_package_bad_campaign_same_error(raw: dict, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_campaign(path)
+    assert not (tmp_path / "results").exists()
