@@ -1,24 +1,15 @@
 # All workflow Python: validate the campaign, then the input functions get_<thing>(wildcards).
 # Per-run functions read only their wildcards (and the campaign's fixed settings), never the grid.
+import functools
 import os
 import re
 import shlex
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
-
-
-validate(config, schema="../schemas/campaign.schema.yaml")
-
-# The package of this checkout (not an installed copy): the same code the rules run.
-SRC = Path(workflow.basedir).parent / "src"
-sys.path.insert(0, str(SRC))
-
-from ebd2n.campaign.runs import campaign_dir, frozen_base, parse_run_id, previous_end
-from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
-from ebd2n.errors import UserError
 
 
 def _campaign_file():
@@ -33,6 +24,21 @@ def _campaign_file():
 
 
 CAMPAIGN_FILE = _campaign_file()
+if workflow.overwrite_configfiles:
+    # The campaign file replaces config/config.yaml instead of being merged into it (here, and in
+    # the jobs a cluster runs, which get the same --configfile).
+    config.clear()
+    config.update(yaml.safe_load(Path(CAMPAIGN_FILE).read_text()))
+validate(config, schema="../schemas/campaign.schema.yaml")
+
+# The package of this checkout (not an installed copy): the same code the rules run.
+SRC = Path(workflow.basedir).parent / "src"
+sys.path.insert(0, str(SRC))
+
+from ebd2n.campaign.runs import campaign_dir, frozen_base, parse_run_id, previous_end
+from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
+from ebd2n.errors import UserError
+
 try:
     CAMPAIGN = campaign_from_dict(config, source=CAMPAIGN_FILE)
     EPOCHS = base_epochs(CAMPAIGN)
@@ -79,38 +85,33 @@ def get_resume_arg(wildcards):
     return " ".join(f"--resume {path}" for path in get_resume_checkpoint(wildcards))
 
 
-def get_threads(wildcards):
-    return _resources(wildcards).cpus
+def get_run_resource(wildcards, field):
+    """One field of the run's resources (see config/README.md: the most specific scope wins)."""
+    run = _run(wildcards)
+    return getattr(CAMPAIGN.job_resources(run.base, run.mode), field) or ""
 
 
-def get_gpus(wildcards):
-    return _resources(wildcards).gpus
+def _per_run(field, scopes):
+    """A constant when every job asks the same (Snakemake then evaluates nothing per job, which
+    keeps planning 324 runs quick), else a function of the run id."""
+    values = {getattr(scope, field) for scope in scopes}
+    return values.pop() if len(values) == 1 else functools.partial(get_run_resource, field=field)
 
 
-def get_minutes(wildcards):
-    return _resources(wildcards).minutes
+def _slurm_resources(scopes):
+    """Job resources in the SLURM plugin's names; partition and account only where the campaign sets them."""
+    names = {"gpu": "gpus", "runtime": "minutes", "mem_mb": "mem_mb", "slurm_partition": "partition", "slurm_account": "account"}
+    return {name: _per_run(field, scopes) for name, field in names.items() if any(getattr(s, field) for s in scopes)}
 
 
-def get_mem_mb(wildcards):
-    return _resources(wildcards).mem_mb
-
-
-def get_partition(wildcards):
-    return _resources(wildcards).partition or ""
-
-
-def get_account(wildcards):
-    return _resources(wildcards).account or ""
-
-
-# Job resources from the campaign file, in one place for every rule that runs a job on the cluster.
-JOB_RESOURCES = dict(
-    gpu=get_gpus,
-    runtime=get_minutes,
-    mem_mb=get_mem_mb,
-    slurm_partition=get_partition,
-    slurm_account=get_account,
-)
+# Resources come from the campaign file, and are set here only: training and validation jobs take
+# their run's scope, the data-cache job the prepare scope.
+RUN_SCOPES = [CAMPAIGN.job_resources(base, mode) for base in CAMPAIGN.bases for mode in CAMPAIGN.modes]
+RUN_RESOURCES = _slurm_resources(RUN_SCOPES)
+RUN_THREADS = _per_run("cpus", RUN_SCOPES)
+PREPARE_SCOPE = [CAMPAIGN.job_resources(CAMPAIGN.bases[0], None)]
+PREPARE_RESOURCES = _slurm_resources(PREPARE_SCOPE)
+PREPARE_THREADS = _per_run("cpus", PREPARE_SCOPE)
 
 
 def _run(wildcards):
@@ -122,10 +123,3 @@ def _run(wildcards):
         raise WorkflowError(f"run {wildcards.run}: preset {run.preset} is not in grid.presets of {CAMPAIGN_FILE}")
     return run
 
-
-def _resources(wildcards):
-    """The run's resources; jobs without a run (the data cache) take the prepare scope."""
-    if "run" not in wildcards.keys():
-        return CAMPAIGN.job_resources(CAMPAIGN.bases[0], None)
-    run = _run(wildcards)
-    return CAMPAIGN.job_resources(run.base, run.mode)

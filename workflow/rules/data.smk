@@ -11,8 +11,8 @@ rule prepare_cache:
         f"results/logs/caches/{CACHE.name}.log",
     benchmark:
         f"results/benchmarks/caches/{CACHE.name}.tsv"
-    threads: get_threads
+    threads: PREPARE_THREADS
     resources:
-        **JOB_RESOURCES,
+        **PREPARE_RESOURCES,
     shell:
         "{EBD2N} campaign prepare {CAMPAIGN_FILE:q} > {log} 2>&1"

@@ -48,9 +48,9 @@ rule train_slice:
         "results/{campaign}/benchmarks/runs/{run}/checkpoints/epoch-{epoch}.tsv"
     params:
         resume=get_resume_arg,
-    threads: get_threads
+    threads: RUN_THREADS
     resources:
-        **JOB_RESOURCES,
+        **RUN_RESOURCES,
     shell:
         TRAINER + " train --config {input.recipe} {params.resume} --until-epoch {wildcards.epoch} --quiet > {log} 2>&1"
 
@@ -71,8 +71,8 @@ rule train_final:
         "results/{campaign}/benchmarks/runs/{run}/final.tsv"
     params:
         resume=get_resume_arg,
-    threads: get_threads
+    threads: RUN_THREADS
     resources:
-        **JOB_RESOURCES,
+        **RUN_RESOURCES,
     shell:
         TRAINER + " train --config {input.recipe} {params.resume} --quiet > {log} 2>&1"

@@ -10,9 +10,9 @@ rule validate_run:
         "results/{campaign}/logs/runs/{run}/results.log",
     benchmark:
         "results/{campaign}/benchmarks/runs/{run}/results.tsv"
-    threads: get_threads
+    threads: RUN_THREADS
     resources:
-        **JOB_RESOURCES,
+        **RUN_RESOURCES,
     shell:
         TRAINER + " validate " + RUN_DIR + " > {log} 2>&1"
 
