@@ -62,7 +62,8 @@ wildcard_constraints:
 
 
 def get_final_output():
-    return [f"{CAMPAIGN.directory}/runs.csv"]
+    """The campaign report: it needs the audit, which needs every run's full validation."""
+    return [f"{CAMPAIGN.directory}/report/index.html"]
 
 
 def get_run_results(wildcards):

@@ -1,0 +1,68 @@
+"""Running the real Snakemake on tiny campaigns in a copy of the repository (workflow and audit tests).
+
+Tests never touch this checkout: they copy workflow/, config/, profiles/, slurm/, src/ and
+resources/ into tmp_path and run `python -m snakemake` there with this interpreter first on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+COPIED = ("workflow", "config", "profiles", "slurm", "src", "resources")
+TINY = {
+    "campaign": "tiny",
+    "recipe": "demo",
+    "data": {
+        "source": "synthetic",
+        "cache_dir": "results/caches/tiny",
+        "synthetic_train_bytes": 300000,
+        "synthetic_validation_bytes": 30000,
+    },
+    "overrides": {
+        "training.max_tokens": 65536,  # 2 epochs x 32 steps x 1,024 tokens
+        "training.epoch_tokens": 32768,
+        "evaluation.subset_blocks": 16,
+    },
+    "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.003]}, "beta2": [0.99]},
+    "seeds": [42],
+    "epochs_per_slice": 1,
+    "resources": {"default": {"gpus": 0, "minutes": 7, "mem_mb": 1234, "cpus": 1}},
+}
+TIMEOUT = 600
+
+
+def copy_repo(destination: Path) -> Path:
+    for name in COPIED:
+        shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+    return destination
+
+
+def write_campaign(repo: Path, raw: dict, name: str = "tiny.yaml") -> str:
+    path = repo / "config" / "campaigns" / name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return f"config/campaigns/{name}"
+
+
+def environment(extra_path: Path | None = None) -> dict[str, str]:
+    """This interpreter's bin first on PATH (stand-in SLURM tools before it); no PYTHONPATH."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH" and not key.startswith("SLURM_")}
+    path = [str(Path(sys.executable).parent), env.get("PATH", "")]
+    if extra_path:
+        path.insert(0, str(extra_path))
+    env["PATH"] = os.pathsep.join(path)
+    return env
+
+
+def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakemake", *args]
+    result = subprocess.run(command, cwd=repo, env=env or environment(), capture_output=True, text=True, timeout=TIMEOUT)
+    if check and result.returncode:
+        raise AssertionError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
