@@ -50,6 +50,7 @@ CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"PYTHONPATH={shlex.quote(str(SRC))} {PYTHON} -m ebd2n"
 TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} -m ebd2n"
+LAUNCHED_TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} {{params.launcher}} -m ebd2n"
 RUN = "results/{campaign}/runs/{run}"
 RUN_DIR = "results/{wildcards.campaign}/runs/{wildcards.run}"
 
@@ -113,6 +114,18 @@ RUN_THREADS = _per_run("cpus", RUN_SCOPES)
 PREPARE_SCOPE = [CAMPAIGN.job_resources(CAMPAIGN.bases[0], None)]
 PREPARE_RESOURCES = _slurm_resources(PREPARE_SCOPE)
 PREPARE_THREADS = _per_run("cpus", PREPARE_SCOPE)
+
+
+# Runs of S pipeline stages x D replicas start S x D processes through torchrun (one node).
+PROCESSES = {
+    base: recipe.parallel.pipeline_stages * recipe.parallel.data_parallel for base, recipe in current_bases(CAMPAIGN).items()
+}
+
+
+def get_launcher(wildcards):
+    """`-m torch.distributed.run ...` before `-m ebd2n` for a multi-process run, else nothing."""
+    processes = PROCESSES[_run(wildcards).base]
+    return f"-m torch.distributed.run --standalone --nproc-per-node {processes}" if processes > 1 else ""
 
 
 def _run(wildcards):

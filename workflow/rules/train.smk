@@ -48,11 +48,12 @@ rule train_slice:
         "results/{campaign}/benchmarks/runs/{run}/checkpoints/epoch-{epoch}.tsv"
     params:
         resume=get_resume_arg,
+        launcher=get_launcher,
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
     shell:
-        TRAINER + " train --config {input.recipe} {params.resume} --until-epoch {wildcards.epoch} --quiet > {log} 2>&1"
+        LAUNCHED_TRAINER + " train --config {input.recipe} {params.resume} --until-epoch {wildcards.epoch} --quiet > {log} 2>&1"
 
 
 rule train_final:
@@ -71,8 +72,9 @@ rule train_final:
         "results/{campaign}/benchmarks/runs/{run}/final.tsv"
     params:
         resume=get_resume_arg,
+        launcher=get_launcher,
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
     shell:
-        TRAINER + " train --config {input.recipe} {params.resume} --quiet > {log} 2>&1"
+        LAUNCHED_TRAINER + " train --config {input.recipe} {params.resume} --quiet > {log} 2>&1"
