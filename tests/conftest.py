@@ -1,23 +1,24 @@
-"""Shared fixtures. Each area keeps its fixtures in its own delimited section."""
+"""Shared fixtures: demo and tiny data caches, fabricated report campaigns."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from campaign_tree import HOSTILE, RunSpec, report_runs, write_campaign
+
+from ebd2n.config import DataConfig, load_recipe
+from ebd2n.data import Cache, prepare_cache
 
 torch.set_num_threads(1)  # tests run on 2-core machines beside each other; results must not depend on it
-
-# --- train fixtures ---
 
 
 @pytest.fixture(scope="session")
 def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small embedded-corpus cache for the demo model, built once per test session."""
-    from ebd2n.config import load_recipe
-    from ebd2n.data import prepare_cache
-
     directory = tmp_path_factory.mktemp("caches") / "demo"
     recipe = load_recipe(
         "demo",
@@ -26,17 +27,6 @@ def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prepare_cache(recipe.data, recipe.model.vocab_size, progress=False)
     return directory
 
-
-# --- end train fixtures ---
-
-
-# --- data fixtures ---
-
-from collections.abc import Callable  # noqa: E402  (imports of this section stay inside it)
-from typing import Any  # noqa: E402
-
-from ebd2n.config import DataConfig  # noqa: E402
-from ebd2n.data import Cache, prepare_cache  # noqa: E402
 
 TINY_VOCAB = 300
 """Vocabulary of the tiny test caches: the 256 bytes, EOS and a few merges."""
@@ -77,17 +67,6 @@ def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> Cache:
     return prepare_cache(DataConfig(cache_dir=str(directory), **TINY_DATA), TINY_VOCAB, progress=False)
 
 
-# --- end data fixtures ---
-
-
-# --- report fixtures ---
-
-from collections.abc import Callable  # noqa: E402  (imports of this section stay inside it)
-from typing import Any  # noqa: E402
-
-from campaign_tree import HOSTILE, RunSpec, report_runs, write_campaign  # noqa: E402
-
-
 @pytest.fixture(scope="session")
 def report_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished, audited 24-run campaign with its report built once; tests must not modify it."""
@@ -111,4 +90,3 @@ def campaign_tree(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
-# --- end report fixtures ---
