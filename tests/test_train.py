@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from workflow_support import assert_states_equal
 
 from ebd2n.config import load_recipe
 from ebd2n.data import open_cache
@@ -39,21 +40,6 @@ def _weights(run_dir: Path) -> dict:
 
 def _comparable_metrics(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(run_dir)]
-
-
-def _assert_state_equal(a, b) -> None:
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for key in a:
-            _assert_state_equal(a[key], b[key])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            _assert_state_equal(x, y)
-    else:
-        assert a == b
 
 
 @pytest.mark.parametrize(
@@ -90,7 +76,7 @@ def test_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Path) -> N
     sliced = _recipe(demo_cache, tmp_path / "sliced")
     train(sliced, until_epoch=2, progress=False)
     train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-2.pt", progress=False)
-    _assert_state_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
+    assert_states_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
     assert _comparable_metrics(tmp_path / "whole") == _comparable_metrics(tmp_path / "sliced")
 
 
@@ -101,7 +87,7 @@ def test_packed_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Pat
     train(sliced, until_epoch=1, progress=False)
     train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-1.pt", until_epoch=3, progress=False)
     train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-3.pt", progress=False)
-    _assert_state_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
+    assert_states_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
     assert _comparable_metrics(tmp_path / "whole") == _comparable_metrics(tmp_path / "sliced")
 
 
@@ -193,7 +179,7 @@ def test_non_finite_step_is_skipped_and_counted(demo_cache: Path, tmp_path: Path
     sequences = torch.randint(0, recipe.model.vocab_size, (16, recipe.model.context_length + 1))
     result = engine.train_step(sequences, lr=0.01)
     handle.remove()
-    _assert_state_equal(before, engine.model.state_dict())
+    assert_states_equal(before, engine.model.state_dict())
     assert result.skipped and engine.optimizer.state == {}
 
 

@@ -22,64 +22,21 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from workflow_support import (
+    TIMEOUT,
+    TINY,
+    assert_states_equal,
+    copy_repo,
+    environment,
+    snakemake,
+    write_campaign,
+)
 
 from ebd2n.campaign.spec import load_campaign
 from ebd2n.errors import UserError
 from ebd2n.provenance import source_hash
 
-REPO = Path(__file__).resolve().parents[1]
-COPIED = ("workflow", "config", "profiles", "slurm", "src", "resources")
 RUN = "synchronous-lr0.003-beta20.99-seed42"
-TINY = {
-    "campaign": "tiny",
-    "recipe": "demo",
-    "data": {
-        "source": "synthetic",
-        "cache_dir": "results/caches/tiny",
-        "synthetic_train_bytes": 300000,
-        "synthetic_validation_bytes": 30000,
-    },
-    "overrides": {
-        "training.max_tokens": 65536,  # 2 epochs x 32 steps x 1,024 tokens
-        "training.epoch_tokens": 32768,
-        "evaluation.subset_blocks": 16,
-    },
-    "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.003]}, "beta2": [0.99]},
-    "seeds": [42],
-    "epochs_per_slice": 1,
-    "resources": {"default": {"gpus": 0, "minutes": 7, "mem_mb": 1234, "cpus": 1}},
-}
-TIMEOUT = 600
-
-
-def copy_repo(destination: Path) -> Path:
-    for name in COPIED:
-        shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
-    return destination
-
-
-def write_campaign(repo: Path, raw: dict, name: str = "tiny.yaml") -> str:
-    path = repo / "config" / "campaigns" / name
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return f"config/campaigns/{name}"
-
-
-def environment(extra_path: Path | None = None) -> dict[str, str]:
-    """This interpreter's bin first on PATH (stand-in SLURM tools before it); no PYTHONPATH."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH" and not key.startswith("SLURM_")}
-    path = [str(Path(sys.executable).parent), env.get("PATH", "")]
-    if extra_path:
-        path.insert(0, str(extra_path))
-    env["PATH"] = os.pathsep.join(path)
-    return env
-
-
-def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", *args]
-    result = subprocess.run(command, cwd=repo, env=env or environment(), capture_output=True, text=True, timeout=TIMEOUT)
-    if check and result.returncode:
-        raise AssertionError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return result
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -99,21 +56,6 @@ def tree_hashes(root: Path) -> dict[str, str]:
 
 def engine_state(path: Path) -> dict:
     return torch.load(path, weights_only=True, map_location="cpu")["engine"]
-
-
-def assert_states_equal(left, right) -> None:
-    if isinstance(left, torch.Tensor):
-        assert torch.equal(left, right)
-    elif isinstance(left, dict):
-        assert left.keys() == right.keys()
-        for key in left:
-            assert_states_equal(left[key], right[key])
-    elif isinstance(left, (list, tuple)):
-        assert len(left) == len(right)
-        for a, b in zip(left, right):
-            assert_states_equal(a, b)
-    else:
-        assert left == right
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,3 +67,19 @@ def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = Non
     if check and result.returncode:
         raise AssertionError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def assert_states_equal(left, right) -> None:
+    """Bitwise equality of nested checkpoint states (tensors, dicts, lists, plain values)."""
+    if isinstance(left, torch.Tensor):
+        assert torch.equal(left, right)
+    elif isinstance(left, dict):
+        assert left.keys() == right.keys()
+        for key in left:
+            assert_states_equal(left[key], right[key])
+    elif isinstance(left, (list, tuple)):
+        assert len(left) == len(right)
+        for a, b in zip(left, right):
+            assert_states_equal(a, b)
+    else:
+        assert left == right

@@ -19,7 +19,7 @@ from scipy import stats
 from ebd2n.atomic import atomic_write_text
 from ebd2n.errors import UserError
 
-_REQUIRED: dict[str, type[pl.DataType]] = {
+RUN_FIELDS: dict[str, type[pl.DataType]] = {
     "run": pl.String,
     "mode": pl.String,
     "lr": pl.Float64,
@@ -28,6 +28,7 @@ _REQUIRED: dict[str, type[pl.DataType]] = {
     "status": pl.String,
     "loss": pl.Float64,
 }
+"""The per-run fields every runs table has (the reference's per-run records)."""
 _POINT = ["mode", "lr", "beta2"]
 _GROUP_COLUMNS = [*_POINT, "seeds_completed", "eligible", "mean_loss", "std_loss", "rank"]
 _SELECTION_KEYS = ["lr", "beta2", "mean_loss", "std_loss", "seeds_completed"]
@@ -42,13 +43,13 @@ def load_runs(path: Path) -> pl.DataFrame:
     """Read the per-run table (CSV, JSON list, or JSON object with `runs`) and check its columns."""
     path = Path(path)
     table = _read_json(path) if path.suffix.lower() == ".json" else _read_csv(path)
-    missing = [name for name in _REQUIRED if name not in table.columns]
+    missing = [name for name in RUN_FIELDS if name not in table.columns]
     if missing:
         names = ", ".join(repr(name) for name in missing)
         raise UserError(
-            f"{path}: missing column {names}; a runs table needs {', '.join(_REQUIRED)}"
+            f"{path}: missing column {names}; a runs table needs {', '.join(RUN_FIELDS)}"
         )
-    return table.with_columns(_cast(table, path, name, dtype) for name, dtype in _REQUIRED.items())
+    return table.with_columns(_cast(table, path, name, dtype) for name, dtype in RUN_FIELDS.items())
 
 
 def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFrame:

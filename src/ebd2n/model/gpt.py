@@ -45,6 +45,15 @@ def rotary_tables(head_dim: int, length: int, theta: float) -> tuple[torch.Tenso
     return angles.cos().float(), angles.sin().float()
 
 
+@torch.no_grad()
+def fill_rotary_(module: nn.Module) -> None:
+    """Fill a model's `rope_cos` / `rope_sin` buffers from its config (GPT and PackedGPT share this)."""
+    cfg = module.cfg
+    cos, sin = rotary_tables(cfg.width // cfg.heads, cfg.context_length, cfg.rope_theta)
+    module.rope_cos.copy_(cos)
+    module.rope_sin.copy_(sin)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """(x1, x2) -> (-x2, x1) over the two halves of the last dimension."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -153,12 +162,9 @@ class GPT(nn.Module):
                 nn.init.ones_(module.weight)
         self.reset_rotary()
 
-    @torch.no_grad()
     def reset_rotary(self) -> None:
         """Recompute the rotary cos/sin tables (non-persistent buffers) on their current device."""
-        cos, sin = rotary_tables(self.cfg.width // self.cfg.heads, self.cfg.context_length, self.cfg.rope_theta)
-        self.rope_cos.copy_(cos)
-        self.rope_sin.copy_(sin)
+        fill_rotary_(self)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None

@@ -20,7 +20,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ebd2n.config.schema import ModelConfig
-from ebd2n.model.gpt import GPT, IGNORE_INDEX, apply_rotary, rotary_tables
+from ebd2n.model.gpt import GPT, IGNORE_INDEX, apply_rotary, fill_rotary_
 
 
 class ReplicaLinear(torch.autograd.Function):
@@ -149,12 +149,9 @@ class PackedGPT(nn.Module):
             packed.load_replica_state_dict(i, state)
         return packed
 
-    @torch.no_grad()
     def reset_rotary(self) -> None:
         """Recompute the rotary cos/sin tables (non-persistent buffers) on their current device."""
-        cos, sin = rotary_tables(self.cfg.width // self.cfg.heads, self.cfg.context_length, self.cfg.rope_theta)
-        self.rope_cos.copy_(cos)
-        self.rope_sin.copy_(sin)
+        fill_rotary_(self)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None

@@ -16,18 +16,13 @@ from typing import Any
 
 import polars as pl
 
+from ebd2n.campaign.analysis import RUN_FIELDS
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.errors import UserError
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
-    "run": pl.String,
-    "mode": pl.String,
-    "lr": pl.Float64,
-    "beta2": pl.Float64,
-    "seed": pl.Int64,
-    "status": pl.String,
-    "loss": pl.Float64,
+    **RUN_FIELDS,
     "perplexity": pl.Float64,
     "accuracy": pl.Float64,
     "tokens": pl.Int64,
