@@ -61,13 +61,14 @@ def block_batches(blocks: torch.Tensor, batch_size: int):
 def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
     """Evaluate final.pt over every validation target once and write results.json."""
     from ebd2n.train.checkpoint import Provenance, load_checkpoint
-    from ebd2n.train.engine import evaluation_state_dict, resolve_device
+    from ebd2n.train.engine import configure_torch, evaluation_state_dict, resolve_device
 
     run_dir = Path(run_dir)
     recipe_path = run_dir / "recipe.yaml"
     if not recipe_path.is_file():
         raise UserError(f"{run_dir}: no recipe.yaml; not a run directory")
     recipe = load_recipe(recipe_path)
+    configure_torch(recipe)
     cache = open_cache(recipe.data.cache_dir)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
     started = time.time()

@@ -123,19 +123,19 @@ class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        device = torch.get_default_device()
-        # Built on the meta device and then allocated, so that init_weights is the only draw from
-        # the RNG: a model built on meta and initialised later gets the same weights.
-        with torch.device("meta"):
+        # The layers' own default inits draw from a forked RNG, so init_weights is the only draw
+        # from torch's global RNG: a model built on meta and initialised later gets the same
+        # weights. (Not built on meta here: initialising meta tensors imports torch._dynamo,
+        # seconds of start-up for every training job.)
+        with torch.random.fork_rng(devices=[]):
             self.embed = nn.Embedding(cfg.vocab_size, cfg.width)
             self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
             self.norm = RMSNorm(cfg.width, cfg.norm_eps)
             self.head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
-            # Rotary tables are derived from the config, so they are not saved in the state dict.
-            head_dim = cfg.width // cfg.heads
-            self.register_buffer("rope_cos", torch.empty(cfg.context_length, head_dim), persistent=False)
-            self.register_buffer("rope_sin", torch.empty(cfg.context_length, head_dim), persistent=False)
-        self.to_empty(device=device)
+        # Rotary tables are derived from the config, so they are not saved in the state dict.
+        head_dim = cfg.width // cfg.heads
+        self.register_buffer("rope_cos", torch.empty(cfg.context_length, head_dim), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(cfg.context_length, head_dim), persistent=False)
         self.init_weights()  # also ties head.weight to embed.weight
 
     @torch.no_grad()

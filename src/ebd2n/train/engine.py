@@ -38,6 +38,15 @@ class StepResult:
     skipped: bool
 
 
+def configure_torch(recipe: Recipe) -> None:
+    """CPU threads and determinism from the recipe (training and validation alike: two jobs
+    sharing a machine must not each spin all cores)."""
+    if recipe.runtime.cpu_threads:
+        torch.set_num_threads(recipe.runtime.cpu_threads)
+    torch.use_deterministic_algorithms(recipe.runtime.deterministic, warn_only=False)
+    torch.backends.cudnn.benchmark = not recipe.runtime.deterministic
+
+
 def resolve_device(name: str) -> torch.device:
     """`auto` means CUDA when there is one, else the CPU."""
     if name == "auto":

@@ -28,7 +28,7 @@ from ebd2n.report.dashboard import write_dashboard
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import LEDGER, Provenance, forget_checkpoint, load_checkpoint, save_checkpoint
-from ebd2n.train.engine import build_engine
+from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
 
@@ -81,7 +81,7 @@ def train(
     budget = budget_of(recipe)
     cache = open_cache(recipe.data.cache_dir)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
-    _configure_torch(recipe)
+    configure_torch(recipe)
     context = distributed.init(recipe)  # parallel: rank, device and placement (one process: the recipe's device)
     device = context.device
 
@@ -214,13 +214,6 @@ class _Loop:
         if (step + 1) % self.recipe.training.log_every == 0:
             self.log.write(f"step {step + 1}/{budget.total_steps} | loss {result.loss:.4f} | lr {lr:.3e}")
         return result
-
-
-def _configure_torch(recipe: Recipe) -> None:
-    if recipe.runtime.cpu_threads:
-        torch.set_num_threads(recipe.runtime.cpu_threads)
-    torch.use_deterministic_algorithms(recipe.runtime.deterministic, warn_only=False)
-    torch.backends.cudnn.benchmark = not recipe.runtime.deterministic
 
 
 def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resumed: bool) -> None:
