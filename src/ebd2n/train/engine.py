@@ -43,8 +43,13 @@ def configure_torch(recipe: Recipe) -> None:
     sharing a machine must not each spin all cores)."""
     if recipe.runtime.cpu_threads:
         torch.set_num_threads(recipe.runtime.cpu_threads)
-    torch.use_deterministic_algorithms(recipe.runtime.deterministic, warn_only=False)
-    torch.backends.cudnn.benchmark = not recipe.runtime.deterministic
+    deterministic = recipe.runtime.deterministic
+    if recipe.runtime.compile:
+        torch.use_deterministic_algorithms(deterministic)  # also tells the compiler (imports inductor)
+    else:
+        # The same switch without importing torch._inductor, which costs seconds per job.
+        torch._C._set_deterministic_algorithms(deterministic, warn_only=False)
+    torch.backends.cudnn.benchmark = not deterministic
 
 
 def resolve_device(name: str) -> torch.device:
