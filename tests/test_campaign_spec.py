@@ -114,8 +114,10 @@ def test_previous_end_chains_slices() -> None:
 
 def test_demo_campaign_grid() -> None:
     campaign = load_campaign(REPO_ROOT / "config" / "config.yaml")
-    result = (len(campaign.runs()), campaign.modes, campaign.seeds, base_epochs(campaign), campaign.epochs_per_slice)
-    assert result == (36, ("synchronous", "packed-4"), (42, 43, 44), {"base": 4}, 2)
+    slices = {base: len(slice_ends(epochs, campaign.epochs_per_slice)) for base, epochs in base_epochs(campaign).items()}
+    lrs = {mode: len(lrs) for mode, lrs in campaign.learning_rates.items()}
+    result = (len(campaign.runs()), lrs, len(campaign.beta2), campaign.seeds, slices)
+    assert result == (36, {"synchronous": 3, "packed-4": 3}, 2, (42, 43, 44), {"base": 2})
 
 
 def test_recipe_sweep_reproduces_reference_grid() -> None:
