@@ -211,3 +211,12 @@ def test_dashboard_written_once_at_the_end_covering_every_slice(demo_cache: Path
     page = (tmp_path / "run/report.html").read_text()
     writes = (tmp_path / "run/train.log").read_text().count(" dashboard ")
     assert (after_first_slice, len(job_ids), all(j in page for j in job_ids), writes) == (False, 2, True, 1)
+
+
+def test_fresh_start_ignores_ledger_entries_of_deleted_checkpoints(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run")
+    train(recipe, until_epoch=1, progress=False)
+    (tmp_path / "run/checkpoints/epoch-1.pt").unlink()  # what Snakemake does to a killed job's output
+    train(recipe, until_epoch=1, progress=False)
+    result = (tmp_path / "run/checkpoints/epoch-1.pt").exists()
+    assert result

@@ -1,5 +1,17 @@
-"""Training runtime: budget, schedule, engines, checkpoints, logs and the slice trainer."""
+"""Training runtime: budget, schedule, engines, checkpoints, logs and the slice trainer.
 
-from ebd2n.train.trainer import FINAL, slice_checkpoint, train
+`train` loads on first use, so `ebd2n.train.budget` (used by the workflow to plan a campaign)
+does not pay for importing torch.
+"""
+
+from typing import Any
 
 __all__ = ["FINAL", "slice_checkpoint", "train"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from ebd2n.train import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

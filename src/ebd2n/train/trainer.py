@@ -27,7 +27,7 @@ from ebd2n.provenance import environment, job_id, source_hash
 from ebd2n.report.dashboard import write_dashboard
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import budget_of
-from ebd2n.train.checkpoint import LEDGER, Provenance, forget_checkpoint, load_checkpoint, save_checkpoint
+from ebd2n.train.checkpoint import Provenance, forget_checkpoint, load_checkpoint, read_ledger, save_checkpoint
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
@@ -225,7 +225,8 @@ def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resume
             raise UserError(f"runtime.output_dir {run_dir}: holds a different run (its recipe.yaml differs)")
     if (run_dir / FINAL).exists():
         raise UserError(f"runtime.output_dir {run_dir}: the run is already complete (final.pt exists)")
-    if not resumed and (run_dir / LEDGER).exists() and json.loads((run_dir / LEDGER).read_text()):
+    # a job killed after writing a checkpoint has it deleted by Snakemake: only existing files count
+    if not resumed and any((run_dir / name).exists() for name in read_ledger(run_dir)):
         raise UserError(f"runtime.output_dir {run_dir}: holds slice checkpoints; resume with --resume {run_dir}/checkpoints/epoch-N.pt")
     if not existing.is_file():  # an audited artifact: written once, never rewritten by later slices
         save_recipe(recipe, existing)
