@@ -18,6 +18,8 @@ from ebd2n.data import iter_full_validation, open_cache
 from ebd2n.errors import UserError
 from ebd2n.model import GPT
 from ebd2n.provenance import environment, source_hash
+from ebd2n.train.checkpoint import Provenance, load_checkpoint
+from ebd2n.train.engine import configure_torch, evaluation_state_dict, resolve_device
 
 
 @torch.inference_mode()
@@ -60,9 +62,6 @@ def block_batches(blocks: torch.Tensor, batch_size: int):
 
 def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
     """Evaluate final.pt over every validation target once and write results.json."""
-    from ebd2n.train.checkpoint import Provenance, load_checkpoint
-    from ebd2n.train.engine import configure_torch, evaluation_state_dict, resolve_device
-
     run_dir = Path(run_dir)
     recipe_path = run_dir / "recipe.yaml"
     if not recipe_path.is_file():

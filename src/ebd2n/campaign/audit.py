@@ -23,7 +23,7 @@ from ebd2n.campaign.collect import CAMPAIGN_JSON
 from ebd2n.campaign.freeze import SOURCE_HASH
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import Run, frozen_base, frozen_dir
-from ebd2n.config import load_recipe
+from ebd2n.config import Recipe, load_recipe
 from ebd2n.data import open_cache
 from ebd2n.errors import UserError
 from ebd2n.train.checkpoint import read_ledger
@@ -54,6 +54,7 @@ class _RunView:
 
     run: Run
     directory: Path
+    recipe: Recipe | None
     results: dict | None
     hashes: dict[str, str]
 
@@ -115,8 +116,9 @@ def _grid_runs(info: dict) -> list[Run]:
 def _view(directory: Path, run: Run) -> _RunView:
     results_path = directory / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else None
+    recipe = load_recipe(directory / "recipe.yaml") if (directory / "recipe.yaml").is_file() else None
     hashes = {name: sha256_file(directory / name) for name in TRACKED if (directory / name).is_file()}
-    return _RunView(run, directory, results, hashes)
+    return _RunView(run, directory, recipe, results, hashes)
 
 
 def _each(views: list[_RunView], name: str, scope: str, problem: Callable[[_RunView], str | None]) -> Check:
@@ -134,16 +136,20 @@ def _check_grid(expected: list[Run], views: list[_RunView]) -> Check:
 
 def _check_validation(info: dict, views: list[_RunView]) -> Check:
     caches = info.get("cache_identities") or []
+    targets: dict[str, int | None] = {}
 
     def problem(view: _RunView) -> str | None:
         results = view.results
-        if results is None:
-            return None  # reported by the grid check
+        if results is None or view.recipe is None:
+            return None  # reported by the grid and recipe checks
         if results.get("status") != "complete" or not math.isfinite(float(results.get("loss", "nan"))):
             return "full validation incomplete"
         if len(caches) != 1 or results.get("cache_identity") != caches[0]:
             return f"cache identity {str(results.get('cache_identity'))[:12]}… is not the campaign's single cache"
-        expected = _cache_targets(view.directory)
+        cache_dir = view.recipe.data.cache_dir
+        if cache_dir not in targets:  # every run of a campaign shares one cache: read it once
+            targets[cache_dir] = _cache_targets(cache_dir)
+        expected = targets[cache_dir]
         if results.get("targets") != expected:
             return f"{results.get('targets')} validation targets, the cache has {expected}"
         return None
@@ -151,20 +157,23 @@ def _check_validation(info: dict, views: list[_RunView]) -> Check:
     return _each(views, "complete full validation on the campaign cache", f"{len(views)} runs", problem)
 
 
-def _cache_targets(run_dir: Path) -> int | None:
-    recipe = load_recipe(run_dir / "recipe.yaml")
+def _cache_targets(cache_dir: str) -> int | None:
     try:
-        return open_cache(recipe.data.cache_dir).validation_targets
+        return open_cache(cache_dir).validation_targets
     except UserError:
         return None
 
 
 def _check_recipes(campaign_dir: Path, views: list[_RunView]) -> Check:
+    bases: dict[str, Recipe] = {}
+
     def problem(view: _RunView) -> str | None:
-        base = load_recipe(frozen_base(campaign_dir, view.run.base))
-        expected = run_recipe(base, view.run, load_recipe(view.directory / "recipe.yaml").runtime.output_dir)
-        actual = load_recipe(view.directory / "recipe.yaml")
-        diff = _differences(expected.model_dump(mode="json"), actual.model_dump(mode="json"))
+        if view.recipe is None:
+            return "recipe.yaml missing"
+        if view.run.base not in bases:
+            bases[view.run.base] = load_recipe(frozen_base(campaign_dir, view.run.base))
+        expected = run_recipe(bases[view.run.base], view.run, view.recipe.runtime.output_dir)
+        diff = _differences(expected.model_dump(mode="json"), view.recipe.model_dump(mode="json"))
         return f"recipe differs from the frozen base outside the grid axes: {', '.join(diff)}" if diff else None
 
     return _each(views, "recipes equal the frozen base except grid axes, seed and paths", f"{len(views)} runs", problem)
@@ -192,7 +201,7 @@ def _check_trainer(frozen_hash: str, views: list[_RunView]) -> Check:
 
 def _check_retention(views: list[_RunView]) -> Check:
     def problem(view: _RunView) -> str | None:
-        if load_recipe(view.directory / "recipe.yaml").training.checkpoint_policy != "final":
+        if view.recipe is None or view.recipe.training.checkpoint_policy != "final":
             return None
         files = sorted(p.relative_to(view.directory).as_posix() for p in view.directory.rglob("*.pt"))
         return None if files == ["final.pt"] else f"checkpoint files {files}, expected exactly ['final.pt']"
@@ -205,7 +214,7 @@ def _check_best(views: list[_RunView]) -> Check:
         path = view.directory / "best.json"
         if not path.is_file():
             return "best.json missing"
-        policy = load_recipe(view.directory / "recipe.yaml").training.checkpoint_policy
+        policy = view.recipe.training.checkpoint_policy if view.recipe else "final"
         weights = json.loads(path.read_text()).get("weights")
         return None if policy != "final" or weights is None else f"best.json holds weights ({weights!r}) under the final policy"
 

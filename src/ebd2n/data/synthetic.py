@@ -26,10 +26,6 @@ import yaml
 from ebd2n.errors import UserError
 from ebd2n.paths import resources_dir
 
-DEFAULT_TRAIN_BYTES = 4_000_000
-"""About a million words: enough for a demo model to learn the grammar, generated in about a second."""
-DEFAULT_VALIDATION_BYTES = 400_000
-"""A tenth of the training split."""
 SPLITS = ("train", "validation")
 
 PAST_SHARE = 0.7  # stories told in the past tense; the others stay in the present throughout

@@ -25,10 +25,6 @@ class Budget:
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch
 
-    @property
-    def total_tokens(self) -> int:
-        return self.total_steps * self.tokens_per_step
-
 
 def budget_of(recipe: Recipe) -> Budget:
     """Derive the budget; a batch that does not divide into whole sequences is an error."""
