@@ -137,11 +137,13 @@ def test_workflow_killed_slice_resumes_bitwise(repo: Path, finished: Path) -> No
     target = [(run / "results.json").relative_to(repo).as_posix(), "--configfile", "config/campaigns/tiny.yaml"]
     command = [sys.executable, "-m", "snakemake", *target]
     with subprocess.Popen(command, cwd=repo, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
-        pid = wait_for_slice_two(run, process)
-        os.kill(pid, signal.SIGSTOP)  # hold it midway through slice 2, then kill it as a node failure would
+        pids = wait_for_slice_two(run, process)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)  # hold it midway through slice 2, then kill it as a node failure would
         slice_one = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
         assert not (run / "final.pt").exists()
-        os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
         output, _ = process.communicate(timeout=TIMEOUT)
     assert process.returncode != 0, output
     assert hashlib.sha256(checkpoint.read_bytes()).hexdigest() == slice_one
@@ -155,27 +157,29 @@ def test_workflow_killed_slice_resumes_bitwise(repo: Path, finished: Path) -> No
     assert_states_equal(engine_state(run / "final.pt"), engine_state(finished / "results/tiny/runs" / RUN / "final.pt"))
 
 
-def wait_for_slice_two(run: Path, snakemake: subprocess.Popen, timeout: float = TIMEOUT) -> int:
-    """The pid of the trainer running the run's second slice, once it has opened its job block."""
+def wait_for_slice_two(run: Path, snakemake: subprocess.Popen, timeout: float = TIMEOUT) -> list[int]:
+    """The pids running the run's second slice, once its trainer has opened its job block."""
     deadline = time.monotonic() + timeout
     log = run / "train.log"
     while time.monotonic() < deadline and snakemake.poll() is None:
         if log.exists() and log.read_text().count("########## job ") == 2:
-            for pid in trainer_pids(run.name):
-                return pid
+            pids = slice_pids(run.name)
+            if len(pids) == (1 if os.environ.get("EBD2N_WARM") == "0" else 2):  # cold: no fork
+                return pids
         time.sleep(0.01)
     raise AssertionError(f"slice 2 of {run.name} never started:\n{snakemake.communicate()[0]}")
 
 
-def trainer_pids(run_id: str) -> list[int]:
+def slice_pids(run_id: str) -> list[int]:
+    """The `python -m ebd2n train --resume` client and the trainer it runs: locally, a process
+    forked from the warm-start server (ebd2n.warm); both write to the job's log."""
     pids = []
     for entry in Path("/proc").iterdir():
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            stdout = os.readlink(entry / "fd/1")
         except (OSError, ValueError):
             continue
-        args = [part.decode(errors="replace") for part in argv]
-        if "ebd2n" in args and "train" in args and "--resume" in args and any(run_id in arg for arg in args):
+        if f"/logs/runs/{run_id}/final.log" in stdout:
             pids.append(int(entry.name))
     return pids
 

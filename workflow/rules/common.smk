@@ -51,6 +51,12 @@ PYTHON = shlex.quote(sys.executable)
 EBD2N = f"PYTHONPATH={shlex.quote(str(SRC))} {PYTHON} -m ebd2n"
 TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} -m ebd2n"
 LAUNCHED_TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} {{params.launcher}} -m ebd2n"
+# Local runs: training and validation jobs fork from one process that has torch imported already
+# (ebd2n.warm), which saves seconds per job on a laptop. EBD2N_WARM=0 in the environment turns it
+# off; cluster jobs always start cold.
+if workflow.local_exec and not workflow.remote_exec:
+    os.environ.setdefault("EBD2N_WARM", "1")
+
 RUN = "results/{campaign}/runs/{run}"
 RUN_DIR = "results/{wildcards.campaign}/runs/{wildcards.run}"
 

@@ -1,0 +1,144 @@
+"""Warm start (ebd2n.warm): a job forked from the server behaves exactly as a cold one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from workflow_support import assert_states_equal
+
+import ebd2n
+
+SOURCE = str(Path(ebd2n.__file__).resolve().parents[1])
+SHORT = ["training.max_tokens=8192", "training.epoch_tokens=4096"]
+LONG = ["training.max_tokens=2000000", "training.epoch_tokens=4096", "training.checkpoint_policy=epoch"]  # killed early
+
+
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    """A private temporary directory for the servers of one test (socket paths must stay short)."""
+    directory = Path(tempfile.mkdtemp(prefix="ebd2n-t", dir="/tmp"))
+    yield directory
+    for pid in _servers(directory):
+        os.kill(pid, signal.SIGKILL)  # its running forks die with it
+    shutil.rmtree(directory)
+
+
+def _env(sockets: Path, warm: bool, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ, "PYTHONPATH": SOURCE, "TMPDIR": str(sockets), "OMP_NUM_THREADS": "1",
+        "EBD2N_WARM": "1" if warm else "0", **extra,
+    }
+
+
+def _command(cache: Path, run: Path, *overrides: str) -> list[str]:
+    settings = [f"data.cache_dir={cache}", f"runtime.output_dir={run}", *overrides]
+    return [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
+
+
+def _processes() -> Iterator[tuple[int, int, list[str]]]:
+    """(pid, parent pid, argv) of every process."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes().rstrip(b"\0")
+            argv = [part.decode(errors="replace") for part in raw.split(b"\0")]
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        yield int(entry.name), parent, argv
+
+
+def _servers(sockets: Path) -> list[int]:
+    """This test's servers: their forked jobs share their command line, but not their parent."""
+    warm = {pid: parent for pid, parent, argv in _processes() if "ebd2n.warm" in argv and str(sockets) in argv[-1]}
+    return [pid for pid, parent in warm.items() if parent not in warm]
+
+
+def _forks(server: int) -> list[int]:
+    return [pid for pid, parent, _ in _processes() if parent == server]
+
+
+def _job_pids(log: Path) -> list[int]:
+    """The pids in the `########## job <id> ##########` headers of a train.log (local ids end in the pid)."""
+    return [int(pid) for pid in re.findall(r"########## job local-\S+-(\d+) ##########", log.read_text())]
+
+
+def _wait_for(condition, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_warm_job_runs_in_a_fork_and_matches_cold_bitwise(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
+    cold_command = _command(demo_cache, tmp_path / "cold", *SHORT)
+    cold = subprocess.run(cold_command, env=_env(sockets, False), capture_output=True)
+    warm = [
+        subprocess.Popen(_command(demo_cache, tmp_path / name, *SHORT), env=_env(sockets, True))
+        for name in ("warm", "warm-again")
+    ]
+    assert cold.returncode == 0, cold.stderr
+    assert [job.wait(timeout=600) for job in warm] == [0, 0]
+    (server,) = _servers(sockets)
+    for job, name in zip(warm, ("warm", "warm-again"), strict=True):
+        (pid,) = _job_pids(tmp_path / name / "train.log")
+        assert pid not in (job.pid, server)  # trained in a child forked from the server, not the client
+        assert_states_equal(_weights(tmp_path / name), _weights(tmp_path / "cold"))
+    assert len(list(sockets.glob("*/*.sock"))) == 1  # both clients found the one server
+
+
+def test_warm_errors_exit_status_and_streams_match_cold(tmp_path: Path, sockets: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+    command = [sys.executable, "-m", "ebd2n", "train", "--config", str(missing)]
+    cold = subprocess.run(command, env=_env(sockets, False), capture_output=True, text=True)
+    warm = subprocess.run(command, env=_env(sockets, True), capture_output=True, text=True)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    assert cold.returncode == 2 and str(missing) in cold.stderr and len(cold.stderr.strip().splitlines()) == 1
+
+
+def test_idle_server_exits_and_leaves_no_files(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
+    env = _env(sockets, True, EBD2N_WARM_IDLE="1")
+    subprocess.run(_command(demo_cache, tmp_path / "run", *SHORT), env=env, check=True, timeout=600)
+    directory = sockets / f"ebd2n-warm-{os.getuid()}"
+    _wait_for(lambda: not _servers(sockets), timeout=30)
+    assert (tmp_path / "run/final.pt").is_file() and list(directory.iterdir()) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_warm_job_dies_with_its_client(demo_cache: Path, tmp_path: Path, sockets: Path, signum: int) -> None:
+    """SIGKILL of the client (a node failure) kills the forked trainer; SIGTERM is passed on to it."""
+    run = tmp_path / "run"
+    with subprocess.Popen(_command(demo_cache, run, *LONG), env=_env(sockets, True)) as client:
+        try:
+            _wait_for(lambda: (run / "checkpoints.json").exists() or client.poll() is not None)
+            assert client.poll() is None
+            (server,) = _servers(sockets)
+            (trainer,) = _forks(server)
+            assert _job_pids(run / "train.log") == [trainer]
+            client.send_signal(signum)
+            code = client.wait(timeout=60)
+        finally:
+            client.kill()
+    _wait_for(lambda: not Path(f"/proc/{trainer}").exists(), timeout=30)
+    assert code == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM)
+    ledger = json.loads((run / "checkpoints.json").read_text())
+    assert ledger
+    assert all(hashlib.sha256((run / name).read_bytes()).hexdigest() == digest for name, digest in ledger.items())
+
+
+def _weights(run: Path) -> dict:
+    return torch.load(run / "final.pt", weights_only=True)["engine"]
