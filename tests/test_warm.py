@@ -106,16 +106,18 @@ def test_warm_errors_exit_status_and_streams_match_cold(tmp_path: Path, sockets:
     command = [sys.executable, "-m", "ebd2n", "train", "--config", str(missing)]
     cold = subprocess.run(command, env=_env(sockets, False), capture_output=True, text=True)
     warm = subprocess.run(command, env=_env(sockets, True), capture_output=True, text=True)
+    assert _servers(sockets)  # the warm one did run in a fork of a server
     assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
     assert cold.returncode == 2 and str(missing) in cold.stderr and len(cold.stderr.strip().splitlines()) == 1
 
 
-def test_idle_server_exits_and_leaves_no_files(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
+def test_idle_server_exits_and_removes_its_socket(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
     env = _env(sockets, True, EBD2N_WARM_IDLE="1")
     subprocess.run(_command(demo_cache, tmp_path / "run", *SHORT), env=env, check=True, timeout=600)
     directory = sockets / f"ebd2n-warm-{os.getuid()}"
     _wait_for(lambda: not _servers(sockets), timeout=30)
-    assert (tmp_path / "run/final.pt").is_file() and list(directory.iterdir()) == []
+    assert (tmp_path / "run/final.pt").is_file()
+    assert [path.suffix for path in directory.iterdir()] == [".lock"]  # kept: a client may hold it
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
@@ -142,3 +144,19 @@ def test_warm_job_dies_with_its_client(demo_cache: Path, tmp_path: Path, sockets
 
 def _weights(run: Path) -> dict:
     return torch.load(run / "final.pt", weights_only=True)["engine"]
+
+
+def test_warm_job_keeps_ignoring_what_its_client_ignores(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
+    """Under nohup, SIGHUP leaves the job running, warm as cold."""
+    run = tmp_path / "run"
+    command = ["nohup", *_command(demo_cache, run, *LONG)]
+    with subprocess.Popen(command, env=_env(sockets, True), stdout=subprocess.DEVNULL) as client:
+        try:
+            _wait_for(lambda: (run / "checkpoints.json").exists() or client.poll() is not None)
+            (server,) = _servers(sockets)
+            (trainer,) = _forks(server)
+            client.send_signal(signal.SIGHUP)
+            time.sleep(1.0)
+            assert client.poll() is None and Path(f"/proc/{trainer}").exists()
+        finally:
+            client.kill()

@@ -58,6 +58,7 @@ def environment(extra_path: Path | None = None) -> dict[str, str]:
     if extra_path:
         path.insert(0, str(extra_path))
     env["PATH"] = os.pathsep.join(path)
+    env.setdefault("EBD2N_WARM_IDLE", "10")  # warm-start servers of finished test campaigns go soon
     return env
 
 

@@ -3,12 +3,14 @@
 A laptop campaign runs a hundred short jobs, and each would spend seconds importing torch and
 torch._dynamo (which torch.optim imports) before a second of work. With EBD2N_WARM=1, which the
 workflow sets for local runs, `python -m ebd2n train|validate` hands its arguments, working
-directory, environment and standard streams to a server for the same interpreter, code and
-thread settings. The server forks a child that runs the command on the client's streams and
-sends back its exit status. It starts on first use and exits after IDLE_SECONDS without jobs.
-A signal the client receives is passed on to the child; when the client dies (SIGKILL), the
-child is killed too. When no server can be reached before a job starts, the client runs the
-command itself, so warm start can only make a job start sooner, never change what it does.
+directory, environment, umask and standard streams to a server started the same way (same
+interpreter and flags, same code, same environment variables read while Python and torch load).
+The server forks a child that runs the command on the client's streams and sends back its exit
+status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the client
+receives is passed on to the child (one the client ignores, the child ignores); when the client
+dies (SIGKILL), the child is killed too, and so are the children of a server that dies. When no
+server can be reached before a job starts, the client runs the command itself, so warm start can
+only make a job start sooner, never change what it does.
 
 The sockets live in a private directory (mode 0700) under the temporary directory: only the
 user who started the server can hand it commands.
@@ -16,7 +18,8 @@ user who started the server can hand it commands.
 
 from __future__ import annotations
 
-import ctypes
+import atexit
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -24,11 +27,13 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 from ebd2n.provenance import PACKAGE_DIR, source_hash
@@ -40,21 +45,19 @@ WARM_COMMANDS = ("train", "validate")
 """The commands that import torch; the others start in well under a second anyway."""
 
 IDLE_SECONDS = 60.0
-"""A server with no running job and no request for this long removes its files and exits
+"""A server with no running job and no request for this long removes its socket and exits
 (EBD2N_WARM_IDLE, in seconds, overrides it)."""
 
 START_TIMEOUT = 300.0
 """How long a client waits for a server it started to accept (importing torch on a busy laptop)."""
 
-_KEY_ENVIRONMENT = (
-    "PYTHONPATH", "PYTHONHASHSEED", "LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-)
-"""Variables read while torch loads: a server serves only clients that agree on all of them."""
+_KEY_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "LD_", "LC_", "LANG", "TZ")
+"""Environment variables read while Python and torch load: a server serves only clients that agree on all."""
 
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _HEADER = struct.Struct("!I")
-_STARTED = b"started\n"
+_STARTED = b"started"
+_MAX_SOCKET_PATH = 90  # bytes, with room for ".new-<pid>"; AF_UNIX allows 107 on Linux, 103 on macOS
 
 
 def forwarded(argv: list[str]) -> int | None:
@@ -65,6 +68,8 @@ def forwarded(argv: list[str]) -> int | None:
         return None
     try:
         path = _socket_path()
+        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            return None  # a long TMPDIR: no socket can live there
         connection = _connect(path) or _start_server(path)
     except OSError as error:
         print(f"ebd2n: warm start unavailable ({error}); starting cold", file=sys.stderr)
@@ -75,16 +80,30 @@ def forwarded(argv: list[str]) -> int | None:
         return _run_remotely(connection, argv)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _socket_path() -> Path:
-    """One socket per interpreter, package source and load-time environment."""
+    """One socket per interpreter and flags, package source, umask and load-time environment."""
     directory = Path(tempfile.gettempdir()) / f"ebd2n-warm-{os.getuid()}"
     directory.mkdir(mode=0o700, exist_ok=True)
-    if directory.stat().st_uid != os.getuid() or directory.stat().st_mode & 0o077:
-        raise PermissionError(f"{directory} must belong to you with mode 0700 (warm-start sockets)")
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{directory} must be your own directory with mode 0700 (warm-start sockets)")
+    environment = {k: v for k, v in os.environ.items() if k.startswith(_KEY_PREFIXES)}
     key = json.dumps(
-        [sys.executable, str(PACKAGE_DIR), source_hash(), {k: os.environ.get(k) for k in _KEY_ENVIRONMENT}]
+        [sys.executable, _interpreter_flags(), str(PACKAGE_DIR), source_hash(), _umask(), environment],
+        sort_keys=True,
     )
     return directory / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.sock"
+
+
+def _interpreter_flags() -> list[str]:
+    """This interpreter's command-line flags (-O, -X ..., -W ...), for the server to start with."""
+    return subprocess._args_from_interpreter_flags()  # what multiprocessing uses for the same purpose
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -106,7 +125,7 @@ def _start_server(path: Path) -> socket.socket | None:
             return connection
         with open(path.with_suffix(".log"), "ab") as log:
             server = subprocess.Popen(
-                [sys.executable, "-m", "ebd2n.warm", str(path)],
+                [sys.executable, *_interpreter_flags(), "-m", "ebd2n.warm", str(path)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )
         deadline = time.monotonic() + START_TIMEOUT
@@ -120,28 +139,50 @@ def _start_server(path: Path) -> socket.socket | None:
 
 def _run_remotely(connection: socket.socket, argv: list[str]) -> int | None:
     """Send the job, pass signals on, and wait for the exit status; None if it never started."""
-    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    ignored = [int(s) for s in _FORWARDED_SIGNALS if signal.getsignal(s) == signal.SIG_IGN]
+    request = json.dumps(
+        {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(), "ignored": ignored}
+    ).encode()
+    lines = _Lines(connection)
     try:
         socket.send_fds(connection, [_HEADER.pack(len(request)) + request], _standard_streams())
-        if _read_line(connection) != _STARTED:
+        if lines.next() != _STARTED:
             return None
     except OSError:
         return None
 
     def pass_on(signum: int, _frame: object) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the server is gone: the status read below reports it
             connection.sendall(b"%d\n" % signum)
-        except OSError:
-            pass  # the server is gone: the status read below reports it
 
     for signum in _FORWARDED_SIGNALS:
-        signal.signal(signum, pass_on)
-    status = _read_line(connection)
+        if signum not in ignored:
+            signal.signal(signum, pass_on)
+    try:
+        status = lines.next()
+    except OSError:
+        status = b""
     if not status:
         print("ebd2n: the warm-start server stopped while running this job", file=sys.stderr)
         return 1
     code = int(status)
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
+
+
+class _Lines:
+    """The newline-terminated messages of a connection, one at a time ('' once it is closed)."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self.connection, self.buffer = connection, b""
+
+    def next(self) -> bytes:
+        while b"\n" not in self.buffer:
+            chunk = self.connection.recv(256)
+            if not chunk:
+                return b""
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
 
 
 def _standard_streams() -> list[int]:
@@ -156,16 +197,6 @@ def _standard_streams() -> list[int]:
     return streams
 
 
-def _read_line(connection: socket.socket) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = connection.recv(64)
-        if not chunk:
-            return data
-        data += chunk
-    return data
-
-
 def serve(path: Path) -> None:
     """Import the heavy modules once, then fork a child per request until idle."""
     import torch
@@ -175,8 +206,7 @@ def serve(path: Path) -> None:
     import ebd2n.train.trainer  # noqa: F401
 
     del torch
-    fresh = path.with_suffix(".new")
-    fresh.unlink(missing_ok=True)  # left by a server that died while starting
+    fresh = Path(f"{path}.new-{os.getpid()}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(fresh))
     listener.listen(64)
@@ -189,12 +219,7 @@ def serve(path: Path) -> None:
         watched = [listener, *filter(None, jobs.values())]
         readable, _, _ = select.select(watched, [], [], 0.05 if jobs else min(1.0, idle))
         if listener in readable:
-            connection, _ = listener.accept()
-            pid = _start_job(connection, listener, jobs)
-            if pid is None:
-                connection.close()
-            else:
-                jobs[pid] = connection
+            _accept(listener, jobs)
         for pid, connection in list(jobs.items()):
             if connection is not None and connection in readable and not _relay_signals(pid, connection):
                 connection.close()
@@ -202,28 +227,57 @@ def serve(path: Path) -> None:
         _reap(jobs)
         if jobs or readable:
             last_activity = time.monotonic()
-    _remove_files(path, ours)
-    listener.close()
-
-
-def _remove_files(path: Path, ours: int) -> None:
-    """An idle server leaves no files behind (its socket only if no newer server took the name)."""
     try:
-        if path.stat().st_ino == ours:
+        if path.stat().st_ino == ours:  # not if a newer server took the name
             path.unlink()
     except FileNotFoundError:
         pass
-    path.with_suffix(".lock").unlink(missing_ok=True)
     log = path.with_suffix(".log")
     if log.exists() and not log.stat().st_size:
         log.unlink()
 
 
-def _start_job(
-    connection: socket.socket, listener: socket.socket, jobs: dict[int, socket.socket | None]
-) -> int | None:
-    """Read a request with its three descriptors and fork the child that runs it; None if malformed."""
-    connection.settimeout(10.0)
+def _accept(listener: socket.socket, jobs: dict[int, socket.socket | None]) -> None:
+    """Take one request: fork its child, or drop it. Nothing a client does may stop the server."""
+    try:
+        connection, _ = listener.accept()
+    except OSError:
+        return
+    try:
+        request, fds = _read_request(connection)
+    except (OSError, ValueError, struct.error):
+        connection.close()
+        return
+    server = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        traceback.print_exc()
+        pid = -1
+    if pid == 0:
+        listener.close()
+        for other in filter(None, jobs.values()):
+            other.close()
+        connection.close()
+        _run_child(request, fds, server)
+    for fd in fds:
+        os.close(fd)
+    if pid < 0:
+        connection.close()
+        return
+    try:
+        connection.sendall(_STARTED + b"\n")
+        jobs[pid] = connection
+    except OSError:  # the client is gone already
+        _kill(pid, signal.SIGKILL)
+        connection.close()
+        jobs[pid] = None
+
+
+def _read_request(connection: socket.socket) -> tuple[dict, list[int]]:
+    """The client's request and its three descriptors (closed again if anything is wrong)."""
+    connection.settimeout(5.0)
+    fds: list[int] = []
     try:
         data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
         (size,) = _HEADER.unpack(data[: _HEADER.size])
@@ -231,67 +285,84 @@ def _start_job(
         while len(data) < size:
             chunk = connection.recv(size - len(data))
             if not chunk:
-                raise ConnectionError("client went away")
+                raise ConnectionError("the client went away")
             data += chunk
+        if len(fds) != 3:
+            raise ValueError("a request carries three descriptors")
         request = json.loads(data)
-    except (OSError, ValueError, struct.error):
-        return None
-    finally:
-        connection.settimeout(None)
-    if len(fds) != 3:
+    except BaseException:
         for fd in fds:
             os.close(fd)
-        return None
-    pid = os.fork()
-    if pid == 0:
-        listener.close()
-        for other in filter(None, jobs.values()):
-            other.close()
-        connection.close()
-        _run_child(request, fds)
-    for fd in fds:
-        os.close(fd)
-    connection.sendall(_STARTED)
-    return pid
+        raise
+    connection.settimeout(None)
+    return request, fds
 
 
-def _run_child(request: dict, fds: list[int]) -> None:
+def _run_child(request: dict, fds: list[int], server: int) -> None:
     """In the forked child: take over the client's streams, directory and environment, run, exit."""
     code = 1
     try:
-        _die_with_parent()
-        for signum in _FORWARDED_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        sys.argv = [sys.argv[0], *request["argv"]]
-        from ebd2n.cli import main
+        try:
+            _die_with_parent(server)
+            for signum in _FORWARDED_SIGNALS:
+                if signum in request["ignored"]:
+                    signal.signal(signum, signal.SIG_IGN)
+                else:
+                    signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            _reopen_standard_streams()
+            os.chdir(request["cwd"])
+            os.umask(request["umask"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            sys.argv = [sys.argv[0], *request["argv"]]
+            from ebd2n.cli import main
 
-        code = main(request["argv"])
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
+            code = main(request["argv"])
+        except SystemExit as exit_:
+            code = _exit_status(exit_)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
+    finally:
         os._exit(code)
 
 
-def _die_with_parent() -> None:
+def _reopen_standard_streams() -> None:
+    """New sys.std* on the client's descriptors, buffered as Python buffers them at start-up."""
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdin = open(0, encoding=sys.stdin.encoding, errors=sys.stdin.errors, closefd=False)  # noqa: SIM115
+    sys.stdout = open(  # noqa: SIM115
+        1, "w", buffering=1 if os.isatty(1) else -1, encoding=stdout.encoding, errors=stdout.errors, closefd=False
+    )
+    sys.stderr = open(2, "w", buffering=1, encoding=stderr.encoding, errors=stderr.errors, closefd=False)  # noqa: SIM115
+
+
+def _exit_status(exit_: SystemExit) -> int:
+    """The status Python exits with for this SystemExit (printing a message, as Python does)."""
+    if exit_.code is None:
+        return 0
+    if isinstance(exit_.code, int):
+        return exit_.code
+    print(exit_.code, file=sys.stderr)
+    return 1
+
+
+def _die_with_parent(server: int) -> None:
     """Linux: the child gets SIGKILL if the server dies, so no job outlives its client's answer."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass  # not Linux: a killed server leaves its running jobs to finish
+        return  # not Linux: a killed server leaves its running jobs to finish
+    if os.getppid() != server:  # the server died before prctl took effect
+        os._exit(1)
 
 
 def _relay_signals(pid: int, connection: socket.socket) -> bool:
@@ -304,30 +375,30 @@ def _relay_signals(pid: int, connection: socket.socket) -> bool:
         _kill(pid, signal.SIGKILL)
         return False
     for line in data.split():
-        _kill(pid, int(line))
+        if line.isdigit() and int(line) in {int(s) for s in _FORWARDED_SIGNALS}:
+            _kill(pid, int(line))
     return True
 
 
 def _reap(jobs: dict[int, socket.socket | None]) -> None:
     """Collect finished children and send each exit status to its client."""
     while jobs:
-        pid, status = os.waitpid(-1, os.WNOHANG)
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
         if pid == 0:
             return
         connection = jobs.pop(pid, None)
         if connection is not None:
-            try:
+            with contextlib.suppress(OSError):
                 connection.sendall(b"%d\n" % os.waitstatus_to_exitcode(status))
-            except OSError:
-                pass
             connection.close()
 
 
 def _kill(pid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 if __name__ == "__main__":
