@@ -3,8 +3,8 @@
 A laptop campaign runs a hundred short jobs, and each would spend seconds importing torch and
 torch._dynamo (which torch.optim imports) before a second of work. With EBD2N_WARM=1, which the
 workflow sets for local runs, `python -m ebd2n train|validate` hands its arguments, working
-directory, environment, umask and standard streams to a server started the same way (same
-interpreter and flags, same code, same environment variables read while Python and torch load).
+directory, environment and standard streams to a server started the same way (same interpreter
+and flags, same code, same umask and environment variables read while Python and torch load).
 The server forks a child that runs the command on the client's streams and sends back its exit
 status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the client
 receives is passed on to the child (one the client ignores, the child ignores); when the client
@@ -45,8 +45,10 @@ WARM_COMMANDS = ("train", "validate")
 """The commands that import torch; the others start in well under a second anyway."""
 
 IDLE_SECONDS = 60.0
-"""A server with no running job and no request for this long removes its socket and exits
-(EBD2N_WARM_IDLE, in seconds, overrides it)."""
+"""A server with no running job and no request for this long removes its socket and exits."""
+
+IDLE_SWITCH = "EBD2N_WARM_IDLE"
+"""Overrides IDLE_SECONDS (in seconds)."""
 
 START_TIMEOUT = 300.0
 """How long a client waits for a server it started to accept (importing torch on a busy laptop)."""
@@ -55,6 +57,7 @@ _KEY_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "KMP_", "MKL_", "OPENBLAS
 """Environment variables read while Python and torch load: a server serves only clients that agree on all."""
 
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_FORWARDED_NUMBERS = frozenset(int(s) for s in _FORWARDED_SIGNALS)
 _HEADER = struct.Struct("!I")
 _STARTED = b"started"
 _MAX_SOCKET_PATH = 90  # bytes, with room for ".new-<pid>"; AF_UNIX allows 107 on Linux, 103 on macOS
@@ -141,7 +144,7 @@ def _run_remotely(connection: socket.socket, argv: list[str]) -> int | None:
     """Send the job, pass signals on, and wait for the exit status; None if it never started."""
     ignored = [int(s) for s in _FORWARDED_SIGNALS if signal.getsignal(s) == signal.SIG_IGN]
     request = json.dumps(
-        {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(), "ignored": ignored}
+        {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "ignored": ignored}
     ).encode()
     lines = _Lines(connection)
     try:
@@ -212,7 +215,7 @@ def serve(path: Path) -> None:
     listener.listen(64)
     os.replace(fresh, path)  # clients see the socket only once it accepts
     ours = path.stat().st_ino
-    idle = float(os.environ.get("EBD2N_WARM_IDLE", IDLE_SECONDS))
+    idle = float(os.environ.get(IDLE_SWITCH, IDLE_SECONDS))
     jobs: dict[int, socket.socket | None] = {}  # child pid -> its client's connection (None: client gone)
     last_activity = time.monotonic()
     while jobs or time.monotonic() - last_activity < idle:
@@ -314,7 +317,6 @@ def _run_child(request: dict, fds: list[int], server: int) -> None:
                 os.close(fd)
             _reopen_standard_streams()
             os.chdir(request["cwd"])
-            os.umask(request["umask"])
             os.environ.clear()
             os.environ.update(request["env"])
             sys.argv = [sys.argv[0], *request["argv"]]
@@ -375,7 +377,7 @@ def _relay_signals(pid: int, connection: socket.socket) -> bool:
         _kill(pid, signal.SIGKILL)
         return False
     for line in data.split():
-        if line.isdigit() and int(line) in {int(s) for s in _FORWARDED_SIGNALS}:
+        if line.isdigit() and int(line) in _FORWARDED_NUMBERS:
             _kill(pid, int(line))
     return True
 
