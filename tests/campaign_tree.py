@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, save_recipe
+from ebd2n.layout import CampaignPaths, run_paths
 
 SOURCE_HASH = "a" * 64
 CACHE_IDENTITY = "c" * 64
 EPOCH_TOKENS = 24576
 TARGETS = 98_304
+VALIDATED = "2026-09-02T10:00:00+0000"
 ENVIRONMENT = {
     "host": "node01",
     "python": "3.12.13",
@@ -113,20 +115,22 @@ def write_campaign(
 ) -> Path:
     """Write `repo/results/<name>` (and the cache manifest) and return the campaign directory.
 
-    `audit` None writes no audit.json; True or False writes one that passed or failed.
+    `audit` None writes no audit record; True or False writes one (of the runs stage, which the
+    report shows) that passed or failed.
     """
     campaign = repo / "results" / name
+    paths = CampaignPaths(campaign)
     cache_dir = repo / "results" / "caches" / "synthetic"
     runs = list(runs)
     for spec in runs:
-        _write_run(campaign / "runs" / spec.run_id, spec, epochs, repo, cache_dir, absolute_paths, purpose)
+        _write_run(paths.run(spec.run_id).directory, spec, epochs, repo, cache_dir, absolute_paths, purpose)
     if manifest:
         cache_dir.mkdir(parents=True, exist_ok=True)
         (cache_dir / "manifest.json").write_text(json.dumps(MANIFEST, indent=2))
     if campaign_json:
-        (campaign / "campaign.json").write_text(json.dumps(_campaign_info(name, runs, presets, description), indent=2))
+        paths.campaign_json.write_text(json.dumps(_campaign_info(name, runs, presets, description), indent=2))
     if audit is not None:
-        (campaign / "audit.json").write_text(json.dumps(_audit(audit), indent=2))
+        paths.audit_runs.write_text(json.dumps(_audit(audit), indent=2))
     return campaign
 
 
@@ -150,15 +154,16 @@ def _write_run(
     run_dir: Path, spec: RunSpec, epochs: int, repo: Path, cache_dir: Path, absolute: bool, purpose: str
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_recipe(_recipe(spec, run_dir, cache_dir, repo, absolute, purpose), run_dir / "recipe.yaml")
+    files = run_paths(run_dir)
+    save_recipe(_recipe(spec, run_dir, cache_dir, repo, absolute, purpose), files.recipe)
     records = [_epoch_record(spec, epoch, epochs) for epoch in range(1, epochs + 1)]
     steps = [{"type": "step", "step": 1, "loss": spec.loss + 3, "accuracy": 0.05, "lr": spec.lr}]
     lines = [json.dumps(record) for record in steps + records]
-    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    files.metrics.write_text("\n".join(lines) + "\n")
     best = min(records, key=lambda record: record["val_loss"])
     keys = ("epoch", "step", "tokens", "val_loss", "val_accuracy")
-    (run_dir / "best.json").write_text(json.dumps({**{k: best[k] for k in keys}, "weights": None}))
-    (run_dir / "train.log").write_text(f"########## job local-{spec.seed} ##########\n")
+    files.best.write_text(json.dumps({**{k: best[k] for k in keys}, "weights": None}))
+    files.train_log.write_text(f"########## job local-{spec.seed} ##########\n")
     results = {
         "run": spec.display_name or spec.run_id,
         "mode": spec.mode,
@@ -176,9 +181,10 @@ def _write_run(
         "source_hash": SOURCE_HASH,
         "job_ids": [f"local-{spec.seed}-a", f"local-{spec.seed}-b"],
         "environment": ENVIRONMENT,
+        "validated": VALIDATED,
         "wall_seconds": 1.5,
     }
-    (run_dir / "results.json").write_text(json.dumps(results, indent=2))
+    files.results.write_text(json.dumps(results, indent=2))
 
 
 def _epoch_record(spec: RunSpec, epoch: int, epochs: int) -> dict[str, Any]:
@@ -223,11 +229,11 @@ def _campaign_info(name: str, runs: list[RunSpec], presets: Sequence[str], descr
 
 
 def _audit(passed: bool) -> dict[str, Any]:
-    violations = [] if passed else ["runs/x: results.json missing"]
+    violations = [] if passed else ["runs/x: no finished run"]
     return {
         "passed": passed,
         "checks": [
             {"name": "every grid point has every seed", "scope": "campaign", "passed": passed, "violations": violations},
-            {"name": "one final.pt per run", "scope": "runs", "passed": True, "violations": []},
+            {"name": "run files present and readable", "scope": "runs", "passed": True, "violations": []},
         ],
     }

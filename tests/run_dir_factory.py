@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.config import Recipe, load_recipe, save_recipe
+from ebd2n.layout import run_paths
 from ebd2n.train.accounting import unit_table
 
 HOSTILE = "<script>alert(1)</script>"
@@ -27,7 +28,8 @@ def fabricate_run(directory: Path, steps: int = 120, epochs: int = 3, purpose: s
          f"runtime.purpose={json.dumps(purpose)}"],
     )
     directory.mkdir(parents=True, exist_ok=True)
-    save_recipe(recipe, directory / "recipe.yaml")
+    files = run_paths(directory)
+    save_recipe(recipe, files.recipe)
     units = _units(recipe, steps)
     run = {
         "run_id": directory.name, "purpose": purpose, "config_path": "config/recipes/demo.yaml",
@@ -40,9 +42,9 @@ def fabricate_run(directory: Path, steps: int = 120, epochs: int = 3, purpose: s
         "placement": [{"device": device, "units": [u["name"] for u in units if u["device"] == device]} for device in DEVICES],
         "units": units,
     }
-    (directory / "run.json").write_text(json.dumps(run, indent=2), encoding="utf-8")
+    files.record.write_text(json.dumps(run, indent=2), encoding="utf-8")
     records = _metrics(steps, epochs, recipe.training.batch_tokens)
-    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    files.metrics.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return directory
 
 

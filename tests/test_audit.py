@@ -1,24 +1,30 @@
-"""The campaign audit: a clean campaign passes; each kind of damage is caught, one test per case.
+"""The campaign audit on a real campaign: a clean campaign passes; each kind of tampering is caught
+and named; touched or copied campaigns (content unchanged) pass with nothing retrained.
 
-One tiny campaign (one grid point, two seeds) is trained for real by Snakemake, audited and
-reported once per module; each test works on its own copy and damages one thing.
+One tiny campaign (one grid point, two seeds, two slices each) is trained for real by Snakemake,
+audited and reported once per module; each test works on its own copy and damages one thing.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
-from workflow_support import TINY, copy_repo, snakemake, write_campaign
+from workflow_support import TINY, copy_repo, environment, snakemake, write_campaign
 
-from ebd2n.campaign.audit import audit_campaign, violations
+from ebd2n.audit import audit_campaign, violations
+from ebd2n.layout import named_campaign
 
 CAMPAIGN = "results/tiny"
 RUNS = ("synchronous-lr0.003-beta20.99-seed42", "synchronous-lr0.003-beta20.99-seed43")
+AUDITED = {**TINY, "seeds": [42, 43]}
 
 pytestmark = pytest.mark.slow
 
@@ -27,104 +33,318 @@ pytestmark = pytest.mark.slow
 def audited(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository copy holding a finished, audited and reported two-seed campaign."""
     repo = copy_repo(tmp_path_factory.mktemp("audit"))
-    campaign = write_campaign(repo, {**TINY, "seeds": [42, 43], "epochs_per_slice": 2})
+    campaign = write_campaign(repo, AUDITED)
     snakemake(repo, "--cores", "2", "--configfile", campaign)
     return repo
 
 
 @pytest.fixture
-def campaign(audited: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private copy of the audited campaign; the working directory is its repository."""
-    repo = tmp_path / "repo"
-    shutil.copytree(audited, repo, symlinks=True)
-    monkeypatch.chdir(repo)
+def repo(audited: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of the audited repository (times kept); the working directory is it."""
+    destination = tmp_path / "repo"
+    shutil.copytree(audited, destination, symlinks=True)
+    monkeypatch.chdir(destination)
+    return destination
+
+
+@pytest.fixture
+def campaign(repo: Path) -> Path:
     return repo / CAMPAIGN
 
 
-def _failed(campaign: Path) -> list[str]:
-    return violations(audit_campaign(campaign))
+def run(campaign: Path, index: int = 0) -> Path:
+    return campaign / "runs" / RUNS[index]
 
 
-def _edit_json(path: Path, **changes) -> None:
+def failed(campaign: Path, **options) -> list[str]:
+    return violations(audit_campaign(campaign, **options))
+
+
+def edit_json(path: Path, **changes) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
-def test_audit_clean_demo_campaign_passes(campaign: Path) -> None:
-    result = (json.loads((campaign / "audit.json").read_text())["passed"], _failed(campaign))
-    assert result == (True, [])
-
-
-def test_audit_clean_campaign_has_every_check(campaign: Path) -> None:
-    result = len(audit_campaign(campaign)["checks"])
-    assert result == 9
-
-
-def test_audit_catches_missing_seed(campaign: Path) -> None:
-    shutil.rmtree(campaign / "runs" / RUNS[1])
-    assert f"every grid point has every seed: {RUNS[1]}: no finished run" in _failed(campaign)
-
-
-def test_audit_catches_partial_full_validation(campaign: Path) -> None:
-    _edit_json(campaign / "runs" / RUNS[0] / "results.json", status="partial")
-    assert any("full validation incomplete" in v for v in _failed(campaign))
-
-
-def test_audit_catches_wrong_target_count(campaign: Path) -> None:
-    path = campaign / "runs" / RUNS[0] / "results.json"
-    _edit_json(path, targets=json.loads(path.read_text())["targets"] - 1)
-    assert any("validation targets, the cache has" in v for v in _failed(campaign))
-
-
-def test_audit_catches_second_checkpoint_file(campaign: Path) -> None:
-    run = campaign / "runs" / RUNS[0]
-    (run / "checkpoints").mkdir(exist_ok=True)
-    shutil.copy(run / "final.pt", run / "checkpoints" / "epoch-1.pt")
-    assert any("expected exactly ['final.pt']" in v for v in _failed(campaign))
-
-
-def test_audit_catches_best_json_with_weights(campaign: Path) -> None:
-    _edit_json(campaign / "runs" / RUNS[0] / "best.json", weights="final.pt")
-    assert any("best.json holds weights" in v for v in _failed(campaign))
-
-
-def test_audit_catches_recipe_differing_from_frozen_base(campaign: Path) -> None:
-    path = campaign / "runs" / RUNS[0] / "recipe.yaml"
-    recipe = yaml.safe_load(path.read_text())
-    recipe["optimizer"]["weight_decay"] = 0.2
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    assert any("outside the grid axes: optimizer.weight_decay" in v for v in _failed(campaign))
-
-
-def test_audit_catches_different_source_hash(campaign: Path) -> None:
-    _edit_json(campaign / "runs" / RUNS[0] / "results.json", source_hash="0" * 64)
-    assert any("not the frozen trainer" in v for v in _failed(campaign))
-
-
-def test_audit_catches_tampered_final_checkpoint(campaign: Path) -> None:
-    path = campaign / "runs" / RUNS[0] / "final.pt"
+def flip_byte(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    assert any("final.pt does not match its recorded SHA-256" in v for v in _failed(campaign))
 
 
-def test_audit_catches_stored_group_mean_mismatch(campaign: Path) -> None:
-    path = campaign / "report" / "groups.csv"
-    groups = pl.read_csv(path)
-    groups.with_columns(pl.col("mean_loss") + 1e-6).write_csv(path)
-    assert any("stored mean_loss" in v for v in _failed(campaign))
+def mentions(found: list[str], *needles: str) -> bool:
+    return any(all(needle in violation for needle in needles) for violation in found)
 
 
-def test_audit_catches_old_artifact_changed_after_extension(campaign: Path) -> None:
-    path = campaign / "runs" / RUNS[0] / "best.json"
+# --- a clean campaign ------------------------------------------------------------------------
+
+
+def test_audit_clean_campaign_passed_in_the_workflow(campaign: Path) -> None:
+    record = json.loads((campaign / "audit.json").read_text())
+    result = (record["passed"], record["stage"], [c["status"] for c in record["checks"] if c["status"] != "passed"])
+    assert result == (True, "full", ["not applicable"])  # the ledger: the first audit sets the baseline
+
+
+def test_audit_clean_campaign_passes_again_with_every_check_applicable(campaign: Path) -> None:
+    record = audit_campaign(campaign)
+    result = [(c["name"], c["status"]) for c in record["checks"] if c["status"] != "passed"]
+    assert result == []
+
+
+def test_audit_report_stage_runs_before_the_report(campaign: Path) -> None:
+    record = json.loads((campaign / "audit-runs.json").read_text())
+    names = [check["name"] for check in record["checks"]]
+    assert (record["stage"], record["passed"], any("published report" in name for name in names)) == ("runs", True, False)
+
+
+# --- tampering: each is detected and named ---------------------------------------------------
+
+
+def test_audit_catches_edited_frozen_trainer(campaign: Path) -> None:
+    path = campaign / "frozen/src/ebd2n/train/schedule.py"
+    path.write_text(path.read_text() + "\n# edited\n")
+    assert mentions(failed(campaign), "frozen trainer source hashes to", "edited")
+
+
+def test_audit_catches_metrics_with_last_line_dropped(campaign: Path) -> None:
+    path = run(campaign) / "metrics.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+    found = failed(campaign)
+    assert mentions(found, RUNS[0], "metrics.jsonl changed after full validation")
+    assert mentions(found, RUNS[0], "metrics.jsonl: epoch records")
+
+
+@pytest.mark.parametrize("name", ["train.log", "run.json", "report.html", "best.json", "checkpoints.json"])
+def test_audit_catches_deleted_run_file(campaign: Path, name: str) -> None:
+    (run(campaign) / name).unlink()
+    assert mentions(failed(campaign), RUNS[0], f"{name} missing")
+
+
+def test_audit_catches_stray_file_beside_final(campaign: Path) -> None:
+    shutil.copy(run(campaign) / "final.pt", run(campaign) / "final.pt.bak")
+    assert mentions(failed(campaign), RUNS[0], "unexpected file(s) final.pt.bak")
+
+
+def test_audit_catches_second_checkpoint_file(campaign: Path) -> None:
+    (run(campaign) / "checkpoints").mkdir(exist_ok=True)
+    shutil.copy(run(campaign) / "final.pt", run(campaign) / "checkpoints/epoch-1.pt")
+    assert mentions(failed(campaign), RUNS[0], "unexpected file(s) checkpoints/epoch-1.pt (policy final)")
+
+
+def test_audit_catches_flipped_byte_in_cache_shard(repo: Path, campaign: Path) -> None:
+    shard = sorted((repo / "results/caches/tiny").glob("train-*"))[0]
+    flip_byte(shard)
+    assert mentions(failed(campaign), shard.name, "does not match its recorded SHA-256")
+
+
+def test_audit_catches_edited_cache_manifest(repo: Path, campaign: Path) -> None:
+    edit_json(repo / "results/caches/tiny/manifest.json", note="edited")
+    assert mentions(failed(campaign), "identity", "manifest edited")
+
+
+def test_audit_catches_deleted_ledger(campaign: Path) -> None:
+    (campaign / "audit-ledger.json").unlink()
+    assert mentions(failed(campaign), "audit-ledger.json: missing", "--accept")
+
+
+def test_audit_catches_ledger_edited_to_match_a_tampered_file(campaign: Path) -> None:
+    target = run(campaign) / "best.json"
+    target.write_text(target.read_text() + "\n")
+    ledger_path = campaign / "audit-ledger.json"
+    ledger = json.loads(ledger_path.read_text())
+    from ebd2n.atomic import sha256_file
+
+    ledger["artifacts"][f"runs/{RUNS[0]}/best.json"] = sha256_file(target)
+    ledger_path.write_text(json.dumps(ledger))
+    found = failed(campaign)
+    assert mentions(found, "audit-ledger.json: not the ledger the last audit wrote")
+    assert mentions(found, RUNS[0], "best.json changed after full validation")
+
+
+def test_audit_catches_swapped_finals_with_ledger_removed(campaign: Path) -> None:
+    for name in ("final.pt", "checkpoints.json"):
+        a, b = run(campaign, 0) / name, run(campaign, 1) / name
+        data = a.read_bytes()
+        a.write_bytes(b.read_bytes())
+        b.write_bytes(data)
+    (campaign / "audit-ledger.json").unlink()
+    (campaign / "audit.json").unlink()
+    found = failed(campaign)
+    assert mentions(found, RUNS[0], f"final.pt belongs to run '{RUNS[1]}'")
+    assert mentions(found, RUNS[1], "final.pt is not the checkpoint its full validation examined")
+
+
+def test_audit_catches_tampered_final_checkpoint(campaign: Path) -> None:
+    flip_byte(run(campaign) / "final.pt")
+    assert mentions(failed(campaign), RUNS[0], "final.pt does not match its SHA-256 in checkpoints.json")
+
+
+def test_audit_catches_symlink_to_another_runs_file(campaign: Path) -> None:
+    path = run(campaign) / "train.log"
+    path.unlink()
+    path.symlink_to(run(campaign, 1) / "train.log")
+    assert mentions(failed(campaign), RUNS[0], "train.log is a symbolic link")
+
+
+def test_audit_catches_duplicated_steps_from_two_trainers(campaign: Path) -> None:
+    path = run(campaign) / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:5] + lines[2:]))
+    assert mentions(failed(campaign), RUNS[0], "steps are not 1..N once each in order")
+
+
+@pytest.mark.parametrize("name", ["campaign.json", "audit-ledger.json", "audit.json"])
+def test_audit_reports_corrupt_campaign_file_as_violation(campaign: Path, name: str) -> None:
+    (campaign / name).write_text("{not json")
+    assert mentions(failed(campaign), name)
+
+
+def test_audit_reports_corrupt_results_json_as_violation(campaign: Path) -> None:
+    (run(campaign) / "results.json").write_text("{not json")
+    assert mentions(failed(campaign), RUNS[0], "results.json: not valid JSON")
+
+
+def test_audit_reports_missing_source_hash_as_violation(campaign: Path) -> None:
+    (campaign / "frozen/SOURCE_HASH").unlink()
+    assert mentions(failed(campaign), "frozen/SOURCE_HASH: missing")
+
+
+def test_audit_catches_missing_seed(campaign: Path) -> None:
+    shutil.rmtree(run(campaign, 1))
+    assert f"every grid point has every seed: {RUNS[1]}: no finished run" in failed(campaign)
+
+
+def test_audit_catches_partial_full_validation(campaign: Path) -> None:
+    edit_json(run(campaign) / "results.json", status="partial")
+    assert mentions(failed(campaign), RUNS[0], "full validation partial")
+
+
+def test_audit_catches_wrong_target_count(campaign: Path) -> None:
+    path = run(campaign) / "results.json"
+    edit_json(path, targets=json.loads(path.read_text())["targets"] - 1)
+    assert mentions(failed(campaign), "validation targets, the cache has")
+
+
+def test_audit_catches_best_json_with_weights(campaign: Path) -> None:
+    edit_json(run(campaign) / "best.json", weights="final.pt")
+    assert mentions(failed(campaign), "best.json holds weights")
+
+
+def test_audit_catches_recipe_differing_from_frozen_base(campaign: Path) -> None:
+    path = run(campaign) / "recipe.yaml"
+    recipe = yaml.safe_load(path.read_text())
+    recipe["optimizer"]["weight_decay"] = 0.2
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    assert mentions(failed(campaign), "outside the grid axes: optimizer.weight_decay")
+
+
+def test_audit_names_learning_rate_mismatch_as_grid_point(campaign: Path) -> None:
+    path = run(campaign) / "recipe.yaml"
+    recipe = yaml.safe_load(path.read_text())
+    recipe["optimizer"]["lr"] = 0.005
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    found = failed(campaign)
+    assert mentions(found, "optimizer.lr differ from the run id's grid point")
+    assert not mentions(found, "outside the grid axes")
+
+
+def test_audit_catches_different_source_hash(campaign: Path) -> None:
+    edit_json(run(campaign) / "results.json", source_hash="0" * 64)
+    assert mentions(failed(campaign), "not the frozen trainer")
+
+
+def test_audit_catches_old_artifact_changed_since_last_audit(campaign: Path) -> None:
+    path = run(campaign) / "best.json"
     path.write_text(path.read_text() + "\n")
-    result = [v for v in _failed(campaign) if "since the last audit" in v]
-    assert result == [f"previously audited artifacts unchanged: {RUNS[0]}/best.json: changed since the last audit"]
+    result = [v for v in failed(campaign) if "since the last audit" in v]
+    assert result == [f"audited artifacts unchanged since the last audit (ledger): runs/{RUNS[0]}/best.json: changed since the last audit"]
 
 
-def test_audit_cli_exits_1_with_violations(campaign: Path) -> None:
-    from ebd2n.cli import main
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [
+        ("groups.csv", lambda p: pl.read_csv(p).with_columns(pl.col("mean_loss") + 1e-6).write_csv(p)),
+        ("selection.json", lambda p: p.write_text(p.read_text().replace('"lr": 0.003', '"lr": 0.004'))),
+        ("selected-synchronous.yaml", lambda p: p.write_text(p.read_text().replace("lr: 0.003", "lr: 0.004"))),
+        ("runs.csv", lambda p: p.write_text(p.read_text().replace("complete", "failed", 1))),
+    ],
+)
+def test_audit_catches_edited_report_file(campaign: Path, name: str, change) -> None:
+    path = campaign / "report" / name
+    before = path.read_bytes()
+    change(path)
+    assert path.read_bytes() != before
+    assert mentions(failed(campaign), f"report/{name}: differs from a recomputation")
 
-    shutil.rmtree(campaign / "runs" / RUNS[1])
-    result = main(["audit", str(campaign)])
-    assert result == 1
+
+def test_audit_accept_rebaselines_and_records_history(campaign: Path) -> None:
+    path = run(campaign) / "best.json"
+    (campaign / "audit-ledger.json").unlink()
+    before = failed(campaign)
+    record = audit_campaign(campaign, accept=True)
+    history = json.loads((campaign / "audit-ledger.json").read_text())["history"]
+    result = (bool(before), record["passed"], failed(campaign), len(history), path.exists())
+    assert result == (True, True, [], 1, True)
+
+
+def test_audit_cli_exits_1_with_one_line_per_violation(campaign: Path) -> None:
+    shutil.rmtree(run(campaign, 1))
+    (campaign / "runs.csv").write_text("x")
+    result = subprocess.run([sys.executable, "-m", "ebd2n", "audit", str(campaign)], capture_output=True, text=True,
+                            env={**environment(), "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    lines = result.stderr.splitlines()
+    assert (result.returncode, lines[0]) == (1, "ebd2n audit: audit failed:")
+    assert f"every grid point has every seed: {RUNS[1]}: no finished run" in lines
+
+
+def test_audit_cli_on_a_path_that_is_no_campaign_exits_2(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "ebd2n", "audit", str(tmp_path)], capture_output=True, text=True)
+    assert (result.returncode, len(result.stderr.splitlines()), "not a campaign directory" in result.stderr) == (2, 1, True)
+
+
+# --- no false alarms: content, never file times ---------------------------------------------
+
+
+def snapshot(campaign: Path) -> dict[str, bytes]:
+    return {p.relative_to(campaign).as_posix(): p.read_bytes() for p in campaign.rglob("*")
+            if p.is_file() and "logs" not in p.parts and "benchmarks" not in p.parts}
+
+
+def test_audit_touch_of_every_file_retrains_nothing_and_passes(repo: Path, campaign: Path) -> None:
+    before = snapshot(campaign)
+    for path in [*sorted((repo / "results").rglob("*")), *sorted(campaign.glob("runs/*/final.pt"))]:
+        os.utime(path)  # every file, then each final.pt again: newer than its results.json
+    result = snakemake(repo, "--cores", "2", "--configfile", "config/campaigns/tiny.yaml")
+    output = result.stdout + result.stderr
+    after = snapshot(campaign)
+    changed = sorted(name for name in before if after.get(name) != before[name])
+    assert "rule train_" not in output
+    assert [name for name in changed if not name.startswith(("audit", "report/"))] == []
+    assert failed(campaign) == []
+
+
+def test_audit_copied_campaign_without_times_passes(repo: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(repo), str(copy)], check=True)  # no -a: every time is the copy's
+    result = snakemake(copy, "--cores", "2", "--configfile", "config/campaigns/tiny.yaml")
+    assert "rule train_" not in result.stdout + result.stderr
+    assert violations(audit_campaign(copy / CAMPAIGN)) == []
+
+
+def test_audit_by_hand_leaves_the_workflow_nothing_to_do(repo: Path, campaign: Path) -> None:
+    audit_campaign(campaign)
+    result = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+# --- one owner of checkpoint lifetime --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("epoch", ["epoch-1.pt"]), ("all", ["epoch-0.pt", "epoch-1.pt"])])
+def test_workflow_keeps_what_the_checkpoint_policy_keeps(tmp_path: Path, policy: str, kept: list[str]) -> None:
+    repo = copy_repo(tmp_path / "repo")
+    snakemake(repo, "--cores", "2", "--configfile", write_campaign(repo, {**TINY, "checkpoint_policy": policy}))
+    directory = named_campaign("tiny").run(RUNS[0].replace("seed43", "seed42"))
+    run_dir = repo / directory.directory
+    best = json.loads((run_dir / "best.json").read_text())["weights"]
+    result = (sorted(p.name for p in (run_dir / "checkpoints").iterdir()), (run_dir / best).is_file())
+    assert result == (kept, True)
+    assert violations(json.loads((repo / CAMPAIGN / "audit.json").read_text())) == []

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from ebd2n.campaign.analysis import load_runs
-from ebd2n.campaign.collect import COLUMNS, collect_campaign
+from ebd2n.campaign.collect import collect_campaign
+from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.campaign.freeze import freeze_base, freeze_trainer
 from ebd2n.campaign.resolve import resolve_run, run_recipe
-from ebd2n.campaign.runs import Run, frozen_base, parse_run_id, previous_end, slice_ends
+from ebd2n.campaign.runs import Run, parse_run_id, previous_end, slice_ends
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, load_campaign
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
@@ -248,7 +249,7 @@ def test_freeze_happens_once(in_tmp: Path) -> None:
 def test_resolve_uses_frozen_base(in_tmp: Path) -> None:
     campaign = campaign_from_dict(tiny())
     freeze_base(campaign, "base")
-    path = frozen_base(campaign.directory, "base")
+    path = campaign.paths.base_recipe("base")
     path.write_text(path.read_text().replace("log_every: 8", "log_every: 5"))
     run_dir = campaign.directory / "runs" / "packed-4-lr0.004-beta20.99-seed43"
     result = load_recipe(resolve_run(run_dir))
@@ -270,15 +271,16 @@ def test_started_campaign_may_grow(in_tmp: Path) -> None:
 def test_collect_writes_a_table_analysis_reads(in_tmp: Path) -> None:
     campaign = campaign_from_dict(tiny())
     freeze_trainer(campaign)
+    freeze_base(campaign, "base")
     for index, run in enumerate(campaign.runs()[:2]):
         run_dir = campaign.directory / "runs" / run.id
-        run_dir.mkdir(parents=True)
+        resolve_run(run_dir)
         result = {"run": run.id, "mode": run.mode, "lr": run.lr, "beta2": run.beta2, "seed": run.seed, "status": "complete",
                   "loss": 4.0 + index, "targets": 10, "cache_identity": "c", "job_ids": ["1", "2"]}
         (run_dir / "results.json").write_text(json.dumps(result))
     table = load_runs(collect_campaign(campaign))
     result = (table.columns, table["loss"].to_list())
-    assert result == (list(COLUMNS), [4.0, 5.0])
+    assert result == (list(RUN_COLUMNS), [4.0, 5.0])
 
 
 def test_collect_records_the_campaign(in_tmp: Path) -> None:

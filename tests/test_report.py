@@ -20,7 +20,7 @@ from ebd2n.campaign.analysis import group_runs, load_runs, select
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.report import build_report
-from ebd2n.report.collect import RUN_COLUMNS
+from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.report.plotly_embed import figure_json
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -220,7 +220,7 @@ def test_report_scaling_campaign_shows_the_scaling_table(campaign_tree: Callable
 
 def test_report_without_runs_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
-    with pytest.raises(UserError, match="no runs/\\*/results.json or recipe.yaml; run the campaign first"):
+    with pytest.raises(UserError, match="no finished or resolved run; run the campaign first"):
         build_report(tmp_path)
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ebd2n.errors import AuditFailed, RunFailed, UserError
+from ebd2n.layout import AUDIT_JSON, AUDIT_RUNS, CAMPAIGN_JSON, FINAL, GROUPS_CSV, RECIPE, RESULTS_JSON, RUNS_CSV, SELECTION_JSON
 
 
 def _add_recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -> None:
@@ -101,7 +102,7 @@ def cmd_select(args: argparse.Namespace) -> None:
 
     groups = group_runs(load_runs(args.runs))
     write_selection(groups, select(groups), args.out)
-    print(f"{args.out / 'groups.csv'} and {args.out / 'selection.json'} written")
+    print(f"{args.out / GROUPS_CSV} and {args.out / SELECTION_JSON} written")
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -111,11 +112,12 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.audit import audit_campaign, violations
+    from ebd2n.audit import audit_campaign, violations
 
-    record = audit_campaign(args.campaign_dir)
+    record = audit_campaign(args.campaign_dir, stage=args.stage, accept=args.accept)
+    marks = {"passed": "ok  ", "failed": "FAIL", "not applicable": "n/a "}
     for check in record["checks"]:
-        print(f"{'ok  ' if check['passed'] else 'FAIL'} {check['name']} ({check['scope']})")
+        print(f"{marks[check['status']]} {check['name']} ({check['scope']})")
     if not record["passed"]:
         raise AuditFailed("\n".join(violations(record)))
 
@@ -140,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
-    p = commands.add_parser("validate", help="full validation of a run's final.pt -> results.json")
+    p = commands.add_parser("validate", help=f"full validation of a run's {FINAL} -> {RESULTS_JSON}")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--device", default=None, help="override the recipe's device")
     p.set_defaults(func=cmd_validate)
@@ -155,25 +157,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base", help="freeze this base recipe (a preset of the campaign, or 'base')")
     p.set_defaults(func=cmd_freeze)
 
-    p = commands.add_parser("resolve", help="write a run's recipe.yaml from the frozen base and its run id")
+    p = commands.add_parser("resolve", help=f"write a run's {RECIPE} from the frozen base and its run id")
     p.add_argument("run_dir", type=Path, help="results/<campaign>/runs/<run-id>")
     p.set_defaults(func=cmd_resolve)
 
-    p = commands.add_parser("collect", help="tabulate a campaign's finished runs (runs.csv, campaign.json)")
+    p = commands.add_parser("collect", help=f"tabulate a campaign's runs ({RUNS_CSV}, {CAMPAIGN_JSON})")
     p.add_argument("campaign_file", type=Path)
     p.set_defaults(func=cmd_collect)
 
     p = commands.add_parser("select", help="group a runs table (CSV or JSON) and pick the best recipe per mode")
     p.add_argument("runs", type=Path, help="per-run CSV or JSON (run, mode, lr, beta2, seed, status, loss)")
-    p.add_argument("--out", type=Path, required=True, help="directory for groups.csv and selection.json")
+    p.add_argument("--out", type=Path, required=True, help=f"directory for {GROUPS_CSV} and {SELECTION_JSON}")
     p.set_defaults(func=cmd_select)
 
     p = commands.add_parser("report", help="regenerate a campaign's report from disk, without training")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
     p.set_defaults(func=cmd_report)
 
-    p = commands.add_parser("audit", help="check a campaign's completeness and integrity -> audit.json")
+    p = commands.add_parser("audit", help=f"check a campaign's completeness and integrity -> {AUDIT_JSON}")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
+    p.add_argument(
+        "--stage", choices=["runs", "full"], default="full",
+        help=f"runs: every check but the report's (before it is built; writes {AUDIT_RUNS}); full (default): all of them",
+    )
+    p.add_argument(
+        "--accept", action="store_true",
+        help="re-baseline the ledger on the current files (recorded in its history); only when every other check passes",
+    )
     p.set_defaults(func=cmd_audit)
     return parser
 

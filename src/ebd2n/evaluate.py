@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ebd2n.atomic import atomic_write_text
+from ebd2n.atomic import atomic_write_text, sha256_file
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.data import iter_full_validation, open_cache
 from ebd2n.errors import UserError
+from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
 from ebd2n.model import GPT
 from ebd2n.provenance import environment, source_hash
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
@@ -61,17 +62,26 @@ def block_batches(blocks: torch.Tensor, batch_size: int):
 
 
 def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
-    """Evaluate final.pt over every validation target once and write results.json."""
-    run_dir = Path(run_dir)
-    recipe_path = run_dir / "recipe.yaml"
-    if not recipe_path.is_file():
-        raise UserError(f"{run_dir}: no recipe.yaml; not a run directory")
-    recipe = load_recipe(recipe_path)
+    """Evaluate the final checkpoint over every validation target once and write results.json.
+
+    results.json records the SHA-256 of every file the trainer left, so the audit can tell an
+    artifact changed after validation. Validating an unchanged run again rewrites the same bytes:
+    a touched checkpoint (a copy without preserved times) never changes a result.
+    """
+    paths = RunPaths(Path(run_dir))
+    run_dir = paths.directory
+    if not paths.recipe.is_file():
+        raise UserError(f"{run_dir}: no {paths.recipe.name}; not a run directory")
+    recipe = load_recipe(paths.recipe)
     configure_torch(recipe)
     cache = open_cache(recipe.data.cache_dir)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
+    previous = _unchanged_results(paths, provenance)
+    if previous is not None:
+        atomic_write_text(paths.results, previous)
+        return json.loads(previous)
     started = time.time()
-    state = load_checkpoint(run_dir / "final.pt", provenance)
+    state = load_checkpoint(paths.final, provenance)
     target = resolve_device(device or recipe.runtime.device)
     model = GPT(recipe.model)
     model.load_state_dict(evaluation_state_dict(recipe, state["engine"]))
@@ -98,8 +108,22 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
         "validator_source_hash": source_hash(),
         "job_ids": list(state["job_ids"]),
         "environment": environment(),
+        "validated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "wall_seconds": time.time() - started,
+        "artifacts": {name: sha256_file(paths / name) for name in TRAINING_ARTIFACTS if (paths / name).is_file()},
     }
-    atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _unchanged_results(paths: RunPaths, provenance: Provenance) -> str | None:
+    """The text of results.json when it already validated this very checkpoint, recipe and cache."""
+    try:
+        text = paths.results.read_text(encoding="utf-8")
+        previous = json.loads(text)
+        unchanged = previous["artifacts"][FINAL] == sha256_file(paths.final)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    same = (previous.get("recipe_identity"), previous.get("cache_identity")) == (provenance.recipe_identity, provenance.cache_identity)
+    return text if unchanged and same and previous.get("status") == "complete" else None
 

@@ -1,15 +1,28 @@
-# Audit of the finished campaign: every check of the SPEC, the artifact ledger, audit.json.
-# A failed audit exits non-zero with its violations, so the report is not built over bad results;
-# the ledger (audit-ledger.json) is not an output, so a failure never loses it.
+# The audit, in two steps around the report. audit_runs checks every run (completeness, recipes,
+# frozen trainer, hashes, retention, the ledger) before the report is built, so a failure stops
+# the workflow first; audit_campaign then rebuilds the published report elsewhere and compares it,
+# and only then writes audit.json and the ledger. audit.json is update(): Snakemake never deletes
+# it before the job runs, since it records the ledger's own hash (see ebd2n.audit).
+
+
+rule audit_runs:
+    input:
+        str(C.runs_csv),
+        str(C.campaign_json),
+    output:
+        str(C.audit_runs),
+    log:
+        log_of(C.audit_runs),
+    shell:
+        "{EBD2N} audit " + CAMPAIGN_DIR + " --stage runs > {log} 2>&1"
 
 
 rule audit_campaign:
     input:
-        "results/{campaign}/runs.csv",
-        "results/{campaign}/campaign.json",
+        str(C.report_index),
     output:
-        "results/{campaign}/audit.json",
+        update(str(C.audit)),
     log:
-        "results/{campaign}/logs/audit.log",
+        log_of(C.audit),
     shell:
-        "{EBD2N} audit results/{wildcards.campaign} > {log} 2>&1"
+        "{EBD2N} audit " + CAMPAIGN_DIR + " > {log} 2>&1"

@@ -35,9 +35,10 @@ validate(config, schema="../schemas/campaign.schema.yaml")
 SRC = Path(workflow.basedir).parent / "src"
 sys.path.insert(0, str(SRC))
 
-from ebd2n.campaign.runs import campaign_dir, frozen_base, parse_run_id, previous_end
+from ebd2n.campaign.runs import parse_run_id, previous_end
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
+from ebd2n.layout import named_campaign
 
 try:
     CAMPAIGN = campaign_from_dict(config, source=CAMPAIGN_FILE)
@@ -49,16 +50,38 @@ CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
 # frozen copy (resolve, train, validate): the trainer is passed by path, never as an input.
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"PYTHONPATH={shlex.quote(str(SRC))} {PYTHON} -m ebd2n"
-TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} -m ebd2n"
-LAUNCHED_TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} {{params.launcher}} -m ebd2n"
+FROZEN_SRC = named_campaign("{wildcards.campaign}").frozen_src
+TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} -m ebd2n"
+LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}} -m ebd2n"
 # Local runs: training and validation jobs fork from one process that has torch imported already
 # (ebd2n.warm), which saves seconds per job on a laptop. EBD2N_WARM=0 in the environment turns it
 # off; cluster jobs always start cold.
 if workflow.local_exec and not workflow.remote_exec:
     os.environ.setdefault("EBD2N_WARM", "1")
 
-RUN = "results/{campaign}/runs/{run}"
-RUN_DIR = "results/{wildcards.campaign}/runs/{wildcards.run}"
+# Every path comes from the store's layout (ebd2n.layout), with wildcards for names.
+C = named_campaign("{campaign}")
+R = C.run("{run}")
+RUN_DIR = str(named_campaign("{wildcards.campaign}").run("{wildcards.run}").directory)
+CAMPAIGN_DIR = str(named_campaign("{wildcards.campaign}").directory)
+
+
+def log_of(path):
+    """The log of the job writing `path`: the same path under the campaign's logs/, ending .log."""
+    return str(C.logs / Path(path).relative_to(C.directory).with_suffix(".log"))
+
+
+def benchmark_of(path):
+    """The benchmark file of the job writing `path`, under the campaign's benchmarks/."""
+    return str(C.benchmarks / Path(path).relative_to(C.directory).with_suffix(".tsv"))
+
+
+def slice_output():
+    """A slice's checkpoint. The trainer owns checkpoint lifetime: under the `final` policy it
+    deletes a slice checkpoint once the next slice has consumed it, and temp() only tells Snakemake
+    that the file may be gone; `epoch` and `all` keep every one, so it is a plain output there."""
+    path = str(R.checkpoint("{epoch}"))
+    return temp(path) if CAMPAIGN.checkpoint_policy == "final" else path
 
 
 wildcard_constraints:
@@ -70,15 +93,15 @@ wildcard_constraints:
 
 def get_final_output():
     """The campaign report: it needs the audit, which needs every run's full validation."""
-    return [f"{CAMPAIGN.directory}/report/index.html"]
+    return [str(CAMPAIGN.paths.audit)]
 
 
 def get_run_results(wildcards):
-    return [f"{campaign_dir(wildcards.campaign)}/runs/{run.id}/results.json" for run in CAMPAIGN.runs()]
+    return [str(named_campaign(wildcards.campaign).run(run.id).results) for run in CAMPAIGN.runs()]
 
 
 def get_frozen_base(wildcards):
-    return frozen_base(campaign_dir(wildcards.campaign), _run(wildcards).base)
+    return named_campaign(wildcards.campaign).base_recipe(_run(wildcards).base)
 
 
 def get_resume_checkpoint(wildcards):
@@ -86,7 +109,7 @@ def get_resume_checkpoint(wildcards):
     epochs = EPOCHS[_run(wildcards).base]
     end = int(wildcards.epoch) if "epoch" in wildcards.keys() else epochs
     previous = previous_end(end, epochs, CAMPAIGN.epochs_per_slice)
-    return [] if previous is None else [f"{campaign_dir(wildcards.campaign)}/runs/{wildcards.run}/checkpoints/epoch-{previous}.pt"]
+    return [] if previous is None else [str(named_campaign(wildcards.campaign).run(wildcards.run).checkpoint(previous))]
 
 
 def get_resume_arg(wildcards):

@@ -1,13 +1,13 @@
-# Campaign report after a passed audit: CSV, JSON, figures and the offline index.html.
+# Campaign report once every run passed its audit: CSV, JSON, figures and the offline index page.
 # `snakemake -R report_campaign` (or `ebd2n report results/<campaign>`) rebuilds it from disk.
 
 
 rule report_campaign:
     input:
-        "results/{campaign}/audit.json",
+        str(C.audit_runs),
     output:
-        "results/{campaign}/report/index.html",
+        str(C.report_index),
     log:
-        "results/{campaign}/logs/report.log",
+        log_of(C.report_index),
     shell:
-        "{EBD2N} report results/{wildcards.campaign} > {log} 2>&1"
+        "{EBD2N} report " + CAMPAIGN_DIR + " > {log} 2>&1"

@@ -1,23 +1,23 @@
 # Freeze the trainer and base recipes once, resolve each run's recipe, train it slice by slice.
 # The frozen files have no inputs, so they are never rewritten; every job after them runs the
-# frozen trainer, passed by path. Slice checkpoints are temp(): gone once the next slice is done.
+# frozen trainer, passed by path. The trainer owns checkpoint lifetime (see slice_output()).
 
 
 rule freeze_trainer:
     output:
-        "results/{campaign}/frozen/SOURCE_HASH",
-        "results/{campaign}/frozen/freeze.json",
+        str(C.source_hash),
+        str(C.freeze_record),
     log:
-        "results/{campaign}/logs/frozen/SOURCE_HASH.log",
+        log_of(C.source_hash),
     shell:
         "{EBD2N} freeze {CAMPAIGN_FILE:q} > {log} 2>&1"
 
 
 rule freeze_recipe:
     output:
-        "results/{campaign}/frozen/recipes/{base}.yaml",
+        str(C.base_recipe("{base}")),
     log:
-        "results/{campaign}/logs/frozen/recipes/{base}.log",
+        log_of(C.base_recipe("{base}")),
     shell:
         "{EBD2N} freeze {CAMPAIGN_FILE:q} --base {wildcards.base} > {log} 2>&1"
 
@@ -25,27 +25,27 @@ rule freeze_recipe:
 rule resolve_recipe:
     input:
         base=get_frozen_base,
-        trainer="results/{campaign}/frozen/SOURCE_HASH",
+        trainer=str(C.source_hash),
     output:
-        f"{RUN}/recipe.yaml",
+        str(R.recipe),
     log:
-        "results/{campaign}/logs/runs/{run}/recipe.log",
+        log_of(R.recipe),
     shell:
         TRAINER + " resolve " + RUN_DIR + " > {log} 2>&1"
 
 
 rule train_slice:
     input:
-        # ancient: the trainer rewrites recipe.yaml (same content) at every slice
-        recipe=ancient(f"{RUN}/recipe.yaml"),
+        # ancient: a re-resolved recipe (same bytes, newer time) never retrains a run
+        recipe=ancient(str(R.recipe)),
         cache=ancient(str(CACHE)),
         resume=get_resume_checkpoint,
     output:
-        temp(f"{RUN}/checkpoints/epoch-{{epoch}}.pt"),
+        slice_output(),
     log:
-        "results/{campaign}/logs/runs/{run}/checkpoints/epoch-{epoch}.log",
+        log_of(R.checkpoint("{epoch}")),
     benchmark:
-        "results/{campaign}/benchmarks/runs/{run}/checkpoints/epoch-{epoch}.tsv"
+        benchmark_of(R.checkpoint("{epoch}"))
     params:
         resume=get_resume_arg,
         launcher=get_launcher,
@@ -58,18 +58,18 @@ rule train_slice:
 
 rule train_final:
     input:
-        recipe=ancient(f"{RUN}/recipe.yaml"),
+        recipe=ancient(str(R.recipe)),
         cache=ancient(str(CACHE)),
         resume=get_resume_checkpoint,
     output:
-        final=f"{RUN}/final.pt",
-        best=f"{RUN}/best.json",
+        final=str(R.final),
+        best=str(R.best),
         # every slice appends to it; update(): not deleted before the last slice runs
-        metrics=update(f"{RUN}/metrics.jsonl"),
+        metrics=update(str(R.metrics)),
     log:
-        "results/{campaign}/logs/runs/{run}/final.log",
+        log_of(R.final),
     benchmark:
-        "results/{campaign}/benchmarks/runs/{run}/final.tsv"
+        benchmark_of(R.final)
     params:
         resume=get_resume_arg,
         launcher=get_launcher,

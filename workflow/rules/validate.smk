@@ -1,15 +1,17 @@
-# Full validation of every run's final checkpoint, then one table over the campaign's finished runs.
+# Full validation of every run's final checkpoint, then one table over the campaign's runs.
+# results.json is update(): Snakemake keeps it while the job runs, so validating an unchanged
+# checkpoint again (a touched or copied final.pt) rewrites the same bytes instead of new ones.
 
 
 rule validate_run:
     input:
-        f"{RUN}/final.pt",
+        str(R.final),
     output:
-        f"{RUN}/results.json",
+        update(str(R.results)),
     log:
-        "results/{campaign}/logs/runs/{run}/results.log",
+        log_of(R.results),
     benchmark:
-        "results/{campaign}/benchmarks/runs/{run}/results.tsv"
+        benchmark_of(R.results)
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
@@ -21,9 +23,9 @@ rule collect_runs:
     input:
         get_run_results,
     output:
-        "results/{campaign}/runs.csv",
-        "results/{campaign}/campaign.json",
+        str(C.runs_csv),
+        str(C.campaign_json),
     log:
-        "results/{campaign}/logs/runs.log",
+        log_of(C.runs_csv),
     shell:
         "{EBD2N} collect {CAMPAIGN_FILE:q} > {log} 2>&1"

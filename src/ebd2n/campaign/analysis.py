@@ -18,6 +18,7 @@ from scipy import stats
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.errors import UserError
+from ebd2n.layout import GROUPS_CSV, SELECTION_JSON
 
 RUN_FIELDS: dict[str, type[pl.DataType]] = {
     "run": pl.String,
@@ -130,12 +131,12 @@ def winner_notes(
 def write_selection(groups: pl.DataFrame, selection: dict[str, dict], out_dir: Path) -> None:
     """Write `groups.csv` and `selection.json` atomically, so a reader never sees half a file."""
     out_dir = Path(out_dir)
-    atomic_write_text(out_dir / "groups.csv", groups.write_csv())
+    atomic_write_text(out_dir / GROUPS_CSV, groups.write_csv())
     chosen = {
         mode: {key: entry[key] for key in _SELECTION_KEYS}
         for mode, entry in selection.items()
     }
-    atomic_write_text(out_dir / "selection.json", json.dumps(chosen, indent=2) + "\n")
+    atomic_write_text(out_dir / SELECTION_JSON, json.dumps(chosen, indent=2) + "\n")
 
 
 def _read_json(path: Path) -> pl.DataFrame:

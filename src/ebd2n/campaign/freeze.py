@@ -14,22 +14,19 @@ import time
 from pathlib import Path
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.runs import frozen_base, frozen_dir
-from ebd2n.campaign.spec import RECORD, Campaign
+from ebd2n.campaign.spec import Campaign
 from ebd2n.config import save_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
 
-SOURCE_HASH = "SOURCE_HASH"
-
 
 def freeze_trainer(campaign: Campaign) -> str:
     """Copy the package to frozen/src/ebd2n, record the campaign's fixed settings; return the source hash."""
-    frozen = frozen_dir(campaign.directory)
-    marker = frozen / SOURCE_HASH
+    paths = campaign.paths
+    marker = paths.source_hash
     if marker.exists():
-        raise UserError(f"{frozen}: already frozen (source {marker.read_text().strip()}); a campaign freezes its trainer once")
-    target = frozen / "src" / "ebd2n"
+        raise UserError(f"{paths.frozen}: already frozen (source {marker.read_text().strip()}); a campaign freezes its trainer once")
+    target = paths.frozen_package
     staging = target.with_name(".ebd2n.partial")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.rmtree(target, ignore_errors=True)
@@ -43,7 +40,7 @@ def freeze_trainer(campaign: Campaign) -> str:
         "copied_from": str(PACKAGE_DIR),
         "settings": campaign.settings(),
     }
-    atomic_write_text(frozen / RECORD, json.dumps(record, indent=2) + "\n")
+    atomic_write_text(paths.freeze_record, json.dumps(record, indent=2) + "\n")
     atomic_write_text(marker, digest + "\n")  # last: its presence means the freeze is complete
     return digest
 
@@ -52,7 +49,7 @@ def freeze_base(campaign: Campaign, base: str) -> Path:
     """Write one base recipe (preset or file + data + overrides + policy) to frozen/recipes/<base>.yaml."""
     if base not in campaign.bases:
         raise UserError(f"--base {base}: not a base recipe of campaign {campaign.name} ({', '.join(campaign.bases)})")
-    path = frozen_base(campaign.directory, base)
+    path = campaign.paths.base_recipe(base)
     if path.exists():
         raise UserError(f"{path}: already frozen; a campaign freezes each base recipe once")
     save_recipe(campaign.base_recipe(base), path)

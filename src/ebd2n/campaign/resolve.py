@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ebd2n.campaign.runs import Run, frozen_base, packed_models, parse_run_id
+from ebd2n.campaign.runs import Run, packed_models, parse_run_id
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, save_recipe
 from ebd2n.errors import UserError
+from ebd2n.layout import campaign_of_run, run_paths
 
-RECIPE = "recipe.yaml"
 
 
 def run_recipe(base: Recipe, run: Run, output_dir: str | Path, source: str = "recipe") -> Recipe:
@@ -28,13 +28,14 @@ def run_recipe(base: Recipe, run: Run, output_dir: str | Path, source: str = "re
 def resolve_run(run_dir: str | Path) -> Path:
     """Write `<run_dir>/recipe.yaml` from results/<campaign>/frozen and the run id (the dir's name)."""
     run_dir = Path(run_dir)
-    if run_dir.parent.name != "runs":
+    campaign = campaign_of_run(run_dir)
+    if campaign is None:
         raise UserError(f"{run_dir}: expected a run directory results/<campaign>/runs/<run-id>")
     run = parse_run_id(run_dir.name)
-    base_path = frozen_base(run_dir.parent.parent, run.base)
+    base_path = campaign.base_recipe(run.base)
     if not base_path.is_file():
         raise UserError(f"{base_path}: no frozen base recipe; freeze the campaign first (ebd2n freeze CAMPAIGN_FILE)")
     recipe = run_recipe(load_recipe(base_path), run, run_dir, source=str(base_path))
-    path = run_dir / RECIPE
+    path = run_paths(run_dir).recipe
     save_recipe(recipe, path)
     return path

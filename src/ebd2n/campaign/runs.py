@@ -1,4 +1,4 @@
-"""Run ids and where a campaign's files live.
+"""Run ids and the grid of a campaign.
 
 A run id is a grid point and a seed, written so that the id alone says how to train the run:
 `packed-4-lr0.0012-beta20.999-seed42`; scaling campaigns prefix the preset:
@@ -9,13 +9,11 @@ text that reads back as the same float, so an id maps to exactly one grid point 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from ebd2n.errors import UserError
 
-RESULTS = Path("results")
-"""Where campaigns write, relative to the directory Snakemake (or ebd2n) runs in."""
 BASE = "base"
 """Name of the single base recipe of a campaign without a presets axis (frozen/recipes/base.yaml)."""
 
@@ -83,16 +81,20 @@ def previous_end(end: int, epochs: int, epochs_per_slice: int) -> int | None:
     return ends[index - 1] if index else None
 
 
-def campaign_dir(name: str) -> Path:
-    """results/<campaign>."""
-    return RESULTS / name
-
-
-def frozen_dir(campaign: Path) -> Path:
-    """The campaign's frozen trainer and base recipes, written once."""
-    return Path(campaign) / "frozen"
-
-
-def frozen_base(campaign: Path, base: str) -> Path:
-    """Frozen base recipe `base` (a preset name, or `base` for a campaign without presets)."""
-    return frozen_dir(campaign) / "recipes" / f"{base}.yaml"
+def grid_runs(
+    presets: Sequence[str] | None,
+    modes: Sequence[str],
+    learning_rates: Mapping[str, Iterable[float]],
+    beta2: Sequence[float],
+    seeds: Sequence[int],
+) -> list[Run]:
+    """Every run of a grid, ordered by preset, mode, learning rate, beta2, seed (the one place a
+    grid becomes runs: the campaign file's plan and the audit's expectation agree by construction)."""
+    return [
+        Run(preset, mode, float(lr), float(b), int(seed))
+        for preset in presets or [None]
+        for mode in modes
+        for lr in learning_rates[mode]
+        for b in beta2
+        for seed in seeds
+    ]

@@ -18,17 +18,16 @@ from typing import Any
 import yaml
 
 from ebd2n.campaign.resolve import run_recipe
-from ebd2n.campaign.runs import BASE, Run, campaign_dir, frozen_base, frozen_dir, packed_models, slice_ends
+from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, slice_ends
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
+from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.paths import REPO_ROOT
 from ebd2n.train.budget import budget_of
 
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "campaign.schema.yaml"
 PREPARE = "prepare"
 DEFAULT = "default"
-RECORD = "freeze.json"
-"""frozen/freeze.json: when and from where the trainer was frozen, and the fixed settings."""
 FROZEN_SETTINGS = ("recipe", "data", "overrides", "checkpoint_policy", "epochs_per_slice")
 """Settings fixed when a campaign starts: changing them would change runs already trained."""
 
@@ -72,8 +71,12 @@ class Campaign:
     resources: Mapping[str, Mapping[str, Any]]
 
     @property
+    def paths(self) -> CampaignPaths:
+        return named_campaign(self.name)
+
+    @property
     def directory(self) -> Path:
-        return campaign_dir(self.name)
+        return self.paths.directory
 
     @property
     def bases(self) -> tuple[str, ...]:
@@ -82,14 +85,7 @@ class Campaign:
 
     def runs(self) -> list[Run]:
         """Every run of the grid, ordered by preset, mode, learning rate, beta2, seed."""
-        return [
-            Run(None if base == BASE else base, mode, lr, beta2, seed)
-            for base in self.bases
-            for mode in self.modes
-            for lr in self.learning_rates[mode]
-            for beta2 in self.beta2
-            for seed in self.seeds
-        ]
+        return grid_runs(self.presets, self.modes, self.learning_rates, self.beta2, self.seeds)
 
     def settings(self) -> dict[str, Any]:
         """The settings a started campaign must keep (recorded in frozen/freeze.json)."""
@@ -178,7 +174,7 @@ def validate_schema(raw: Any, source: str = "campaign") -> None:
 def current_bases(campaign: Campaign) -> dict[str, Recipe]:
     """Each base recipe: the frozen one once written, else as it would be frozen now."""
     return {
-        base: load_recipe(path) if (path := frozen_base(campaign.directory, base)).is_file() else campaign.base_recipe(base)
+        base: load_recipe(path) if (path := campaign.paths.base_recipe(base)).is_file() else campaign.base_recipe(base)
         for base in campaign.bases
     }
 
@@ -224,13 +220,13 @@ def _check(campaign: Campaign) -> None:
     for base, recipe in bases.items():
         for mode in campaign.modes:
             probe = Run(None if base == BASE else base, mode, campaign.learning_rates[mode][0], campaign.beta2[0], campaign.seeds[0])
-            budget_of(run_recipe(recipe, probe, campaign.directory / "runs" / probe.id, source=where))
+            budget_of(run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where))
             _check_resources(campaign, base, mode, recipe, where)
 
 
 def _check_frozen(campaign: Campaign) -> None:
     """A started campaign may grow along its grid axes and seeds; its fixed settings must not change."""
-    record_path = frozen_dir(campaign.directory) / RECORD
+    record_path = campaign.paths.freeze_record
     if not record_path.is_file():
         return
     frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
@@ -243,7 +239,7 @@ def _check_frozen(campaign: Campaign) -> None:
         raise UserError(
             f"campaign file {campaign.source}: campaign {campaign.name} started with other settings ({details}). "
             "A started campaign can only gain learning rates, beta2 values, modes, presets and seeds; "
-            f"restore the settings, or give the changed campaign a new name (or remove {frozen_dir(campaign.directory)} "
+            f"restore the settings, or give the changed campaign a new name (or remove {campaign.paths.frozen} "
             "and its runs to start over)"
         )
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def build_report(campaign_dir: Path) -> Path:
-    """Write `campaign_dir/report/` from disk alone and return the path of its index.html."""
+def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
+    """Write the campaign's report (into `out`, else its report/) from disk alone; return its index page."""
     from ebd2n.report.campaign_report import build_report as build
 
-    return build(campaign_dir)
+    return build(campaign_dir, out)
 
 
 __all__ = ["build_report"]

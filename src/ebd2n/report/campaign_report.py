@@ -2,7 +2,8 @@
 
 `build_report` reads `results/<campaign>` and rewrites `results/<campaign>/report/`. It trains
 nothing, so it can be rerun after an extension or a change of the report code. Outputs hold no
-wall-clock timestamps, so regenerating an unchanged campaign gives byte-identical files.
+wall-clock timestamps, so regenerating an unchanged campaign gives byte-identical files: the
+audit verifies a published report by building it again elsewhere and comparing the bytes.
 """
 
 from __future__ import annotations
@@ -17,8 +18,19 @@ import polars as pl
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text
 from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
 from ebd2n.config import Recipe, dump_recipe
+from ebd2n.layout import (
+    CURVES_CSV,
+    LR_RESPONSE_CSV,
+    REPORT,
+    REPORT_INDEX,
+    REPORT_RESULTS,
+    RUNS,
+    RUNS_CSV,
+    SCALING_CSV,
+    selected_recipe,
+)
 from ebd2n.report import figures
-from ebd2n.report.collect import Campaign, load_campaign
+from ebd2n.campaign.results import CampaignResults, read_results
 from ebd2n.report.page import render_page
 from ebd2n.report.tables import (
     curve_table,
@@ -36,27 +48,27 @@ SELECTION_RULE = {
 }
 
 
-def build_report(campaign_dir: Path) -> Path:
-    """Write the campaign's report directory and return the path of its index.html."""
-    campaign = load_campaign(Path(campaign_dir))
-    out = campaign.directory / "report"
-    atomic_write_text(out / "runs.csv", campaign.runs.write_csv())
+def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
+    """Write the campaign's report directory (or `out`) and return the path of its index.html."""
+    campaign = read_results(Path(campaign_dir))
+    out = campaign.directory / REPORT if out is None else Path(out)
+    atomic_write_text(out / RUNS_CSV, campaign.runs.write_csv())
     if campaign.presets:
         scaling = scaling_rows(campaign)
-        atomic_write_text(out / "scaling.csv", _scaling_frame(scaling).write_csv())
+        atomic_write_text(out / SCALING_CSV, _scaling_frame(scaling).write_csv())
         summary = _summary(campaign, {})
-        _write_json(out / "results.json", {**summary, "scaling": scaling, "runs": _run_records(campaign)})
+        _write_json(out / REPORT_RESULTS, {**summary, "scaling": scaling, "runs": _run_records(campaign)})
         page = render_page(campaign, summary, scaling=scaling)
     else:
         grid = _grid_outputs(campaign, out)
         summary = _summary(campaign, grid["selection"])
-        _write_json(out / "results.json", {**summary, **grid["json"], "runs": _run_records(campaign)})
+        _write_json(out / REPORT_RESULTS, {**summary, **grid["json"], "runs": _run_records(campaign)})
         page = render_page(campaign, summary, grid=grid)
-    atomic_write_text(out / "index.html", page)
-    return out / "index.html"
+    atomic_write_text(out / REPORT_INDEX, page)
+    return out / REPORT_INDEX
 
 
-def _grid_outputs(campaign: Campaign, out: Path) -> dict[str, Any]:
+def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
     """Selection, LR response, curves, heatmaps and selected recipes of an LR x beta2 campaign."""
     groups = group_runs(campaign.runs, campaign.seeds)
     selection = select(groups)
@@ -64,9 +76,9 @@ def _grid_outputs(campaign: Campaign, out: Path) -> dict[str, Any]:
     write_selection(groups, selection, out)
     beta2 = response_beta2(groups["beta2"].unique().sort().to_list(), selection)
     response = lr_response(groups, beta2)
-    atomic_write_text(out / "lr-response.csv", response.write_csv())
+    atomic_write_text(out / LR_RESPONSE_CSV, response.write_csv())
     curves = curve_table(campaign, selection)
-    atomic_write_text(out / "curves.csv", curves.write_csv())
+    atomic_write_text(out / CURVES_CSV, curves.write_csv())
     for name, drawn in (
         ("heatmaps", figures.heatmaps(groups, campaign.learning_rates, campaign.beta2, selection)),
         ("curves", figures.curves(curves)),
@@ -92,14 +104,14 @@ def _grid_outputs(campaign: Campaign, out: Path) -> dict[str, Any]:
     }
 
 
-def _write_selected(campaign: Campaign, mode: str, point: dict[str, Any], out: Path) -> dict[str, Any]:
+def _write_selected(campaign: CampaignResults, mode: str, point: dict[str, Any], out: Path) -> dict[str, Any]:
     """The winner's first-seed recipe with repository-relative paths, ready for `ebd2n train`."""
     runs = point_runs(campaign, point)
     recipe = campaign.recipe(runs["directory"][0]).model_copy(deep=True)
     recipe.data.cache_dir = _repo_relative(recipe.data.cache_dir, campaign.repo_root)
-    recipe.runtime.output_dir = f"runs/{campaign.directory.name}-selected-{mode}"
-    name = f"selected-{mode}.yaml"
-    config = f"{_campaign_path(campaign)}/report/{name}"
+    recipe.runtime.output_dir = f"{RUNS}/{campaign.directory.name}-selected-{mode}"
+    name = selected_recipe(mode)
+    config = f"{_campaign_path(campaign)}/{REPORT}/{name}"
     seeds = ", ".join(str(seed) for seed in runs["seed"])
     header = (
         f"# Selected {mode} recipe of campaign {_one_line(campaign.name)}: LR {point['lr']:g}, beta2 {point['beta2']:g},\n"
@@ -120,7 +132,7 @@ def _write_selected(campaign: Campaign, mode: str, point: dict[str, Any], out: P
     }
 
 
-def _summary(campaign: Campaign, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Campaign-level facts and provenance shared by grid and scaling reports (results.json head)."""
     runs = campaign.runs
     complete = runs.filter(pl.col("status") == "complete")
@@ -162,7 +174,7 @@ def _summary(campaign: Campaign, selection: dict[str, dict[str, Any]]) -> dict[s
     }
 
 
-def _representatives(campaign: Campaign, selection: dict[str, dict[str, Any]]) -> dict[str, tuple[Recipe, int | None]]:
+def _representatives(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) -> dict[str, tuple[Recipe, int | None]]:
     """Recipe and epoch count of one run per column of the settings table: per model size in a
     scaling campaign (its first run), else per mode (the winner's first seed, else the mode's first run)."""
     directories: dict[str, str] = {}
@@ -184,7 +196,7 @@ def _base_recipes(info: dict[str, Any]) -> dict[str, str]:
     return {"base": info["base_recipe_identity"]} if info.get("base_recipe_identity") else {}
 
 
-def _data_record(campaign: Campaign, recipe: Recipe) -> dict[str, Any]:
+def _data_record(campaign: CampaignResults, recipe: Recipe) -> dict[str, Any]:
     """Data and tokenizer revisions: the manifest when present, else what the recipe pinned."""
     if campaign.manifest is not None:
         keys = ("source", "tokenizer", "seeds", "splits")
@@ -223,7 +235,7 @@ def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
     return {"status": "passed" if audit.get("passed") and not failed else "failed", "checks": len(checks), "failed": failed}
 
 
-def _run_records(campaign: Campaign) -> list[dict[str, Any]]:
+def _run_records(campaign: CampaignResults) -> list[dict[str, Any]]:
     return [{**row, "job_ids": row["job_ids"].split()} for row in campaign.runs.iter_rows(named=True)]
 
 
@@ -253,7 +265,7 @@ def _repo_relative(path: str, repo_root: Path) -> str:
         return candidate.as_posix()
 
 
-def _campaign_path(campaign: Campaign) -> str:
+def _campaign_path(campaign: CampaignResults) -> str:
     """The campaign directory as commands run from the repository root name it."""
     return _repo_relative(str(campaign.directory.resolve()), campaign.repo_root)
 

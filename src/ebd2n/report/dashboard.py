@@ -20,12 +20,11 @@ from typing import Any
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, count_parameters, load_recipe
 from ebd2n.errors import UserError
+from ebd2n.layout import DASHBOARD, METRICS, RECIPE, RUN_RECORD
 from ebd2n.report import html
 from ebd2n.report.plotly_embed import figure_json, plotly_script
-from ebd2n.train.runlog import METRICS, read_metrics
+from ebd2n.train.runlog import read_metrics
 
-RUN_RECORD = "run.json"
-DASHBOARD = "report.html"
 MAX_POINTS = 2000
 """Most points a per-batch curve draws; more would slow the page without showing more."""
 TREND_STRETCHES = 200
@@ -44,7 +43,7 @@ def write_dashboard(run_dir: Path) -> Path:
     """Write `run_dir/report.html` from the run's own records and return its path."""
     run_dir = Path(run_dir)
     run = json.loads(_required(run_dir / RUN_RECORD).read_text(encoding="utf-8"))
-    recipe = load_recipe(_required(run_dir / "recipe.yaml"))
+    recipe = load_recipe(_required(run_dir / RECIPE))
     _required(run_dir / METRICS)
     path = run_dir / DASHBOARD
     atomic_write_text(path, render_dashboard(run, recipe, read_metrics(run_dir)))
@@ -97,7 +96,7 @@ def _required(path: Path) -> Path:
     if not path.is_file():
         raise UserError(
             f"{path}: no such file; the run dashboard is written from a finished run's records "
-            "(run.json, recipe.yaml, metrics.jsonl) - finish the run's final slice first"
+            f"({RUN_RECORD}, {RECIPE}, {METRICS}) - finish the run's final slice first"
         )
     return path
 

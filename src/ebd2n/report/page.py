@@ -11,7 +11,19 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.report.collect import Campaign
+from ebd2n.campaign.results import CampaignResults
+from ebd2n.layout import (
+    AUDIT_JSON,
+    CAMPAIGN_JSON,
+    CURVES_CSV,
+    GROUPS_CSV,
+    LR_RESPONSE_CSV,
+    REPORT_RESULTS,
+    RUNS_CSV,
+    SCALING_CSV,
+    SELECTION_JSON,
+    CampaignPaths,
+)
 from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_script
 from ebd2n.report import html
 from ebd2n.report.tables import point_runs, settings_rows, split_rows
@@ -20,7 +32,7 @@ DASH = "—"
 
 
 def render_page(
-    campaign: Campaign,
+    campaign: CampaignResults,
     summary: dict[str, Any],
     *,
     grid: dict[str, Any] | None = None,
@@ -47,7 +59,7 @@ def render_page(
     return environment.get_template("campaign.html.j2").render(context)
 
 
-def _grid(campaign: Campaign, summary: dict[str, Any], grid: dict[str, Any]) -> dict[str, Any]:
+def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, Any]) -> dict[str, Any]:
     """Everything the LR x beta2 sections show: winners, grid, response, figures, commands."""
     groups: pl.DataFrame = grid["groups"]
     selection = grid["selection"]
@@ -69,7 +81,7 @@ def _grid(campaign: Campaign, summary: dict[str, Any], grid: dict[str, Any]) -> 
 
 
 def _winner(
-    campaign: Campaign, mode: str, point: dict[str, Any], notes: dict[str, Any], selected: dict[str, Any]
+    campaign: CampaignResults, mode: str, point: dict[str, Any], notes: dict[str, Any], selected: dict[str, Any]
 ) -> dict[str, Any]:
     runs = point_runs(campaign, point)
     runner = notes["runner_up"]
@@ -102,7 +114,7 @@ def _winner(
     }
 
 
-def _grid_rows(campaign: Campaign, groups: pl.DataFrame) -> list[dict[str, Any]]:
+def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for mode, lrs in campaign.learning_rates.items():
         runs = campaign.runs.filter(pl.col("mode") == mode)
@@ -136,7 +148,7 @@ def _response(table: pl.DataFrame, beta2: float, selection: dict[str, dict[str, 
 
 
 def _heatmap(
-    campaign: Campaign, groups: pl.DataFrame, mode: str, winner: dict[str, Any] | None, index: int
+    campaign: CampaignResults, groups: pl.DataFrame, mode: str, winner: dict[str, Any] | None, index: int
 ) -> dict[str, Any]:
     lrs, beta2 = campaign.learning_rates[mode], campaign.beta2
     part = groups.filter(pl.col("mode") == mode)
@@ -231,33 +243,37 @@ def _run_row(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _links(campaign: Campaign, grid: dict[str, Any] | None, scaling: bool) -> list[dict[str, str]]:
+def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool) -> list[dict[str, str]]:
     """Every file of the report (and the campaign's own records), with what it holds."""
     runs = campaign.runs.height
-    links = [{"href": "runs.csv", "label": "runs.csv", "about": f"per-run CSV: {runs} run(s) with final full-validation results"}]
+    links = [_link(RUNS_CSV, f"per-run CSV: {runs} run(s) with final full-validation results")]
     if grid is not None:
         links += [
-            {"href": "groups.csv", "label": "groups.csv", "about": f"grouped CSV: {grid['groups'].height} combinations, means, sample SDs and ranks"},
-            {"href": "selection.json", "label": "selection.json", "about": "the selected point per mode"},
-            {"href": "lr-response.csv", "label": "lr-response.csv", "about": f"LR response at beta2 = {grid['response_beta2']:g}"},
-            {"href": "heatmaps.png", "label": "heatmaps.png", "about": "full-grid heatmaps (PNG)"},
-            {"href": "heatmaps.pdf", "label": "heatmaps.pdf", "about": "full-grid heatmaps (PDF)"},
-            {"href": "curves.png", "label": "curves.png", "about": "winners' validation curves (PNG)"},
-            {"href": "curves.pdf", "label": "curves.pdf", "about": "winners' validation curves (PDF)"},
-            {"href": "curves.csv", "label": "curves.csv", "about": "curve data: mean and sample SD per token count"},
+            _link(GROUPS_CSV, f"grouped CSV: {grid['groups'].height} combinations, means, sample SDs and ranks"),
+            _link(SELECTION_JSON, "the selected point per mode"),
+            _link(LR_RESPONSE_CSV, f"LR response at beta2 = {grid['response_beta2']:g}"),
+            _link("heatmaps.png", "full-grid heatmaps (PNG)"),
+            _link("heatmaps.pdf", "full-grid heatmaps (PDF)"),
+            _link("curves.png", "winners' validation curves (PNG)"),
+            _link("curves.pdf", "winners' validation curves (PDF)"),
+            _link(CURVES_CSV, "curve data: mean and sample SD per token count"),
         ]
         links += [
             {"href": entry["file"], "label": entry["file"], "about": f"selected {mode} recipe, ready for ebd2n train"}
             for mode, entry in grid["selected"].items()
         ]
     if scaling:
-        links.append({"href": "scaling.csv", "label": "scaling.csv", "about": "the scaling table"})
-    links.append({"href": "results.json", "label": "results.json",
-                  "about": "JSON results and provenance: per-run and grouped values, selections, grid, seeds, revisions, environment, job ids"})
-    for name, about in (("campaign.json", "the campaign's resolved grid and seeds"), ("audit.json", "the audit's checks")):
-        if (campaign.directory / name).is_file():
-            links.append({"href": f"../{name}", "label": name, "about": about})
+        links.append(_link(SCALING_CSV, "the scaling table"))
+    links.append(_link(REPORT_RESULTS, "JSON results and provenance: per-run and grouped values, selections, grid, seeds, revisions, environment, job ids"))
+    if CampaignPaths(campaign.directory).campaign_json.is_file():
+        links.append(_link(f"../{CAMPAIGN_JSON}", "the campaign's resolved grid and seeds"))
+    # always linked: the audit writes it after verifying this very page, so the page cannot depend on it
+    links.append(_link(f"../{AUDIT_JSON}", "the audit's checks, this report's verification included"))
     return links
+
+
+def _link(href: str, about: str) -> dict[str, str]:
+    return {"href": href, "label": href.removeprefix("../"), "about": about}
 
 
 def _words(items: list[Any]) -> str:

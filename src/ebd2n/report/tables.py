@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from ebd2n.config import Recipe, count_parameters
-from ebd2n.report.collect import Campaign
+from ebd2n.campaign.results import CampaignResults
 
 CURVE_COLUMNS: dict[str, type[pl.DataType]] = {
     "mode": pl.String,
@@ -32,7 +32,7 @@ def response_beta2(beta2: list[float], selection: dict[str, dict[str, Any]]) -> 
     return chosen.pop() if len(chosen) == 1 else max(beta2)
 
 
-def point_runs(campaign: Campaign, point: dict[str, Any]) -> pl.DataFrame:
+def point_runs(campaign: CampaignResults, point: dict[str, Any]) -> pl.DataFrame:
     """The complete runs behind one grid point, on the campaign's seeds, in seed order."""
     return campaign.runs.filter(
         (pl.col("mode") == point["mode"])
@@ -43,7 +43,7 @@ def point_runs(campaign: Campaign, point: dict[str, Any]) -> pl.DataFrame:
     ).sort("seed")
 
 
-def curve_table(campaign: Campaign, selection: dict[str, dict[str, Any]]) -> pl.DataFrame:
+def curve_table(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) -> pl.DataFrame:
     """Winners' epoch-subset validation loss per token count: seeds, mean and sample SD."""
     records = [
         {"mode": mode, "lr": point["lr"], "beta2": point["beta2"], "tokens": record["tokens"], "loss": record["val_loss"]}
@@ -74,7 +74,7 @@ def settings_rows(settings: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
     return rows
 
 
-def data_facts(campaign: Campaign, recipe: Recipe) -> list[tuple[str, str]]:
+def data_facts(campaign: CampaignResults, recipe: Recipe) -> list[tuple[str, str]]:
     """Data, evaluation and retention facts; the manifest wins over the recipe where it exists."""
     manifest = campaign.manifest or {}
     source = manifest.get("source") or {}
@@ -99,13 +99,13 @@ def data_facts(campaign: Campaign, recipe: Recipe) -> list[tuple[str, str]]:
     ]
 
 
-def split_rows(campaign: Campaign) -> list[tuple[str, str]]:
+def split_rows(campaign: CampaignResults) -> list[tuple[str, str]]:
     """Per-split token and document counts from the manifest."""
     splits = (campaign.manifest or {}).get("splits") or {}
     return [(name, _counts(counts)) for name, counts in splits.items()]
 
 
-def scaling_rows(campaign: Campaign) -> list[dict[str, Any]]:
+def scaling_rows(campaign: CampaignResults) -> list[dict[str, Any]]:
     """One row per run of a scaling campaign, smallest model first: size, cost and accuracy per epoch."""
     rows = []
     for directory, size in campaign.presets.items():

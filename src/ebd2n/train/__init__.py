@@ -6,7 +6,7 @@ does not pay for importing torch.
 
 from typing import Any
 
-__all__ = ["FINAL", "slice_checkpoint", "train"]
+__all__ = ["train"]
 
 
 def __getattr__(name: str) -> Any:

@@ -17,8 +17,7 @@ import torch
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
 from ebd2n.errors import UserError
-
-LEDGER = "checkpoints.json"
+from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER as LEDGER
 FORMAT = 1
 
 
@@ -94,4 +93,4 @@ def _check_provenance(path: Path, state: dict[str, Any], expected: Provenance) -
 def run_dir_of(path: Path) -> Path:
     """The run directory of a checkpoint: checkpoints live in the run directory or its checkpoints/ folder."""
     parent = path.parent
-    return parent.parent if parent.name == "checkpoints" else parent
+    return parent.parent if parent.name == CHECKPOINT_DIR else parent

@@ -18,6 +18,7 @@ from torch import nn
 
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.errors import UserError
+from ebd2n.layout import run_paths
 from ebd2n.model import GPT, PackedGPT
 from ebd2n.model.gossip import clip_per_replica_, mix_
 from ebd2n.model.lora import apply_lora_, freeze_prefix_, merged_state_dict
@@ -240,9 +241,9 @@ def initial_model(recipe: Recipe) -> GPT:
 
 def checkpoint_weights(path: Path) -> dict:
     """Plain GPT weights of any ebd2n checkpoint (its run's recipe.yaml says how to read it)."""
-    recipe_path = run_dir_of(path) / "recipe.yaml"
+    recipe_path = run_paths(run_dir_of(path)).recipe
     if not recipe_path.is_file():
-        raise UserError(f"training.init_from {path}: no recipe.yaml in its run directory")
+        raise UserError(f"training.init_from {path}: no {recipe_path.name} in its run directory")
     return evaluation_state_dict(load_recipe(recipe_path), load_checkpoint(path)["engine"])
 
 

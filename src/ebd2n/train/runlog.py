@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-METRICS = "metrics.jsonl"
-TRAIN_LOG = "train.log"
+from ebd2n.layout import METRICS, TRAIN_LOG
 
 
 class TrainLog:

@@ -21,6 +21,7 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save_recipe
 from ebd2n.data import BlockReader, eval_subset_indices, open_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
+from ebd2n.layout import FINAL, RunPaths, slice_checkpoint
 from ebd2n.evaluate import block_batches, evaluate_sequences
 from ebd2n.parallel import distributed
 from ebd2n.provenance import environment, job_id, source_hash
@@ -32,12 +33,8 @@ from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
 
-FINAL = "final.pt"
-
-
-def slice_checkpoint(epoch: int) -> str:
-    """Relative path of the checkpoint written at an epoch boundary."""
-    return f"checkpoints/epoch-{epoch}.pt"
+KEEPS_EPOCHS = ("epoch", "all")
+"""Checkpoint policies that keep a checkpoint at every epoch boundary (`all` also keeps epoch 0)."""
 
 
 @dataclass
@@ -78,6 +75,7 @@ def train(
 ) -> Path:
     """Train from the start (or `resume`) to `until_epoch` (default: the end); return the run dir."""
     run_dir = Path(recipe.runtime.output_dir)
+    policy = recipe.training.checkpoint_policy
     budget = budget_of(recipe)
     cache = open_cache(recipe.data.cache_dir)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
@@ -111,18 +109,20 @@ def train(
     try:
         _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch)
         loop = _Loop(recipe, budget, engine, cache, context, log, metrics, counters, progress and context.is_main)
+        if policy == "all" and state is None:  # the initial weights, kept with every later state
+            _write_checkpoint(run_dir, slice_checkpoint(0), engine, counters, provenance, metrics, log, context)
         for epoch in range(start_epoch, end_epoch):
             loop.run_epoch(epoch)
-            if recipe.training.checkpoint_policy != "final" and epoch + 1 < budget.epochs:
+            if policy in KEEPS_EPOCHS and epoch + 1 < budget.epochs:
                 _write_checkpoint(run_dir, slice_checkpoint(epoch + 1), engine, counters, provenance, metrics, log, context)
         if end_epoch == budget.epochs:
             _finish(run_dir, recipe, engine, counters, provenance, metrics, log, context)
             if context.is_main:  # parallel
                 _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, context)
                 log.write(f"dashboard {write_dashboard(run_dir)}")
-        elif recipe.training.checkpoint_policy == "final":
+        elif policy == "final":
             _write_checkpoint(run_dir, slice_checkpoint(end_epoch), engine, counters, provenance, metrics, log, context)
-        if resume and recipe.training.checkpoint_policy == "final" and context.is_main:  # parallel: rank 0 deletes
+        if resume and policy == "final" and context.is_main:  # parallel: rank 0 deletes
             forget_checkpoint(run_dir, Path(resume).resolve().relative_to(run_dir.resolve()).as_posix())
             log.write(f"removed consumed slice checkpoint {Path(resume).name} (policy final)")
         log.write(f"slice done: epochs {start_epoch}..{end_epoch} of {budget.epochs}")
@@ -218,16 +218,20 @@ class _Loop:
 
 def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resumed: bool) -> None:
     """Refuse a directory holding another run, a finished run, or a run that should be resumed."""
-    existing = run_dir / "recipe.yaml"
+    existing = RunPaths(run_dir).recipe
     if existing.is_file():
         other = load_recipe(existing)
         if recipe_identity(other, provenance.cache_identity) != provenance.recipe_identity:
-            raise UserError(f"runtime.output_dir {run_dir}: holds a different run (its recipe.yaml differs)")
-    if (run_dir / FINAL).exists():
-        raise UserError(f"runtime.output_dir {run_dir}: the run is already complete (final.pt exists)")
+            raise UserError(f"runtime.output_dir {run_dir}: holds a different run (its {existing.name} differs)")
+    if RunPaths(run_dir).final.exists():
+        raise UserError(f"runtime.output_dir {run_dir}: the run is already complete ({FINAL} exists)")
     # a job killed after writing a checkpoint has it deleted by Snakemake: only existing files count
-    if not resumed and any((run_dir / name).exists() for name in read_ledger(run_dir)):
-        raise UserError(f"runtime.output_dir {run_dir}: holds slice checkpoints; resume with --resume {run_dir}/checkpoints/epoch-N.pt")
+    kept = [name for name in read_ledger(run_dir) if (run_dir / name).exists()]
+    if not resumed and kept:
+        raise UserError(
+            f"runtime.output_dir {run_dir}: holds slice checkpoints ({', '.join(kept)}); "
+            f"resume from the latest with --resume {run_dir}/<checkpoint>"
+        )
     if not existing.is_file():  # an audited artifact: written once, never rewritten by later slices
         save_recipe(recipe, existing)
 
@@ -253,7 +257,7 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "placement": context.placement_record(),
         "units": units,
     }
-    atomic_write_text(run_dir / "run.json", json.dumps(record, indent=2) + "\n")
+    atomic_write_text(RunPaths(run_dir).record, json.dumps(record, indent=2) + "\n")
 
 
 def _iso(timestamp: float) -> str:
@@ -298,6 +302,7 @@ def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, 
     if not context.is_main:  # parallel: only rank 0 writes
         return
     payload = {
+        "run_id": run_dir.name,
         "recipe_identity": provenance.recipe_identity,
         "cache_identity": provenance.cache_identity,
         "source_hash": provenance.source_hash,
@@ -315,13 +320,16 @@ def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, 
 
 
 def _finish(run_dir, recipe, engine, counters, provenance, metrics, log, context) -> None:
-    """End of the budget: final.pt and best.json (weights: null under the final policy)."""
+    """End of the budget: the final checkpoint and best.json, whose `weights` name the kept
+    checkpoint of the best epoch (null under the final policy, which keeps none)."""
     _write_checkpoint(run_dir, FINAL, engine, counters, provenance, metrics, log, context)
     if not context.is_main:  # parallel
         return
     best = dict(counters.best)
-    best["weights"] = None if recipe.training.checkpoint_policy == "final" else slice_checkpoint(best["epoch"])
-    if recipe.training.checkpoint_policy != "final" and best["epoch"] == engine.budget.epochs:
-        best["weights"] = FINAL
-    atomic_write_text(run_dir / "best.json", json.dumps(best, indent=2) + "\n")
-    log.write(f"best subset epoch {best['epoch']}: val loss {best['val_loss']:.4f} (best.json)")
+    if recipe.training.checkpoint_policy not in KEEPS_EPOCHS:
+        best["weights"] = None
+    else:
+        best["weights"] = FINAL if best["epoch"] == engine.budget.epochs else slice_checkpoint(best["epoch"])
+    path = RunPaths(run_dir).best
+    atomic_write_text(path, json.dumps(best, indent=2) + "\n")
+    log.write(f"best subset epoch {best['epoch']}: val loss {best['val_loss']:.4f} ({path.name})")

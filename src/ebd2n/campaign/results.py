@@ -1,7 +1,9 @@
-"""Read a campaign directory: its runs' results, the grid, the cache manifest and the audit.
+"""The one reader of a campaign on disk: its runs table, the grid, the cache manifest, the audit.
 
-A report is a pure function of what the workflow left in `results/<campaign>`, so `ebd2n report`
-can redo it at any time without training. Recipes and metrics are read only for the runs a report
+The collect step (`results/<campaign>/runs.csv`), the report and the audit all read a campaign
+through `read_results`, so they see one runs table with one set of columns. A report is a pure
+function of what the workflow left in `results/<campaign>`, so `ebd2n report` can redo it at any
+time without training. Recipes and metrics are read only for the runs a report
 shows in detail (winners, one run per mode, scaling points), which keeps large campaigns fast.
 """
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +21,29 @@ from ebd2n.campaign.analysis import RUN_FIELDS
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.errors import UserError
+from ebd2n.data.cache import MANIFEST
+from ebd2n.layout import CampaignPaths, run_paths
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
+    "preset": pl.String,
     "perplexity": pl.Float64,
     "accuracy": pl.Float64,
+    "targets": pl.Int64,
     "tokens": pl.Int64,
     "directory": pl.String,
     "recipe_identity": pl.String,
+    "cache_identity": pl.String,
+    "source_hash": pl.String,
     "job_ids": pl.String,
 }
-"""Columns of runs.csv; `directory` is relative to the campaign, `job_ids` space-separated."""
+"""Columns of the runs table (runs.csv); `directory` is relative to the campaign, `job_ids`
+space-separated, `preset` empty outside scaling campaigns."""
 
 
 @dataclass(frozen=True)
-class Campaign:
-    """Everything the report needs from disk, with the grid resolved."""
+class CampaignResults:
+    """Everything the report and the audit read of a campaign, with the grid resolved."""
 
     directory: Path
     name: str
@@ -57,30 +65,29 @@ class Campaign:
     manifest_path: Path
     audit: dict[str, Any] | None
     measured_date: str | None
-    """UTC date the last full validation was written (results.json modification time)."""
+    """Date of the last full validation (as recorded in results.json, never a file time)."""
 
     def recipe(self, directory: str) -> Recipe:
         """The resolved recipe of one run."""
-        return _recipe(self.directory / directory / "recipe.yaml")
+        return _recipe(run_paths(self.directory / directory).recipe)
 
     def epochs(self, directory: str) -> list[dict[str, Any]]:
         """The per-epoch records of one run's metrics.jsonl, in epoch order."""
-        return _epoch_records(self.directory / directory / "metrics.jsonl")
+        return _epoch_records(run_paths(self.directory / directory).metrics)
 
 
-def load_campaign(directory: Path) -> Campaign:
+def read_results(directory: Path) -> CampaignResults:
     """Read `results/<campaign>`; a directory without runs is a user error naming what to do."""
-    directory = Path(directory)
+    paths = CampaignPaths(Path(directory))
+    directory = paths.directory
     if not directory.is_dir():
         raise UserError(f"{directory}: no such campaign directory; pass results/<campaign>")
-    run_dirs = sorted(
-        p for p in (directory / "runs").glob("*") if (p / "results.json").is_file() or (p / "recipe.yaml").is_file()
-    )
+    run_dirs = run_directories(paths)
     if not run_dirs:
-        raise UserError(f"{directory}: no runs/*/results.json or recipe.yaml; run the campaign first")
-    info = _read_json(directory / "campaign.json")
-    results = {f"runs/{p.name}": _read_json(p / "results.json") for p in run_dirs}
-    rows = [_row(directory, p, results[f"runs/{p.name}"]) for p in run_dirs]
+        raise UserError(f"{paths.runs}: no finished or resolved run; run the campaign first")
+    info = _read_json(paths.campaign_json)
+    results = {p.relative_to(directory).as_posix(): _read_json(run_paths(p).results) for p in run_dirs}
+    rows = [_row(directory, p, results[p.relative_to(directory).as_posix()]) for p in run_dirs]
     complete = {key: value for key, value in results.items() if value is not None}
     modes, learning_rates, beta2 = _grid(info, rows)
     order = {mode: index for index, mode in enumerate(modes)}
@@ -90,7 +97,7 @@ def load_campaign(directory: Path) -> Campaign:
     seeds = sorted(info["seeds"]) if info and info.get("seeds") else sorted(set(runs["seed"].to_list()))
     repo_root = directory.resolve().parent.parent
     manifest_path = _manifest_path(directory, runs["directory"][0], repo_root)
-    return Campaign(
+    return CampaignResults(
         directory=directory,
         name=str((info or {}).get("name") or (info or {}).get("campaign") or directory.name),
         repo_root=repo_root,
@@ -104,9 +111,14 @@ def load_campaign(directory: Path) -> Campaign:
         presets=_presets(info, [p.name for p in run_dirs]),
         manifest=_read_json(manifest_path),
         manifest_path=manifest_path,
-        audit=_read_json(directory / "audit.json"),
-        measured_date=_measured_date(directory, complete),
+        audit=_read_json(paths.audit_runs),
+        measured_date=max((str(r["validated"])[:10] for r in complete.values() if r.get("validated")), default=None),
     )
+
+
+def run_directories(paths: CampaignPaths) -> list[Path]:
+    """The campaign's run directories with a full validation or at least a resolved recipe."""
+    return sorted(p for p in paths.runs.glob("*") if run_paths(p).results.is_file() or run_paths(p).recipe.is_file())
 
 
 def _mode_key(mode: str) -> tuple[int, int, str]:
@@ -120,15 +132,17 @@ def _mode_key(mode: str) -> tuple[int, int, str]:
 def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None) -> dict[str, Any]:
     """runs.csv row; a run without results.json is listed as incomplete from its recipe."""
     directory = run_dir.relative_to(campaign).as_posix()
+    preset = _preset(run_dir.name) or ""
     if results is None:
-        recipe = _recipe(run_dir / "recipe.yaml")
+        recipe = _recipe(run_paths(run_dir).recipe)
         point = {"mode": recipe.mode, "lr": recipe.optimizer.lr, "beta2": recipe.optimizer.beta2, "seed": recipe.runtime.seed}
-        return {"run": run_dir.name, **point, "status": "incomplete", "directory": directory, "job_ids": ""}
+        return {"run": run_dir.name, **point, "status": "incomplete", "preset": preset, "directory": directory, "job_ids": ""}
     missing = [key for key in ("mode", "lr", "beta2", "seed", "status") if key not in results]
     if missing:
-        raise UserError(f"{run_dir / 'results.json'}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`")
-    row = {key: results.get(key) for key in RUN_COLUMNS if key not in ("directory", "job_ids")}
+        raise UserError(f"{run_paths(run_dir).results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`")
+    row = {key: results.get(key) for key in RUN_COLUMNS if key not in ("preset", "directory", "job_ids")}
     row["run"] = str(results.get("run") or run_dir.name)
+    row["preset"] = preset
     row["directory"] = directory
     row["job_ids"] = " ".join(str(job) for job in results.get("job_ids") or [])
     return row
@@ -165,13 +179,8 @@ def _preset(run_id: str) -> str | None:
 
 def _manifest_path(campaign: Path, directory: str, repo_root: Path) -> Path:
     """The cache manifest named by the first run's recipe; a relative cache_dir is relative to the repository."""
-    cache_dir = Path(_recipe(campaign / directory / "recipe.yaml").data.cache_dir)
-    return (cache_dir if cache_dir.is_absolute() else repo_root / cache_dir) / "manifest.json"
-
-
-def _measured_date(campaign: Path, results: dict[str, dict[str, Any]]) -> str | None:
-    stamps = [(campaign / directory / "results.json").stat().st_mtime for directory in results]
-    return datetime.fromtimestamp(max(stamps), tz=UTC).date().isoformat() if stamps else None
+    cache_dir = Path(_recipe(run_paths(campaign / directory).recipe).data.cache_dir)
+    return (cache_dir if cache_dir.is_absolute() else repo_root / cache_dir) / MANIFEST
 
 
 def _read_json(path: Path) -> Any:
@@ -186,7 +195,7 @@ def _read_json(path: Path) -> Any:
 
 def _recipe(path: Path) -> Recipe:
     if not path.is_file():
-        raise UserError(f"{path}: missing; every run directory keeps its resolved recipe.yaml")
+        raise UserError(f"{path}: missing; every run directory keeps its resolved recipe")
     return load_recipe(path)
 
 

@@ -1,0 +1,334 @@
+"""The audit's checks. Each says what it examined; a check that examined nothing is "not applicable".
+
+Run checks need no ledger: a run's own records (final.pt's embedded run id and recipe identity,
+checkpoints.json, results.json's hashes of every artifact) must agree with each other and with
+the files, so a swapped, edited, truncated or deleted artifact is caught on a first audit too.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import math
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ebd2n.audit.runs import RunView, metric_records
+from ebd2n.campaign.resolve import run_recipe
+from ebd2n.campaign.runs import Run
+from ebd2n.config import Recipe, load_recipe, recipe_identity
+from ebd2n.data import open_cache
+from ebd2n.errors import UserError
+from ebd2n.layout import (
+    BEST,
+    CAMPAIGN_JSON,
+    CHECKPOINT_LEDGER,
+    FINAL,
+    HISTORY,
+    METRICS,
+    RESULTS_JSON,
+    RUN_ARTIFACTS,
+    SOURCE_HASH,
+    TRAIN_LOG,
+    TRAINING_ARTIFACTS,
+    CampaignPaths,
+    slice_checkpoint,
+)
+from ebd2n.provenance import source_hash
+from ebd2n.train.budget import budget_of
+
+GRID_AXES = {"optimizer.lr": "learning rate", "optimizer.beta2": "beta2", "runtime.seed": "seed", "decentralized.num_models": "mode"}
+"""Recipe keys a run id fixes: a difference there contradicts the run id, not the frozen base."""
+_JOB_HEADER = "########## job "
+
+
+@dataclass
+class Check:
+    """One audit check: what it covered and what it found wrong."""
+
+    name: str
+    examined: int = 0
+    unit: str = "runs"
+    violations: list[str] = field(default_factory=list)
+    reason: str | None = None
+    """Why the check examined nothing (it is then "not applicable")."""
+
+    @property
+    def status(self) -> str:
+        if self.violations:
+            return "failed"
+        return "passed" if self.examined else "not applicable"
+
+    @property
+    def scope(self) -> str:
+        return f"{self.examined} {self.unit}" if self.examined else (self.reason or f"no {self.unit}")
+
+    def record(self) -> dict:
+        return {"name": self.name, "scope": self.scope, "examined": self.examined, "status": self.status,
+                "passed": self.status != "failed", "violations": self.violations}
+
+
+def each_run(name: str, views: Iterable[RunView], problem: Callable[[RunView], Iterable[str]]) -> Check:
+    """A check applied to every finished run; `problem` yields that run's violations."""
+    check = Check(name)
+    for view in views:
+        if not view.finished:
+            continue
+        check.examined += 1
+        check.violations += [f"{view.id}: {p}" for p in problem(view)]
+    return check
+
+
+def check_grid(expected: list[Run], views: dict[str, RunView]) -> Check:
+    check = Check("every grid point has every seed", len(expected))
+    check.violations = [f"{run.id}: no finished run" for run in expected if not (run.id in views and views[run.id].finished)]
+    return check
+
+
+def check_files(views: list[RunView]) -> Check:
+    return each_run("run files present and readable", views, lambda v: v.problems)
+
+
+def check_validation(views: list[RunView], cache_identity: str | None, targets: int | None) -> Check:
+    def problem(view: RunView) -> Iterable[str]:
+        results = view.results
+        if results.get("status") != "complete":
+            reason = results.get("reason")
+            yield f"full validation {results.get('status', 'missing')}" + (f" ({reason})" if reason else "")
+            return
+        loss = results.get("loss")
+        if not isinstance(loss, (int, float)) or not math.isfinite(loss):
+            yield f"full validation loss {loss!r} is not a finite number"
+        if cache_identity is None or results.get("cache_identity") != cache_identity:
+            yield f"cache identity {str(results.get('cache_identity'))[:12]}… is not the campaign's cache"
+        if results.get("targets") != targets:
+            yield f"{results.get('targets')} validation targets, the cache has {targets}"
+
+    return each_run("complete full validation on the campaign cache", views, problem)
+
+
+def check_recipes(paths: CampaignPaths, views: list[RunView]) -> Check:
+    bases: dict[str, Recipe | str] = {}
+
+    def problem(view: RunView) -> Iterable[str]:
+        if view.recipe is None:
+            return
+        base = view.run.base
+        if base not in bases:
+            try:
+                bases[base] = load_recipe(paths.base_recipe(base))
+            except UserError as error:
+                bases[base] = str(error)
+        if isinstance(bases[base], str):
+            yield f"frozen base recipe unreadable: {bases[base]}"
+            return
+        expected = run_recipe(bases[base], view.run, view.recipe.runtime.output_dir)
+        diff = _differences(expected.model_dump(mode="json"), view.recipe.model_dump(mode="json"))
+        axes = [key for key in diff if key in GRID_AXES]
+        others = [key for key in diff if key not in GRID_AXES]
+        if axes:
+            yield f"{', '.join(axes)} differ from the run id's grid point ({view.run.id})"
+        if others:
+            yield f"recipe differs from the frozen base outside the grid axes: {', '.join(others)}"
+
+    return each_run("recipes equal the frozen base except grid axes, seed and paths", views, problem)
+
+
+def _differences(expected: dict, actual: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(expected) | set(actual)):
+        a, b = expected.get(key), actual.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def check_trainer(paths: CampaignPaths, frozen_hash: str | None, campaign_hash: str | None, views: list[RunView]) -> Check:
+    """The frozen tree still hashes to SOURCE_HASH, and every run was trained by it."""
+    check = Check("every run used the frozen trainer, which is unchanged")
+    if frozen_hash is None:
+        check.violations.append(f"{paths.source_hash.relative_to(paths.directory)}: missing or unreadable")
+    elif not paths.frozen_package.is_dir():
+        check.violations.append(f"{paths.frozen_package.relative_to(paths.directory)}: missing")
+    elif (actual := source_hash(paths.frozen_package)) != frozen_hash:
+        check.violations.append(f"frozen trainer source hashes to {actual[:12]}…, not its {SOURCE_HASH} {frozen_hash[:12]}… (edited)")
+    if campaign_hash is not None and frozen_hash is not None and campaign_hash != frozen_hash:
+        check.violations.append(f"{CAMPAIGN_JSON} names source {campaign_hash[:12]}…, not the frozen {frozen_hash[:12]}…")
+    for view in views:
+        if view.finished:
+            check.examined += 1
+            used = view.results.get("source_hash")
+            if used != frozen_hash:
+                check.violations.append(f"{view.id}: trained by source {str(used)[:12]}…, not the frozen trainer")
+    return check
+
+
+def check_final(views: list[RunView], cache_identity: str | None, final_states: dict[str, dict]) -> Check:
+    """final.pt names its own run and recipe, and its hash is the one its run recorded twice."""
+
+    def problem(view: RunView) -> Iterable[str]:
+        actual = view.hashes.get(FINAL)
+        if actual is None:
+            return  # run files check
+        if (view.checkpoints or {}).get(FINAL) != actual:
+            yield f"{FINAL} does not match its SHA-256 in {CHECKPOINT_LEDGER} (altered or replaced)"
+        if ((view.results or {}).get("artifacts") or {}).get(FINAL) != actual:
+            yield f"{FINAL} is not the checkpoint its full validation examined"
+        state = final_states.get(view.id)
+        if state is None:
+            yield f"{FINAL}: unreadable"
+            return
+        if state.get("run_id") != view.id:
+            yield f"{FINAL} belongs to run {state.get('run_id')!r}, not {view.id}"
+        if view.recipe is not None and state.get("recipe_identity") != recipe_identity(view.recipe, cache_identity):
+            yield f"{FINAL} was trained for another recipe than this run's"
+
+    return each_run(f"{FINAL} belongs to its run and matches its recorded hashes", views, problem)
+
+
+def check_artifacts(views: list[RunView]) -> Check:
+    """Every file the trainer left is byte-identical to what full validation recorded."""
+
+    def problem(view: RunView) -> Iterable[str]:
+        recorded = (view.results or {}).get("artifacts")
+        if not isinstance(recorded, dict):
+            yield f"{RESULTS_JSON} records no artifact hashes; validate the run again"
+            return
+        for name in TRAINING_ARTIFACTS:
+            if name == FINAL or name not in view.hashes:
+                continue  # final.pt: its own check; missing: the files check
+            if recorded.get(name) != view.hashes[name]:
+                yield f"{name} changed after full validation"
+
+    return each_run("run artifacts unchanged since full validation", views, problem)
+
+
+def check_history(views: list[RunView]) -> Check:
+    """metrics.jsonl is one run's history: every step once and in order, every epoch once."""
+
+    def problem(view: RunView) -> Iterable[str]:
+        if METRICS not in view.hashes or view.recipe is None:
+            return
+        records, bad = metric_records(view.paths.metrics)
+        if bad:
+            yield f"{METRICS}: {bad}"
+        steps = [r.get("step") for r in records if r.get("type") == "step"]
+        epochs = [r.get("epoch") for r in records if r.get("type") == "epoch"]
+        if steps != list(range(1, len(steps) + 1)):
+            yield f"{METRICS}: steps are not 1..N once each in order (two trainers, or an edit)"
+        budget = budget_of(view.recipe)
+        if epochs != list(range(1, budget.epochs + 1)):
+            yield f"{METRICS}: epoch records {_span(epochs)}, expected 1..{budget.epochs} once each"
+        if steps and len(steps) != budget.total_steps:
+            yield f"{METRICS}: {len(steps)} step records, the budget has {budget.total_steps}"
+        if TRAIN_LOG in view.hashes:
+            headers = {line.split()[-2] for line in view.paths.train_log.read_text(encoding="utf-8", errors="replace").splitlines()
+                       if _JOB_HEADER in line}
+            missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in headers]
+            if missing:
+                yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
+
+    return each_run(f"{METRICS} and {TRAIN_LOG} hold one consistent history", views, problem)
+
+
+def _span(values: list) -> str:
+    return f"{values[:3]}…{values[-2:]}" if len(values) > 6 else str(values)
+
+
+def kept_checkpoints(recipe: Recipe) -> list[str]:
+    """Checkpoint files besides final.pt that the run's policy keeps."""
+    policy = recipe.training.checkpoint_policy
+    if policy == "final":
+        return []
+    first = 0 if policy == "all" else 1
+    return [slice_checkpoint(epoch) for epoch in range(first, budget_of(recipe).epochs)]
+
+
+def check_retention(views: list[RunView]) -> Check:
+    """A run directory holds exactly its artifacts and the checkpoints its policy keeps."""
+
+    def problem(view: RunView) -> Iterable[str]:
+        if view.recipe is None:
+            return
+        kept = kept_checkpoints(view.recipe)
+        allowed = {*RUN_ARTIFACTS, *kept}
+        stray = [name for name in view.files if name not in allowed]
+        if stray:
+            yield f"unexpected file(s) {', '.join(stray)} (policy {view.recipe.training.checkpoint_policy})"
+        missing = [name for name in kept if name not in view.files]
+        if missing:
+            yield f"checkpoint(s) {', '.join(missing)} missing (policy {view.recipe.training.checkpoint_policy} keeps them)"
+        for name in kept:
+            if name in view.hashes and (view.checkpoints or {}).get(name) != view.hashes[name]:
+                yield f"{name} does not match its SHA-256 in {CHECKPOINT_LEDGER}"
+
+    return each_run("run directories hold exactly what the checkpoint policy keeps", views, problem)
+
+
+def check_best(views: list[RunView]) -> Check:
+    def problem(view: RunView) -> Iterable[str]:
+        if view.best is None or view.recipe is None:
+            return
+        weights = view.best.get("weights")
+        if view.recipe.training.checkpoint_policy == "final":
+            if weights is not None:
+                yield f"{BEST} holds weights ({weights!r}) under the final policy"
+        elif weights not in {FINAL, *kept_checkpoints(view.recipe)} or weights not in view.files:
+            yield f"{BEST} points at {weights!r}, which the run does not keep"
+
+    return each_run(f"{BEST} names weights the run keeps (null under the final policy)", views, problem)
+
+
+def check_cache(cache_dir: str | None, cache_identity: str | None) -> tuple[Check, int | None]:
+    """Re-hash every shard of the campaign's cache against its manifest; return the target count."""
+    check = Check("the data cache matches its manifest", unit="caches")
+    if cache_dir is None:
+        check.reason = "no finished run names a cache"
+        return check, None
+    check.examined = 1
+    try:
+        cache = open_cache(cache_dir, verify=True)
+    except UserError as error:
+        check.violations.append(str(error))
+        return check, None
+    if cache.identity != cache_identity:
+        check.violations.append(f"cache {cache_dir}: identity {cache.identity[:12]}… is not the campaign's {str(cache_identity)[:12]}… (manifest edited)")
+    return check, cache.validation_targets
+
+
+def check_report(paths: CampaignPaths, build: Callable[[Path, Path], Path]) -> Check:
+    """The published report equals one rebuilt from the runs, file for file, byte for byte."""
+    check = Check("the published report equals a recomputation from the runs", unit="report files")
+    published = paths.report
+    if not published.is_dir():
+        check.violations.append(f"{published.relative_to(paths.directory)}: missing; build it with `ebd2n report {paths.directory}`")
+        return check
+    with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
+        try:
+            build(paths.directory, Path(scratch))
+        except UserError as error:
+            check.violations.append(f"cannot rebuild the report: {error}")
+            return check
+        expected = _tree(Path(scratch))
+        actual = _tree(published)
+        check.examined = len(expected)
+        for name in sorted(expected | actual):
+            where = f"{published.name}/{name}"
+            if name not in actual:
+                check.violations.append(f"{where}: missing")
+            elif name not in expected:
+                check.violations.append(f"{where}: not part of the report")
+            elif not filecmp.cmp(Path(scratch) / name, published / name, shallow=False):
+                check.violations.append(f"{where}: differs from a recomputation from the runs")
+    return check
+
+
+def _tree(directory: Path) -> set[str]:
+    return {
+        p.relative_to(directory).as_posix()
+        for p in directory.rglob("*")
+        if (p.is_file() or p.is_symlink()) and p.relative_to(directory).parts[0] != HISTORY
+    }

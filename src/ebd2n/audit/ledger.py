@@ -1,0 +1,73 @@
+"""The audit ledger: the SHA-256 of every artifact a campaign's last passing audit saw.
+
+`audit-ledger.json` is never a workflow output, so Snakemake never deletes it. Its own SHA-256 is
+recorded in `audit.json` (an `update()` output, which Snakemake never deletes either), so a
+deleted or edited ledger is noticed; re-baselining is the explicit `ebd2n audit --accept`, which
+appends what changed to the ledger's history.
+
+Entries are paths relative to the campaign directory. Run artifacts, the frozen trainer's hash
+and the frozen base recipes are *protected*: once audited they must never change. Derived files
+(campaign.json, runs.csv, the report) are recorded too, but they legitimately change when the
+grid grows: the audit verifies them by recomputation instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from ebd2n.atomic import atomic_write_text, sha256_bytes
+from ebd2n.layout import CAMPAIGN_JSON, FROZEN, REPORT, RUNS, RUNS_CSV, CampaignPaths
+
+FORMAT = 1
+_DERIVED = (CAMPAIGN_JSON, RUNS_CSV, f"{REPORT}/")
+
+
+def protected(relative: str) -> bool:
+    """Whether an artifact must stay byte-identical once audited (run and frozen files)."""
+    return relative.startswith((f"{RUNS}/", f"{FROZEN}/")) and not relative.startswith(_DERIVED)
+
+
+@dataclass
+class Ledger:
+    """What the ledger file holds; `digest` is the SHA-256 of the file as read (None: no file)."""
+
+    artifacts: dict[str, str] = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+    digest: str | None = None
+
+
+def read_ledger(paths: CampaignPaths) -> Ledger:
+    """The ledger on disk; an unreadable one raises ValueError naming the problem."""
+    try:
+        data = paths.ledger.read_bytes()
+    except FileNotFoundError:
+        return Ledger()
+    try:
+        raw = json.loads(data.decode("utf-8"))
+        if not isinstance(raw, dict) or not isinstance(raw.get("artifacts"), dict):
+            raise ValueError("no artifacts mapping")
+        return Ledger(dict(raw["artifacts"]), list(raw.get("history") or []), sha256_bytes(data))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"{paths.ledger.name}: not a ledger ({error})") from None
+
+
+def write_ledger(paths: CampaignPaths, artifacts: dict[str, str], history: list[dict]) -> str:
+    """Write the ledger atomically and return its SHA-256 (what audit.json records)."""
+    text = json.dumps({"format": FORMAT, "artifacts": dict(sorted(artifacts.items())), "history": history}, indent=2) + "\n"
+    atomic_write_text(paths.ledger, text)
+    return sha256_bytes(text.encode("utf-8"))
+
+
+def compare(previous: dict[str, str], current: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Protected artifacts of `previous` that changed and that disappeared in `current`."""
+    changed = [name for name, digest in sorted(previous.items()) if protected(name) and name in current and current[name] != digest]
+    gone = [name for name in sorted(previous) if protected(name) and name not in current]
+    return changed, gone
+
+
+def accepted(previous: dict[str, str], current: dict[str, str]) -> dict:
+    """A history entry for `--accept`: when, and which protected artifacts it re-baselined."""
+    changed, gone = compare(previous, current)
+    return {"accepted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changed, "removed": gone}

@@ -1,0 +1,102 @@
+"""What the audit reads of one run directory, read once and defensively.
+
+Every file may be missing, truncated, not JSON/YAML, or a symbolic link to another run's file:
+each becomes a named problem of the run, never a traceback. Hashes are computed once per file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ebd2n.atomic import sha256_file
+from ebd2n.campaign.runs import Run
+from ebd2n.config import Recipe, load_recipe
+from ebd2n.errors import UserError
+from ebd2n.layout import BEST, CHECKPOINT_LEDGER, RESULTS_JSON, RUN_ARTIFACTS, RUN_RECORD, RunPaths
+
+
+@dataclass
+class RunView:
+    """One run directory as the checks see it."""
+
+    run: Run
+    paths: RunPaths
+    files: list[str]
+    """Every file under the run directory, relative to it (symbolic links included)."""
+    hashes: dict[str, str]
+    """SHA-256 of every regular file under the run directory."""
+    problems: list[str] = field(default_factory=list)
+    """Missing, linked or unreadable artifacts."""
+    recipe: Recipe | None = None
+    results: dict[str, Any] | None = None
+    best: dict[str, Any] | None = None
+    record: dict[str, Any] | None = None
+    checkpoints: dict[str, Any] | None = None
+
+    @property
+    def id(self) -> str:
+        return self.run.id
+
+    @property
+    def finished(self) -> bool:
+        return self.results is not None
+
+
+def read_run(paths: RunPaths, run: Run) -> RunView:
+    """Hash every file of a run directory and parse its records; note what is wrong."""
+    files = sorted(p.relative_to(paths.directory).as_posix() for p in paths.directory.rglob("*") if not p.is_dir() or p.is_symlink())
+    view = RunView(run, paths, files, {})
+    for name in files:
+        path = paths / name
+        if path.is_symlink():
+            view.problems.append(f"{name} is a symbolic link (to {path.readlink()}), not the run's own file")
+        elif path.is_file():
+            view.hashes[name] = sha256_file(path)
+    if RESULTS_JSON not in view.hashes and RESULTS_JSON not in files:
+        return view  # not finished: the grid check says so; nothing else to read
+    for name in RUN_ARTIFACTS:
+        if name not in files:
+            view.problems.append(f"{name} missing")
+    view.results = _json(view, RESULTS_JSON)
+    view.best = _json(view, BEST)
+    view.record = _json(view, RUN_RECORD)
+    view.checkpoints = _json(view, CHECKPOINT_LEDGER)
+    if paths.recipe.name in view.hashes:
+        try:
+            view.recipe = load_recipe(paths.recipe)
+        except UserError as error:
+            view.problems.append(f"{paths.recipe.name}: not a valid recipe ({error})")
+    if view.results is None and RESULTS_JSON in view.hashes:
+        view.results = {}  # unreadable: finished in name, every check of it fails
+    return view
+
+
+def _json(view: RunView, name: str) -> dict[str, Any] | None:
+    if name not in view.hashes:
+        return None
+    try:
+        value = json.loads((view.paths / name).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        view.problems.append(f"{name}: not valid JSON ({error})")
+        return None
+    if not isinstance(value, dict):
+        view.problems.append(f"{name}: not a JSON object")
+        return None
+    return value
+
+
+def metric_records(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The records of a metrics.jsonl, or the first unreadable line."""
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return records, f"line {number} is not a JSON record"
+        if not isinstance(record, dict):
+            return records, f"line {number} is not a JSON object"
+        records.append(record)
+    return records, None

@@ -1,0 +1,234 @@
+"""The campaign store's layout: every file and folder name of a campaign and of a run directory.
+
+This module is the only place that spells those names; the package, the workflow
+(`workflow/rules/common.smk`) and the test helpers ask it for paths. It imports nothing of the
+package, so every layer (the trainer writing a run directory, the audit reading a campaign) can
+use it.
+
+```
+results/<campaign>/
+  campaign.json  runs.csv  audit-runs.json  audit.json  audit-ledger.json
+  frozen/        SOURCE_HASH  freeze.json  src/ebd2n/  recipes/<base>.yaml
+  runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
+                 run.json  report.html  results.json  checkpoints/epoch-<N>.pt
+  report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
+  logs/  benchmarks/
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = Path("results")
+"""Where campaigns write, relative to the directory Snakemake (or ebd2n) runs in."""
+
+# --- a run directory ---------------------------------------------------------------------------
+RECIPE = "recipe.yaml"
+TRAIN_LOG = "train.log"
+METRICS = "metrics.jsonl"
+CHECKPOINT_LEDGER = "checkpoints.json"
+FINAL = "final.pt"
+BEST = "best.json"
+RUN_RECORD = "run.json"
+DASHBOARD = "report.html"
+RESULTS_JSON = "results.json"
+CHECKPOINT_DIR = "checkpoints"
+LEASE = ".lease"
+
+TRAINING_ARTIFACTS = (RECIPE, FINAL, BEST, METRICS, TRAIN_LOG, RUN_RECORD, CHECKPOINT_LEDGER, DASHBOARD)
+"""What a finished run's trainer leaves; full validation records the SHA-256 of each."""
+RUN_ARTIFACTS = (*TRAINING_ARTIFACTS, RESULTS_JSON)
+"""Every file a finished run keeps besides its policy's checkpoints (the audit ledger covers them)."""
+
+
+def slice_checkpoint(epoch: int) -> str:
+    """A checkpoint at an epoch boundary, relative to its run directory."""
+    return f"{CHECKPOINT_DIR}/epoch-{epoch}.pt"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of one run directory."""
+
+    directory: Path
+
+    def __truediv__(self, relative: str) -> Path:
+        return self.directory / relative
+
+    @property
+    def recipe(self) -> Path:
+        return self.directory / RECIPE
+
+    @property
+    def train_log(self) -> Path:
+        return self.directory / TRAIN_LOG
+
+    @property
+    def metrics(self) -> Path:
+        return self.directory / METRICS
+
+    @property
+    def checkpoint_ledger(self) -> Path:
+        return self.directory / CHECKPOINT_LEDGER
+
+    @property
+    def final(self) -> Path:
+        return self.directory / FINAL
+
+    @property
+    def best(self) -> Path:
+        return self.directory / BEST
+
+    @property
+    def record(self) -> Path:
+        return self.directory / RUN_RECORD
+
+    @property
+    def dashboard(self) -> Path:
+        return self.directory / DASHBOARD
+
+    @property
+    def results(self) -> Path:
+        return self.directory / RESULTS_JSON
+
+    @property
+    def lease(self) -> Path:
+        return self.directory / LEASE
+
+    def checkpoint(self, epoch: int) -> Path:
+        return self.directory / slice_checkpoint(epoch)
+
+
+def run_paths(directory: str | Path) -> RunPaths:
+    return RunPaths(Path(directory))
+
+
+# --- a campaign --------------------------------------------------------------------------------
+CAMPAIGN_JSON = "campaign.json"
+RUNS_CSV = "runs.csv"
+AUDIT_RUNS = "audit-runs.json"
+AUDIT_JSON = "audit.json"
+AUDIT_LEDGER = "audit-ledger.json"
+FROZEN = "frozen"
+SOURCE_HASH = "SOURCE_HASH"
+FREEZE_RECORD = "freeze.json"
+RUNS = "runs"
+REPORT = "report"
+LOGS = "logs"
+BENCHMARKS = "benchmarks"
+
+# --- a campaign report ------------------------------------------------------------------------
+REPORT_INDEX = "index.html"
+GROUPS_CSV = "groups.csv"
+SELECTION_JSON = "selection.json"
+REPORT_RESULTS = "results.json"
+LR_RESPONSE_CSV = "lr-response.csv"
+CURVES_CSV = "curves.csv"
+SCALING_CSV = "scaling.csv"
+HISTORY = "history"
+"""report/history/<time>/: earlier reports, kept when a report is rebuilt."""
+
+
+def selected_recipe(mode: str) -> str:
+    """The report's ready-to-train recipe of a mode's winner."""
+    return f"selected-{mode}.yaml"
+
+
+@dataclass(frozen=True)
+class CampaignPaths:
+    """The files of one campaign directory."""
+
+    directory: Path
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    @property
+    def campaign_json(self) -> Path:
+        return self.directory / CAMPAIGN_JSON
+
+    @property
+    def runs_csv(self) -> Path:
+        return self.directory / RUNS_CSV
+
+    @property
+    def audit_runs(self) -> Path:
+        return self.directory / AUDIT_RUNS
+
+    @property
+    def audit(self) -> Path:
+        return self.directory / AUDIT_JSON
+
+    @property
+    def ledger(self) -> Path:
+        return self.directory / AUDIT_LEDGER
+
+    @property
+    def frozen(self) -> Path:
+        return self.directory / FROZEN
+
+    @property
+    def source_hash(self) -> Path:
+        return self.frozen / SOURCE_HASH
+
+    @property
+    def freeze_record(self) -> Path:
+        return self.frozen / FREEZE_RECORD
+
+    @property
+    def frozen_src(self) -> Path:
+        """PYTHONPATH of the campaign's frozen trainer."""
+        return self.frozen / "src"
+
+    @property
+    def frozen_package(self) -> Path:
+        return self.frozen_src / "ebd2n"
+
+    @property
+    def frozen_recipes(self) -> Path:
+        return self.frozen / "recipes"
+
+    def base_recipe(self, base: str) -> Path:
+        """Frozen base recipe `base` (a preset name, or `base` for a campaign without presets)."""
+        return self.frozen_recipes / f"{base}.yaml"
+
+    @property
+    def runs(self) -> Path:
+        return self.directory / RUNS
+
+    def run(self, run_id: str) -> RunPaths:
+        return RunPaths(self.runs / run_id)
+
+    @property
+    def report(self) -> Path:
+        return self.directory / REPORT
+
+    @property
+    def report_index(self) -> Path:
+        return self.report / REPORT_INDEX
+
+    @property
+    def logs(self) -> Path:
+        return self.directory / LOGS
+
+    @property
+    def benchmarks(self) -> Path:
+        return self.directory / BENCHMARKS
+
+
+def campaign_paths(directory: str | Path) -> CampaignPaths:
+    return CampaignPaths(Path(directory))
+
+
+def named_campaign(name: str) -> CampaignPaths:
+    """results/<name>."""
+    return CampaignPaths(RESULTS / name)
+
+
+def campaign_of_run(run_dir: str | Path) -> CampaignPaths | None:
+    """The campaign holding a run directory (results/<c>/runs/<run>), None for a run trained alone."""
+    run_dir = Path(run_dir)
+    return CampaignPaths(run_dir.parent.parent) if run_dir.parent.name == RUNS else None
