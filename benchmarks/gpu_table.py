@@ -1,8 +1,8 @@
 """One table of a benchmarks/gpu_check.sh run: GPU tests, throughput, speedups, each against the
 previous recorded figure, the published reference and the goal of issue #19.
 
-Reads the check's directory: parts.tsv (part, exit status, seconds, limit; written by
-gpu_check.sh), pytest.xml (JUnit XML of `pytest -m gpu`) and bench.jsonl (records of
+Reads the check's directory: parts.tsv (part, exit status or -1 when not started, seconds, limit;
+written by gpu_check.sh), pytest.xml (JUnit XML of `pytest -m gpu`) and bench.jsonl (records of
 benchmarks/gpu_train.py --json).
 
     python benchmarks/gpu_table.py DIRECTORY
@@ -115,8 +115,9 @@ def table(directory: Path) -> str:
     rows = [_line(row)] if (row := pytest_row(directory)) else []
     rows += [record_row(record) for record in records if record["section"] != "setup"]
     for part in parts:
-        if part["rc"] and part["part"] != "pytest":  # pytest's failures are in its own row
-            why = f"timed out after {part['limit']} s" if part["rc"] in (124, 137) else f"exit status {part['rc']}"
+        if part["rc"] and not (part["part"] == "pytest" and (directory / "pytest.xml").exists()):  # that has its row
+            why = {-1: "not started: the check's time was used up", 124: f"timed out after {part['limit']} s",
+                   137: f"killed after {part['limit']} s"}.get(part["rc"], f"exit status {part['rc']}")
             rows.append(_line([f"part {part['part']}", f"{why} (see gpu_check.log)", "-", "-", "-", "**no**"]))
     intro = (f"Device {setup.get('device', '?')}, torch {setup.get('torch', '?')}, {setup.get('date', '?')}; check wall "
              f"time {sum(p['seconds'] for p in parts)} s. Previous: benchmarks/README.md (one H200, 2026-11-29); "
