@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from workflow_support import assert_states_equal
+from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import load_recipe
 from ebd2n.data import open_cache
@@ -19,12 +20,9 @@ from ebd2n.evaluate import validate_run
 from ebd2n.train import train
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import load_checkpoint
-from ebd2n.train.engine import build_engine
+from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import read_metrics
 from ebd2n.train.schedule import learning_rate
-
-TIMING_FIELDS = {"tokens_per_s", "batches_per_s", "wall_s", "memory"}
-
 
 def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
     return load_recipe(
@@ -36,10 +34,6 @@ def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
 
 def _weights(run_dir: Path) -> dict:
     return load_checkpoint(run_dir / "final.pt")["engine"]
-
-
-def _comparable_metrics(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(run_dir)]
 
 
 @pytest.mark.parametrize(
@@ -77,7 +71,7 @@ def test_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Path) -> N
     train(sliced, until_epoch=2, progress=False)
     train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-2.pt", progress=False)
     assert_states_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
-    assert _comparable_metrics(tmp_path / "whole") == _comparable_metrics(tmp_path / "sliced")
+    assert comparable_metrics(tmp_path / "whole") == comparable_metrics(tmp_path / "sliced")
 
 
 def test_packed_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Path) -> None:
@@ -88,7 +82,7 @@ def test_packed_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Pat
     train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-1.pt", until_epoch=3, progress=False)
     train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-3.pt", progress=False)
     assert_states_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
-    assert _comparable_metrics(tmp_path / "whole") == _comparable_metrics(tmp_path / "sliced")
+    assert comparable_metrics(tmp_path / "whole") == comparable_metrics(tmp_path / "sliced")
 
 
 def test_killed_slice_rerun_replaces_its_partial_metrics(demo_cache: Path, tmp_path: Path) -> None:
@@ -220,3 +214,15 @@ def test_fresh_start_ignores_ledger_entries_of_deleted_checkpoints(demo_cache: P
     train(recipe, until_epoch=1, progress=False)
     result = (tmp_path / "run/checkpoints/epoch-1.pt").exists()
     assert result
+
+
+def test_deterministic_recipe_fixes_cublas_workspace_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    configure_torch(load_recipe("demo", ["runtime.deterministic=false"]))
+    after_nondeterministic = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    configure_torch(load_recipe("demo", ["runtime.deterministic=true"]))
+    after_deterministic = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    configure_torch(load_recipe("demo", ["runtime.deterministic=true"]))
+    result = (after_nondeterministic, after_deterministic, os.environ["CUBLAS_WORKSPACE_CONFIG"])
+    assert result == (None, ":4096:8", ":16:8")

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 import yaml
 
+from ebd2n.train.runlog import read_metrics
+
 REPO = Path(__file__).resolve().parents[1]
 COPIED = ("workflow", "config", "profiles", "slurm", "src", "resources")
 TINY = {
@@ -37,6 +39,8 @@ TINY = {
     "resources": {"default": {"gpus": 0, "minutes": 7, "mem_mb": 1234, "cpus": 1}},
 }
 TIMEOUT = 600
+TIMING_FIELDS = {"tokens_per_s", "batches_per_s", "wall_s", "memory"}
+"""Fields of metrics.jsonl records that depend on the machine's speed, not on the training."""
 
 
 def copy_repo(destination: Path) -> Path:
@@ -84,3 +88,8 @@ def assert_states_equal(left, right) -> None:
             assert_states_equal(a, b)
     else:
         assert left == right
+
+
+def comparable_metrics(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl records without their timing fields: equal for runs that trained alike."""
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(run_dir)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +46,8 @@ def configure_torch(recipe: Recipe) -> None:
     if recipe.runtime.cpu_threads:
         torch.set_num_threads(recipe.runtime.cpu_threads)
     deterministic = recipe.runtime.deterministic
+    if deterministic:  # cuBLAS is deterministic only with a fixed workspace, chosen before its first use
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if recipe.runtime.compile:
         torch.use_deterministic_algorithms(deterministic)  # also tells the compiler (imports inductor)
     else:
