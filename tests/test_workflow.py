@@ -81,7 +81,7 @@ def test_workflow_finished_campaign_has_every_artifact(repo: Path) -> None:
     result = {path.name for path in run.iterdir()}
     assert {"best.json", "final.pt", "metrics.jsonl", "recipe.yaml", "results.json", "train.log"} <= result
     assert list(run.glob("checkpoints/*.pt")) == []  # slice checkpoints were temp()
-    assert (repo / "results/tiny/runs.csv").read_text().splitlines()[1].startswith(f"{RUN},,synchronous,0.003,0.99,42,complete,")
+    assert (repo / "results/tiny/runs.csv").read_text().splitlines()[1].startswith(f"{RUN},synchronous,0.003,0.99,42,complete,")
     assert (run / "train.log").read_text().count("########## job ") == 2
 
 
