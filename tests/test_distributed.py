@@ -35,7 +35,9 @@ LAYOUTS = {
     "pipeline-gpipe": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=2", "parallel.schedule=gpipe"],
     "data-parallel": ["parallel.data_parallel=2"],
 }
-STEPS = 3
+ROWS = (16, 5, 1, 16)
+"""Sequences of the compared steps: full ones and shortened ones (an epoch's last step) whose rows split
+unevenly over replicas or leave a replica without rows."""
 TIMING_FIELDS = {"tokens_per_s", "batches_per_s", "wall_s", "memory"}
 
 
@@ -49,18 +51,18 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _steps(engine, recipe, count: int = STEPS) -> list[dict]:
-    """`count` optimizer steps on fixed random sequences, as plain dicts of StepResult."""
+def _steps(engine, recipe, rows: tuple[int, ...] = ROWS) -> list[dict]:
+    """Optimizer steps of `rows` fixed random sequences each, as plain dicts of StepResult."""
     generator = torch.Generator().manual_seed(0)
     results = []
-    for _ in range(count):
-        sequences = torch.randint(0, recipe.model.vocab_size, (16, recipe.model.context_length + 1), generator=generator)
+    for count in rows:
+        sequences = torch.randint(0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator)
         results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
     return results
 
 
 def _layout_worker(rank: int, port: int, out_dir: Path) -> None:
-    """One of two processes: every layout of LAYOUTS in turn, STEPS steps and then one step made non-finite on
+    """One of two processes: every layout of LAYOUTS in turn, the steps of ROWS and then one step made non-finite on
     rank 1 only; rank 0 saves the results and the assembled weights."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
     torch.set_num_threads(1)
@@ -73,7 +75,7 @@ def _layout_worker(rank: int, port: int, out_dir: Path) -> None:
         results = _steps(engine, recipe)
         if rank == 1:
             next(engine.model.parameters()).register_hook(lambda grad: grad * float("nan"))
-        poisoned = _steps(engine, recipe, count=1)[0]
+        poisoned = _steps(engine, recipe, rows=(16,))[0]
         state = engine.state_dict()
         if context.is_main:
             torch.save({"results": results, "poisoned": poisoned, "model": state["model"]}, out_dir / f"{name}.pt")
@@ -114,7 +116,7 @@ def test_layout_weights_equal_one_process(layouts: dict, reference: dict, layout
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_layout_non_finite_gradient_on_one_rank_skips_everywhere(layouts: dict, layout: str) -> None:
-    # rank 0 reports the skip, and its weights equal the reference's after STEPS steps (tested above)
+    # rank 0 reports the skip, and its weights equal the reference's after the steps of ROWS (tested above)
     result = layouts[layout]["poisoned"]["skipped"]
     assert result is True
 

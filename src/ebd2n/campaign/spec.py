@@ -222,9 +222,15 @@ def _check(campaign: Campaign) -> None:
     if len(caches) > 1:
         raise UserError(f"{where}: the presets use different data caches ({', '.join(sorted(caches))}); set data.cache_dir")
     for base, recipe in bases.items():
+        epochs = budget_of(recipe).epochs
         for mode in campaign.modes:
             probe = Run(None if base == BASE else base, mode, campaign.learning_rates[mode][0], campaign.beta2[0], campaign.seeds[0])
-            budget_of(run_recipe(recipe, probe, campaign.directory / "runs" / probe.id, source=where))
+            if budget_of(run_recipe(recipe, probe, campaign.directory / "runs" / probe.id, source=where)).epochs != epochs:
+                # packed-K rounds derived budgets to whole blocks per model, which can change the epoch count
+                raise UserError(
+                    f"{where}: {base} in mode {mode} has a different number of epochs than its base recipe; "
+                    "set training.max_tokens and training.epoch_tokens"
+                )
             _check_resources(campaign, base, mode, recipe, where)
 
 
