@@ -27,6 +27,7 @@ def _add_recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -
 def cmd_recipe(args: argparse.Namespace) -> None:
     from ebd2n.config import count_parameters, dump_recipe, load_recipe, recipe_identity
     from ebd2n.data import find_cache_identity
+    from ebd2n.train.budget import budget_of
 
     recipe = load_recipe(args.recipe, args.overrides)
     cache_identity = find_cache_identity(recipe.data.cache_dir)
@@ -34,6 +35,12 @@ def cmd_recipe(args: argparse.Namespace) -> None:
     print("---")
     print(f"mode: {recipe.mode}")
     print(f"parameters: {count_parameters(recipe.model):,}")
+    budget = budget_of(recipe)
+    epoch = budget.epoch_tokens
+    print(f"training tokens: {budget.total_tokens:,}")
+    print(f"epochs: {budget.epochs}")
+    print(f"tokens per epoch: {epoch:,.0f}" if epoch.is_integer() else f"tokens per epoch: {epoch:,.2f}")
+    print(f"optimizer steps: {budget.total_steps:,}")
     print(f"cache identity: {cache_identity or 'not prepared (identity below assumes no cache)'}")
     print(f"recipe identity: {recipe_identity(recipe, cache_identity)}")
 

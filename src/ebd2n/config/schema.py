@@ -6,7 +6,7 @@ silently trains the default. Each field's docstring says what it controls.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -165,6 +165,8 @@ class RuntimeConfig(Section):
     """Free text shown on the run dashboard (why this run exists)."""
     cpu_threads: int | None = Field(default=None, gt=0)
     """torch CPU threads (None: PyTorch's default)."""
+    ignored_keys: dict[str, Any] = {}
+    """Keys of an imported tiny-llm recipe that ebd2n does not use (recorded, never applied)."""
 
 
 class DecentralizedConfig(Section):
