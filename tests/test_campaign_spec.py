@@ -302,3 +302,18 @@ def test_campaign_file_yaml_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="bad.yaml: not valid YAML"):
         load_campaign(path)
 
+
+
+def test_execution_record_has_concurrency_limits_and_versions() -> None:
+    import torch
+
+    raw = tiny(resources={"default": {"gpus": 0, "minutes": 5, "partition": "cpu", "account": "proj"},
+                          "packed-4": {"minutes": 45}, "prepare": {"minutes": 600}})
+    record = campaign_from_dict(raw).execution_record(max_jobs=40)
+    result = (record["max_concurrent_jobs"], {scope: job["time_limit_minutes"] for scope, job in record["jobs"].items()},
+              record["jobs"]["packed-4"]["partition"], record["jobs"]["packed-4"]["account"],
+              record["versions"]["torch"] == torch.__version__, sorted(record["versions"]))
+    expected = (40, {"prepare": 600, "synchronous": 5, "packed-4": 45}, "cpu", "proj", True,
+                sorted(["python", "torch", "numpy", "polars", "pydantic", "tokenizers", "datasets", "snakemake",
+                        "snakemake-executor-plugin-slurm"]))
+    assert result == expected

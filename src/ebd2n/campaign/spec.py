@@ -22,6 +22,7 @@ from ebd2n.campaign.runs import BASE, Run, campaign_dir, frozen_base, frozen_dir
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.paths import REPO_ROOT
+from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
 
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "campaign.schema.yaml"
@@ -112,6 +113,22 @@ class Campaign:
         for scope in reversed(scopes):
             merged.update(self.resources.get(scope, {}))
         return Resources(**merged)
+
+    def execution_record(self, max_jobs: int | None) -> dict[str, Any]:
+        """How the campaign's jobs ran, for its results record: at most `max_jobs` at once (the
+        profile's `jobs`), each job scope's time limit, partition and account, and the software."""
+        scopes = {PREPARE: self.job_resources(BASE, None)}
+        for base in self.bases:
+            for mode in self.modes:
+                scopes[mode if base == BASE else f"{base}-{mode}"] = self.job_resources(base, mode)
+        return {
+            "max_concurrent_jobs": max_jobs,
+            "jobs": {
+                scope: {"gpus": r.gpus, "time_limit_minutes": r.minutes, "partition": r.partition, "account": r.account}
+                for scope, r in scopes.items()
+            },
+            "versions": software_versions(),
+        }
 
     def base_recipe(self, base: str) -> Recipe:
         """A base recipe as it is now: preset or file, then the campaign's data, overrides, policy."""

@@ -1,14 +1,16 @@
 """The campaign report: every table, figure, selected recipe and the HTML page, from disk alone.
 
 `build_report` reads `results/<campaign>` and rewrites `results/<campaign>/report/`. It trains
-nothing, so it can be rerun after an extension or a change of the report code. Outputs hold no
-wall-clock timestamps, so regenerating an unchanged campaign gives byte-identical files.
+nothing, so it can be rerun after an extension or a change of the report code; the previous
+report moves to `report/history/<UTC time>/` first. Outputs hold no wall-clock timestamps, so
+regenerating an unchanged campaign gives byte-identical files.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,9 @@ from ebd2n.report.tables import (
     settings,
 )
 
+HISTORY = "history"
+"""Subdirectory of report/ holding earlier reports, one directory per regeneration."""
+
 SELECTION_RULE = {
     "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
     "uncertainty": "sample standard deviation across seeds (ddof = 1), not a confidence interval",
@@ -40,6 +45,7 @@ def build_report(campaign_dir: Path) -> Path:
     """Write the campaign's report directory and return the path of its index.html."""
     campaign = load_campaign(Path(campaign_dir))
     out = campaign.directory / "report"
+    archive_previous(out)
     atomic_write_text(out / "runs.csv", campaign.runs.write_csv())
     if campaign.presets:
         scaling = scaling_rows(campaign)
@@ -54,6 +60,22 @@ def build_report(campaign_dir: Path) -> Path:
         page = render_page(campaign, summary, grid=grid)
     atomic_write_text(out / "index.html", page)
     return out / "index.html"
+
+
+def archive_previous(out: Path) -> Path | None:
+    """Move a previous report (everything in `out` but history/) to history/<UTC time>/, so a
+    regenerated report keeps its predecessor; return where it went (None: there was none)."""
+    previous = sorted(p for p in out.iterdir() if p.name != HISTORY) if out.is_dir() else []
+    if not previous:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target, suffix = out / HISTORY / stamp, 1
+    while target.exists():  # two reports within one second
+        target, suffix = out / HISTORY / f"{stamp}-{suffix}", suffix + 1
+    target.mkdir(parents=True)
+    for path in previous:
+        path.rename(target / path.name)
+    return target
 
 
 def _grid_outputs(campaign: Campaign, out: Path) -> dict[str, Any]:
@@ -98,6 +120,8 @@ def _write_selected(campaign: Campaign, mode: str, point: dict[str, Any], out: P
     recipe = campaign.recipe(runs["directory"][0]).model_copy(deep=True)
     recipe.data.cache_dir = _repo_relative(recipe.data.cache_dir, campaign.repo_root)
     recipe.runtime.output_dir = f"runs/{campaign.directory.name}-selected-{mode}"
+    pinned = _pinned_data(campaign, recipe, runs["directory"].to_list())
+    recipe.data.revision, recipe.data.tokenizer_revision = pinned["revision"], pinned["tokenizer_revision"]
     name = f"selected-{mode}.yaml"
     config = f"{_campaign_path(campaign)}/report/{name}"
     seeds = ", ".join(str(seed) for seed in runs["seed"])
@@ -107,6 +131,8 @@ def _write_selected(campaign: Campaign, mode: str, point: dict[str, Any], out: P
         f"# Reproduce from the repository root: ebd2n prepare {config}\n"
         f"#   ebd2n train --config {config} --set runtime.seed={recipe.runtime.seed} "
         f"--set runtime.output_dir={recipe.runtime.output_dir}-seed{recipe.runtime.seed}\n"
+        f"# Trained on cache identity {pinned['cache_identity']}: {pinned['dataset']} revision {pinned['revision']}, "
+        f"tokenizer {pinned['tokenizer']} revision {pinned['tokenizer_revision']}.\n"
     )
     atomic_write_text(out / name, header + dump_recipe(recipe))
     return {
@@ -116,7 +142,24 @@ def _write_selected(campaign: Campaign, mode: str, point: dict[str, Any], out: P
         "output_dir": recipe.runtime.output_dir,
         "runs": runs["run"].to_list(),
         "seeds": runs["seed"].to_list(),
+        **pinned,
         "recipe": recipe,
+    }
+
+
+def _pinned_data(campaign: Campaign, recipe: Recipe, directories: list[str]) -> dict[str, Any]:
+    """Cache identity and the resolved data and tokenizer revisions the runs trained on (the
+    manifest's, so a recipe that left a revision to be resolved at preparation gets it pinned)."""
+    manifest = campaign.manifest or {}
+    source, tokenizer = manifest.get("source") or {}, manifest.get("tokenizer") or {}
+    results = [campaign.results.get(directory) or {} for directory in directories]
+    identities = sorted({result["cache_identity"] for result in results if result.get("cache_identity")})
+    return {
+        "cache_identity": " ".join(identities) or None,
+        "dataset": recipe.data.dataset or recipe.data.source,
+        "revision": source.get("revision") or recipe.data.revision,
+        "tokenizer": recipe.data.tokenizer,
+        "tokenizer_revision": tokenizer.get("revision") or recipe.data.tokenizer_revision,
     }
 
 
@@ -158,6 +201,7 @@ def _summary(campaign: Campaign, selection: dict[str, dict[str, Any]]) -> dict[s
         "environment": _environments(results),
         "hosts": sorted({(r.get("environment") or {}).get("host") for r in results} - {None}),
         "job_ids": sorted({str(job) for r in results for job in r.get("job_ids") or []}),
+        "execution": info.get("execution"),
         "audit": _audit(campaign.audit),
     }
 
