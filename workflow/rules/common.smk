@@ -85,7 +85,7 @@ def get_resume_checkpoint(wildcards):
     """The checkpoint the slice ending at {epoch} (the final slice: the whole budget) resumes from."""
     epochs = EPOCHS[_run(wildcards).base]
     end = int(wildcards.epoch) if "epoch" in wildcards.keys() else epochs
-    previous = previous_end(end, epochs, CAMPAIGN.epochs_per_slice)
+    previous = previous_end(end, epochs, CAMPAIGN.slice_epochs(_run(wildcards).base))
     return [] if previous is None else [f"{campaign_dir(wildcards.campaign)}/runs/{wildcards.run}/checkpoints/epoch-{previous}.pt"]
 
 

@@ -68,7 +68,8 @@ class Campaign:
     learning_rates: Mapping[str, tuple[float, ...]]
     beta2: tuple[float, ...]
     seeds: tuple[int, ...]
-    epochs_per_slice: int
+    epochs_per_slice: int | Mapping[str, int]
+    """One value, or one per preset of a scaling campaign (see slice_epochs)."""
     checkpoint_policy: str
     resources: Mapping[str, Mapping[str, Any]]
 
@@ -87,7 +88,7 @@ class Campaign:
             Run(None if base == BASE else base, mode, lr, beta2, seed)
             for base in self.bases
             for mode in self.modes
-            for lr in self.learning_rates[mode]
+            for lr in self.mode_learning_rates(base, mode)
             for beta2 in self.beta2
             for seed in self.seeds
         ]
@@ -113,6 +114,16 @@ class Campaign:
         for scope in reversed(scopes):
             merged.update(self.resources.get(scope, {}))
         return Resources(**merged)
+
+    def mode_learning_rates(self, base: str, mode: str) -> tuple[float, ...]:
+        """The learning rates of one preset's runs in one mode: its `<preset>-<mode>` list, else the mode's."""
+        return self.learning_rates.get(f"{base}-{mode}") or self.learning_rates[mode]
+
+    def slice_epochs(self, base: str) -> int:
+        """Epochs one job of this base recipe's runs trains."""
+        if isinstance(self.epochs_per_slice, int):
+            return self.epochs_per_slice
+        return self.epochs_per_slice[base]
 
     def execution_record(self, max_jobs: int | None) -> dict[str, Any]:
         """How the campaign's jobs ran, for its results record: at most `max_jobs` at once (the
@@ -176,7 +187,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         learning_rates={mode: tuple(float(lr) for lr in lrs) for mode, lrs in grid["learning_rates"].items()},
         beta2=tuple(float(b) for b in grid["beta2"]),
         seeds=tuple(raw["seeds"]),
-        epochs_per_slice=raw["epochs_per_slice"],
+        epochs_per_slice=raw["epochs_per_slice"] if isinstance(raw["epochs_per_slice"], int) else dict(raw["epochs_per_slice"]),
         checkpoint_policy=raw.get("checkpoint_policy", "final"),
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
     )
@@ -217,14 +228,22 @@ def _check(campaign: Campaign) -> None:
             "(a scaling campaign, one base recipe per preset), not both or neither"
         )
     for mode in campaign.modes:
-        if mode not in campaign.learning_rates:
+        if mode not in campaign.learning_rates and not all(f"{base}-{mode}" in campaign.learning_rates for base in campaign.bases):
             raise UserError(f"{where}: grid.learning_rates: no list for mode {mode}; give each mode in grid.modes its learning rates")
+    scoped = {f"{preset}-{mode}" for preset in campaign.presets or () for mode in campaign.modes}
     for mode in campaign.learning_rates:
+        if mode in scoped:
+            continue
         if mode not in campaign.modes:
             raise UserError(f"{where}: grid.learning_rates.{mode}: mode {mode} is not in grid.modes {list(campaign.modes)}")
     scopes = {DEFAULT, PREPARE, *campaign.modes}
     if campaign.presets:
         scopes |= {*campaign.presets, *(f"{p}-{m}" for p in campaign.presets for m in campaign.modes)}
+    if not isinstance(campaign.epochs_per_slice, int) and set(campaign.epochs_per_slice) != set(campaign.presets or ()):
+        raise UserError(
+            f"{where}: epochs_per_slice: one value per preset needs exactly grid.presets {list(campaign.presets or ())}, "
+            f"got {list(campaign.epochs_per_slice)}"
+        )
     for preset in campaign.preset_overrides:
         if preset not in (campaign.presets or ()):
             raise UserError(f"{where}: preset_overrides.{preset}: not in grid.presets {list(campaign.presets or ())}")
@@ -241,7 +260,8 @@ def _check(campaign: Campaign) -> None:
     for base, recipe in bases.items():
         epochs = budget_of(recipe).epochs
         for mode in campaign.modes:
-            probe = Run(None if base == BASE else base, mode, campaign.learning_rates[mode][0], campaign.beta2[0], campaign.seeds[0])
+            lr = campaign.mode_learning_rates(base, mode)[0]
+            probe = Run(None if base == BASE else base, mode, lr, campaign.beta2[0], campaign.seeds[0])
             if budget_of(run_recipe(recipe, probe, campaign.directory / "runs" / probe.id, source=where)).epochs != epochs:
                 # packed-K rounds derived budgets to whole blocks per model, which can change the epoch count
                 raise UserError(
@@ -310,13 +330,13 @@ def describe_campaign(campaign: Campaign) -> str:
     runs = campaign.runs()
     lines = [f"campaign {campaign.name}: {len(runs)} runs -> {campaign.directory}"]
     for base, epochs in base_epochs(campaign).items():
-        slices = len(slice_ends(epochs, campaign.epochs_per_slice))
+        slices = len(slice_ends(epochs, campaign.slice_epochs(base)))
         for mode in campaign.modes:
             count = sum(1 for run in runs if run.base == base and run.mode == mode)
             resources = campaign.job_resources(base, mode)
             scope = mode if base == BASE else f"{base}-{mode}"
             lines.append(
-                f"  {scope}: {count} runs x {slices} slice(s) of <= {campaign.epochs_per_slice} of {epochs} epochs; "
+                f"  {scope}: {count} runs x {slices} slice(s) of <= {campaign.slice_epochs(base)} of {epochs} epochs; "
                 f"per job {resources.gpus} GPU(s), {resources.minutes} min, {resources.mem_mb} MB, {resources.cpus} CPU(s)"
             )
     return "\n".join(lines)

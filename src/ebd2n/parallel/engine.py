@@ -55,8 +55,7 @@ class DistributedEngine(_Engine):
         self.tied = self._tied_weight()
         if stages > 1:
             depth = recipe.parallel.pipeline_depth
-            rounds = pipeline_rounds(self.replica_sequences, depth, recipe.training.micro_batch_size)
-            self.round_size = self.replica_sequences // rounds
+            _, self.round_size = pipeline_rounds(self.replica_sequences, depth, recipe.training.micro_batch_size)
             self.loss = TokenLoss(self.device)
             stage_module = self.ddp if self.ddp is not None else self.model
             self.schedule = pipeline_schedule(

@@ -168,9 +168,10 @@ def _summary(campaign: Campaign, selection: dict[str, dict[str, Any]]) -> dict[s
     runs = campaign.runs
     complete = runs.filter(pl.col("status") == "complete")
     results = list(campaign.results.values())
-    points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
-    expected = points * len(campaign.seeds) * max(1, len(set(campaign.presets.values())))
     info = campaign.info or {}
+    points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
+    # campaign.json knows the plan (presets may have their own learning rates); else the grid's product
+    expected = info.get("runs_planned") or points * len(campaign.seeds) * max(1, len(set(campaign.presets.values())))
     recipes = _representatives(campaign, selection)
     first = next(iter(recipes.values()))[0]
     return {
