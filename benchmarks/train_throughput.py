@@ -43,7 +43,7 @@ def bare_loop(recipe, cache_dir: Path, steps: int) -> float:
     for step in range(steps):
         batch = blocks.read(train_block_indices(blocks.num_blocks, 0, step * count, count))
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, steps, opt)
+            group["lr"] = learning_rate((step + 1) * budget.tokens_per_step, steps * budget.tokens_per_step, opt)
         _, loss = model(batch[:, :-1], batch[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), opt.grad_clip)

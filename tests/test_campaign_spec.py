@@ -304,3 +304,49 @@ def test_campaign_file_yaml_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="bad.yaml: not valid YAML"):
         load_campaign(path)
 
+
+
+def test_execution_record_has_concurrency_limits_and_versions() -> None:
+    import torch
+
+    raw = tiny(resources={"default": {"gpus": 0, "minutes": 5, "partition": "cpu", "account": "proj"},
+                          "packed-4": {"minutes": 45}, "prepare": {"minutes": 600}})
+    record = campaign_from_dict(raw).execution_record(max_jobs=40)
+    result = (record["max_concurrent_jobs"], {scope: job["time_limit_minutes"] for scope, job in record["jobs"].items()},
+              record["jobs"]["packed-4"]["partition"], record["jobs"]["packed-4"]["account"],
+              record["versions"]["torch"] == torch.__version__, sorted(record["versions"]))
+    expected = (40, {"prepare": 600, "synchronous": 5, "packed-4": 45}, "cpu", "proj", True,
+                sorted(["python", "torch", "numpy", "polars", "pydantic", "tokenizers", "datasets", "snakemake",
+                        "snakemake-executor-plugin-slurm"]))
+    assert result == expected
+
+
+def test_scaling_campaign_is_the_seeds() -> None:
+    campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
+    epochs = base_epochs(campaign)
+    result = {
+        base: (epochs[base], len(slice_ends(epochs[base], campaign.slice_epochs(base))),
+               campaign.job_resources(base, "synchronous").gpus, campaign.job_resources(base, "synchronous").minutes)
+        for base in campaign.bases
+    }
+    expected = {"254m": (5, 2, 4, 1440), "483m": (6, 3, 4, 1440), "778m": (6, 6, 8, 1440), "1.41b": (5, 5, 8, 1440)}
+    parallel = campaign.base_recipe("1.41b").parallel
+    assert (result, len(campaign.runs())) == (expected, 4)
+    assert (parallel.pipeline_stages, parallel.data_parallel, parallel.pipeline_depth) == (2, 4, 3)
+
+
+def test_preset_learning_rates_replace_the_modes() -> None:
+    raw = tiny(recipe=None, epochs_per_slice={"demo": 1, "20m": 2}, resources={"default": {"gpus": 0}})
+    raw["grid"] = {"presets": ["demo", "20m"], "modes": ["synchronous"], "beta2": [0.99],
+                   "learning_rates": {"synchronous": [0.003], "20m-synchronous": [0.001, 0.002]}}
+    campaign = campaign_from_dict(raw)
+    result = sorted((run.base, run.lr) for run in campaign.runs() if run.seed == 42), campaign.slice_epochs("20m")
+    assert result == ([("20m", 0.001), ("20m", 0.002), ("demo", 0.003)], 2)
+
+
+def test_per_preset_epochs_per_slice_must_name_every_preset() -> None:
+    raw = tiny(recipe=None, epochs_per_slice={"demo": 1}, resources={"default": {"gpus": 0}})
+    raw["grid"] = {"presets": ["demo", "20m"], "modes": ["synchronous"], "beta2": [0.99],
+                   "learning_rates": {"synchronous": [0.003]}}
+    with pytest.raises(UserError, match=r"epochs_per_slice: one value per preset needs exactly grid.presets \['demo', '20m'\]"):
+        campaign_from_dict(raw)

@@ -34,8 +34,11 @@ LAYOUTS = {
     "pipeline-1f1b": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=2", "parallel.schedule=1f1b"],
     "pipeline-gpipe": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=2", "parallel.schedule=gpipe"],
     "data-parallel": ["parallel.data_parallel=2"],
+    "pipeline-depth3": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=3", "parallel.schedule=1f1b"],  # uneven rounds
 }
-STEPS = 3
+ROWS = (16, 5, 1, 16)
+"""Sequences of the compared steps: full ones and shortened ones (an epoch's last step) whose rows split
+unevenly over replicas or leave a replica without rows."""
 
 
 def _recipe(*overrides: str):
@@ -48,18 +51,18 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _steps(engine, recipe, count: int = STEPS) -> list[dict]:
-    """`count` optimizer steps on fixed random sequences, as plain dicts of StepResult."""
+def _steps(engine, recipe, rows: tuple[int, ...] = ROWS) -> list[dict]:
+    """Optimizer steps of `rows` fixed random sequences each, as plain dicts of StepResult."""
     generator = torch.Generator().manual_seed(0)
     results = []
-    for _ in range(count):
-        sequences = torch.randint(0, recipe.model.vocab_size, (16, recipe.model.context_length + 1), generator=generator)
+    for count in rows:
+        sequences = torch.randint(0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator)
         results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
     return results
 
 
 def _layout_worker(rank: int, port: int, out_dir: Path) -> None:
-    """One of two processes: every layout of LAYOUTS in turn, STEPS steps and then one step made non-finite on
+    """One of two processes: every layout of LAYOUTS in turn, the steps of ROWS and then one step made non-finite on
     rank 1 only; rank 0 saves the results and the assembled weights."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
     torch.set_num_threads(1)
@@ -72,7 +75,7 @@ def _layout_worker(rank: int, port: int, out_dir: Path) -> None:
         results = _steps(engine, recipe)
         if rank == 1:
             next(engine.model.parameters()).register_hook(lambda grad: grad * float("nan"))
-        poisoned = _steps(engine, recipe, count=1)[0]
+        poisoned = _steps(engine, recipe, rows=(16,))[0]
         state = engine.state_dict()
         if context.is_main:
             torch.save({"results": results, "poisoned": poisoned, "model": state["model"]}, out_dir / f"{name}.pt")
@@ -113,7 +116,7 @@ def test_layout_weights_equal_one_process(layouts: dict, reference: dict, layout
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_layout_non_finite_gradient_on_one_rank_skips_everywhere(layouts: dict, layout: str) -> None:
-    # rank 0 reports the skip, and its weights equal the reference's after STEPS steps (tested above)
+    # rank 0 reports the skip, and its weights equal the reference's after the steps of ROWS (tested above)
     result = layouts[layout]["poisoned"]["skipped"]
     assert result is True
 
@@ -127,9 +130,9 @@ def test_pipeline_tied_copies_stay_equal(layouts: dict) -> None:
 # --- whole runs under torchrun: slices, checkpoints, records ---
 
 
-def _torchrun_train(cache: Path, run_dir: Path, *arguments: str) -> None:
+def _torchrun_train(cache: Path, run_dir: Path, *arguments: str, layout: tuple[str, ...] = (*SHORT, *LAYOUTS["pipeline-1f1b"])) -> None:
     """`torchrun --nproc-per-node 2 -m ebd2n train` of the demo as a 2-stage pipeline."""
-    overrides = [f"data.cache_dir={cache}", f"runtime.output_dir={run_dir}", *SHORT, *LAYOUTS["pipeline-1f1b"]]
+    overrides = [f"data.cache_dir={cache}", f"runtime.output_dir={run_dir}", *layout]
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={o}" for o in overrides], *arguments,
@@ -148,6 +151,25 @@ def pipeline_runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) ->
     _torchrun_train(demo_cache, root / "sliced", "--until-epoch", "2")
     _torchrun_train(demo_cache, root / "sliced", "--resume", str(root / "sliced/checkpoints/epoch-2.pt"))
     return root / "whole", root / "sliced"
+
+
+@pytest.fixture(scope="module")
+def depth3_runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Depth 3 (uneven rounds) with epochs of 50 blocks (steps of 16, 16, 16, then 2): whole, and sliced after epoch 1."""
+    root = tmp_path_factory.mktemp("depth3-runs")
+    layout = ("training.max_tokens=9600", "training.epoch_tokens=3200", *LAYOUTS["pipeline-depth3"])
+    _torchrun_train(demo_cache, root / "whole", layout=layout)
+    _torchrun_train(demo_cache, root / "sliced", "--until-epoch", "1", layout=layout)
+    _torchrun_train(demo_cache, root / "sliced", "--resume", str(root / "sliced/checkpoints/epoch-1.pt"), layout=layout)
+    return root / "whole", root / "sliced"
+
+
+@pytest.mark.slow
+def test_pipeline_depth3_shortened_steps_two_slices_equal_one_job(depth3_runs: tuple[Path, Path]) -> None:
+    whole, sliced = (load_checkpoint(run / "final.pt")["engine"] for run in depth3_runs)
+    metrics = [comparable_metrics(run) for run in depth3_runs]
+    torch.testing.assert_close(sliced, whole, rtol=0, atol=0)
+    assert metrics[1] == metrics[0] and [r["step"] for r in metrics[0] if r["type"] == "epoch"] == [4, 8, 12]
 
 
 @pytest.mark.slow
@@ -208,15 +230,15 @@ def test_stage_module_keeps_gpt_parameter_names() -> None:
     assert result == expected
 
 
-@pytest.mark.parametrize(("sequences", "depth", "micro", "expected"), [(16, 2, 16, 1), (64, 2, 8, 4), (48, 3, 4, 4)])
-def test_pipeline_rounds(sequences: int, depth: int, micro: int, expected: int) -> None:
+@pytest.mark.parametrize(
+    ("sequences", "depth", "micro", "expected"),
+    [(16, 2, 16, (1, 16)), (64, 2, 8, (4, 16)), (48, 3, 4, (4, 12)), (20, 4, 4, (5, 4)),
+     (64, 3, 4, (6, 12)), (256, 3, 16, (6, 45)), (2, 3, 4, (1, 3))],
+)
+def test_pipeline_rounds(sequences: int, depth: int, micro: int, expected: tuple[int, int]) -> None:
+    # even rounds when some count splits the sequences; else uneven: the last round padded
     result = pipeline_rounds(sequences, depth, micro)
     assert result == expected
-
-
-def test_pipeline_depth_not_dividing_refused() -> None:
-    with pytest.raises(UserError, match=r"parallel.pipeline_depth \(3\) must divide the 256 sequences"):
-        pipeline_rounds(256, 3, 16)
 
 
 def test_bubble_fraction_theoretical() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from campaign_tree import HOSTILE, REPORT_MODES, REPORT_SEEDS, RunSpec, grid_runs
+from campaign_tree import CACHE_IDENTITY, HOSTILE, REPORT_MODES, REPORT_SEEDS, RunSpec, grid_runs
 
 from ebd2n.campaign.analysis import group_runs, load_runs, select
 from ebd2n.config import load_recipe
@@ -170,7 +170,7 @@ def test_report_regeneration_is_byte_identical(campaign_tree: Callable[..., Path
     build_report(campaign)
     first = {path.name: path.read_bytes() for path in _report(campaign).iterdir()}
     build_report(campaign)
-    result = {path.name: path.read_bytes() for path in _report(campaign).iterdir()}
+    result = {path.name: path.read_bytes() for path in _report(campaign).iterdir() if path.name != "history"}
     assert result == first
 
 
@@ -243,3 +243,34 @@ def test_cli_select_writes_groups_and_selection(report_campaign: Path, tmp_path:
     written = json.loads((tmp_path / "out" / "selection.json").read_text())
     result = (completed.returncode, written == json.loads((_report(report_campaign) / "selection.json").read_text()))
     assert result == (0, True)
+
+
+def test_regenerated_report_keeps_its_predecessor(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree(runs=grid_runs(["synchronous"], [0.001, 0.003], [0.999], [42, 43]))
+    build_report(campaign)
+    first = {p.name: p.read_bytes() for p in _report(campaign).iterdir() if p.is_file()}
+    results = next((campaign / "runs").glob("*/results.json"))
+    results.write_text(json.dumps({**json.loads(results.read_text()), "loss": 3.0}))
+    build_report(campaign)
+    history = list((_report(campaign) / "history").iterdir())
+    kept = {p.name: p.read_bytes() for p in history[0].iterdir()} if len(history) == 1 else {}
+    result = (len(history), kept == first, (_report(campaign) / "index.html").read_bytes() == first["index.html"])
+    assert result == (1, True, False)
+
+
+def test_unchanged_rebuild_keeps_the_published_report(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree(runs=grid_runs(["synchronous"], [0.001, 0.003], [0.999], [42, 43]))
+    build_report(campaign)
+    first = {p.name: (p.stat().st_ino, p.read_bytes()) for p in _report(campaign).iterdir()}
+    build_report(campaign)
+    result = {p.name: (p.stat().st_ino, p.read_bytes()) for p in _report(campaign).iterdir()}
+    assert result == first
+
+
+def test_selected_recipe_carries_cache_identity_and_revisions(campaign_tree: Callable[..., Path]) -> None:
+    campaign = campaign_tree(runs=grid_runs(["synchronous"], [0.001, 0.003], [0.999], [42, 43]))
+    build_report(campaign)
+    text = (_report(campaign) / "selected-synchronous.yaml").read_text()
+    recipe = load_recipe(_report(campaign) / "selected-synchronous.yaml")
+    result = (f"cache identity {CACHE_IDENTITY}" in text, recipe.data.revision, recipe.data.tokenizer_revision)
+    assert result == (True, "embedded-v1", "trained")

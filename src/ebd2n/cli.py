@@ -28,6 +28,7 @@ def _add_recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -
 def cmd_recipe(args: argparse.Namespace) -> None:
     from ebd2n.config import count_parameters, dump_recipe, load_recipe, recipe_identity
     from ebd2n.data import find_cache_identity
+    from ebd2n.train.budget import budget_of
 
     recipe = load_recipe(args.recipe, args.overrides)
     cache_identity = find_cache_identity(recipe.data.cache_dir)
@@ -35,6 +36,12 @@ def cmd_recipe(args: argparse.Namespace) -> None:
     print("---")
     print(f"mode: {recipe.mode}")
     print(f"parameters: {count_parameters(recipe.model):,}")
+    budget = budget_of(recipe)
+    epoch = budget.epoch_tokens
+    print(f"training tokens: {budget.total_tokens:,}")
+    print(f"epochs: {budget.epochs}")
+    print(f"tokens per epoch: {epoch:,.0f}" if epoch.is_integer() else f"tokens per epoch: {epoch:,.2f}")
+    print(f"optimizer steps: {budget.total_steps:,}")
     print(f"cache identity: {cache_identity or 'not prepared (identity below assumes no cache)'}")
     print(f"recipe identity: {recipe_identity(recipe, cache_identity)}")
 
@@ -94,7 +101,7 @@ def cmd_collect(args: argparse.Namespace) -> None:
     from ebd2n.campaign.collect import collect_campaign
     from ebd2n.campaign.spec import load_campaign
 
-    print(collect_campaign(load_campaign(args.campaign_file)))
+    print(collect_campaign(load_campaign(args.campaign_file), max_jobs=args.max_jobs))
 
 
 def cmd_select(args: argparse.Namespace) -> None:
@@ -163,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("collect", help=f"tabulate a campaign's runs ({RUNS_CSV}, {CAMPAIGN_JSON})")
     p.add_argument("campaign_file", type=Path)
+    p.add_argument("--max-jobs", type=int, help="jobs the orchestrator ran at once (recorded in the campaign's record)")
     p.set_defaults(func=cmd_collect)
 
     p = commands.add_parser("select", help="group a runs table (CSV or JSON) and pick the best recipe per mode")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import platform
 import socket
@@ -10,6 +11,10 @@ import time
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+STACK = (
+    "torch", "numpy", "polars", "pydantic", "tokenizers", "datasets", "snakemake", "snakemake-executor-plugin-slurm",
+)
+"""Packages whose versions a campaign record keeps: the numerical stack and the job machinery."""
 _SOURCE_SUFFIXES = (".py", ".html", ".js", ".css", ".yaml", ".json")
 
 
@@ -52,3 +57,14 @@ def environment() -> dict:
         "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else ["cpu"],
         "platform": platform.platform(),
     }
+
+
+def software_versions() -> dict[str, str | None]:
+    """Python and each package of STACK as installed here (None: not installed)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for package in STACK:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions

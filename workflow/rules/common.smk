@@ -59,6 +59,9 @@ LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}} -m ebd
 if workflow.local_exec and not workflow.remote_exec:
     os.environ.setdefault("EBD2N_WARM", "1")
 
+# How many jobs run at once: --jobs on a cluster, else the local cores (campaign.json records it).
+MAX_JOBS = workflow.resource_settings.nodes or workflow.resource_settings.cores
+
 # Every path comes from the store's layout (ebd2n.layout), with wildcards for names.
 C = named_campaign("{campaign}")
 R = C.run("{run}")
@@ -108,7 +111,7 @@ def get_resume_checkpoint(wildcards):
     """The checkpoint the slice ending at {epoch} (the final slice: the whole budget) resumes from."""
     epochs = EPOCHS[_run(wildcards).base]
     end = int(wildcards.epoch) if "epoch" in wildcards.keys() else epochs
-    previous = previous_end(end, epochs, CAMPAIGN.epochs_per_slice)
+    previous = previous_end(end, epochs, CAMPAIGN.slice_epochs(_run(wildcards).base))
     return [] if previous is None else [str(named_campaign(wildcards.campaign).run(wildcards.run).checkpoint(previous))]
 
 

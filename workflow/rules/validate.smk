@@ -28,4 +28,4 @@ rule collect_runs:
     log:
         log_of(C.runs_csv),
     shell:
-        "{EBD2N} collect {CAMPAIGN_FILE:q} > {log} 2>&1"
+        "{EBD2N} collect {CAMPAIGN_FILE:q} --max-jobs {MAX_JOBS} > {log} 2>&1"

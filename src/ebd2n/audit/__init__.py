@@ -72,9 +72,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     current = _artifacts(paths, views)
     result.append(_check_ledger(paths, ledger, previous_audit, current, accept))
     if stage == "full":
-        from ebd2n.report import build_report
-
-        result.append(checks.check_report(paths, build_report))
+        result.append(checks.check_report(paths))
         current.update(_report_artifacts(paths))
     passed = all(check.status != "failed" for check in result)
     record = {

@@ -25,7 +25,6 @@ from ebd2n.layout import (
     CAMPAIGN_JSON,
     CHECKPOINT_LEDGER,
     FINAL,
-    HISTORY,
     METRICS,
     RESULTS_JSON,
     RUN_ARTIFACTS,
@@ -36,6 +35,7 @@ from ebd2n.layout import (
     slice_checkpoint,
 )
 from ebd2n.provenance import source_hash
+from ebd2n.report.campaign_report import build_report, report_files
 from ebd2n.train.budget import budget_of
 
 GRID_AXES = {"optimizer.lr": "learning rate", "optimizer.beta2": "beta2", "runtime.seed": "seed", "decentralized.num_models": "mode"}
@@ -299,7 +299,7 @@ def check_cache(cache_dir: str | None, cache_identity: str | None) -> tuple[Chec
     return check, cache.validation_targets
 
 
-def check_report(paths: CampaignPaths, build: Callable[[Path, Path], Path]) -> Check:
+def check_report(paths: CampaignPaths) -> Check:
     """The published report equals one rebuilt from the runs, file for file, byte for byte."""
     check = Check("the published report equals a recomputation from the runs", unit="report files")
     published = paths.report
@@ -308,12 +308,12 @@ def check_report(paths: CampaignPaths, build: Callable[[Path, Path], Path]) -> C
         return check
     with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
         try:
-            build(paths.directory, Path(scratch))
+            build_report(paths.directory, Path(scratch))
         except UserError as error:
             check.violations.append(f"cannot rebuild the report: {error}")
             return check
-        expected = _tree(Path(scratch))
-        actual = _tree(published)
+        expected = report_files(Path(scratch))
+        actual = report_files(published)
         check.examined = len(expected)
         for name in sorted(expected | actual):
             where = f"{published.name}/{name}"
@@ -325,10 +325,3 @@ def check_report(paths: CampaignPaths, build: Callable[[Path, Path], Path]) -> C
                 check.violations.append(f"{where}: differs from a recomputation from the runs")
     return check
 
-
-def _tree(directory: Path) -> set[str]:
-    return {
-        p.relative_to(directory).as_posix()
-        for p in directory.rglob("*")
-        if (p.is_file() or p.is_symlink()) and p.relative_to(directory).parts[0] != HISTORY
-    }

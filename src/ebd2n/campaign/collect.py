@@ -15,11 +15,13 @@ from ebd2n.config import recipe_identity
 from ebd2n.layout import RESULTS_JSON
 
 
-def collect_campaign(campaign: Campaign) -> Path:
-    """Write results/<campaign>/campaign.json, then runs.csv (the runs table every reader shares)."""
+def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
+    """Write results/<campaign>/campaign.json, then runs.csv (the runs table every reader shares);
+    `max_jobs` is how many jobs the orchestrator ran at once (None: not known)."""
     paths = campaign.paths
     finished = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(paths.runs.glob(f"*/{RESULTS_JSON}"))]
-    atomic_write_text(paths.campaign_json, json.dumps(campaign_record(campaign, finished), indent=2) + "\n")
+    record = {**campaign_record(campaign, finished), "execution": campaign.execution_record(max_jobs)}
+    atomic_write_text(paths.campaign_json, json.dumps(record, indent=2) + "\n")
     runs = read_results(paths.directory).runs if run_directories(paths) else pl.DataFrame(schema=RUN_COLUMNS)
     atomic_write_text(paths.runs_csv, runs.write_csv())
     return paths.runs_csv

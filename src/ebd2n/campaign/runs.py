@@ -9,7 +9,7 @@ text that reads back as the same float, so an id maps to exactly one grid point 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ebd2n.errors import UserError
@@ -81,10 +81,15 @@ def previous_end(end: int, epochs: int, epochs_per_slice: int) -> int | None:
     return ends[index - 1] if index else None
 
 
+def point_learning_rates(learning_rates: Mapping[str, Sequence[float]], preset: str | None, mode: str) -> Sequence[float]:
+    """The learning rates of one preset's runs in one mode: its `<preset>-<mode>` list, else the mode's."""
+    return (learning_rates.get(f"{preset}-{mode}") if preset else None) or learning_rates[mode]
+
+
 def grid_runs(
     presets: Sequence[str] | None,
     modes: Sequence[str],
-    learning_rates: Mapping[str, Iterable[float]],
+    learning_rates: Mapping[str, Sequence[float]],
     beta2: Sequence[float],
     seeds: Sequence[int],
 ) -> list[Run]:
@@ -94,7 +99,7 @@ def grid_runs(
         Run(preset, mode, float(lr), float(b), int(seed))
         for preset in presets or [None]
         for mode in modes
-        for lr in learning_rates[mode]
+        for lr in point_learning_rates(learning_rates, preset, mode)
         for b in beta2
         for seed in seeds
     ]

@@ -18,11 +18,12 @@ from typing import Any
 import yaml
 
 from ebd2n.campaign.resolve import run_recipe
-from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, slice_ends
+from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates, slice_ends
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.paths import REPO_ROOT
+from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
 
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "campaign.schema.yaml"
@@ -66,7 +67,8 @@ class Campaign:
     learning_rates: Mapping[str, tuple[float, ...]]
     beta2: tuple[float, ...]
     seeds: tuple[int, ...]
-    epochs_per_slice: int
+    epochs_per_slice: int | Mapping[str, int]
+    """One value, or one per preset of a scaling campaign (see slice_epochs)."""
     checkpoint_policy: str
     resources: Mapping[str, Mapping[str, Any]]
 
@@ -108,6 +110,32 @@ class Campaign:
         for scope in reversed(scopes):
             merged.update(self.resources.get(scope, {}))
         return Resources(**merged)
+
+    def mode_learning_rates(self, base: str, mode: str) -> tuple[float, ...]:
+        """The learning rates of one preset's runs in one mode: its `<preset>-<mode>` list, else the mode's."""
+        return point_learning_rates(self.learning_rates, None if base == BASE else base, mode)
+
+    def slice_epochs(self, base: str) -> int:
+        """Epochs one job of this base recipe's runs trains."""
+        if isinstance(self.epochs_per_slice, int):
+            return self.epochs_per_slice
+        return self.epochs_per_slice[base]
+
+    def execution_record(self, max_jobs: int | None) -> dict[str, Any]:
+        """How the campaign's jobs ran, for its results record: at most `max_jobs` at once (the
+        profile's `jobs`), each job scope's time limit, partition and account, and the software."""
+        scopes = {PREPARE: self.job_resources(BASE, None)}
+        for base in self.bases:
+            for mode in self.modes:
+                scopes[mode if base == BASE else f"{base}-{mode}"] = self.job_resources(base, mode)
+        return {
+            "max_concurrent_jobs": max_jobs,
+            "jobs": {
+                scope: {"gpus": r.gpus, "time_limit_minutes": r.minutes, "partition": r.partition, "account": r.account}
+                for scope, r in scopes.items()
+            },
+            "versions": software_versions(),
+        }
 
     def base_recipe(self, base: str) -> Recipe:
         """A base recipe as it is now: preset or file, then the campaign's data, overrides, policy."""
@@ -155,7 +183,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         learning_rates={mode: tuple(float(lr) for lr in lrs) for mode, lrs in grid["learning_rates"].items()},
         beta2=tuple(float(b) for b in grid["beta2"]),
         seeds=tuple(raw["seeds"]),
-        epochs_per_slice=raw["epochs_per_slice"],
+        epochs_per_slice=raw["epochs_per_slice"] if isinstance(raw["epochs_per_slice"], int) else dict(raw["epochs_per_slice"]),
         checkpoint_policy=raw.get("checkpoint_policy", "final"),
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
     )
@@ -196,14 +224,22 @@ def _check(campaign: Campaign) -> None:
             "(a scaling campaign, one base recipe per preset), not both or neither"
         )
     for mode in campaign.modes:
-        if mode not in campaign.learning_rates:
+        if mode not in campaign.learning_rates and not all(f"{base}-{mode}" in campaign.learning_rates for base in campaign.bases):
             raise UserError(f"{where}: grid.learning_rates: no list for mode {mode}; give each mode in grid.modes its learning rates")
+    scoped = {f"{preset}-{mode}" for preset in campaign.presets or () for mode in campaign.modes}
     for mode in campaign.learning_rates:
+        if mode in scoped:
+            continue
         if mode not in campaign.modes:
             raise UserError(f"{where}: grid.learning_rates.{mode}: mode {mode} is not in grid.modes {list(campaign.modes)}")
     scopes = {DEFAULT, PREPARE, *campaign.modes}
     if campaign.presets:
         scopes |= {*campaign.presets, *(f"{p}-{m}" for p in campaign.presets for m in campaign.modes)}
+    if not isinstance(campaign.epochs_per_slice, int) and set(campaign.epochs_per_slice) != set(campaign.presets or ()):
+        raise UserError(
+            f"{where}: epochs_per_slice: one value per preset needs exactly grid.presets {list(campaign.presets or ())}, "
+            f"got {list(campaign.epochs_per_slice)}"
+        )
     for preset in campaign.preset_overrides:
         if preset not in (campaign.presets or ()):
             raise UserError(f"{where}: preset_overrides.{preset}: not in grid.presets {list(campaign.presets or ())}")
@@ -218,9 +254,16 @@ def _check(campaign: Campaign) -> None:
     if len(caches) > 1:
         raise UserError(f"{where}: the presets use different data caches ({', '.join(sorted(caches))}); set data.cache_dir")
     for base, recipe in bases.items():
+        epochs = budget_of(recipe).epochs
         for mode in campaign.modes:
-            probe = Run(None if base == BASE else base, mode, campaign.learning_rates[mode][0], campaign.beta2[0], campaign.seeds[0])
-            budget_of(run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where))
+            lr = campaign.mode_learning_rates(base, mode)[0]
+            probe = Run(None if base == BASE else base, mode, lr, campaign.beta2[0], campaign.seeds[0])
+            if budget_of(run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)).epochs != epochs:
+                # packed-K rounds derived budgets to whole blocks per model, which can change the epoch count
+                raise UserError(
+                    f"{where}: {base} in mode {mode} has a different number of epochs than its base recipe; "
+                    "set training.max_tokens and training.epoch_tokens"
+                )
             _check_resources(campaign, base, mode, recipe, where)
 
 
@@ -283,13 +326,13 @@ def describe_campaign(campaign: Campaign) -> str:
     runs = campaign.runs()
     lines = [f"campaign {campaign.name}: {len(runs)} runs -> {campaign.directory}"]
     for base, epochs in base_epochs(campaign).items():
-        slices = len(slice_ends(epochs, campaign.epochs_per_slice))
+        slices = len(slice_ends(epochs, campaign.slice_epochs(base)))
         for mode in campaign.modes:
             count = sum(1 for run in runs if run.base == base and run.mode == mode)
             resources = campaign.job_resources(base, mode)
             scope = mode if base == BASE else f"{base}-{mode}"
             lines.append(
-                f"  {scope}: {count} runs x {slices} slice(s) of <= {campaign.epochs_per_slice} of {epochs} epochs; "
+                f"  {scope}: {count} runs x {slices} slice(s) of <= {campaign.slice_epochs(base)} of {epochs} epochs; "
                 f"per job {resources.gpus} GPU(s), {resources.minutes} min, {resources.mem_mb} MB, {resources.cpus} CPU(s)"
             )
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config.schema import ModelConfig, Recipe
+from ebd2n.config.tinyllm import from_tiny_llm, is_tiny_llm
 from ebd2n.errors import UserError
 from ebd2n.paths import presets_dir
 from ebd2n.yamlio import load_yaml
@@ -26,6 +27,7 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "runtime.cpu_threads",
     "training.checkpoint_policy",
     "training.log_every",
+    "runtime.ignored_keys",
 )
 """Fields that never change a run's numbers; they are left out of the recipe identity."""
 
@@ -62,7 +64,7 @@ def recipe_from_dict(raw: Mapping[str, Any], overrides: Iterable[tuple[str, Any]
     """Validate a raw mapping (after overrides) into a Recipe; errors name the key."""
     if not isinstance(raw, Mapping):
         raise UserError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
-    data = copy.deepcopy(dict(raw))
+    data = from_tiny_llm(raw, source) if is_tiny_llm(raw) else copy.deepcopy(dict(raw))
     for key, value in overrides:
         _set_dotted(data, key, value, source)
     try:

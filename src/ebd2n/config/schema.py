@@ -6,7 +6,7 @@ silently trains the default. Each field's docstring says what it controls.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -71,6 +71,11 @@ class DataConfig(Section):
     """Hub tokenizer name or local tokenizer.json; None trains a BPE tokenizer on the train split."""
     tokenizer_revision: str | None = None
     """Pinned Hub revision of the tokenizer."""
+    dataset_copy: str | None = None
+    """Local copy of the Hub data set in the hub's file layout (a snapshots/<commit> directory of the
+    Hugging Face cache, or a `huggingface-cli download --local-dir` directory): read instead of the network."""
+    tokenizer_copy: str | None = None
+    """Local copy of the Hub tokenizer repository in the same layouts (its tokenizer.json is used)."""
     shuffle_seed: int = 42
     """Seed of the document shuffle at preparation (fixed across runtime seeds)."""
     synthetic_seed: int = 0
@@ -165,6 +170,8 @@ class RuntimeConfig(Section):
     """Free text shown on the run dashboard (why this run exists)."""
     cpu_threads: int | None = Field(default=None, gt=0)
     """torch CPU threads (None: PyTorch's default)."""
+    ignored_keys: dict[str, Any] = {}
+    """Keys of an imported tiny-llm recipe that ebd2n does not use (recorded, never applied)."""
 
 
 class DecentralizedConfig(Section):

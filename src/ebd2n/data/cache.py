@@ -45,8 +45,9 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 
-_CONTENT_NEUTRAL = ("cache_dir", "tokenize_batch_size")
-"""DataConfig fields that do not change a cache's bytes (batching only changes speed)."""
+_CONTENT_NEUTRAL = ("cache_dir", "tokenize_batch_size", "dataset_copy", "tokenizer_copy")
+"""DataConfig fields that do not change a cache's bytes (batching only changes speed; a local copy
+holds the same pinned revision as the Hub)."""
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,8 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -
     """Read the source, obtain the tokenizer, build in a staging directory, rename into place."""
     source = open_source(data)
     tokenizer, tokenizer_provenance = obtain_tokenizer(
-        data.tokenizer, data.tokenizer_revision, lambda: source.documents("train"), vocab_size, progress
+        data.tokenizer, data.tokenizer_revision, lambda: source.documents("train"), vocab_size, progress,
+        copy=data.tokenizer_copy,
     )
     if tokenizer.get_vocab_size() > vocab_size:
         raise UserError(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import glob
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,13 +69,72 @@ def open_source(data: DataConfig) -> Source:
     return _huggingface(data)
 
 
-def hub_file(repo: str, filename: str, revision: str | None, key: str) -> tuple[str, str]:
-    """Download one file of a Hub model repository; returns (local path, resolved commit)."""
+def hub_file(repo: str, filename: str, revision: str | None, key: str, copy: str | None = None) -> tuple[str, str]:
+    """Download one file of a Hub model repository (or take it from a local snapshot); returns
+    (local path, resolved commit)."""
     import huggingface_hub
 
     label = f"{key} {repo}"
+    snapshot = hub_snapshot(repo, "model", revision, copy, key)
+    if snapshot is not None:
+        path = snapshot[0] / filename
+        if not path.is_file():
+            raise UserError(f"{label}: no {filename} in the local snapshot {snapshot[0]}")
+        return str(path), snapshot[1]
     resolved = revision or _hub_call(label, lambda: huggingface_hub.HfApi().model_info(repo).sha)
     return _hub_call(label, lambda: huggingface_hub.hf_hub_download(repo, filename, revision=resolved)), resolved
+
+
+def hub_snapshot(repo: str, kind: str, revision: str | None, copy: str | None, key: str) -> tuple[Path, str] | None:
+    """A local snapshot of a Hub repository and its commit, for nodes without internet; None: use the Hub.
+
+    `copy` (data.dataset_copy / data.tokenizer_copy) is a directory in the hub's layout; its commit
+    is read from disk and must equal a pinned revision. Without a copy, HF_HUB_OFFLINE=1 takes
+    the pinned revision from the Hugging Face cache (HF_HOME / HF_HUB_CACHE).
+    """
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    copy_key, revision_key = f"{key}_copy", f"{key}_revision" if key != "data.dataset" else "data.revision"
+    if copy is not None:
+        path = Path(copy)
+        if not path.is_dir():
+            raise UserError(f"{copy_key} {copy}: no such directory")
+        recorded = _recorded_commit(path, copy_key)
+        if revision is not None and revision != recorded:
+            raise UserError(f"{revision_key} {revision}: {copy_key} {copy} holds revision {recorded}")
+        return path, recorded
+    if not constants.HF_HUB_OFFLINE:
+        return None
+    if revision is None:
+        raise UserError(f"{revision_key}: HF_HUB_OFFLINE=1 needs a pinned commit to find {repo} in the Hugging Face cache")
+    try:
+        path = huggingface_hub.snapshot_download(repo, repo_type=kind, revision=revision, local_files_only=True)
+    except Exception:  # the library's not-found errors vary by version; all mean the same here
+        raise UserError(
+            f"{key} {repo}: revision {revision} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}); "
+            f"download it where there is internet (hf download {repo}{' --repo-type dataset' if kind == 'dataset' else ''} "
+            f"--revision {revision})"
+        ) from None
+    return Path(path), revision
+
+
+def _recorded_commit(path: Path, key: str) -> str:
+    """The commit a local snapshot holds: its directory name in the cache (snapshots/<commit>), else
+    the one commit of the `.cache/huggingface/download/*.metadata` files a --local-dir download writes."""
+    if path.resolve().parent.name == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", path.resolve().name):
+        return path.resolve().name
+    commits = {
+        metadata.read_text(encoding="utf-8").splitlines()[0].strip()
+        for metadata in (path / ".cache" / "huggingface" / "download").rglob("*.metadata")
+    }
+    if len(commits) != 1:
+        found = "no revision" if not commits else f"several revisions ({', '.join(sorted(commits))})"
+        raise UserError(
+            f"{key} {path}: records {found}; give a snapshots/<commit> directory of the Hugging Face cache "
+            "or a directory written by one hf download --local-dir"
+        )
+    return commits.pop()
 
 
 def _synthetic(data: DataConfig) -> Source:
@@ -127,10 +187,15 @@ def _huggingface(data: DataConfig) -> Source:
     import huggingface_hub
 
     label = f"data.dataset {data.dataset}"
-    revision = data.revision or _hub_call(label, lambda: huggingface_hub.HfApi().dataset_info(data.dataset).sha)
+    snapshot = hub_snapshot(data.dataset, "dataset", data.revision, data.dataset_copy, "data.dataset")
+    if snapshot is not None:  # offline: the same files, read from disk
+        location, revision, pinned = str(snapshot[0]), snapshot[1], None
+    else:
+        revision = data.revision or _hub_call(label, lambda: huggingface_hub.HfApi().dataset_info(data.dataset).sha)
+        location, pinned = data.dataset, revision
 
     def stream(split: str) -> Iterator[str]:
-        rows = _load(data.dataset, label, name=data.dataset_config, revision=revision, split=split)
+        rows = _load(location, label, name=data.dataset_config, revision=pinned, split=split)
         return _texts(rows.shuffle(seed=data.shuffle_seed, buffer_size=SHUFFLE_BUFFER), data.text_field, label)
 
     def documents(split: str) -> Iterator[str]:

@@ -43,11 +43,13 @@ def obtain_tokenizer(
     train_documents: Callable[[], Iterable[str]],
     vocab_size: int,
     progress: bool = False,
+    copy: str | None = None,
 ) -> tuple[Tokenizer, dict[str, Any]]:
     """The tokenizer a cache asks for and its provenance (name, resolved revision) for the manifest.
 
     name None trains on `train_documents()`; an existing file is loaded; anything else is a Hub
-    repository whose tokenizer.json is downloaded at `revision` (resolved to a commit when None).
+    repository whose tokenizer.json is downloaded at `revision` (resolved to a commit when None),
+    or read from `copy` / the Hugging Face cache offline (see ebd2n.data.sources.hub_snapshot).
     """
     if name is None:
         return train_bpe(train_documents(), vocab_size, progress), {"name": None, "revision": None}
@@ -55,7 +57,7 @@ def obtain_tokenizer(
         return _from_file(name), {"name": name, "revision": None}
     if name.endswith(".json"):
         raise UserError(f"data.tokenizer {name}: no such file; give an existing tokenizer.json or a Hub name")
-    path, resolved = hub_file(name, "tokenizer.json", revision, "data.tokenizer")
+    path, resolved = hub_file(name, "tokenizer.json", revision, "data.tokenizer", copy)
     return _from_file(path), {"name": name, "revision": resolved}
 
 

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ebd2n.config import Recipe
 from ebd2n.errors import UserError
-from ebd2n.model import GPT
+from ebd2n.model import GPT, IGNORE_INDEX
 from ebd2n.parallel.distributed import Context, to_cpu
 from ebd2n.parallel.pipeline import StageModule, TokenLoss, bubble_fraction, pipeline_rounds, pipeline_schedule
 from ebd2n.train.budget import Budget
@@ -55,8 +55,7 @@ class DistributedEngine(_Engine):
         self.tied = self._tied_weight()
         if stages > 1:
             depth = recipe.parallel.pipeline_depth
-            rounds = pipeline_rounds(self.replica_sequences, depth, recipe.training.micro_batch_size)
-            self.round_size = self.replica_sequences // rounds
+            _, self.round_size = pipeline_rounds(self.replica_sequences, depth, recipe.training.micro_batch_size)
             self.loss = TokenLoss(self.device)
             stage_module = self.ddp if self.ddp is not None else self.model
             self.schedule = pipeline_schedule(
@@ -77,8 +76,13 @@ class DistributedEngine(_Engine):
     def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
         """This replica's contiguous share of the (S, T+1) sequences; every rank gets the same result."""
         self._set_lr(lr)
-        share = sequences.split(self.replica_sequences)[self.context.replica]
-        loss_sum, correct = self._pipeline(share) if self.context.stages > 1 else self._data_parallel(share)
+        # Equal contiguous shares; a shortened step (an epoch's last) may leave them one row apart.
+        share = torch.tensor_split(sequences, self.context.replicas)[self.context.replica]
+        step_tokens = sequences.shape[0] * (sequences.shape[1] - 1)
+        if self.context.stages > 1:
+            loss_sum, correct = self._pipeline(share, -(-sequences.shape[0] // self.context.replicas), step_tokens)
+        else:
+            loss_sum, correct = self._data_parallel(share, sequences, step_tokens)
         if self.tied is not None and self.tied.grad is not None:
             dist.all_reduce(self.tied.grad, group=self.context.groups.tied)  # both copies get the summed gradient
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -97,13 +101,19 @@ class DistributedEngine(_Engine):
                 p.grad.mul_(coefficient)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        tokens = sequences.shape[0] * (sequences.shape[1] - 1)
-        return StepResult(loss=float(totals[1]) / tokens, accuracy=float(totals[2]) / tokens,
+        return StepResult(loss=float(totals[1]) / step_tokens, accuracy=float(totals[2]) / step_tokens,
                           grad_norm=grad_norm, skipped=skipped)
 
-    def _data_parallel(self, share: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """S = 1: DDP over the whole GPT, accumulating micro-batches; gradients all-reduce on the last."""
-        chunks = share.split(min(self.recipe.training.micro_batch_size, share.shape[0]))
+    def _data_parallel(self, share: torch.Tensor, sequences: torch.Tensor, step_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """S = 1: DDP over the whole GPT, accumulating micro-batches; gradients all-reduce on the last.
+
+        Each chunk's mean loss is weighted by its share of the step's tokens times the replicas
+        (DDP averages them), so uneven shares still give the gradient of the step's mean loss. A
+        replica left without rows (a shortened step with fewer rows than replicas) joins the
+        all-reduce with one row weighted zero.
+        """
+        empty = share.shape[0] == 0
+        chunks = sequences[:1].split(1) if empty else share.split(self.budget.micro_batch_size)
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         for index, chunk in enumerate(chunks):
@@ -112,16 +122,30 @@ class DistributedEngine(_Engine):
             with sync:
                 with self.autocast():
                     logits, loss = self.ddp(inputs, targets)
-                (loss * (targets.numel() / (share.shape[0] * targets.shape[1]))).backward()
-            loss_sum += loss.detach() * targets.numel()
-            correct += (logits.detach().argmax(-1) == targets).sum()
+                weight = 0.0 if empty else targets.numel() * self.context.replicas / step_tokens
+                (loss * weight).backward()
+            if not empty:
+                loss_sum += loss.detach() * targets.numel()
+                correct += (logits.detach().argmax(-1) == targets).sum()
         return loss_sum, correct
 
-    def _pipeline(self, share: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """S > 1: rounds of pipeline_depth micro-batches through the schedule (loss on the last stage)."""
-        self.loss.reset(share.shape[0] * (share.shape[1] - 1))
-        for chunk in share.split(self.round_size):
+    def _pipeline(self, share: torch.Tensor, rows: int, step_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """S > 1: rounds of pipeline_depth micro-batches through the schedule (loss on the last stage).
+
+        Every replica runs the rounds of `rows` (its largest share this step); rows a share lacks
+        are padding whose targets are ignored, so they add nothing to the loss or the gradient.
+        """
+        self.loss.reset(step_tokens / self.context.replicas)  # DDP's average over replicas gives the step mean
+        real = share.shape[0]
+        missing = -(-rows // self.round_size) * self.round_size - real
+        if missing:
+            padding = torch.zeros(missing, share.shape[1], dtype=share.dtype, device=share.device)
+            share = torch.cat([share, padding])
+        for index, chunk in enumerate(share.split(self.round_size)):
             inputs, targets = chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()  # static metadata: dense strides
+            kept = real - index * self.round_size
+            if kept < self.round_size:
+                targets[max(kept, 0) :] = IGNORE_INDEX
             if self.context.stage == 0:
                 self.schedule.step(inputs)
             elif self.context.stage == self.context.stages - 1:

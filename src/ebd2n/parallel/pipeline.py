@@ -101,17 +101,20 @@ class TokenLoss:
         return loss / self.tokens
 
 
-def pipeline_rounds(sequences: int, depth: int, micro_batch_size: int) -> int:
-    """Schedule runs per step: each runs `depth` micro-batches of at most micro_batch_size sequences."""
+def pipeline_rounds(sequences: int, depth: int, micro_batch_size: int) -> tuple[int, int]:
+    """(rounds, rows per round) of a replica's step: each schedule run takes `depth` equal
+    micro-batches of at most micro_batch_size sequences.
+
+    The fewest rounds that split the sequences evenly; when no count does (depth does not divide
+    them), the fewest rounds that hold them, the last one padded with rows whose targets are
+    ignored (uneven rounds).
+    """
     rounds = -(-sequences // (depth * micro_batch_size))
-    while sequences % (depth * rounds):
-        rounds += 1
-        if depth * rounds > sequences:
-            raise UserError(
-                f"parallel.pipeline_depth ({depth}) must divide the {sequences} sequences each replica gets per step "
-                "(training.batch_tokens / model.context_length / parallel.data_parallel)"
-            )
-    return rounds
+    for even in range(rounds, sequences // depth + 1):
+        if sequences % (depth * even) == 0:
+            return even, sequences // even
+    micro = -(-sequences // (depth * rounds))
+    return rounds, depth * micro
 
 
 def bubble_fraction(stages: int, micro_batches: int) -> float:

@@ -3,13 +3,20 @@
 `build_report` reads `results/<campaign>` and rewrites `results/<campaign>/report/`. It trains
 nothing, so it can be rerun after an extension or a change of the report code. Outputs hold no
 wall-clock timestamps, so regenerating an unchanged campaign gives byte-identical files: the
-audit verifies a published report by building it again elsewhere and comparing the bytes.
+audit verifies a published report by building it again elsewhere and comparing the bytes, and a
+rebuild that changes nothing leaves the published files as they are. A report that does change
+moves its predecessor to `report/history/<UTC time>/`.
 """
 
 from __future__ import annotations
 
+import filecmp
 import json
 import math
+import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +27,7 @@ from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_note
 from ebd2n.config import Recipe, dump_recipe
 from ebd2n.layout import (
     CURVES_CSV,
+    HISTORY,
     LR_RESPONSE_CSV,
     REPORT,
     REPORT_INDEX,
@@ -49,9 +57,18 @@ SELECTION_RULE = {
 
 
 def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
-    """Write the campaign's report directory (or `out`) and return the path of its index.html."""
+    """Write the report into `out`, or publish it as the campaign's report/; return its index.html."""
     campaign = read_results(Path(campaign_dir))
-    out = campaign.directory / REPORT if out is None else Path(out)
+    if out is not None:
+        return _write_report(campaign, Path(out))
+    published = campaign.directory / REPORT
+    with tempfile.TemporaryDirectory(prefix=".report-", dir=campaign.directory) as staging:
+        _write_report(campaign, Path(staging))
+        _publish(Path(staging), published)
+    return published / REPORT_INDEX
+
+
+def _write_report(campaign: CampaignResults, out: Path) -> Path:
     atomic_write_text(out / RUNS_CSV, campaign.runs.write_csv())
     if campaign.presets:
         scaling = scaling_rows(campaign)
@@ -66,6 +83,38 @@ def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
         page = render_page(campaign, summary, grid=grid)
     atomic_write_text(out / REPORT_INDEX, page)
     return out / REPORT_INDEX
+
+
+def report_files(directory: Path) -> set[str]:
+    """Every file of a report directory, relative to it, earlier reports (history/) left out."""
+    if not directory.is_dir():
+        return set()
+    return {
+        p.relative_to(directory).as_posix()
+        for p in directory.rglob("*")
+        if (p.is_file() or p.is_symlink()) and p.relative_to(directory).parts[0] != HISTORY
+    }
+
+
+def _publish(staged: Path, published: Path) -> None:
+    """Put a freshly built report in place. Identical to the published one: keep those files (only
+    the index's time moves, for Snakemake). Different: the published one moves to history/ first."""
+    fresh = report_files(staged)
+    if fresh == report_files(published) and all(filecmp.cmp(staged / n, published / n, shallow=False) for n in fresh):
+        os.utime(published / REPORT_INDEX)
+        return
+    current = sorted(p.name for p in published.iterdir() if p.name != HISTORY) if published.is_dir() else []
+    if current:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target, suffix = published / HISTORY / stamp, 1
+        while target.exists():  # two reports within one second
+            target, suffix = published / HISTORY / f"{stamp}-{suffix}", suffix + 1
+        target.mkdir(parents=True)
+        for name in current:
+            (published / name).rename(target / name)
+    published.mkdir(parents=True, exist_ok=True)
+    for entry in staged.iterdir():
+        shutil.move(entry, published / entry.name)
 
 
 def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
@@ -110,6 +159,8 @@ def _write_selected(campaign: CampaignResults, mode: str, point: dict[str, Any],
     recipe = campaign.recipe(runs["directory"][0]).model_copy(deep=True)
     recipe.data.cache_dir = _repo_relative(recipe.data.cache_dir, campaign.repo_root)
     recipe.runtime.output_dir = f"{RUNS}/{campaign.directory.name}-selected-{mode}"
+    pinned = _pinned_data(campaign, recipe, runs["directory"].to_list())
+    recipe.data.revision, recipe.data.tokenizer_revision = pinned["revision"], pinned["tokenizer_revision"]
     name = selected_recipe(mode)
     config = f"{_campaign_path(campaign)}/{REPORT}/{name}"
     seeds = ", ".join(str(seed) for seed in runs["seed"])
@@ -119,6 +170,8 @@ def _write_selected(campaign: CampaignResults, mode: str, point: dict[str, Any],
         f"# Reproduce from the repository root: ebd2n prepare {config}\n"
         f"#   ebd2n train --config {config} --set runtime.seed={recipe.runtime.seed} "
         f"--set runtime.output_dir={recipe.runtime.output_dir}-seed{recipe.runtime.seed}\n"
+        f"# Trained on cache identity {pinned['cache_identity']}: {pinned['dataset']} revision {pinned['revision']}, "
+        f"tokenizer {pinned['tokenizer']} revision {pinned['tokenizer_revision']}.\n"
     )
     atomic_write_text(out / name, header + dump_recipe(recipe))
     return {
@@ -128,7 +181,24 @@ def _write_selected(campaign: CampaignResults, mode: str, point: dict[str, Any],
         "output_dir": recipe.runtime.output_dir,
         "runs": runs["run"].to_list(),
         "seeds": runs["seed"].to_list(),
+        **pinned,
         "recipe": recipe,
+    }
+
+
+def _pinned_data(campaign: CampaignResults, recipe: Recipe, directories: list[str]) -> dict[str, Any]:
+    """Cache identity and the resolved data and tokenizer revisions the runs trained on (the
+    manifest's, so a recipe that left a revision to be resolved at preparation gets it pinned)."""
+    manifest = campaign.manifest or {}
+    source, tokenizer = manifest.get("source") or {}, manifest.get("tokenizer") or {}
+    results = [campaign.results.get(directory) or {} for directory in directories]
+    identities = sorted({result["cache_identity"] for result in results if result.get("cache_identity")})
+    return {
+        "cache_identity": " ".join(identities) or None,
+        "dataset": recipe.data.dataset or recipe.data.source,
+        "revision": source.get("revision") or recipe.data.revision,
+        "tokenizer": recipe.data.tokenizer,
+        "tokenizer_revision": tokenizer.get("revision") or recipe.data.tokenizer_revision,
     }
 
 
@@ -137,9 +207,10 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) ->
     runs = campaign.runs
     complete = runs.filter(pl.col("status") == "complete")
     results = list(campaign.results.values())
-    points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
-    expected = points * len(campaign.seeds) * max(1, len(set(campaign.presets.values())))
     info = campaign.info or {}
+    points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
+    # campaign.json knows the plan (presets may have their own learning rates); else the grid's product
+    expected = info.get("runs_planned") or points * len(campaign.seeds) * max(1, len(set(campaign.presets.values())))
     recipes = _representatives(campaign, selection)
     first = next(iter(recipes.values()))[0]
     return {
@@ -170,6 +241,7 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) ->
         "environment": _environments(results),
         "hosts": sorted({(r.get("environment") or {}).get("host") for r in results} - {None}),
         "job_ids": sorted({str(job) for r in results for job in r.get("job_ids") or []}),
+        "execution": info.get("execution"),
         "audit": _audit(campaign.audit),
     }
 

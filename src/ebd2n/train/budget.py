@@ -1,9 +1,20 @@
-"""The token budget of a run, cut into epochs of whole optimizer steps."""
+"""The token budget of a run, as the reference (tiny-llm) computes it: blocks of context_length
+targets, epochs ending at cumulative block boundaries, and a shortened last step in an epoch
+whose blocks do not fill whole global batches.
+
+Derived budgets round up to whole blocks (the reference's 20m: 20 x 20,403,520 = 408,070,400
+nominal tokens train 398,507 blocks = 408,071,168 tokens in 12,480 steps). In packed-K mode every
+local model takes whole blocks, so a derived total rounds down and a derived epoch up to a multiple
+of K x context_length, as the reference's packed recipes do. An explicit max_tokens is never
+exceeded: it rounds down to whole blocks (packed: to K x context_length).
+"""
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ebd2n.config import Recipe, count_parameters
 from ebd2n.errors import UserError
@@ -11,27 +22,65 @@ from ebd2n.errors import UserError
 
 @dataclass(frozen=True)
 class Budget:
-    """How long a run trains: epochs x steps, each step batch_tokens tokens of micro-batches."""
+    """Epoch boundaries in blocks, and the optimizer steps that reach them."""
 
     parameters: int
     """Parameters of one (local) model; the per-parameter budgets refer to it."""
-    epochs: int
-    steps_per_epoch: int
-    micro_batches_per_step: int
+    context_length: int
     sequences_per_step: int
-    tokens_per_step: int
+    """Sequences (blocks) of a full global batch; an epoch's last step may take fewer."""
+    micro_batch_size: int
+    """Sequences per forward/backward pass of one (local) model."""
+    epoch_tokens: float
+    """The nominal epoch length in tokens the boundaries are cut from."""
+    boundaries: tuple[int, ...]
+    """Cumulative blocks trained at the end of each epoch."""
+    step_boundaries: tuple[int, ...]
+    """Cumulative optimizer steps at the end of each epoch."""
+
+    @property
+    def epochs(self) -> int:
+        return len(self.boundaries)
 
     @property
     def total_steps(self) -> int:
-        return self.epochs * self.steps_per_epoch
+        return self.step_boundaries[-1]
+
+    @property
+    def total_tokens(self) -> int:
+        return self.boundaries[-1] * self.context_length
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens of a full step (shortened steps carry fewer)."""
+        return self.sequences_per_step * self.context_length
+
+    def epoch_steps(self, epoch: int) -> range:
+        """0-based global indices of the steps of 0-based `epoch`."""
+        return range(self.step_boundaries[epoch - 1] if epoch else 0, self.step_boundaries[epoch])
+
+    def epoch_blocks(self, epoch: int) -> int:
+        return self.boundaries[epoch] - (self.boundaries[epoch - 1] if epoch else 0)
+
+    def step_span(self, step: int) -> tuple[int, int]:
+        """(first block position, block count) of 0-based `step` in the training order."""
+        epoch = bisect.bisect_right(self.step_boundaries, step)
+        first_step = self.step_boundaries[epoch - 1] if epoch else 0
+        start = (self.boundaries[epoch - 1] if epoch else 0) + (step - first_step) * self.sequences_per_step
+        return start, min(self.sequences_per_step, self.boundaries[epoch] - start)
+
+    def tokens_after(self, steps: int) -> int:
+        """Tokens trained once `steps` optimizer steps are done."""
+        if steps == 0:
+            return 0
+        start, count = self.step_span(steps - 1)
+        return (start + count) * self.context_length
 
 
 def budget_of(recipe: Recipe) -> Budget:
     """Derive the budget; a batch that does not divide into whole sequences is an error."""
     parameters = count_parameters(recipe.model)
     training = recipe.training
-    total = training.max_tokens or training.tokens_per_parameter * parameters
-    epoch = training.epoch_tokens or training.epoch_tokens_per_parameter * parameters
     context = recipe.model.context_length
     if training.batch_tokens % context:
         raise UserError(
@@ -51,11 +100,52 @@ def budget_of(recipe: Recipe) -> Budget:
             f"training.micro_batch_size ({training.micro_batch_size}) must divide the {per_replica} sequences "
             "each model gets per step"
         )
+    total, epoch = _nominal_tokens(recipe, parameters, replicas * context)
+    count = math.ceil(total / epoch)
+    boundaries = tuple(math.ceil(min(total, i * epoch) / context) for i in range(1, count + 1))
+    if boundaries[0] == 0 or len(set(boundaries)) != count:
+        raise UserError(
+            f"training: epochs of {float(epoch):,.0f} tokens are shorter than one block of "
+            f"model.context_length ({context}) tokens; raise epoch_tokens or epoch_tokens_per_parameter"
+        )
+    steps, previous = [], 0
+    for boundary in boundaries:
+        steps.append((steps[-1] if steps else 0) + math.ceil((boundary - previous) / sequences))
+        previous = boundary
     return Budget(
         parameters=parameters,
-        epochs=max(1, round(total / epoch)),
-        steps_per_epoch=max(1, math.ceil(epoch / training.batch_tokens)),
-        micro_batches_per_step=per_replica // micro,
+        context_length=context,
         sequences_per_step=sequences,
-        tokens_per_step=sequences * context,
+        micro_batch_size=micro,
+        epoch_tokens=float(epoch),
+        boundaries=boundaries,
+        step_boundaries=tuple(steps),
     )
+
+
+def _nominal_tokens(recipe: Recipe, parameters: int, unit: int) -> tuple[Fraction, Fraction]:
+    """Total and epoch tokens before cutting into blocks; `unit` is K x context_length."""
+    training = recipe.training
+    packed = recipe.decentralized is not None
+    if training.max_tokens:
+        total = training.max_tokens // unit * unit  # explicit: never rounded up
+        if total == 0:
+            raise UserError(
+                f"training.max_tokens ({training.max_tokens}) is less than one block for every model ({unit} tokens)"
+            )
+    else:
+        total = math.ceil(Fraction(str(training.tokens_per_parameter)) * parameters)
+        if packed:
+            total = total // unit * unit
+    if training.epoch_tokens:
+        epoch = Fraction(training.epoch_tokens)
+        if packed and training.epoch_tokens % unit:
+            raise UserError(
+                f"training.epoch_tokens ({training.epoch_tokens}) must be a multiple of decentralized.num_models x "
+                f"model.context_length ({unit}) so every local model ends each epoch on a whole block"
+            )
+    else:
+        epoch = Fraction(str(training.epoch_tokens_per_parameter)) * parameters
+        if packed:
+            epoch = math.ceil(epoch / unit) * unit
+    return Fraction(total), Fraction(epoch)

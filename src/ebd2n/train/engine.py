@@ -136,15 +136,16 @@ class SynchronousEngine(_Engine):
     def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
         """Forward/backward over micro-batches of (S, T+1) sequences, clip, then step or skip."""
         self._set_lr(lr)
-        chunks = sequences.split(sequences.shape[0] // self.budget.micro_batches_per_step)
+        rows = sequences.shape[0]  # fewer than a full batch at the end of some epochs
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
-        for chunk in chunks:
+        for chunk in sequences.split(self.budget.micro_batch_size):
             inputs, targets = chunk[:, :-1], chunk[:, 1:]
             with self.autocast():
                 logits, loss = self.forward(inputs, targets)
-            (loss / len(chunks)).backward()
-            loss_sum += loss.detach()
+            share = chunk.shape[0] / rows  # the step's gradient is that of its mean token loss
+            (loss * share).backward()
+            loss_sum += loss.detach() * share
             correct += (logits.detach().argmax(-1) == targets).sum()
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.recipe.optimizer.grad_clip))
@@ -153,7 +154,7 @@ class SynchronousEngine(_Engine):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return StepResult(
-            loss=float(loss_sum) / len(chunks),
+            loss=float(loss_sum),
             accuracy=float(correct) / (sequences.shape[0] * (sequences.shape[1] - 1)),
             grad_norm=grad_norm,
             skipped=skipped,
@@ -183,16 +184,17 @@ class PackedEngine(_Engine):
     def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
         """Replica i takes every K-th sequence; the driving loss is the sum of replica mean losses."""
         self._set_lr(lr)
-        shares = torch.stack([sequences[i :: self.k] for i in range(self.k)])  # (K, S/K, T+1)
-        chunks = shares.split(shares.shape[1] // self.budget.micro_batches_per_step, dim=1)
+        shares = torch.stack([sequences[i :: self.k] for i in range(self.k)])  # (K, S/K, T+1); K divides S
+        rows = shares.shape[1]  # fewer than a full share at the end of some epochs
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
-        for chunk in chunks:
+        for chunk in shares.split(self.budget.micro_batch_size, dim=1):
             inputs, targets = chunk[..., :-1], chunk[..., 1:]
             with self.autocast():
                 logits, losses = self.forward(inputs, targets)
-            (losses.sum() / len(chunks)).backward()
-            loss_sum += losses.detach().mean()
+            share = chunk.shape[1] / rows
+            (losses.sum() * share).backward()
+            loss_sum += losses.detach().mean() * share
             correct += (logits.detach().argmax(-1) == targets).sum()
         params = [p for p in self.model.parameters() if p.requires_grad]
         norms = clip_per_replica_([p.grad for p in params], self.recipe.optimizer.grad_clip)
@@ -201,7 +203,7 @@ class PackedEngine(_Engine):
             self._apply(params)
         self.optimizer.zero_grad(set_to_none=True)
         return StepResult(
-            loss=float(loss_sum) / len(chunks),
+            loss=float(loss_sum),
             accuracy=float(correct) / (sequences.shape[0] * (sequences.shape[1] - 1)),
             grad_norm=float(norms.mean()),
             skipped=skipped,

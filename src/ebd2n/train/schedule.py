@@ -1,4 +1,8 @@
-"""Token-based learning-rate schedule: linear warm-up, then cosine decay to a floor."""
+"""Token-based learning-rate schedule: linear warm-up, then cosine decay to a floor.
+
+Positions are tokens, not steps, as in the reference: a shortened step at an epoch's end moves
+the schedule by the tokens it trained.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,11 @@ import math
 from ebd2n.config import OptimizerConfig
 
 
-def warmup_steps(total_steps: int, warmup_fraction: float) -> int:
-    """Warm-up length in whole steps (every step carries the same number of tokens)."""
-    return round(total_steps * warmup_fraction)
-
-
-def learning_rate(step: int, total_steps: int, optimizer: OptimizerConfig) -> float:
-    """LR used by optimizer step `step` (0-based) of a run of `total_steps` steps."""
+def learning_rate(tokens: int, total_tokens: int, optimizer: OptimizerConfig) -> float:
+    """LR of the step after which `tokens` of the run's `total_tokens` are trained."""
     peak = optimizer.lr
-    floor = peak * optimizer.min_lr_ratio
-    warmup = warmup_steps(total_steps, optimizer.warmup_fraction)
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    decay_steps = max(1, total_steps - warmup)
-    progress = min(1.0, (step - warmup) / decay_steps)
-    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    warmup = total_tokens * optimizer.warmup_fraction
+    if tokens < warmup:
+        return peak * tokens / warmup
+    progress = min(1.0, max(0.0, (tokens - warmup) / (total_tokens - warmup)))
+    return peak * (optimizer.min_lr_ratio + (1 - optimizer.min_lr_ratio) * (1 + math.cos(math.pi * progress)) / 2)

@@ -152,7 +152,7 @@ class _Loop:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         losses = []
-        steps = range(epoch * budget.steps_per_epoch, (epoch + 1) * budget.steps_per_epoch)
+        steps = budget.epoch_steps(epoch)
         bar = tqdm(steps, desc=f"epoch {epoch + 1}/{budget.epochs}", disable=not self.progress, leave=False)
         for step in bar:
             result = self._step(step)
@@ -170,11 +170,11 @@ class _Loop:
         )
         memory = distributed.gather_memory(self.context)  # parallel: every device of the job
         record = {
-            "type": "epoch", "epoch": epoch + 1, "step": counters.step, "tokens": counters.step * budget.tokens_per_step,
+            "type": "epoch", "epoch": epoch + 1, "step": counters.step, "tokens": budget.tokens_after(counters.step),
             "train_loss": sum(losses) / len(losses), "val_loss": val_loss, "val_accuracy": val_accuracy,
-            "lr": learning_rate(counters.step - 1, budget.total_steps, self.recipe.optimizer),
-            "tokens_per_s": budget.steps_per_epoch * budget.tokens_per_step / elapsed,
-            "batches_per_s": budget.steps_per_epoch / elapsed, "wall_s": elapsed, "memory": memory,
+            "lr": learning_rate(budget.tokens_after(counters.step), budget.total_tokens, self.recipe.optimizer),
+            "tokens_per_s": budget.epoch_blocks(epoch) * budget.context_length / elapsed,
+            "batches_per_s": len(steps) / elapsed, "wall_s": elapsed, "memory": memory,
             "skipped_steps": counters.skipped_steps, **self.engine.epoch_metrics(),
         }
         self.metrics.append(record)
@@ -190,10 +190,10 @@ class _Loop:
 
     def _step(self, step: int):
         budget, counters = self.budget, self.counters
-        count = budget.sequences_per_step
-        indices = train_block_indices(self.train_blocks.num_blocks, self.recipe.runtime.seed, step * count, count)
+        start, count = budget.step_span(step)  # an epoch's last step may be shortened
+        indices = train_block_indices(self.train_blocks.num_blocks, self.recipe.runtime.seed, start, count)
         sequences = self.train_blocks.read(indices).to(self.device, non_blocking=True)
-        lr = learning_rate(step, budget.total_steps, self.recipe.optimizer)
+        lr = learning_rate(budget.tokens_after(step + 1), budget.total_tokens, self.recipe.optimizer)
         result = self.engine.train_step(sequences, lr)
         counters.step = step + 1
         if result.skipped:
@@ -251,7 +251,7 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "python": env["python"], "torch": env["torch"], "cuda": env["cuda"], "job_ids": counters.job_ids,
         "started": _iso(counters.started), "ended": _iso(time.time()),
         "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
-        "steps": counters.step, "skipped_steps": counters.skipped_steps, "tokens": counters.step * budget.tokens_per_step,
+        "steps": counters.step, "skipped_steps": counters.skipped_steps, "tokens": budget.tokens_after(counters.step),
         "numerics": {"dtype": "bf16" if device.type == "cuda" and recipe.runtime.amp else "fp32",
                      "compile": recipe.runtime.compile, "deterministic": recipe.runtime.deterministic},
         "placement": context.placement_record(),
@@ -271,8 +271,8 @@ def _log_header(log, recipe, budget, provenance, config_path, context, resume, s
     log.write(f"host {env['host']} | python {env['python']} | torch {env['torch']} | cuda {env['cuda'] or '-'} | devices {', '.join(env['devices'])}")
     log.write(f"recipe identity {provenance.recipe_identity} | cache {provenance.cache_identity} | source {provenance.source_hash}")
     log.write(
-        f"mode {recipe.mode} | parameters {budget.parameters:,} | budget {budget.epochs} epochs x {budget.steps_per_epoch} "
-        f"steps x {budget.tokens_per_step:,} tokens | lr {recipe.optimizer.lr} beta2 {recipe.optimizer.beta2} | seed {recipe.runtime.seed}"
+        f"mode {recipe.mode} | parameters {budget.parameters:,} | budget {budget.total_tokens:,} tokens in {budget.epochs} "
+        f"epochs, {budget.total_steps:,} steps of up to {budget.tokens_per_step:,} tokens | lr {recipe.optimizer.lr} beta2 {recipe.optimizer.beta2} | seed {recipe.runtime.seed}"
     )
     dtype = "bf16 autocast" if device.type == "cuda" and recipe.runtime.amp else "fp32"
     log.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
@@ -308,7 +308,7 @@ def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, 
         "source_hash": provenance.source_hash,
         "epoch": counters.epoch,
         "step": counters.step,
-        "tokens": counters.step * engine.budget.tokens_per_step,
+        "tokens": engine.budget.tokens_after(counters.step),
         "engine": engine_state,
         "progress": vars(counters),
         "rng": _rng_state(),

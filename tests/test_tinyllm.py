@@ -1,0 +1,98 @@
+"""The reference's tiny-llm recipes (selected-*.yaml) load as they are, through config/tinyllm.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ebd2n.campaign.spec import campaign_from_dict
+from ebd2n.config import load_recipe
+from ebd2n.errors import UserError
+from ebd2n.paths import REPO_ROOT
+from ebd2n.train.budget import budget_of
+
+REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "recipe_sweep_20m"
+SELECTED = {"synchronous": REFERENCE / "selected-synchronous.yaml", "packed-4": REFERENCE / "selected-packed-4.yaml"}
+BUDGETS = {"synchronous": (408_071_168, 12_480, 40), "packed-4": (408_068_096, 12_473, 40)}
+IGNORED = {"data.buffer_size_mib": 64.0, "data.prefetch": True, "training.checkpoint_every": 500}
+
+pytestmark = pytest.mark.skipif(
+    not REFERENCE.is_dir(), reason=f"reference recipes not found at {REFERENCE} (needs the shared/ checkout)"
+)
+
+
+def _raw(mode: str) -> dict:
+    return yaml.safe_load(SELECTED[mode].read_text())
+
+
+@pytest.mark.parametrize("mode", SELECTED)
+def test_selected_recipe_resolves_to_the_reference_run(mode: str) -> None:
+    recipe, raw = load_recipe(SELECTED[mode]), _raw(mode)
+    budget = budget_of(recipe)
+    result = (
+        recipe.mode, recipe.model.model_dump(), recipe.optimizer.model_dump(),
+        (budget.total_tokens, budget.total_steps, budget.epochs),
+        {key: getattr(recipe.training, key) for key in ("batch_tokens", "micro_batch_size", "checkpoint_policy")},
+    )
+    expected = (
+        mode, load_recipe("20m").model.model_dump(), raw["optimizer"], BUDGETS[mode],
+        {key: raw["training"][key] for key in ("batch_tokens", "micro_batch_size", "checkpoint_policy")},
+    )
+    assert result == expected
+
+
+@pytest.mark.parametrize("mode", SELECTED)
+def test_selected_recipe_records_what_it_ignores(mode: str) -> None:
+    result = load_recipe(SELECTED[mode]).runtime.ignored_keys
+    assert result == IGNORED
+
+
+def test_selected_recipe_keeps_the_pinned_data() -> None:
+    data, raw = load_recipe(SELECTED["synchronous"]).data, _raw("synchronous")["data"]
+    result = (data.source, data.dataset, data.dataset_config, data.revision, data.tokenizer, data.tokenizer_revision)
+    assert result == ("huggingface", "allenai/c4", "en", raw["revision"], raw["tokenizer"], raw["tokenizer_revision"])
+
+
+def test_cli_names_ignored_keys_once_and_takes_the_seed_overrides(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "recipe", str(SELECTED["packed-4"]), "--set", "runtime.seed=43",
+         "--set", f"runtime.output_dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "ignored" in line] == [
+        f"{SELECTED['packed-4']}: tiny-llm recipe; ignored (no effect in ebd2n): "
+        "data.buffer_size_mib=64.0, data.prefetch=True, training.checkpoint_every=500"
+    ]
+    assert "seed: 43\n" in result.stdout and "training tokens: 408,068,096\n" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda raw: raw["runtime"].update(warp_speed=True), "runtime.warp_speed: unknown key"),
+        (lambda raw: raw["data"].update(shuffle_buffer=5000), "data.shuffle_buffer: 5000 would change the prepared data"),
+        (lambda raw: raw["training"].update(checkpoint_policy="none"), "checkpoint_policy: tiny-llm's none"),
+    ],
+)
+def test_tiny_llm_keys_outside_the_mapping_stay_errors(tmp_path: Path, change, message: str) -> None:
+    raw = _raw("synchronous")
+    change(raw)
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(UserError, match=message):
+        load_recipe(tmp_path / "r.yaml")
+
+
+def test_campaign_recipe_may_be_a_tiny_llm_file() -> None:
+    campaign = campaign_from_dict({
+        "campaign": "reference", "recipe": str(SELECTED["synchronous"]),
+        "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.0028]}, "beta2": [0.999]},
+        "seeds": [42], "epochs_per_slice": 40, "resources": {"default": {"gpus": 1, "minutes": 30}},
+    })
+    recipe = campaign.base_recipe("base")
+    result = (recipe.optimizer.lr, recipe.runtime.ignored_keys, budget_of(recipe).total_steps)
+    assert result == (0.0028, IGNORED, 12_480)
