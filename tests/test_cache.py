@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 import ebd2n
 from ebd2n.atomic import sha256_file
-from ebd2n.data import EOS_TOKEN, Cache, find_cache_identity, open_cache, prepare_cache, synthetic
+from ebd2n.data import EOS_TOKEN, Cache, find_cache_identity, open_cache, prepare_cache, synthetic, verify_cache
 from ebd2n.errors import UserError
 
 _PREPARE_SCRIPT = """
@@ -211,7 +211,7 @@ def test_prepare_cache_concurrent_builders_share_one_cache(tiny_data, tiny_cache
     processes = [_prepare_in_subprocess(data.model_dump(mode="json"), tiny_cache.vocab_size) for _ in range(2)]
     identities = [process.communicate()[0].strip() for process in processes]
     result = identities, sorted(path.name for path in (tmp_path / "caches").iterdir())
-    assert result == ([open_cache(data.cache_dir, verify=True).identity] * 2, ["shared", "shared.lock"])
+    assert result == ([verify_cache(data.cache_dir).identity] * 2, ["shared"])
 
 
 def test_prepare_cache_builds_into_an_empty_directory(
@@ -241,8 +241,8 @@ def test_open_cache_verify_detects_a_changed_shard(tiny_cache: Cache, tmp_path: 
     data = bytearray(shard.read_bytes())
     data[0] ^= 1
     shard.write_bytes(bytes(data))
-    with pytest.raises(UserError, match=r"train-00000\.bin does not match its recorded SHA-256"):
-        open_cache(copy, verify=True)
+    with pytest.raises(UserError, match=r"train-00000\.bin: does not match its recorded SHA-256"):
+        verify_cache(copy)
 
 
 _BAD_CASES: dict[str, tuple[dict[str, str | int], int | None, str]] = {

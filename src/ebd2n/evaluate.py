@@ -14,7 +14,7 @@ from torch import nn
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config import load_recipe, recipe_identity
-from ebd2n.data import iter_full_validation, open_cache
+from ebd2n.data import iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.model import GPT
 from ebd2n.provenance import environment, source_hash
@@ -68,7 +68,7 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
         raise UserError(f"{run_dir}: no recipe.yaml; not a run directory")
     recipe = load_recipe(recipe_path)
     configure_torch(recipe)
-    cache = open_cache(recipe.data.cache_dir)
+    cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
     started = time.time()
     state = load_checkpoint(run_dir / "final.pt", provenance)
@@ -100,6 +100,9 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
         "environment": environment(),
         "wall_seconds": time.time() - started,
     }
+    if not math.isfinite(loss):  # a diverged model: a failed run, never a silently missing one
+        results |= {"status": "failed", "reason": f"non-finite full-validation loss ({loss})",
+                    "loss": None, "perplexity": None, "accuracy": None}
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2) + "\n")
     return results
 

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import BASE, Run, campaign_dir, frozen_base, frozen_dir, packed_models, slice_ends
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.paths import REPO_ROOT
 from ebd2n.train.budget import budget_of
+from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "campaign.schema.yaml"
 PREPARE = "prepare"
@@ -117,7 +116,7 @@ class Campaign:
         """A base recipe as it is now: preset or file, then the campaign's data, overrides, policy."""
         reference = self.recipe if base == BASE else base
         path = resolve_recipe_path(reference)
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = read_yaml_mapping(path, "recipe")
         purpose = f"campaign {self.name}" + (f": {self.description}" if self.description else "")
         overrides = [
             *((f"data.{key}", value) for key, value in self.data.items()),
@@ -131,15 +130,7 @@ class Campaign:
 
 def load_campaign(path: str | Path) -> Campaign:
     """Read and check a campaign file."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"campaign file {path}: not found") from None
-    except yaml.YAMLError as error:
-        first = str(error).strip().splitlines()[0]
-        raise UserError(f"campaign file {path}: not valid YAML ({first})") from None
-    return campaign_from_dict(raw, source=str(path))
+    return campaign_from_dict(read_yaml_mapping(path, "campaign file"), source=str(path))
 
 
 def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
@@ -187,7 +178,7 @@ def current_bases(campaign: Campaign) -> dict[str, Recipe]:
 def _validator():
     from jsonschema import Draft202012Validator
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = load_yaml(SCHEMA_PATH.read_text(encoding="utf-8"))
     return Draft202012Validator(schema)
 
 
