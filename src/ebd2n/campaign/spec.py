@@ -215,7 +215,10 @@ def _check(campaign: Campaign) -> None:
     for base, recipe in bases.items():
         for mode in campaign.modes:
             probe = Run(None if base == BASE else base, mode, campaign.learning_rates[mode][0], campaign.beta2[0], campaign.seeds[0])
-            budget_of(run_recipe(recipe, probe, campaign.directory / "runs" / probe.id, source=where))
+            try:
+                budget_of(run_recipe(recipe, probe, campaign.directory / "runs" / probe.id, source=where))
+            except UserError as error:
+                raise UserError(f"{where}: {probe.id}: {error}") from None
             _check_resources(campaign, base, mode, recipe, where)
 
 

@@ -113,7 +113,7 @@ def _local(data: DataConfig) -> Source:
         try:
             documents = list(_texts(rows, text_field, label))
         except UnicodeDecodeError:
-            raise UserError(f"{label}: {_first_non_utf8(files)} is not UTF-8 text; convert it to UTF-8") from None
+            raise UserError(f"data.dataset {_first_non_utf8(files)}: not UTF-8 text; convert it to UTF-8") from None
         return _shuffled(documents, data.shuffle_seed)
 
     provenance = {
