@@ -11,6 +11,7 @@ campaign-file check runs the real Snakemake (a dry run) in a copy of the reposit
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import TINY_DATA, TINY_VOCAB
 from workflow_support import copy_repo, environment
@@ -28,6 +30,7 @@ from ebd2n.atomic import sha256_file
 from ebd2n.cli import main
 from ebd2n.config import resolve_recipe_path
 from ebd2n.data import Cache, verify_cache
+from ebd2n.train.checkpoint import load_checkpoint, save_checkpoint
 
 NOT_UTF8 = b"model:\n  width: 64 \xff\xfe\n"
 """Bytes that are not UTF-8 (a Latin-1 file, a binary file given by mistake)."""
@@ -170,6 +173,29 @@ def test_closed_pipe_is_a_quiet_exit(argv: list[str]) -> None:
             cwd=Path(__file__).parents[1], timeout=120,
         )
     assert (result.returncode, result.stderr) == (141, "")
+
+
+# --- results that are no results: said, never dropped ---------------------------------------------
+
+
+def test_validate_non_finite_loss_is_a_failed_run(world: World, tmp_path: Path) -> None:
+    run = Path(shutil.copytree(world.complete, tmp_path / "run"))
+    state = load_checkpoint(run / "final.pt")
+    state.pop("format")
+    state["engine"]["model"] = {name: torch.full_like(weight, math.nan) for name, weight in state["engine"]["model"].items()}
+    save_checkpoint(run, "final.pt", state)
+    _ok("validate", str(run))
+    results = json.loads((run / "results.json").read_text())
+    expected = {"status": "failed", "reason": "non-finite full-validation loss (nan)", "loss": None}
+    assert {key: results[key] for key in expected} == expected
+
+
+def test_select_names_runs_that_do_not_count(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    table = RUNS_CSV + "b,synchronous,0.003,0.99,43,complete,NaN\nc,synchronous,0.003,0.99,44,failed,\n"
+    (tmp_path / "runs.csv").write_text(table)
+    _ok("select", str(tmp_path / "runs.csv"), "--out", str(tmp_path / "out"))
+    result = [line for line in capsys.readouterr().out.splitlines() if line.startswith("not counted")]
+    assert result == ["not counted: b (complete with loss nan)", "not counted: c (failed)"]
 
 
 # --- the cases ----------------------------------------------------------------------------------------
