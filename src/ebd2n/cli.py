@@ -30,7 +30,6 @@ def _add_recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -
 def cmd_recipe(args: argparse.Namespace) -> None:
     from ebd2n.config import count_parameters, dump_recipe, load_recipe, recipe_identity
     from ebd2n.data import find_cache_identity
-
     from ebd2n.train.budget import budget_of
 
     recipe = load_recipe(args.recipe, args.overrides)
