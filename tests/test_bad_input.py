@@ -27,6 +27,7 @@ from conftest import TINY_DATA, TINY_VOCAB
 from workflow_support import copy_repo, environment
 
 from ebd2n.atomic import sha256_file
+from ebd2n.campaign.spec import load_campaign
 from ebd2n.cli import main
 from ebd2n.config import resolve_recipe_path
 from ebd2n.data import Cache, verify_cache
@@ -158,6 +159,16 @@ def test_workflow_reads_exponent_floats(repo: Path, tmp_path: Path) -> None:
         cwd=repo, env=environment(), capture_output=True, text=True, timeout=300,
     )
     assert (result.returncode, "lr0.003" in result.stdout) == (0, True), result.stderr
+
+
+def test_campaign_check_reads_exponent_floats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _recipe_file(tmp_path, resolve_recipe_path("demo").read_text().replace("lr: 0.01", "lr: 1e-2"), "base.yaml")
+    grid = _campaign()["grid"] | {"learning_rates": {"synchronous": ["3e-3"]}}
+    argv = _check(tmp_path, _campaign(recipe=str(base), grid=grid))
+    monkeypatch.chdir(tmp_path)
+    _ok(*argv)
+    result = load_campaign(argv[-1])
+    assert (result.learning_rates, result.base_recipe("base").optimizer.lr) == ({"synchronous": (0.003,)}, 0.01)
 
 
 # --- a reader that stops early ----------------------------------------------------------------------
@@ -301,10 +312,9 @@ def _(world, tmp):
 
 def _prepare_local(tmp: Path, dataset: Path, *sets: str) -> list[str]:
     argv = ["prepare", "demo", "--quiet", "--set", "data.source=local", "--set", f"data.dataset={dataset}",
-            "--set", f"data.cache_dir={tmp / 'caches' / 'new'}"]
+            "--set", f"data.cache_dir={tmp / 'results' / 'caches' / 'new'}"]
     for pair in sets:
         argv += ["--set", pair]
-    (tmp / "caches").mkdir(exist_ok=True)
     return argv
 
 
@@ -486,6 +496,17 @@ def _(world, tmp):
 def _(world, tmp):
     run = Path(shutil.copytree(world.sliced, tmp / "run"))
     return Case(_tiny(world, tmp, "optimizer.lr=0.002") + ["--resume", str(run / "checkpoints/epoch-1.pt")], "epoch-1.pt")
+
+
+@case("train resume after the manifest was edited")
+def _(world, tmp):
+    cache = _cache_copy(world, tmp)
+    run = Path(shutil.copytree(world.sliced, tmp / "run"))
+    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest["source"]["kind"] = "edited"
+    (cache / "manifest.json").write_text(json.dumps(manifest))
+    resume = ["--resume", str(run / "checkpoints/epoch-1.pt")]
+    return Case(_tiny(world, tmp, f"data.cache_dir={cache}") + resume, "manifest.json")
 
 
 @case("train until epoch beyond the budget")

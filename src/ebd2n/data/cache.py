@@ -119,11 +119,18 @@ def prepare_cache(data: DataConfig, vocab_size: int, progress: bool = True) -> C
     """
     directory = Path(data.cache_dir)
     if _absent(directory):
+        made = [parent for parent in directory.parents if not parent.exists()]  # deepest first
         directory.parent.mkdir(parents=True, exist_ok=True)
-        with _build_lock(directory):
-            if _absent(directory):
-                _build(directory, data, vocab_size, progress)
-                log.info("built cache %s", directory)
+        try:
+            with _build_lock(directory):
+                if _absent(directory):
+                    _build(directory, data, vocab_size, progress)
+                    log.info("built cache %s", directory)
+        except BaseException:
+            for parent in made:  # a failed build leaves no folders behind either (only empty ones go)
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+            raise
     cache = open_cache(directory)
     _check_request(cache, data, vocab_size)
     log.info("cache %s identity %s", directory, cache.identity)
