@@ -1,8 +1,8 @@
 """Campaign files: read, check against the JSON Schema and for consistency, expand into runs.
 
-The schema is `workflow/schemas/campaign.schema.yaml`, the same file Snakemake's `validate()`
-uses, so `ebd2n campaign check` and the workflow refuse a bad file with the same message. The
-checks a schema cannot express (every mode has learning rates, presets exist, resources fit the
+The schema is `workflow/schemas/campaign.schema.yaml`. `ebd2n campaign check` and the workflow
+(`workflow/rules/common.smk`) both check a campaign file here, so they refuse a bad file with the
+same one-line message. The checks a schema cannot express (every mode has learning rates, presets exist, resources fit the
 mode, the base recipe accepts the overrides) follow here.
 """
 
@@ -159,7 +159,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
 
 
 def validate_schema(raw: Any, source: str = "campaign") -> None:
-    """JSON Schema check: the first error, as Snakemake's validate() reports it, naming the key."""
+    """JSON Schema check: the first error, naming the key."""
     error = next(_validator().iter_errors(raw), None)
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path) or "top level"
