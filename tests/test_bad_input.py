@@ -366,6 +366,12 @@ def _prepare_tiny(world: World, cache: Path, *sets: str) -> list[str]:
     return argv
 
 
+@case("prepare tokenizer file not UTF-8")
+def _(world, tmp):
+    (tmp / "tokenizer.json").write_bytes(b'{"model": "caf\xe9"}')
+    return Case(_prepare_tiny(world, tmp / "caches" / "new", f"data.tokenizer={tmp / 'tokenizer.json'}"), "tokenizer.json")
+
+
 @case("prepare over a cache of other settings")
 def _(world, tmp):
     return Case(_prepare_tiny(world, world.cache, "data.shuffle_seed=7"), "data.shuffle_seed")
@@ -472,6 +478,11 @@ def _(world, tmp):
     cache = _cache_copy(world, tmp)
     (cache / "manifest.json").write_text("{")
     return Case(_tiny(world, tmp, f"data.cache_dir={cache}"), "manifest.json")
+
+
+@case("train init_from missing")
+def _(world, tmp):
+    return Case(_tiny(world, tmp, f"training.init_from={tmp / 'elsewhere' / 'final.pt'}"), "final.pt")
 
 
 @case("train resume from another run directory")
@@ -702,6 +713,14 @@ def _(world, tmp):
 @case("campaign check base recipe missing")
 def _(world, tmp):
     return Case(_check(tmp, _campaign(recipe=str(tmp / "absent.yaml"))), "absent.yaml")
+
+
+@case("campaign check frozen record damaged")
+def _(world, tmp):
+    record = tmp / "results" / "badinput" / "frozen" / "freeze.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"settings": ')
+    return Case(_check(tmp, _campaign()), "freeze.json")
 
 
 # select ------------------------------------------------------------------------------------------

@@ -227,7 +227,10 @@ def _check_frozen(campaign: Campaign) -> None:
     record_path = frozen_dir(campaign.directory) / RECORD
     if not record_path.is_file():
         return
-    frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
+    try:
+        frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{record_path}: damaged ({type(error).__name__}); it records how campaign {campaign.name} started") from None
     now = campaign.settings()
     # presets added after the start may bring their own overrides; those frozen must stay
     now["preset_overrides"] = {base: now["preset_overrides"].get(base, {}) for base in frozen["preset_overrides"]}
