@@ -137,7 +137,7 @@ def test_audit_catches_flipped_byte_in_cache_shard(repo: Path, campaign: Path) -
 
 def test_audit_catches_edited_cache_manifest(repo: Path, campaign: Path) -> None:
     edit_json(repo / "results/caches/tiny/manifest.json", note="edited")
-    assert mentions(failed(campaign), "identity", "manifest edited")
+    assert mentions(failed(campaign), "manifest.json", "edited")
 
 
 def test_audit_catches_deleted_ledger(campaign: Path) -> None:

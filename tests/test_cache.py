@@ -18,7 +18,17 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 import ebd2n
 from ebd2n.atomic import sha256_file
-from ebd2n.data import EOS_TOKEN, Cache, find_cache_identity, open_cache, prepare_cache, synthetic
+from ebd2n.data import (
+    EOS_TOKEN,
+    Cache,
+    find_cache_identity,
+    open_cache,
+    open_verified_cache,
+    prepare_cache,
+    synthetic,
+    verify_cache,
+)
+from ebd2n.data.cache import MANIFEST, STAMP
 from ebd2n.errors import UserError
 
 _PREPARE_SCRIPT = """
@@ -211,7 +221,7 @@ def test_prepare_cache_concurrent_builders_share_one_cache(tiny_data, tiny_cache
     processes = [_prepare_in_subprocess(data.model_dump(mode="json"), tiny_cache.vocab_size) for _ in range(2)]
     identities = [process.communicate()[0].strip() for process in processes]
     result = identities, sorted(path.name for path in (tmp_path / "caches").iterdir())
-    assert result == ([open_cache(data.cache_dir, verify=True).identity] * 2, ["shared", "shared.lock"])
+    assert result == ([verify_cache(data.cache_dir).identity] * 2, ["shared"])
 
 
 def test_prepare_cache_builds_into_an_empty_directory(
@@ -241,8 +251,40 @@ def test_open_cache_verify_detects_a_changed_shard(tiny_cache: Cache, tmp_path: 
     data = bytearray(shard.read_bytes())
     data[0] ^= 1
     shard.write_bytes(bytes(data))
-    with pytest.raises(UserError, match=r"train-00000\.bin does not match its recorded SHA-256"):
-        open_cache(copy, verify=True)
+    with pytest.raises(UserError, match=r"train-00000\.bin: does not match its recorded SHA-256"):
+        verify_cache(copy)
+
+
+def test_prepared_cache_needs_no_hashing_when_opened(tiny_cache: Cache) -> None:
+    stamp = tiny_cache.directory / STAMP
+    before = stamp.stat().st_mtime_ns
+    open_verified_cache(tiny_cache.directory, tiny_cache.vocab_size)
+    assert stamp.stat().st_mtime_ns == before
+
+
+def test_open_verified_cache_trusts_its_stamp_the_audit_does_not(tiny_cache: Cache, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(tiny_cache.directory, tmp_path / "copy"))
+    open_verified_cache(copy, tiny_cache.vocab_size)  # a copy: every file hashed once, the stamp renewed
+    shard = copy / "train-00001.bin"
+    info = shard.stat()
+    with open(shard, "r+b") as handle:  # same size, same inode, mtime put back: the stamp still vouches
+        handle.write(bytes([handle.read(1)[0] ^ 1]))
+    os.utime(shard, ns=(info.st_atime_ns, info.st_mtime_ns))
+    open_verified_cache(copy, tiny_cache.vocab_size)
+    with pytest.raises(UserError, match=r"train-00001\.bin: does not match its recorded SHA-256"):
+        verify_cache(copy)
+
+
+def test_open_verified_cache_refuses_ids_beyond_the_vocabulary(tiny_cache: Cache, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(tiny_cache.directory, tmp_path / "copy"))
+    shard = copy / "train-00000.bin"
+    shard.write_bytes(b"\xff\xff" + shard.read_bytes()[2:])
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["splits"]["train"]["shards"][0]["sha256"] = sha256_file(shard)  # a manifest edited to match
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    (copy / STAMP).unlink()
+    with pytest.raises(UserError, match=r"train-00000\.bin: holds token id 65535, not below the cache's vocabulary of 300"):
+        open_verified_cache(copy, tiny_cache.vocab_size)
 
 
 _BAD_CASES: dict[str, tuple[dict[str, str | int], int | None, str]] = {

@@ -159,7 +159,7 @@ def test_corrupt_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
 
 def test_foreign_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
     train(_recipe(demo_cache, tmp_path / "run"), until_epoch=2, progress=False)
-    other = _recipe(demo_cache, tmp_path / "other", "optimizer.lr=0.0042")
+    other = _recipe(demo_cache, tmp_path / "run", "optimizer.lr=0.0042")
     with pytest.raises(UserError, match="recipe identity .* another recipe"):
         train(other, resume=tmp_path / "run/checkpoints/epoch-2.pt", progress=False)
 

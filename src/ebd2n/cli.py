@@ -1,12 +1,15 @@
 """The `ebd2n` command line: thin wrappers that parse arguments and call one package function each.
 
-Bad input (`UserError`) becomes a one-line message on stderr and exit status 2. Heavy imports
-(torch, polars, matplotlib) happen inside the commands so `ebd2n --help` stays instant.
+Bad input (`UserError`, or arguments argparse refuses) becomes a one-line message on stderr and
+exit status 2; a reader that stops early (`ebd2n recipe demo | head -1`) ends the command quietly.
+Heavy imports (torch, polars, matplotlib) happen inside the commands so `ebd2n --help` stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -31,6 +34,7 @@ def cmd_recipe(args: argparse.Namespace) -> None:
     from ebd2n.train.budget import budget_of
 
     recipe = load_recipe(args.recipe, args.overrides)
+    budget_of(recipe)  # the checks `train` applies: a recipe shown here is one that trains
     cache_identity = find_cache_identity(recipe.data.cache_dir)
     print(dump_recipe(recipe), end="")
     print("---")
@@ -73,7 +77,10 @@ def cmd_validate(args: argparse.Namespace) -> None:
     from ebd2n.evaluate import validate_run
 
     results = validate_run(args.run_dir, device=args.device)
-    print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
+    if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
+        print(f"{args.run_dir}: failed run: {results['reason']}")
+    else:
+        print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
 
 
 def cmd_campaign(args: argparse.Namespace) -> None:
@@ -105,10 +112,13 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 
 def cmd_select(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.analysis import group_runs, load_runs, select, write_selection
+    from ebd2n.campaign.analysis import failed_runs, group_runs, load_runs, select, write_selection
 
-    groups = group_runs(load_runs(args.runs))
+    runs = load_runs(args.runs)
+    groups = group_runs(runs)
     write_selection(groups, select(groups), args.out)
+    for run, why in failed_runs(runs).items():
+        print(f"not counted: {run} ({why})")
     print(f"{args.out / GROUPS_CSV} and {args.out / SELECTION_JSON} written")
 
 
@@ -129,9 +139,16 @@ def cmd_audit(args: argparse.Namespace) -> None:
         raise AuditFailed("\n".join(violations(record)))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its refusals on one line like every other bad input."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ebd2n", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="ebd2n", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     p = commands.add_parser("recipe", help="print a resolved recipe, its identity and parameter count")
     _add_recipe_args(p)
@@ -200,8 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say, nowhere to say it
+        return 141  # 128 + SIGPIPE, what `yes | head -1` reports
     except UserError as error:
-        print(f"ebd2n {args.command}: error: {error}", file=sys.stderr)
+        print(f"ebd2n {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
     except AuditFailed as error:
         print(f"ebd2n {args.command}: audit failed:\n{error}", file=sys.stderr)
@@ -213,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ebd2n {args.command}: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _one_line(error: Exception) -> str:
+    """The message with any line breaks joined, so stderr holds exactly one line."""
+    return re.sub(r"\s*\n\s*", " ", str(error).strip())
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from torch import nn
 
 from ebd2n.atomic import atomic_write_text, sha256_file
 from ebd2n.config import load_recipe, recipe_identity
-from ebd2n.data import iter_full_validation, open_cache
+from ebd2n.data import iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
 from ebd2n.model import GPT
@@ -74,7 +74,7 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
         raise UserError(f"{run_dir}: no {paths.recipe.name}; not a run directory")
     recipe = load_recipe(paths.recipe)
     configure_torch(recipe)
-    cache = open_cache(recipe.data.cache_dir)
+    cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
     previous = _unchanged_results(paths, provenance)
     if previous is not None:
@@ -112,6 +112,9 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
         "wall_seconds": time.time() - started,
         "artifacts": {name: sha256_file(paths / name) for name in TRAINING_ARTIFACTS if (paths / name).is_file()},
     }
+    if not math.isfinite(loss):  # a diverged model: a failed run, never a silently missing one
+        results |= {"status": "failed", "reason": f"non-finite full-validation loss ({loss})",
+                    "loss": None, "perplexity": None, "accuracy": None}
     atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
     return results
 

@@ -7,29 +7,25 @@ import shlex
 import sys
 from pathlib import Path
 
-import yaml
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
+
+
+def _refuse(message):
+    """A bad campaign file: one line naming it and exit status 2, as `ebd2n campaign check` does."""
+    print(f"snakemake: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _campaign_file():
     """The campaign file this run reads: the one --configfile, else config/config.yaml."""
     if workflow.config_settings.config:
-        raise WorkflowError("--config is not supported: put the change in the campaign file (--configfile FILE)")
+        _refuse("--config is not supported: put the change in the campaign file (--configfile FILE)")
     files = workflow.overwrite_configfiles
     if len(files) > 1:
-        raise WorkflowError(f"give one campaign file, got --configfile {' '.join(map(str, files))}")
+        _refuse(f"give one campaign file, got --configfile {' '.join(map(str, files))}")
     path = Path(files[0]) if files else Path("config/config.yaml")
     return os.path.relpath(path) if path.is_absolute() else str(path)
 
-
-CAMPAIGN_FILE = _campaign_file()
-if workflow.overwrite_configfiles:
-    # The campaign file replaces config/config.yaml instead of being merged into it (here, and in
-    # the jobs a cluster runs, which get the same --configfile).
-    config.clear()
-    config.update(yaml.safe_load(Path(CAMPAIGN_FILE).read_text()))
-validate(config, schema="../schemas/campaign.schema.yaml")
 
 # The package of this checkout (not an installed copy): the same code the rules run.
 SRC = Path(workflow.basedir).parent / "src"
@@ -39,12 +35,22 @@ from ebd2n.campaign.runs import parse_run_id, previous_end
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 from ebd2n.layout import named_campaign
+from ebd2n.yamlio import read_yaml_mapping
 
+CAMPAIGN_FILE = _campaign_file()
 try:
+    # Snakemake has read the file already (a missing, empty or non-mapping file, or one that is
+    # not YAML, stops it before this line: see config/README.md). It is read again with ebd2n's
+    # YAML reader, so 3e-3 is a number, and it replaces config/config.yaml instead of being
+    # merged into it (here, and in the jobs a cluster runs, which get the same --configfile).
+    config.clear()
+    config.update(read_yaml_mapping(CAMPAIGN_FILE, "campaign file"))
+    # campaign_from_dict checks workflow/schemas/campaign.schema.yaml, the schema Snakemake's
+    # validate() would check, and says what is wrong on one line.
     CAMPAIGN = campaign_from_dict(config, source=CAMPAIGN_FILE)
     EPOCHS = base_epochs(CAMPAIGN)
 except UserError as error:
-    raise WorkflowError(str(error)) from None
+    _refuse(error)
 CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
 # `python -m ebd2n` of this checkout (prepare, freeze, collect) or, TRAINER, of the campaign's
 # frozen copy (resolve, train, validate): the trainer is passed by path, never as an input.

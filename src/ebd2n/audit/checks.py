@@ -18,7 +18,7 @@ from ebd2n.audit.runs import RunView, metric_records
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import Run
 from ebd2n.config import Recipe, load_recipe, recipe_identity
-from ebd2n.data import open_cache
+from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
 from ebd2n.layout import (
     BEST,
@@ -290,7 +290,7 @@ def check_cache(cache_dir: str | None, cache_identity: str | None) -> tuple[Chec
         return check, None
     check.examined = 1
     try:
-        cache = open_cache(cache_dir, verify=True)
+        cache = verify_cache(cache_dir)
     except UserError as error:
         check.violations.append(str(error))
         return check, None

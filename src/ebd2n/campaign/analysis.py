@@ -50,7 +50,19 @@ def load_runs(path: Path) -> pl.DataFrame:
         raise UserError(
             f"{path}: missing column {names}; a runs table needs {', '.join(RUN_FIELDS)}"
         )
+    if table.height == 0:
+        raise UserError(f"{path}: holds no runs (a header and no rows)")
     return table.with_columns(_cast(table, path, name, dtype) for name, dtype in RUN_FIELDS.items())
+
+
+def failed_runs(runs: pl.DataFrame) -> dict[str, str]:
+    """Run -> why it does not count: failed, or marked complete without a finite loss (never dropped silently)."""
+    finite = pl.col("loss").is_not_null() & pl.col("loss").is_finite()
+    failed = runs.filter((pl.col("status") == "failed") | ((pl.col("status") == "complete") & ~finite))
+    return {
+        row["run"]: "failed" if row["status"] == "failed" else f"complete with loss {row['loss']}"
+        for row in failed.iter_rows(named=True)
+    }
 
 
 def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFrame:
@@ -131,6 +143,8 @@ def winner_notes(
 def write_selection(groups: pl.DataFrame, selection: dict[str, dict], out_dir: Path) -> None:
     """Write `groups.csv` and `selection.json` atomically, so a reader never sees half a file."""
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: a file, not a directory; give a directory for {GROUPS_CSV} and {SELECTION_JSON}")
     atomic_write_text(out_dir / GROUPS_CSV, groups.write_csv())
     chosen = {
         mode: {key: entry[key] for key in _SELECTION_KEYS}

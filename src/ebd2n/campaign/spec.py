@@ -1,8 +1,8 @@
 """Campaign files: read, check against the JSON Schema and for consistency, expand into runs.
 
-The schema is `workflow/schemas/campaign.schema.yaml`, the same file Snakemake's `validate()`
-uses, so `ebd2n campaign check` and the workflow refuse a bad file with the same message. The
-checks a schema cannot express (every mode has learning rates, presets exist, resources fit the
+The schema is `workflow/schemas/campaign.schema.yaml`. `ebd2n campaign check` and the workflow
+(`workflow/rules/common.smk`) both check a campaign file here, so they refuse a bad file with the
+same one-line message. The checks a schema cannot express (every mode has learning rates, presets exist, resources fit the
 mode, the base recipe accepts the overrides) follow here.
 """
 
@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates, slice_ends
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
@@ -25,6 +23,7 @@ from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.paths import REPO_ROOT
 from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
+from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "campaign.schema.yaml"
 PREPARE = "prepare"
@@ -141,7 +140,7 @@ class Campaign:
         """A base recipe as it is now: preset or file, then the campaign's data, overrides, policy."""
         reference = self.recipe if base == BASE else base
         path = resolve_recipe_path(reference)
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = read_yaml_mapping(path, "recipe")
         purpose = f"campaign {self.name}" + (f": {self.description}" if self.description else "")
         overrides = [
             *((f"data.{key}", value) for key, value in self.data.items()),
@@ -155,15 +154,7 @@ class Campaign:
 
 def load_campaign(path: str | Path) -> Campaign:
     """Read and check a campaign file."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"campaign file {path}: not found") from None
-    except yaml.YAMLError as error:
-        first = str(error).strip().splitlines()[0]
-        raise UserError(f"campaign file {path}: not valid YAML ({first})") from None
-    return campaign_from_dict(raw, source=str(path))
+    return campaign_from_dict(read_yaml_mapping(path, "campaign file"), source=str(path))
 
 
 def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
@@ -192,7 +183,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
 
 
 def validate_schema(raw: Any, source: str = "campaign") -> None:
-    """JSON Schema check: the first error, as Snakemake's validate() reports it, naming the key."""
+    """JSON Schema check: the first error, naming the key."""
     error = next(_validator().iter_errors(raw), None)
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path) or "top level"
@@ -211,7 +202,7 @@ def current_bases(campaign: Campaign) -> dict[str, Recipe]:
 def _validator():
     from jsonschema import Draft202012Validator
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = load_yaml(SCHEMA_PATH.read_text(encoding="utf-8"))
     return Draft202012Validator(schema)
 
 
@@ -258,7 +249,11 @@ def _check(campaign: Campaign) -> None:
         for mode in campaign.modes:
             lr = campaign.mode_learning_rates(base, mode)[0]
             probe = Run(None if base == BASE else base, mode, lr, campaign.beta2[0], campaign.seeds[0])
-            if budget_of(run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)).epochs != epochs:
+            try:
+                probe_epochs = budget_of(run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)).epochs
+            except UserError as error:
+                raise UserError(f"{where}: {probe.id}: {error}") from None
+            if probe_epochs != epochs:
                 # packed-K rounds derived budgets to whole blocks per model, which can change the epoch count
                 raise UserError(
                     f"{where}: {base} in mode {mode} has a different number of epochs than its base recipe; "
@@ -272,7 +267,10 @@ def _check_frozen(campaign: Campaign) -> None:
     record_path = campaign.paths.freeze_record
     if not record_path.is_file():
         return
-    frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
+    try:
+        frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{record_path}: damaged ({type(error).__name__}); it records how campaign {campaign.name} started") from None
     now = campaign.settings()
     # presets added after the start may bring their own overrides; those frozen must stay
     now["preset_overrides"] = {base: now["preset_overrides"].get(base, {}) for base in frozen["preset_overrides"]}

@@ -17,7 +17,7 @@ from ebd2n.config.schema import ModelConfig, Recipe
 from ebd2n.config.tinyllm import from_tiny_llm, is_tiny_llm
 from ebd2n.errors import UserError
 from ebd2n.paths import presets_dir
-from ebd2n.yamlio import load_yaml
+from ebd2n.yamlio import first_line, load_yaml, read_yaml_mapping
 
 RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "data.cache_dir",
@@ -55,18 +55,18 @@ def parse_overrides(pairs: Iterable[str]) -> list[tuple[str, Any]]:
         try:
             value = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError as error:
-            raise UserError(f"--set {key}: value {raw!r} is not valid YAML ({_first_line(error)})") from None
+            raise UserError(f"--set {key}: value {raw!r} is not valid YAML ({first_line(error)})") from None
         parsed.append((key, value))
     return parsed
 
 
 def recipe_from_dict(raw: Mapping[str, Any], overrides: Iterable[tuple[str, Any]] = (), source: str = "recipe") -> Recipe:
-    """Validate a raw mapping (after overrides) into a Recipe; errors name the key."""
+    """Validate a raw mapping (after overrides) into a Recipe; errors name the key and `source`."""
     if not isinstance(raw, Mapping):
         raise UserError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
     data = from_tiny_llm(raw, source) if is_tiny_llm(raw) else copy.deepcopy(dict(raw))
     for key, value in overrides:
-        _set_dotted(data, key, value, source)
+        _set_dotted(data, key, value, f"{source}: {key}")
     try:
         return Recipe.model_validate(data)
     except ValidationError as error:
@@ -74,13 +74,27 @@ def recipe_from_dict(raw: Mapping[str, Any], overrides: Iterable[tuple[str, Any]
 
 
 def load_recipe(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Recipe:
-    """Load a recipe file or preset and apply `--set` overrides."""
+    """Load a recipe file or preset and apply `--set` overrides.
+
+    An error names the `--set KEY=VALUE` arguments that touch the offending key, or all of them
+    when the file alone is valid; otherwise it names the file.
+    """
     path = resolve_recipe_path(name_or_path)
+    raw = read_yaml_mapping(path, "recipe")
+    pairs = list(overrides)
+    parsed = parse_overrides(pairs)
+    data = copy.deepcopy(raw)
+    for pair, (key, value) in zip(pairs, parsed, strict=True):
+        _set_dotted(data, key, value, f"--set {pair}")
     try:
-        raw = load_yaml(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise UserError(f"{path}: not valid YAML ({_first_line(error)})") from None
-    return recipe_from_dict(raw or {}, parse_overrides(overrides), source=str(path))
+        return Recipe.model_validate(data)
+    except ValidationError as error:
+        location = ".".join(str(part) for part in error.errors()[0]["loc"])
+        blamed = [pair for pair, (key, _) in zip(pairs, parsed, strict=True) if _concerns(key, location)]
+        if not blamed and pairs and _valid(raw):
+            blamed = pairs
+        source = f"--set {', --set '.join(blamed)}" if blamed else str(path)
+        raise UserError(f"{source}: {_describe(error)}") from None
 
 
 def dump_recipe(recipe: Recipe) -> str:
@@ -120,9 +134,22 @@ def _set_dotted(data: dict, key: str, value: Any, source: str) -> None:
         if child is None:
             child = node[part] = {}
         if not isinstance(child, dict):
-            raise UserError(f"{source}: --set {key}: {'.'.join(parents[: i + 1])} is not a section")
+            raise UserError(f"{source}: {'.'.join(parents[: i + 1])} is not a section")
         node = child
     node[leaf] = value
+
+
+def _concerns(key: str, location: str) -> bool:
+    """Whether an override of `key` sets the error's location, or a field within it or above it."""
+    return bool(location) and (key == location or key.startswith(location + ".") or location.startswith(key + "."))
+
+
+def _valid(raw: Mapping[str, Any]) -> bool:
+    try:
+        Recipe.model_validate(raw)
+    except ValidationError:
+        return False
+    return True
 
 
 def _describe(error: ValidationError) -> str:
@@ -135,7 +162,3 @@ def _describe(error: ValidationError) -> str:
     more = error.error_count() - 1
     suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
     return f"{location}: {message}{suffix}"
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0]

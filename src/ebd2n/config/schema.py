@@ -12,9 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Section(BaseModel):
-    """Base of every recipe section: strict types, unknown keys refused, assignments checked."""
+    """Base of every recipe section: strict types, unknown keys and non-finite numbers refused, assignments checked."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, validate_assignment=True, frozen=False, allow_inf_nan=False
+    )
 
 
 class ModelConfig(Section):

@@ -5,7 +5,16 @@ The block readers need torch; they load on first use, so preparing a cache start
 
 from typing import Any
 
-from ebd2n.data.cache import Cache, build_cache, cache_identity, find_cache_identity, open_cache, prepare_cache
+from ebd2n.data.cache import (
+    Cache,
+    build_cache,
+    cache_identity,
+    find_cache_identity,
+    open_cache,
+    open_verified_cache,
+    prepare_cache,
+    verify_cache,
+)
 from ebd2n.data.sources import SPLITS, Source, open_source
 from ebd2n.data.tokenizer import EOS_TOKEN, eos_id, obtain_tokenizer, train_bpe
 
@@ -25,9 +34,11 @@ __all__ = [
     "find_cache_identity",
     "obtain_tokenizer",
     "open_cache",
+    "open_verified_cache",
     "open_source",
     "prepare_cache",
     "train_bpe",
+    "verify_cache",
 ]
 
 

@@ -9,8 +9,15 @@ cache identity is the SHA-256 of the canonical manifest, so equal inputs give eq
 in any directory and any process.
 
 A cache is built in a temporary directory beside cache_dir and renamed into place under a file
-lock: a cache_dir is missing, empty, or holds a complete cache, and an existing cache is never
-modified (a changed request is an error, not a rebuild).
+lock (`<cache_dir>.lock`, removed again when the build ends): a cache_dir is missing, empty, or
+holds a complete cache, and an existing cache is never modified (a changed request is an error,
+not a rebuild).
+
+Training and validation open a cache through `open_verified_cache`: every file is checked against
+the SHA-256 the manifest records, once per file version. `.verified.json` in the cache directory
+remembers what was checked, keyed by each file's size, inode and modification time, so the next
+job hashes nothing unless a file changed; it also holds the cache identity at build time, so an
+edited manifest.json is refused. `verify_cache` (the audit) always re-hashes.
 """
 
 from __future__ import annotations
@@ -44,7 +51,10 @@ FORMAT_VERSION = 1
 """Version of the cache layout; caches of another version are refused, never reinterpreted."""
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
+STAMP = ".verified.json"
+"""Files already hashed against the manifest, by (size, inode, mtime), and the identity they were checked for."""
 
+_CHUNK = 1 << 20
 _CONTENT_NEUTRAL = ("cache_dir", "tokenize_batch_size", "dataset_copy", "tokenizer_copy")
 """DataConfig fields that do not change a cache's bytes (batching only changes speed; a local copy
 holds the same pinned revision as the Hub)."""
@@ -110,11 +120,18 @@ def prepare_cache(data: DataConfig, vocab_size: int, progress: bool = True) -> C
     """
     directory = Path(data.cache_dir)
     if _absent(directory):
+        made = [parent for parent in directory.parents if not parent.exists()]  # deepest first
         directory.parent.mkdir(parents=True, exist_ok=True)
-        with _build_lock(directory):
-            if _absent(directory):
-                _build(directory, data, vocab_size, progress)
-                log.info("built cache %s", directory)
+        try:
+            with _build_lock(directory):
+                if _absent(directory):
+                    _build(directory, data, vocab_size, progress)
+                    log.info("built cache %s", directory)
+        except BaseException:
+            for parent in made:  # a failed build leaves no folders behind either (only empty ones go)
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+            raise
     cache = open_cache(directory)
     _check_request(cache, data, vocab_size)
     log.info("cache %s identity %s", directory, cache.identity)
@@ -126,13 +143,14 @@ def find_cache_identity(cache_dir: str | os.PathLike) -> str | None:
     return None if _absent(Path(cache_dir)) else open_cache(cache_dir).identity
 
 
-def open_cache(cache_dir: str | os.PathLike, verify: bool = False) -> Cache:
-    """A complete cache (shard sizes checked; with verify, every file re-hashed); UserError otherwise."""
+def open_cache(cache_dir: str | os.PathLike) -> Cache:
+    """A complete cache as its manifest describes it, every file of the recorded size; UserError otherwise."""
     directory = Path(cache_dir)
     if _absent(directory):
         raise UserError(f"data.cache_dir {directory}: no cache there; prepare it first (ebd2n prepare)")
+    manifest_path = directory / MANIFEST
     try:
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise _incomplete(directory, f"unreadable {MANIFEST}: {type(error).__name__}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
@@ -141,12 +159,32 @@ def open_cache(cache_dir: str | os.PathLike, verify: bool = False) -> Cache:
     try:
         files = _recorded_files(cache)
     except (KeyError, TypeError, ValueError) as error:
-        raise _incomplete(directory, f"{MANIFEST} lacks {error}") from None
-    for path, size, digest in files:
+        raise UserError(f"{manifest_path}: damaged, lacks {error}; the cache cannot be used") from None
+    for path, size, _ in files:
         if not path.is_file() or (size is not None and path.stat().st_size != size):
-            raise _incomplete(directory, f"{path.name} missing or of the wrong size")
-        if verify and sha256_file(path) != digest:
-            raise _incomplete(directory, f"{path.name} does not match its recorded SHA-256")
+            raise UserError(
+                f"{path}: missing or not the size {MANIFEST} records; the cache changed after it was built: "
+                "prepare a new one (set data.cache_dir to a new directory)"
+            )
+    return cache
+
+
+def open_verified_cache(cache_dir: str | os.PathLike, vocab_size: int) -> Cache:
+    """The cache training and validation read: complete, unchanged since it was built, and within vocab_size.
+
+    Hashes only the files that changed (size, inode or mtime) since they were last verified, so an
+    unchanged cache costs nothing here.
+    """
+    cache = open_cache(cache_dir)
+    _check_vocab_size(cache, vocab_size)
+    _verify(cache, trust_stamp=True)
+    return cache
+
+
+def verify_cache(cache_dir: str | os.PathLike) -> Cache:
+    """Re-hash every file of the cache against its manifest now, whatever the stamp says (the audit)."""
+    cache = open_cache(cache_dir)
+    _verify(cache, trust_stamp=False)
     return cache
 
 
@@ -196,6 +234,80 @@ def _recorded_files(cache: Cache) -> list[tuple[Path, int | None, str]]:
     return files
 
 
+def _verify(cache: Cache, trust_stamp: bool) -> None:
+    """Hash the cache's files against the manifest (all, or those the stamp does not vouch for); record them."""
+    stamp_path = cache.directory / STAMP
+    stamp = _read_stamp(stamp_path)
+    if stamp.get("identity", cache.identity) != cache.identity:
+        raise UserError(
+            f"{cache.directory / MANIFEST}: edited after the cache was built (its identity is no longer the one "
+            f"{STAMP} recorded); a cache is never changed in place: prepare a new one"
+        )
+    verified = stamp.get("files", {}) if trust_stamp else {}
+    now = {}
+    for path, _, digest in _recorded_files(cache):
+        key = _file_key(path)
+        if verified.get(path.name) != key:
+            _check_file(cache, path, digest)
+        now[path.name] = key
+    if now != stamp.get("files") or "identity" not in stamp:
+        _write_stamp(cache, now)
+
+
+def _check_file(cache: Cache, path: Path, digest: str) -> None:
+    """One file against its recorded SHA-256; a shard's ids must also lie below the vocabulary."""
+    hasher = hashlib.sha256()
+    largest = -1
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            hasher.update(chunk)
+            if path != cache.tokenizer_path:
+                largest = max(largest, int(np.frombuffer(chunk, dtype=cache.dtype).max()))
+    if hasher.hexdigest() != digest:
+        raise UserError(
+            f"{path}: does not match its recorded SHA-256 in {MANIFEST} (changed after the cache was built); "
+            "prepare a new cache (set data.cache_dir to a new directory)"
+        )
+    if largest >= cache.vocab_size:
+        raise UserError(f"{path}: holds token id {largest}, not below the cache's vocabulary of {cache.vocab_size}")
+
+
+def _file_key(path: Path) -> list[int]:
+    info = path.stat()
+    return [info.st_size, info.st_ino, info.st_mtime_ns]
+
+
+def _read_stamp(path: Path) -> dict[str, Any]:
+    try:
+        stamp = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stamp if isinstance(stamp, dict) else {}
+
+
+def _write_stamp(cache: Cache, files: dict[str, list[int]]) -> None:
+    """Best effort: a read-only cache is verified again by the next job instead."""
+    try:
+        atomic_write_text(cache.directory / STAMP, json.dumps({"identity": cache.identity, "files": files}) + "\n")
+    except OSError as error:
+        log.info("cache %s: cannot record its verification (%s)", cache.directory, error)
+
+
+def _check_vocab_size(cache: Cache, vocab_size: int) -> None:
+    """The model must embed every token id, and a tokenizer trained for the recipe must be trained to its size."""
+    if cache.vocab_size > vocab_size:
+        raise UserError(
+            f"model.vocab_size {vocab_size} is smaller than the vocabulary of the cache {cache.directory} "
+            f"({cache.vocab_size}); raise model.vocab_size"
+        )
+    prepared = cache.manifest["request"].get("model.vocab_size")
+    if prepared is not None and prepared != vocab_size:
+        raise UserError(
+            f"model.vocab_size {vocab_size}: the cache at data.cache_dir {cache.directory} trained its tokenizer to "
+            f"{prepared} tokens; set model.vocab_size to {prepared}, or prepare a cache for this size in a new data.cache_dir"
+        )
+
+
 def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -> None:
     """Read the source, obtain the tokenizer, build in a staging directory, rename into place."""
     source = open_source(data)
@@ -223,6 +335,8 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -
             **parts,
         }
         atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        built = Cache(staging, manifest)  # every file was hashed as it was written
+        _write_stamp(built, {path.name: _file_key(path) for path, _, _ in _recorded_files(built)})
         fsync_dir(staging)
         os.rename(staging, directory)
     except BaseException:
@@ -329,11 +443,7 @@ def _request(data: DataConfig, vocab_size: int) -> dict[str, Any]:
 
 def _check_request(cache: Cache, data: DataConfig, vocab_size: int) -> None:
     """An existing cache serves a recipe only if it was prepared from the same settings."""
-    if cache.vocab_size > vocab_size:
-        raise UserError(
-            f"model.vocab_size {vocab_size} is smaller than the vocabulary of the cache {cache.directory} "
-            f"({cache.vocab_size}); raise model.vocab_size"
-        )
+    _check_vocab_size(cache, vocab_size)
     recorded = cache.manifest["request"]
     for key, value in _request(data, vocab_size).items():
         if recorded.get(key) != value:
@@ -353,12 +463,28 @@ def _incomplete(directory: Path, why: str) -> UserError:
 
 @contextlib.contextmanager
 def _build_lock(directory: Path) -> Iterator[None]:
-    """Hold `<cache_dir>.lock` so one process builds while the others wait; leftovers of killed builds go."""
-    with open(directory.with_name(directory.name + ".lock"), "a") as handle:
+    """Hold `<cache_dir>.lock` so one process builds while the others wait; leftovers of killed builds go.
+
+    The holder removes the lock file when done (built or failed). A waiter that then gets the lock
+    of the removed file tries again on the path's current file, so two builders never overlap.
+    """
+    lock = directory.with_name(directory.name + ".lock")
+    while True:
+        handle = open(lock, "a")
         fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    try:
         for stale in directory.parent.glob(_staging_prefix(directory) + "*"):
             shutil.rmtree(stale, ignore_errors=True)
         yield
+    finally:
+        lock.unlink(missing_ok=True)
+        handle.close()
 
 
 def _staging_prefix(directory: Path) -> str:

@@ -13,6 +13,7 @@ floor((i + 1) * fraction) > floor(i * fraction), an even, deterministic spread o
 
 from __future__ import annotations
 
+import codecs
 import functools
 import glob
 import math
@@ -169,7 +170,11 @@ def _local(data: DataConfig) -> Source:
     @functools.cache
     def all_documents() -> list[str]:
         rows = _load(builder, label, data_files=files, split="train", **options)
-        return _shuffled(list(_texts(rows, text_field, label)), data.shuffle_seed)
+        try:
+            documents = list(_texts(rows, text_field, label))
+        except UnicodeDecodeError:
+            raise UserError(f"data.dataset {_first_non_utf8(files)}: not UTF-8 text; convert it to UTF-8") from None
+        return _shuffled(documents, data.shuffle_seed)
 
     provenance = {
         "kind": "local",
@@ -235,6 +240,20 @@ def _load(path: str, label: str, **options: Any) -> Iterable[dict[str, Any]]:
         return datasets.load_dataset(path, **options)
     except (OSError, ValueError) as error:
         raise UserError(f"{label}: cannot load ({_reason(error)})") from None
+
+
+def _first_non_utf8(files: list[str]) -> str:
+    """The first file that does not decode as UTF-8 (the loaders do not say which one failed)."""
+    for file in files:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        try:
+            with open(file, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    decoder.decode(chunk)
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return file
+    return ", ".join(files)
 
 
 def _texts(rows: Iterable[dict[str, Any]], text_field: str, label: str) -> Iterator[str]:

@@ -25,6 +25,7 @@ import yaml
 
 from ebd2n.errors import UserError
 from ebd2n.paths import resources_dir
+from ebd2n.yamlio import load_yaml
 
 SPLITS = ("train", "validation")
 
@@ -158,7 +159,7 @@ def load_grammar(path: Path | None = None) -> dict:
             "or set EBD2N_RESOURCES to a folder holding synthetic/grammar.yaml"
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as error:
         detail = " ".join(str(error).split())
         raise UserError(f"synthetic grammar {path} is not valid YAML: {detail}") from error

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save_recipe
-from ebd2n.data import BlockReader, eval_subset_indices, open_cache, train_block_indices
+from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
 from ebd2n.layout import FINAL, RunPaths, slice_checkpoint
 from ebd2n.evaluate import block_batches, evaluate_sequences
@@ -28,7 +28,14 @@ from ebd2n.provenance import environment, job_id, source_hash
 from ebd2n.report.dashboard import write_dashboard
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import budget_of
-from ebd2n.train.checkpoint import Provenance, forget_checkpoint, load_checkpoint, read_ledger, save_checkpoint
+from ebd2n.train.checkpoint import (
+    Provenance,
+    forget_checkpoint,
+    load_checkpoint,
+    read_ledger,
+    run_dir_of,
+    save_checkpoint,
+)
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
@@ -77,13 +84,18 @@ def train(
     run_dir = Path(recipe.runtime.output_dir)
     policy = recipe.training.checkpoint_policy
     budget = budget_of(recipe)
-    cache = open_cache(recipe.data.cache_dir)
+    cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
     configure_torch(recipe)
     context = distributed.init(recipe)  # parallel: rank, device and placement (one process: the recipe's device)
     device = context.device
 
     state = load_checkpoint(resume, provenance) if resume else None
+    if resume is not None and run_dir_of(Path(resume)).resolve() != run_dir.resolve():
+        raise UserError(
+            f"--resume {resume}: a checkpoint of run directory {run_dir_of(Path(resume))}, not of runtime.output_dir "
+            f"{run_dir}; a run resumes in its own directory"
+        )
     start_epoch = int(state["epoch"]) if state else 0
     end_epoch = budget.epochs if until_epoch is None else until_epoch
     if not start_epoch < end_epoch <= budget.epochs:
@@ -91,8 +103,6 @@ def train(
             f"--until-epoch {end_epoch}: must be after the resume point (epoch {start_epoch}) "
             f"and at most the budget's {budget.epochs} epochs"
         )
-    if context.is_main:  # parallel: rank 0 owns the run directory
-        _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
 
     torch.manual_seed(recipe.runtime.seed)
     engine = build_engine(recipe, budget, device, context)
@@ -101,6 +111,10 @@ def train(
         engine.load_state_dict(state["engine"])
         counters = Progress(**state["progress"])
         _restore_rng(state["rng"])
+    blocks = _Blocks(recipe, cache)
+    # every check has passed: only now is anything written to the run directory
+    if context.is_main:  # parallel: rank 0 owns the run directory
+        _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
     this_job = job_id()
     counters.job_ids.append(this_job)
 
@@ -108,7 +122,7 @@ def train(
     metrics = MetricsLog(run_dir, int(state["metrics_offset"]) if state else 0) if context.is_main else _Muted()
     try:
         _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch)
-        loop = _Loop(recipe, budget, engine, cache, context, log, metrics, counters, progress and context.is_main)
+        loop = _Loop(recipe, budget, engine, blocks, context, log, metrics, counters, progress and context.is_main)
         if policy == "all" and state is None:  # the initial weights, kept with every later state
             _write_checkpoint(run_dir, slice_checkpoint(0), engine, counters, provenance, metrics, log, context)
         for epoch in range(start_epoch, end_epoch):
@@ -133,18 +147,25 @@ def train(
     return run_dir
 
 
+class _Blocks:
+    """What a slice reads: the training blocks and the fixed validation subset (read before the run starts)."""
+
+    def __init__(self, recipe: Recipe, cache: Cache) -> None:
+        block_len = recipe.model.context_length + 1
+        self.train = BlockReader(cache, "train", block_len)
+        validation = BlockReader(cache, "validation", block_len)
+        subset = eval_subset_indices(validation.num_blocks, recipe.evaluation.subset_blocks, recipe.evaluation.seed)
+        self.eval = validation.read(subset)
+
+
 class _Loop:
     """The epoch loop of one slice: steps, per-step records, subset validation, epoch records."""
 
-    def __init__(self, recipe, budget, engine, cache, context, log, metrics, counters, progress) -> None:
+    def __init__(self, recipe, budget, engine, blocks, context, log, metrics, counters, progress) -> None:
         self.recipe, self.budget, self.engine, self.device = recipe, budget, engine, context.device
         self.context = context  # parallel
         self.log, self.metrics, self.counters, self.progress = log, metrics, counters, progress
-        block_len = recipe.model.context_length + 1
-        self.train_blocks = BlockReader(cache, "train", block_len)
-        validation = BlockReader(cache, "validation", block_len)
-        subset = eval_subset_indices(validation.num_blocks, recipe.evaluation.subset_blocks, recipe.evaluation.seed)
-        self.eval_blocks = validation.read(subset)
+        self.train_blocks, self.eval_blocks = blocks.train, blocks.eval
 
     def run_epoch(self, epoch: int) -> None:
         budget, counters = self.budget, self.counters
@@ -222,7 +243,10 @@ def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resume
     if existing.is_file():
         other = load_recipe(existing)
         if recipe_identity(other, provenance.cache_identity) != provenance.recipe_identity:
-            raise UserError(f"runtime.output_dir {run_dir}: holds a different run (its {existing.name} differs)")
+            raise UserError(
+                f"runtime.output_dir {run_dir}: holds a different run (its {existing.name} differs); "
+                "choose another runtime.output_dir"
+            )
     if RunPaths(run_dir).final.exists():
         raise UserError(f"runtime.output_dir {run_dir}: the run is already complete ({FINAL} exists)")
     # a job killed after writing a checkpoint has it deleted by Snakemake: only existing files count
