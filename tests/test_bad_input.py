@@ -426,7 +426,8 @@ def _(world, tmp):
 
 @case("train context longer than the validation split")
 def _(world, tmp):
-    sets = ("model.context_length=16384", "training.batch_tokens=16384", "training.micro_batch_size=1")
+    sets = ("model.context_length=16384", "training.batch_tokens=16384", "training.micro_batch_size=1",
+            "training.max_tokens=32768", "training.epoch_tokens=16384")
     return Case(_tiny(world, tmp, *sets), "model.context_length")
 
 

@@ -81,6 +81,8 @@ def load_recipe(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Reci
     """
     path = resolve_recipe_path(name_or_path)
     raw = read_yaml_mapping(path, "recipe")
+    if is_tiny_llm(raw):
+        raw = from_tiny_llm(raw, str(path))
     pairs = list(overrides)
     parsed = parse_overrides(pairs)
     data = copy.deepcopy(raw)
