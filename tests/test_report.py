@@ -21,13 +21,13 @@ from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.report import build_report
 from ebd2n.report.collect import RUN_COLUMNS
-from ebd2n.report.plotly_embed import figure_json
+from ebd2n.report.plotly_embed import figure_json, plotly_asset_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 GRID_FILES = {
     "runs.csv", "groups.csv", "selection.json", "lr-response.csv", "results.json", "curves.csv",
     "heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "index.html",
-    "selected-synchronous.yaml", "selected-packed-4.yaml",
+    "selected-synchronous.yaml", "selected-packed-4.yaml", "assets",
 }
 CURVE_COLUMNS = ["mode", "lr", "beta2", "tokens", "split", "seeds", "mean_loss", "std_loss"]
 MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF-"}
@@ -147,10 +147,12 @@ def test_report_page_escapes_user_text(report_campaign: Path) -> None:
     assert result == (True, False)
 
 
-def test_report_page_inlines_plotly_once_and_loads_nothing(report_campaign: Path) -> None:
+def test_report_page_loads_the_shared_plotly_and_nothing_else(report_campaign: Path) -> None:
     page = _page(report_campaign)
-    result = (page.count("* plotly.js v"), re.findall(r"<script[^>]+src=|<link[^>]+href=\"?https?:", page))
-    assert result == (1, [])
+    asset = _report(report_campaign) / "assets" / plotly_asset_name()
+    result = (page.count("* plotly.js v"), re.findall(r'<script[^>]+src="([^"]*)"|<link[^>]+href="?(https?:)', page),
+              asset.read_text().count("* plotly.js v"))
+    assert result == (0, [(f"assets/{plotly_asset_name()}", "")], 1)
 
 
 def test_report_page_shows_every_section(report_campaign: Path) -> None:
@@ -168,9 +170,9 @@ def test_report_figure_json_cannot_close_its_script() -> None:
 def test_report_regeneration_is_byte_identical(campaign_tree: Callable[..., Path]) -> None:
     campaign = campaign_tree(audit=False)
     build_report(campaign)
-    first = {path.name: path.read_bytes() for path in _report(campaign).iterdir()}
+    first = {path.name: path.read_bytes() for path in _report(campaign).rglob("*") if path.is_file()}
     build_report(campaign)
-    result = {path.name: path.read_bytes() for path in _report(campaign).iterdir()}
+    result = {path.name: path.read_bytes() for path in _report(campaign).rglob("*") if path.is_file()}
     assert result == first
 
 

@@ -1,4 +1,6 @@
-"""The `ebd2n` command line: thin wrappers that parse arguments and call one package function each.
+"""ebd2n: train GPT recipes, run LR x beta2 campaigns and read their reports.
+
+Each command parses its arguments and calls one package function.
 
 Bad input (`UserError`) becomes a one-line message on stderr and exit status 2. Heavy imports
 (torch, polars, matplotlib) happen inside the commands so `ebd2n --help` stays instant.
@@ -110,6 +112,15 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(f"report {build_report(args.campaign_dir)}")
 
 
+def cmd_dashboard(args: argparse.Namespace) -> None:
+    from ebd2n.report.dashboard import write_dashboard
+
+    if args.self_contained is None:
+        print(f"dashboard {write_dashboard(args.run_dir)}")
+    else:
+        print(f"dashboard {write_dashboard(args.run_dir, args.self_contained, self_contained=True)}")
+
+
 def cmd_audit(args: argparse.Namespace) -> None:
     from ebd2n.campaign.audit import audit_campaign, violations
 
@@ -120,8 +131,20 @@ def cmd_audit(args: argparse.Namespace) -> None:
         raise AuditFailed("\n".join(violations(record)))
 
 
+DESCRIPTION = """Train GPT recipes and run learning-rate x beta2 campaigns, from data cache to report.
+
+A whole campaign runs through Snakemake (`./run.sh demo`, or `snakemake --cores all`);
+these commands do one step each, e.g. `ebd2n train --config demo` trains one run and writes
+its dashboard, `ebd2n report results/demo` rebuilds a campaign's report."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ebd2n", description=__doc__.splitlines()[0])
+    from ebd2n import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="ebd2n", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"ebd2n {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = commands.add_parser("recipe", help="print a resolved recipe, its identity and parameter count")
@@ -171,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("report", help="regenerate a campaign's report from disk, without training")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
     p.set_defaults(func=cmd_report)
+
+    p = commands.add_parser("dashboard", help="rewrite a finished run's report.html, or export it as one file")
+    p.add_argument("run_dir", type=Path, help="a finished run directory (run.json, recipe.yaml, metrics.jsonl)")
+    p.add_argument("--self-contained", type=Path, metavar="OUT.html",
+                   help="write a single-file page (plotly.js inlined) to OUT.html, for sharing one run")
+    p.set_defaults(func=cmd_dashboard)
 
     p = commands.add_parser("audit", help="check a campaign's completeness and integrity -> audit.json")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")

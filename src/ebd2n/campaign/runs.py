@@ -88,6 +88,15 @@ def campaign_dir(name: str) -> Path:
     return RESULTS / name
 
 
+def campaign_of(run_dir: Path) -> Path | None:
+    """The campaign a run directory belongs to (results/<campaign>/runs/<run>), or None for a run
+    trained on its own: the one place that decides whether a run's pages share the campaign's assets."""
+    resolved = Path(run_dir).resolve()
+    if len(resolved.parents) > 2 and resolved.parent.name == "runs" and resolved.parents[2].name == RESULTS.name:
+        return resolved.parents[1]
+    return None
+
+
 def frozen_dir(campaign: Path) -> Path:
     """The campaign's frozen trainer and base recipes, written once."""
     return Path(campaign) / "frozen"

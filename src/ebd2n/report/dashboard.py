@@ -1,4 +1,7 @@
-"""The run dashboard: `report.html`, one self-contained page written at the end of a run.
+"""The run dashboard: `report.html`, one page written at the end of a run.
+
+A run of a campaign loads plotly.js from the campaign's shared copy (report/assets/); a run
+trained on its own, and an exported page (`ebd2n dashboard RUN --self-contained OUT`), inline it.
 
 It shows what the training process itself recorded (run.json, recipe.yaml, metrics.jsonl):
 identity, hyper-parameters, metrics, interactive curves with a table view each, the placement of
@@ -11,17 +14,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, count_parameters, load_recipe
 from ebd2n.errors import UserError
 from ebd2n.report import html
-from ebd2n.report.plotly_embed import figure_json, plotly_script
+from ebd2n.campaign.runs import campaign_of
+from ebd2n.report.plotly_embed import figure_json, plotly_tag
 from ebd2n.train.runlog import METRICS, read_metrics
 
 RUN_RECORD = "run.json"
@@ -31,6 +37,7 @@ MAX_POINTS = 2000
 TREND_STRETCHES = 200
 """A per-batch curve of more batches than twice this also draws its mean over this many stretches."""
 DASH = "—"
+_SLURM_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 STATE_CLASSES = {
     "frozen by the prefix": "frozen-prefix",
     "frozen base under LoRA": "frozen-base",
@@ -40,19 +47,24 @@ STATE_CLASSES = {
 """CSS class of each unit state (its colour in the placement strip)."""
 
 
-def write_dashboard(run_dir: Path) -> Path:
-    """Write `run_dir/report.html` from the run's own records and return its path."""
+def write_dashboard(run_dir: Path, out: Path | None = None, self_contained: bool = False) -> Path:
+    """Write the run's page (default `run_dir/report.html`) from its own records and return its path.
+
+    Self-contained when asked or when the run belongs to no campaign; else plotly.js is the
+    campaign's shared copy."""
     run_dir = Path(run_dir)
     run = json.loads(_required(run_dir / RUN_RECORD).read_text(encoding="utf-8"))
     recipe = load_recipe(_required(run_dir / "recipe.yaml"))
     _required(run_dir / METRICS)
-    path = run_dir / DASHBOARD
-    atomic_write_text(path, render_dashboard(run, recipe, read_metrics(run_dir)))
+    path = Path(out) if out is not None else run_dir / DASHBOARD
+    campaign = None if self_contained else campaign_of(run_dir)
+    plotly = plotly_tag(path, campaign / "report" if campaign else None)
+    atomic_write_text(path, render_dashboard(run, recipe, read_metrics(run_dir), plotly))
     return path
 
 
-def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str, Any]]) -> str:
-    """The page's HTML for a run record, its recipe and its metrics records."""
+def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str, Any]], plotly: Markup) -> str:
+    """The page's HTML for a run record, its recipe and its metrics records; `plotly` loads plotly.js."""
     steps = [record for record in records if record["type"] == "step"]
     epochs = [record for record in records if record["type"] == "epoch"]
     memory = _memory(epochs)
@@ -67,7 +79,8 @@ def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str
         "placement": _placement(run),
         "units": _unit_rows(run["units"]),
         "state_classes": STATE_CLASSES,
-        "plotly_js": plotly_script(),
+        "job_label": job_label(run["job_ids"]),
+        "plotly": plotly,
     }
     return html.environment().get_template("dashboard.html.j2").render(context)
 
@@ -123,6 +136,12 @@ def _identity(run: dict[str, Any]) -> list[tuple[str, str]]:
         ("Started", _time(run["started"])),
         ("Ended", f"{_time(run['ended'])} ({_duration(run['started'], run['ended'])})"),
     ]
+
+
+def job_label(job_ids: list[str]) -> str:
+    """'SLURM job ids' when every slice ran under SLURM (numeric ids, array jobs `123_4`), else 'Job ids'."""
+    slurm = bool(job_ids) and all(_SLURM_ID.fullmatch(str(job)) for job in job_ids)
+    return "SLURM job ids" if slurm else "Job ids"
 
 
 def _devices(run: dict[str, Any]) -> str:
@@ -356,7 +375,7 @@ def _throughput_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     layout = {"xaxis": {"title": {"text": "epoch"}, "dtick": 1},
               "yaxis": {"title": {"text": "tokens/s"}, "range": _headroom(tokens), "tickformat": ",.0f"},
               "yaxis2": {"title": {"text": "batches/s"}, "overlaying": "y", "side": "right", "range": _headroom(batches),
-                         "showgrid": False, "tickformat": ",.2f"}}
+                         "showgrid": False, "tickmode": "auto"}}
     rows = [[str(e["epoch"]), f"{e['tokens_per_s']:,.0f}", f"{e['batches_per_s']:,.2f}", f"{e['wall_s']:,.1f}"] for e in epochs]
     return _figure("throughput", "Throughput per epoch",
                    "Training time only (validation excluded): tokens/s on the left axis, batches/s on the right.", data, layout,

@@ -1,4 +1,4 @@
-"""The campaign's HTML page: one self-contained file that opens offline in any browser.
+"""The campaign's HTML page: one file that opens offline in any browser, plotly.js from report/assets/.
 
 Values are formatted here and passed to a Jinja2 template with autoescaping on, so anything that
 came from a user (run names, campaign names, purposes, paths) is shown as text, never as markup.
@@ -12,7 +12,8 @@ from typing import Any
 import polars as pl
 
 from ebd2n.report.collect import Campaign
-from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_script
+from ebd2n.report.dashboard import DASHBOARD
+from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_tag
 from ebd2n.report import html
 from ebd2n.report.tables import point_runs, settings_rows, split_rows
 
@@ -38,12 +39,13 @@ def render_page(
         "splits": split_rows(campaign),
         "manifest_found": campaign.manifest is not None,
         "provenance": _provenance(summary),
-        "runs": [_run_row(row) for row in campaign.runs.iter_rows(named=True)],
+        "runs": [_run_row(campaign, row) for row in campaign.runs.iter_rows(named=True)],
         "scaling": _scaling(scaling) if scaling is not None else None,
         "grid": _grid(campaign, summary, grid) if grid is not None else None,
         "links": _links(campaign, grid, scaling is not None),
     }
-    context["plotly_js"] = plotly_script() if grid is not None else None
+    report_dir = campaign.directory / "report"
+    context["plotly"] = plotly_tag(report_dir / "index.html", report_dir) if grid is not None else None
     return environment.get_template("campaign.html.j2").render(context)
 
 
@@ -218,9 +220,12 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _run_row(row: dict[str, Any]) -> dict[str, Any]:
+def _run_row(campaign: Campaign, row: dict[str, Any]) -> dict[str, Any]:
+    """A runs-table row as text; its link opens the run's dashboard, or its folder when it has none."""
+    dashboard = f"{row['directory']}/{DASHBOARD}"
     return {
         **row,
+        "href": f"../{dashboard}" if (campaign.directory / dashboard).is_file() else f"../{row['directory']}/",
         "lr": f"{row['lr']:g}",
         "beta2": f"{row['beta2']:g}",
         "loss": f"{row['loss']:.6f}" if row["loss"] is not None else DASH,
