@@ -17,6 +17,7 @@ from ebd2n.config import load_recipe
 from ebd2n.report.dashboard import write_dashboard
 from ebd2n.report.plotly_embed import plotly_asset_name
 from ebd2n.train import train
+from ebd2n.train.runlog import read_metrics
 
 SHORT = ["training.max_tokens=8192", "training.epoch_tokens=4096"]
 PURPOSE = f"dashboard probe {HOSTILE}"
@@ -156,3 +157,19 @@ def test_browser_dashboard_job_ids_label(page) -> None:
     label = page.evaluate("[...document.querySelectorAll('#identity th')].map(th => th.textContent).find(t => /job ids/i.test(t))")
     fabricated = page.kind in ("fabricated", "campaign", "exported")
     assert label == ("SLURM job ids" if fabricated else "Job ids")
+
+
+def test_browser_dashboard_per_batch_tables_unpack(page, runs: dict[str, Path]) -> None:
+    """Shown once, each per-batch table fills with one row per batch recorded in metrics.jsonl; row 7
+    of the fabricated runs is its skipped step, shown as text."""
+    source = runs["campaign" if page.kind == "exported" else page.kind]  # the exported page's folder holds only the page
+    steps = sum(record["type"] == "step" for record in read_metrics(source))
+    counts = "['batch-loss', 'batch-accuracy'].map(id => document.querySelectorAll(`table.${id} tbody tr`).length)"
+    for figure in ("batch-loss", "batch-accuracy"):
+        page.locator(f'button[aria-controls="table-{figure}"]').click()
+    page.wait_for_function(f"{counts}.every(count => count > 0)")
+    seventh = page.evaluate("[...document.querySelectorAll('table.batch-loss tbody tr')[6].cells].map(c => c.textContent)")
+    for figure in ("batch-loss", "batch-accuracy"):
+        page.locator(f'button[aria-controls="table-{figure}"]').click()
+    result = (page.evaluate(counts), seventh[4] if page.kind in ("fabricated", "campaign", "exported") else "skipped")
+    assert result == ([steps, steps], "skipped")

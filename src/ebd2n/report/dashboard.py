@@ -12,6 +12,8 @@ per-batch table view holds every batch, so the page alone carries all the data.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import math
 import re
@@ -277,11 +279,22 @@ def _memory(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _figure(key: str, title: str, note: str, data: list[dict[str, Any]], layout: dict[str, Any],
-            columns: list[str], rows: list[list[str]]) -> dict[str, Any]:
+            columns: list[str], rows: list[list[str]], packed: bool = False) -> dict[str, Any]:
+    """A figure and its table view; `packed` tables (one row per batch) travel compressed, see `pack_rows`."""
     base = {"height": 360, "margin": {"l": 70, "r": 70, "t": 40, "b": 50}, "hovermode": "x unified",
             "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}}
     return {"id": key, "title": title, "note": note, "json": figure_json({"data": data, "layout": base | layout}),
-            "columns": columns, "rows": rows}
+            "columns": columns, "rows": [] if packed else rows, "packed": pack_rows(rows) if packed else None}
+
+
+def pack_rows(rows: list[list[str]]) -> str:
+    """Table rows as base64 of gzip-compressed JSON, unpacked by the page when its table is first shown.
+
+    A per-batch table holds every batch: as HTML rows it would make each page of a 12,000-batch
+    run 1.7 MB, packed it takes about a seventh of that. No timestamp in the gzip header, so an
+    unchanged run gives the same page."""
+    text = json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
+    return base64.b64encode(gzip.compress(text.encode("utf-8"), mtime=0)).decode("ascii")
 
 
 def _series(steps: list[dict[str, Any]], field: str) -> list[tuple[int, float]]:
@@ -289,8 +302,13 @@ def _series(steps: list[dict[str, Any]], field: str) -> list[tuple[int, float]]:
 
 
 def _line(points: list[tuple[float, float]], name: str, color: str, width: float = 1) -> dict[str, Any]:
+    """A curve, its values to 6 significant digits (more than a plot or its hover shows; the table has the data)."""
     return {"type": "scatter", "mode": "lines", "name": name, "line": {"color": color, "width": width},
-            "x": [x for x, _ in points], "y": [y for _, y in points]}
+            "x": [_short(x) for x, _ in points], "y": [_short(y) for _, y in points]}
+
+
+def _short(value: float) -> float:
+    return value if isinstance(value, int) else float(f"{value:.6g}")
 
 
 def _batch_traces(points: list[tuple[int, float]], name: str, colors: tuple[str, str]) -> list[dict[str, Any]]:
@@ -323,7 +341,7 @@ def _loss_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
         for s in steps
     ]
     return _figure("batch-loss", "Per-batch training loss", note, data, layout,
-                   ["Step", "Loss", "LR", "Gradient norm", "Skipped"], rows)
+                   ["Step", "Loss", "LR", "Gradient norm", "Skipped"], rows, packed=True)
 
 
 def _marker_line(step: int) -> dict[str, Any]:
@@ -338,7 +356,7 @@ def _accuracy_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
     layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}}, "yaxis": {"title": {"text": "token accuracy (%)"}}}
     rows = [[f"{s['step']:,}", _percent(s["accuracy"])] for s in steps]
     return _figure("batch-accuracy", "Per-batch token accuracy", _sampling_note(len(steps)), data, layout,
-                   ["Step", "Token accuracy"], rows)
+                   ["Step", "Token accuracy"], rows, packed=True)
 
 
 def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -9,10 +9,27 @@ document.querySelectorAll("[data-figure]").forEach(function (plot) {
   var figure = JSON.parse(document.getElementById(plot.dataset.figure).textContent);
   Plotly.newPlot(plot, figure.data, figure.layout, {displaylogo: false, displayModeBar: "hover", responsive: true});
 });
+// A packed table (base64 of gzip-compressed JSON rows) is filled the first time it is shown.
+function unpackRows(table) {
+  var block = document.getElementById(table.dataset.packed);
+  var bytes = Uint8Array.from(atob(block.textContent.trim()), function (c) { return c.charCodeAt(0); });
+  var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  delete table.dataset.packed;
+  return new Response(stream).json().then(function (rows) {
+    var body = document.createDocumentFragment();
+    rows.forEach(function (row) {
+      var line = body.appendChild(document.createElement("tr"));
+      row.forEach(function (cell) { line.appendChild(document.createElement("td")).textContent = cell; });
+    });
+    table.tBodies[0].appendChild(body);
+  });
+}
 document.querySelectorAll("button.table-toggle").forEach(function (button) {
   button.addEventListener("click", function () {
     var view = document.getElementById(button.getAttribute("aria-controls"));
     var show = view.hidden;
+    var packed = view.querySelector("table[data-packed]");
+    if (show && packed) unpackRows(packed);
     view.hidden = !show;
     button.setAttribute("aria-expanded", String(show));
     button.textContent = show ? "Hide table" : "Table view";
