@@ -45,7 +45,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     from ebd2n.data import prepare_cache
 
     recipe = load_recipe(args.recipe, args.overrides)
-    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet)
+    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet and sys.stderr.isatty())
     print(f"cache {cache.directory}  identity {cache.identity}")
 
 
@@ -54,13 +54,28 @@ def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.train import train
 
     recipe = load_recipe(args.recipe, args.overrides)
-    train(
+    run_dir = train(
         recipe,
         config_path=resolve_recipe_path(args.recipe),
         resume=args.resume,
         until_epoch=args.until_epoch,
-        progress=not args.quiet,
+        progress=not args.quiet and sys.stderr.isatty(),
     )
+    print(_train_summary(run_dir))
+
+
+def _train_summary(run_dir: Path) -> str:
+    """One line on what the slice left: final.pt or the checkpoint to resume from, and the last subset loss."""
+    from ebd2n.report.dashboard import DASHBOARD
+    from ebd2n.train.runlog import read_metrics
+    from ebd2n.train.trainer import FINAL, slice_checkpoint
+
+    epochs = [record for record in read_metrics(run_dir) if record["type"] == "epoch"]
+    last = epochs[-1]
+    loss = f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % (epoch {last['epoch']} subset)"
+    if (run_dir / FINAL).is_file():
+        return f"done: {run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
+    return f"slice done: resume with --resume {run_dir / slice_checkpoint(last['epoch'])}; {loss}"
 
 
 def cmd_validate(args: argparse.Namespace) -> None:

@@ -272,8 +272,11 @@ def _log_header(log, recipe, budget, provenance, config_path, context, resume, s
     )
     dtype = "bf16 autocast" if device.type == "cuda" and recipe.runtime.amp else "fp32"
     log.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
-    for line in dump_recipe(recipe).splitlines():
-        log.write(f"  {line}")
+    if resume is None:  # the whole recipe once; later slices resume the same recipe (same identity)
+        for line in dump_recipe(recipe).splitlines():
+            log.write(f"  {line}")
+    else:
+        log.write(f"recipe as in the first slice (recipe.yaml, identity {provenance.recipe_identity})")
     for line in context.placement_lines():  # parallel: one line per stage in multi-process jobs
         log.write(line)
     action = f"resume from {resume} at epoch {start_epoch}" if resume else "start"
