@@ -136,6 +136,15 @@ def cmd_dashboard(args: argparse.Namespace) -> None:
         print(f"dashboard {write_dashboard(args.run_dir, args.self_contained, self_contained=True)}")
 
 
+def cmd_status(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.status import campaign_status, format_status, write_status_page
+
+    status = campaign_status(args.campaign_dir)
+    page = write_status_page(args.campaign_dir, status)
+    print(format_status(status, colour=sys.stdout.isatty()))
+    print(f"page {page} (reloads itself; run ebd2n status again to refresh it)")
+
+
 def cmd_audit(args: argparse.Namespace) -> None:
     from ebd2n.campaign.audit import audit_campaign, violations
 
@@ -215,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--self-contained", type=Path, metavar="OUT.html",
                    help="write a single-file page (plotly.js inlined) to OUT.html, for sharing one run")
     p.set_defaults(func=cmd_dashboard)
+
+    p = commands.add_parser("status", help="where a campaign stands: every run's state, loss, hours and an ETA")
+    p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
+    p.set_defaults(func=cmd_status)
 
     p = commands.add_parser("audit", help="check a campaign's completeness and integrity -> audit.json")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
