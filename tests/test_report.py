@@ -157,7 +157,7 @@ def test_report_page_loads_the_shared_plotly_and_nothing_else(report_campaign: P
 
 def test_report_page_shows_every_section(report_campaign: Path) -> None:
     page = _page(report_campaign)
-    sections = ["best", "settings", "data", "response", "figures", "files", "reproduce", "provenance", "runs"]
+    sections = ["best", "settings", "data", "response", "figures", "cost", "files", "reproduce", "provenance", "runs"]
     result = [name for name in sections if f'<section id="{name}">' not in page]
     assert result == []
 
@@ -245,3 +245,43 @@ def test_cli_select_writes_groups_and_selection(report_campaign: Path, tmp_path:
     written = json.loads((tmp_path / "out" / "selection.json").read_text())
     result = (completed.returncode, written == json.loads((_report(report_campaign) / "selection.json").read_text()))
     assert result == (0, True)
+
+
+PRICED = {
+    "campaign": "sweep", "recipe": "demo", "data": {"source": "synthetic", "cache_dir": "results/caches/synthetic"},
+    "grid": {"modes": list(REPORT_MODES), "learning_rates": {"synchronous": [0.001, 0.003], "packed-4": [0.001, 0.003]},
+             "beta2": [0.95, 0.999]},
+    "seeds": list(REPORT_SEEDS), "epochs_per_slice": 1, "cost_per_gpu_hour": 3.0,
+    "resources": {"default": {"gpus": 1, "cpus": 8}, "packed-4": {"gpus": 1, "cpus": 4}},
+}
+"""The report tests' grid as a campaign file, priced, with 8 CPUs per synchronous job and 4 per packed one."""
+
+
+def test_report_cost_from_the_plan(campaign_tree: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """24 runs of 4 recorded epochs of 0.5 s: 2 s each, on 1 GPU and 8 or 4 CPUs, at 3.0 per GPU-hour."""
+    from ebd2n.campaign.spec import base_epochs, campaign_from_dict
+    from ebd2n.campaign.status import write_plan
+
+    campaign = campaign_tree()
+    monkeypatch.chdir(tmp_path)
+    spec = campaign_from_dict(json.loads(json.dumps(PRICED)))
+    write_plan(spec, base_epochs(spec))
+    build_report(campaign)
+    cost = _results(campaign)["cost"]
+    modes = {entry["mode"]: (entry["runs"], round(entry["gpu_hours"] * 3600, 6), round(entry["cpu_hours"] * 3600, 6))
+             for entry in cost["mode"]}
+    points = {(entry["mode"], entry["lr"], entry["beta2"]): entry["runs"] for entry in cost["point"]}
+    total = cost["campaign"]
+    result = (modes, set(points.values()), len(points), round(total["gpu_hours"] * 3600, 6), round(total["cost"], 9),
+              '<tr class="total"><th scope="row">campaign</th><td class="num">24</td>' in _page(campaign))
+    assert result == ({"synchronous": (12, 24.0, 192.0), "packed-4": (12, 24.0, 96.0)}, {3}, 8, 48.0,
+                      round(48.0 / 3600 * 3.0, 9), True)
+
+
+def test_report_cost_without_a_plan_counts_recorded_devices(campaign_tree: Callable[..., Path]) -> None:
+    """The writer's runs ran on the CPU: no GPU-hours, one CPU each, and no money without a price."""
+    campaign = campaign_tree()
+    build_report(campaign)
+    total = _results(campaign)["cost"]["campaign"]
+    result = (total["gpu_hours"], round(total["cpu_hours"] * 3600, 6), total["cost"])
+    assert result == (0.0, 48.0, None)

@@ -70,6 +70,8 @@ class Campaign:
     epochs_per_slice: int
     checkpoint_policy: str
     resources: Mapping[str, Mapping[str, Any]]
+    cost_per_gpu_hour: float | None = None
+    """Price of a GPU-hour; the report turns GPU-hours into money with it."""
 
     @property
     def directory(self) -> Path:
@@ -162,6 +164,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         epochs_per_slice=raw["epochs_per_slice"],
         checkpoint_policy=raw.get("checkpoint_policy", "final"),
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
+        cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
     )
     _check(campaign)
     return campaign

@@ -89,18 +89,25 @@ def write_plan(campaign: Campaign, epochs: dict[str, int]) -> Path:
         runs.append({"run": run.id, "slices": slice_ends(epochs[run.base], campaign.epochs_per_slice),
                      "gpus": resources.gpus, "cpus": resources.cpus})
     path = campaign.directory / PLAN
-    atomic_write_text(path, json.dumps({"campaign": campaign.name, "runs": runs}, indent=1) + "\n")
+    plan = {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, "runs": runs}
+    atomic_write_text(path, json.dumps(plan, indent=1) + "\n")
     return path
+
+
+def read_plan(campaign_dir: Path) -> dict[str, Any] | None:
+    """The campaign's plan (see `write_plan`), or None for a campaign the workflow has not started."""
+    path = Path(campaign_dir) / PLAN
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def campaign_status(campaign_dir: Path, workdir: Path | None = None, now: float | None = None) -> CampaignStatus:
     """The status of `campaign_dir` (results/<campaign>); Snakemake's records are in `workdir`/.snakemake
     (default: the directory above results/)."""
     campaign_dir = Path(campaign_dir)
-    plan_path = campaign_dir / PLAN
-    if not plan_path.is_file():
-        raise UserError(f"{plan_path}: no such file; it is written when Snakemake starts the campaign - is {campaign_dir} a campaign directory?")
-    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    plan = read_plan(campaign_dir)
+    if plan is None:
+        raise UserError(f"{campaign_dir / PLAN}: no such file; it is written when Snakemake starts the campaign - "
+                        f"is {campaign_dir} a campaign directory?")
     workdir = Path(workdir) if workdir is not None else campaign_dir.resolve().parent.parent
     running = _running_outputs(workdir, campaign_dir)
     now = time.time() if now is None else now

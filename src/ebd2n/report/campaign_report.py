@@ -18,6 +18,7 @@ from ebd2n.atomic import atomic_write_bytes, atomic_write_text
 from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
 from ebd2n.config import Recipe, dump_recipe
 from ebd2n.report import figures
+from ebd2n.report.cost import campaign_cost
 from ebd2n.report.collect import Campaign, load_campaign
 from ebd2n.report.page import render_page
 from ebd2n.report.tables import (
@@ -41,17 +42,18 @@ def build_report(campaign_dir: Path) -> Path:
     campaign = load_campaign(Path(campaign_dir))
     out = campaign.directory / "report"
     atomic_write_text(out / "runs.csv", campaign.runs.write_csv())
+    cost = campaign_cost(campaign)
     if campaign.presets:
         scaling = scaling_rows(campaign)
         atomic_write_text(out / "scaling.csv", _scaling_frame(scaling).write_csv())
         summary = _summary(campaign, {})
-        _write_json(out / "results.json", {**summary, "scaling": scaling, "runs": _run_records(campaign)})
-        page = render_page(campaign, summary, scaling=scaling)
+        _write_json(out / "results.json", {**summary, "scaling": scaling, "cost": cost, "runs": _run_records(campaign)})
+        page = render_page(campaign, summary, cost, scaling=scaling)
     else:
         grid = _grid_outputs(campaign, out)
         summary = _summary(campaign, grid["selection"])
-        _write_json(out / "results.json", {**summary, **grid["json"], "runs": _run_records(campaign)})
-        page = render_page(campaign, summary, grid=grid)
+        _write_json(out / "results.json", {**summary, **grid["json"], "cost": cost, "runs": _run_records(campaign)})
+        page = render_page(campaign, summary, cost, grid=grid)
     atomic_write_text(out / "index.html", page)
     return out / "index.html"
 

@@ -23,6 +23,7 @@ DASH = "—"
 def render_page(
     campaign: Campaign,
     summary: dict[str, Any],
+    cost: dict[str, Any],
     *,
     grid: dict[str, Any] | None = None,
     scaling: list[dict[str, Any]] | None = None,
@@ -39,7 +40,9 @@ def render_page(
         "splits": split_rows(campaign),
         "manifest_found": campaign.manifest is not None,
         "provenance": _provenance(summary),
-        "runs": [_run_row(campaign, row) for row in campaign.runs.iter_rows(named=True)],
+        "runs": [_run_row(campaign, row, hours) for row, hours in
+                 zip(campaign.runs.iter_rows(named=True), cost["runs"], strict=True)],
+        "cost": _cost(cost),
         "scaling": _scaling(scaling) if scaling is not None else None,
         "grid": _grid(campaign, summary, grid) if grid is not None else None,
         "links": _links(campaign, grid, scaling is not None),
@@ -220,11 +223,27 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _run_row(campaign: Campaign, row: dict[str, Any]) -> dict[str, Any]:
+def _cost(cost: dict[str, Any]) -> dict[str, Any]:
+    """The cost section: one row per mode and the campaign's, one per grid point; money only with a price."""
+    def texts(entry: dict[str, Any]) -> dict[str, str]:
+        return {"runs": str(entry["runs"]), "gpu_hours": f"{entry['gpu_hours']:,.2f}", "cpu_hours": f"{entry['cpu_hours']:,.2f}",
+                "cost": f"{entry['cost']:,.2f}" if entry["cost"] is not None else DASH}
+
+    return {
+        "price": f"{cost['cost_per_gpu_hour']:g}" if cost["cost_per_gpu_hour"] is not None else None,
+        "modes": [{"mode": entry["mode"], **texts(entry)} for entry in cost["mode"]],
+        "campaign": texts(cost["campaign"]),
+        "points": [{"mode": e["mode"], "lr": f"{e['lr']:g}", "beta2": f"{e['beta2']:g}", **texts(e)} for e in cost["point"]],
+    }
+
+
+def _run_row(campaign: Campaign, row: dict[str, Any], hours: dict[str, Any]) -> dict[str, Any]:
     """A runs-table row as text; its link opens the run's dashboard, or its folder when it has none."""
     dashboard = f"{row['directory']}/{DASHBOARD}"
     return {
         **row,
+        "gpu_hours": f"{hours['gpu_hours']:,.3f}",
+        "cpu_hours": f"{hours['cpu_hours']:,.3f}",
         "href": f"../{dashboard}" if (campaign.directory / dashboard).is_file() else f"../{row['directory']}/",
         "lr": f"{row['lr']:g}",
         "beta2": f"{row['beta2']:g}",
