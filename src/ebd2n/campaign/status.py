@@ -207,11 +207,21 @@ def _run_status(
     return row
 
 
+_READ: dict[Path, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
+"""Epoch records by file, with the (mtime, size) they were read at: a process that asks again
+(Snakemake's console, rewriting status pages) reads only the files that changed."""
+
+
 def _epoch_records(path: Path) -> list[dict[str, Any]]:
     """metrics.jsonl's epoch records, without parsing its many step records; a line being written
     (no newline yet) is left out."""
-    if not path.is_file():
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
         return []
+    key = (stat.st_mtime_ns, stat.st_size)
+    if path in _READ and _READ[path][0] == key:
+        return _READ[path][1]
     records = []
     for line in path.read_bytes().splitlines(keepends=True):
         if line.endswith(b"\n") and _EPOCH.search(line):
@@ -219,7 +229,9 @@ def _epoch_records(path: Path) -> list[dict[str, Any]]:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
-    return [record for record in records if record.get("type") == "epoch"]
+    epochs = [record for record in records if record.get("type") == "epoch"]
+    _READ[path] = (key, epochs)
+    return epochs
 
 
 def _failure(campaign_dir: Path, run: str) -> str | None:
