@@ -6,8 +6,9 @@ results.json) and Snakemake's own records (.snakemake/incomplete/ marks the outp
 jobs; each job's log under logs/ holds its error). It never asks a scheduler, so it works the
 same on a laptop and on a SLURM cluster, and it can run as often as wanted.
 
-Hours are training time recorded by the trainer (epoch `wall_s`, validation and job start-up
-excluded) times the job's GPUs or CPUs. The ETA is the remaining jobs (slices and validations)
+A run's time so far is the training time the trainer recorded for its finished slices (epoch
+`wall_s`; validation and job start-up excluded) plus how long its running job has run; hours are
+that time the job's GPUs or CPUs. The ETA is the remaining jobs (slices and validations)
 times the mean duration of the finished ones, divided by the number of jobs running now (at least
 one); a job's duration is Snakemake's record of it (.snakemake/metadata/, start-up included), or
 the trainer's slice time where Snakemake kept none.
@@ -188,13 +189,13 @@ def _run_status(
                 output = "final.pt" if end == ends[-1] else f"checkpoints/epoch-{end}.pt"
                 recorded = records.seconds(f"{run}/{output}")
                 row.slice_seconds.append(recorded if recorded is not None else sum(r.get("wall_s", 0.0) for r in epochs[start:end]))
-    if (directory / "results.json").is_file():
-        row.validation_seconds = records.seconds(f"{run}/results.json")
     mine = [started for output, started in running.items() if output.startswith(f"{run}/")]
     if (directory / "results.json").is_file():
         row.state = "done"
-    elif mine:
-        row.wall_s += now - min(mine)
+        row.validation_seconds = records.seconds(f"{run}/results.json")
+    elif mine:  # the running job's epochs so far are in its elapsed time
+        finished = ends[slices_done - 1] if slices_done else 0
+        row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[:finished]) + now - min(mine)
         validating = f"{run}/results.json" in running
         row.state = "validating" if validating else "training"
         row.detail = "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}"
