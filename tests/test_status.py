@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from campaign_tree import RunSpec, grid_runs, write_campaign
-from offline_browser import CHROMIUM, launch, open_offline
+from offline_browser import CHROMIUM, launch
 
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict
 from ebd2n.campaign.status import campaign_status, format_status, write_plan

@@ -87,7 +87,6 @@ class LogHandler(LogHandlerBase):
             return record.getMessage()
         return None
 
-
     def refresh_status(self, last: bool) -> None:
         """Rewrite the status page of every campaign seen, unless one was written moments ago."""
         if not last and time.monotonic() - self.status_written < STATUS_EVERY_S:
