@@ -216,8 +216,9 @@ def test_report_scaling_campaign_shows_the_scaling_table(campaign_tree: Callable
     campaign = campaign_tree(runs, presets=["tiny", "small"])
     build_report(campaign)
     scaling = pl.read_csv(_report(campaign) / "scaling.csv")
-    result = (scaling["size"].to_list(), scaling["epochs"].to_list(), '<section id="scaling">' in _page(campaign))
-    assert result == (["tiny", "small"], [4, 4], True)
+    result = (scaling["size"].to_list(), scaling["epochs"].to_list(), '<section id="scaling">' in _page(campaign),
+              "<script src" in _page(campaign), (_report(campaign) / "assets" / plotly_asset_name()).is_file())
+    assert result == (["tiny", "small"], [4, 4], True, False, True)  # no figure here, but the runs' dashboards need plotly.js
 
 
 def test_report_without_runs_is_a_user_error(tmp_path: Path) -> None:

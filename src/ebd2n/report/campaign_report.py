@@ -21,6 +21,7 @@ from ebd2n.report import figures
 from ebd2n.report.cost import campaign_cost
 from ebd2n.report.collect import Campaign, load_campaign
 from ebd2n.report.page import render_page
+from ebd2n.report.plotly_embed import shared_plotly
 from ebd2n.report.tables import (
     curve_table,
     data_facts,
@@ -42,6 +43,7 @@ def build_report(campaign_dir: Path) -> Path:
     campaign = load_campaign(Path(campaign_dir))
     out = campaign.directory / "report"
     atomic_write_text(out / "runs.csv", campaign.runs.write_csv())
+    shared_plotly(out)  # every run dashboard loads it, even where this page draws no figure
     cost = campaign_cost(campaign)
     if campaign.presets:
         scaling = scaling_rows(campaign)
