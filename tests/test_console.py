@@ -54,8 +54,8 @@ def test_console_shows_the_failure_in_full(console) -> None:
     completed, _ = console
     text = completed.stderr
     result = ("Error in rule validate:" in text, "Logfile results/sweep/logs/runs/bad/final.log:" in text,
-              "ebd2n train: run failed: loss is NaN at step 9" in text, "Job 1" in text or "reason:" in text)
-    assert result == (True, True, True, False)
+              "ebd2n train: run failed: loss is NaN at step 9" in text, "reason:" in text, "message: None" in text)
+    assert result == (True, True, True, False, False)
 
 
 def test_console_rewrites_the_status_page(console) -> None:

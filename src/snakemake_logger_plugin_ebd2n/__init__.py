@@ -117,4 +117,5 @@ def error_text(record: logging.LogRecord) -> str:
     """An error in full: Snakemake's own account of it, then each log file of the failed job."""
     from snakemake.logging import DefaultFormatter
 
-    return "\n" + DefaultFormatter(quiet=set(), show_failed_logs=True).format(record) + "\n"
+    text = DefaultFormatter(quiet=set(), show_failed_logs=True).format(record)
+    return "\n" + text.replace("\n    message: None\n", "\n") + "\n"  # a rule without a message: nothing to say
