@@ -12,6 +12,9 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+from offline_browser import CHROMIUM
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = """#!/usr/bin/env bash
 echo "$(basename "$0") $*" >> "$(dirname "$0")/../../calls.log"
@@ -56,6 +59,7 @@ def test_run_sh_installs_again_when_pyproject_changes(tmp_path: Path) -> None:
     assert "python -m pip install -q -e ." in result
 
 
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="./run.sh test would install Chromium")
 def test_run_sh_test_extras_install_covers_the_demo(tmp_path: Path) -> None:
     """A demo install does not cover the test tools; a test install covers the demo."""
     checkout = _checkout(tmp_path)
