@@ -2,36 +2,48 @@
 # One-step set-up and run.  Usage: ./run.sh demo  |  ./run.sh test [pytest args...]
 #   demo: set up .venv and run the embedded demo campaign end to end (CPU, minutes).
 #   test: set up .venv (with test tools and a headless Chromium) and run the test suite.
+# The set-up is skipped when .venv is up to date: a stamp in .venv records what it was installed
+# from (pyproject.toml, the torch choice, the extras); a second ./run.sh demo only asks Snakemake.
 set -euo pipefail
 cd "$(dirname "$0")"
 what="${1:-}"; shift || true
 case "$what" in demo|test) ;; *) echo "usage: ./run.sh demo | ./run.sh test [pytest args]" >&2; exit 2;; esac
 
 venv=.venv
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-fi
 py="$venv/bin/python"
-"$py" -m pip install -q --upgrade pip
-# Install PyTorch first so the package's torch range is already satisfied: a machine without a
-# GPU gets the CPU build instead of a multi-GB CUDA build. GPU users: install your CUDA torch
-# into .venv before running this script (or use environment.yml).
-if ! "$py" -c "import torch" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    "$py" -m pip install -q torch
-  else
-    "$py" -m pip install -q "torch==2.13.0" 2>/dev/null \
-      || "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+stamp="$venv/.ebd2n-installed"
+torch_choice=cpu
+if command -v nvidia-smi >/dev/null 2>&1; then torch_choice=cuda; fi
+key() {  # what an install for extras "$1" depends on
+  { cat pyproject.toml; echo "torch=$torch_choice extras=$1"; } | sha256sum | cut -d' ' -f1
+}
+extras=""
+if [ "$what" = test ]; then extras="[test]"; fi
+# the stamp lists one key per install it covers (a test install covers the demo's too)
+if ! { [ -x "$py" ] && grep -qsx "$(key "$extras")" "$stamp"; }; then
+  [ -x "$py" ] || python3 -m venv "$venv"
+  rm -f "$stamp"
+  "$py" -m pip install -q --upgrade pip
+  # Install PyTorch first so the package's torch range is already satisfied: a machine without a
+  # GPU gets the CPU build instead of a multi-GB CUDA build. GPU users: install your CUDA torch
+  # into .venv before running this script (or use environment.yml).
+  if ! "$py" -c "import torch" 2>/dev/null; then
+    if [ "$torch_choice" = cuda ]; then
+      "$py" -m pip install -q torch
+    else
+      "$py" -m pip install -q "torch==2.13.0" 2>/dev/null \
+        || "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+    fi
   fi
+  "$py" -m pip install -q -e ".$extras"
+  if [ "$what" = test ]; then printf '%s\n%s\n' "$(key "")" "$(key "[test]")"; else key ""; fi > "$stamp"
 fi
+export PATH="$PWD/$venv/bin:$PATH"
 
 if [ "$what" = demo ]; then
-  "$py" -m pip install -q -e .
-  export PATH="$PWD/$venv/bin:$PATH"
   exec snakemake --cores all
 fi
 
-"$py" -m pip install -q -e ".[test]"
 if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
@@ -40,5 +52,4 @@ if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
     echo "warning: no chromium at /usr/bin/chromium; browser tests will be skipped (apt install chromium)" >&2
   fi
 fi
-export PATH="$PWD/$venv/bin:$PATH"
 exec "$py" -m pytest "$@"

@@ -35,8 +35,10 @@ MANIFEST = {
     "tokenizer": {"name": "bpe-synthetic", "revision": "trained", "vocab_size": 512},
     "seeds": {"shuffle": 42, "synthetic": 0},
     "splits": {
-        "train": {"tokens": 1_000_000, "documents": 2_000},
-        "validation": {"tokens": TARGETS + 1_000, "documents": 200},
+        "train": {"tokens": 1_000_000, "documents": 2_000,
+                  "shards": [{"file": "train-00000.bin", "sha256": "d" * 64, "tokens": 1_000_000}]},
+        "validation": {"tokens": TARGETS + 1_000, "documents": 200, "targets": TARGETS + 999,
+                       "shards": [{"file": "validation-00000.bin", "sha256": "e" * 64, "tokens": TARGETS + 1_000}]},
     },
 }
 
@@ -157,7 +159,8 @@ def _write_run(
     files = run_paths(run_dir)
     save_recipe(_recipe(spec, run_dir, cache_dir, repo, absolute, purpose), files.recipe)
     records = [_epoch_record(spec, epoch, epochs) for epoch in range(1, epochs + 1)]
-    steps = [{"type": "step", "step": 1, "loss": spec.loss + 3, "accuracy": 0.05, "lr": spec.lr}]
+    steps = [{"type": "step", "step": 1, "loss": spec.loss + 3, "accuracy": 0.05, "lr": spec.lr, "grad_norm": 1.0,
+              "skipped": False}]
     lines = [json.dumps(record) for record in steps + records]
     files.metrics.write_text("\n".join(lines) + "\n")
     best = min(records, key=lambda record: record["val_loss"])
@@ -203,6 +206,7 @@ def _epoch_record(spec: RunSpec, epoch: int, epochs: int) -> dict[str, Any]:
         "batches_per_s": 48.0,
         "wall_s": 0.5,
         "memory": {"cpu": {"allocated": 200_000_000, "peak": 250_000_000 + epoch}},
+        "skipped_steps": 0,
     }
 
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import os
+import re
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -11,6 +17,9 @@ from run_dir_factory import BUSIEST, HOSTILE, JOB_IDS, fabricate_run
 
 from ebd2n.errors import UserError
 from ebd2n.report.dashboard import MAX_POINTS, downsample, write_dashboard
+from ebd2n.report.plotly_embed import plotly_asset_name
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 SIZE_LIMIT = 8_000_000
 """Bytes a 10,000-batch page may take (plotly.js alone is about 4.8 MB)."""
@@ -49,6 +58,17 @@ def table_rows(html: str, table_class: str) -> list[list[str]]:
     parser = _Rows(table_class)
     parser.feed(html)
     return parser.rows
+
+
+def packed_rows(html: str, figure: str) -> list[list[str]]:
+    """The rows of a per-batch table, which the page carries gzip-compressed and base64-encoded."""
+    block = re.search(rf'<script type="application/gzip\+base64" id="rows-{figure}">([^<]*)</script>', html)
+    return json.loads(gzip.decompress(base64.b64decode(block[1])))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, "-m", "ebd2n", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -105,13 +125,52 @@ def test_dashboard_every_figure_has_a_table_view(html: str) -> None:
 
 
 def test_dashboard_per_batch_table_lists_every_batch(html: str) -> None:
-    result = len(table_rows(html, "batch-loss"))
-    assert result == 120
+    result = [len(packed_rows(html, name)) for name in ("batch-loss", "batch-accuracy")] + [len(table_rows(html, "batch-loss"))]
+    assert result == [120, 120, 0]
 
 
 def test_dashboard_plotly_inlined_once(html: str) -> None:
     result = (html.count("<script src"), html.count("Plotly.newPlot"))
     assert result == (0, 1)
+
+
+def _campaign_run(root: Path, name: str) -> Path:
+    return fabricate_run(root / "results" / "sweep" / "runs" / name)
+
+
+def test_dashboard_in_a_campaign_loads_the_shared_plotly(tmp_path: Path) -> None:
+    """Two runs of one campaign: each page names the one shared copy by relative path and stays small."""
+    pages = [write_dashboard(_campaign_run(tmp_path, name)) for name in ("run-a", "run-b")]
+    texts = [page.read_text(encoding="utf-8") for page in pages]
+    assets = sorted(path.name for path in (tmp_path / "results" / "sweep" / "report" / "assets").iterdir())
+    result = ([text.count(f'<script src="../../report/assets/{plotly_asset_name()}">') for text in texts],
+              [text.count("* plotly.js v") for text in texts], assets, max(page.stat().st_size for page in pages) < 500_000)
+    assert result == ([1, 1], [0, 0], [plotly_asset_name()], True)
+
+
+def test_dashboard_outside_a_campaign_inlines_plotly(tmp_path: Path) -> None:
+    """A run directory named runs/<run> but not under results/<campaign>/ is a run trained on its own."""
+    page = write_dashboard(fabricate_run(tmp_path / "runs" / "alone")).read_text(encoding="utf-8")
+    result = (page.count("* plotly.js v"), page.count("<script src"), (tmp_path / "report").exists())
+    assert result == (1, 0, False)
+
+
+def test_cli_dashboard_self_contained_export(tmp_path: Path) -> None:
+    run = _campaign_run(tmp_path, "run-a")
+    out = tmp_path / "shared" / "run-a.html"
+    completed = _cli("dashboard", str(run), "--self-contained", str(out))
+    page = out.read_text(encoding="utf-8")
+    result = (completed.returncode, completed.stdout, page.count("* plotly.js v"), page.count("<script src"),
+              (run / "report.html").exists())
+    assert result == (0, f"dashboard {out}\n", 1, 0, False)
+
+
+def test_cli_dashboard_of_unfinished_run_exits_2_with_one_line(tmp_path: Path) -> None:
+    run = _campaign_run(tmp_path, "run-a")
+    (run / "run.json").unlink()
+    completed = _cli("dashboard", str(run))
+    result = (completed.returncode, len(completed.stderr.splitlines()), "run.json" in completed.stderr)
+    assert result == (2, 1, True)
 
 
 def test_dashboard_purpose_is_escaped(html: str) -> None:
@@ -121,7 +180,7 @@ def test_dashboard_purpose_is_escaped(html: str) -> None:
 
 def test_dashboard_non_finite_values_shown_not_plotted(html: str) -> None:
     """Step 7 is skipped with a NaN loss and an infinite gradient norm: the table says so, the JSON stays valid."""
-    result = table_rows(html, "batch-loss")[6]
+    result = packed_rows(html, "batch-loss")[6]
     assert result == ["7", "nan", "9.421e-04", "inf", "skipped"]
 
 

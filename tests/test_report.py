@@ -21,13 +21,13 @@ from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.report import build_report
 from ebd2n.campaign.results import RUN_COLUMNS
-from ebd2n.report.plotly_embed import figure_json
+from ebd2n.report.plotly_embed import figure_json, plotly_asset_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 GRID_FILES = {
     "runs.csv", "groups.csv", "selection.json", "lr-response.csv", "results.json", "curves.csv",
     "heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "index.html",
-    "selected-synchronous.yaml", "selected-packed-4.yaml",
+    "selected-synchronous.yaml", "selected-packed-4.yaml", "assets",
 }
 CURVE_COLUMNS = ["mode", "lr", "beta2", "tokens", "split", "seeds", "mean_loss", "std_loss"]
 MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF-"}
@@ -147,15 +147,17 @@ def test_report_page_escapes_user_text(report_campaign: Path) -> None:
     assert result == (True, False)
 
 
-def test_report_page_inlines_plotly_once_and_loads_nothing(report_campaign: Path) -> None:
+def test_report_page_loads_the_shared_plotly_and_nothing_else(report_campaign: Path) -> None:
     page = _page(report_campaign)
-    result = (page.count("* plotly.js v"), re.findall(r"<script[^>]+src=|<link[^>]+href=\"?https?:", page))
-    assert result == (1, [])
+    asset = _report(report_campaign) / "assets" / plotly_asset_name()
+    result = (page.count("* plotly.js v"), re.findall(r'<script[^>]+src="([^"]*)"|<link[^>]+href="?(https?:)', page),
+              asset.read_text().count("* plotly.js v"))
+    assert result == (0, [(f"assets/{plotly_asset_name()}", "")], 1)
 
 
 def test_report_page_shows_every_section(report_campaign: Path) -> None:
     page = _page(report_campaign)
-    sections = ["best", "settings", "data", "response", "figures", "files", "reproduce", "provenance", "runs"]
+    sections = ["best", "settings", "data", "response", "figures", "cost", "files", "reproduce", "provenance", "runs"]
     result = [name for name in sections if f'<section id="{name}">' not in page]
     assert result == []
 
@@ -168,10 +170,16 @@ def test_report_figure_json_cannot_close_its_script() -> None:
 def test_report_regeneration_is_byte_identical(campaign_tree: Callable[..., Path]) -> None:
     campaign = campaign_tree(audit=False)
     build_report(campaign)
-    first = {path.name: path.read_bytes() for path in _report(campaign).iterdir()}
+    first = _report_bytes(campaign)
     build_report(campaign)
-    result = {path.name: path.read_bytes() for path in _report(campaign).iterdir() if path.name != "history"}
+    result = _report_bytes(campaign)
     assert result == first
+
+
+def _report_bytes(campaign: Path) -> dict[str, bytes]:
+    """Every file of the published report (earlier reports in history/ left out)."""
+    report = _report(campaign)
+    return {p.relative_to(report).as_posix(): p.read_bytes() for p in report.rglob("*") if p.is_file() and "history" not in p.parts}
 
 
 @pytest.mark.parametrize(("audit", "expected"), [(None, "not audited"), (True, "passed"), (False, "failed")])
@@ -214,8 +222,9 @@ def test_report_scaling_campaign_shows_the_scaling_table(campaign_tree: Callable
     campaign = campaign_tree(runs, presets=["tiny", "small"])
     build_report(campaign)
     scaling = pl.read_csv(_report(campaign) / "scaling.csv")
-    result = (scaling["size"].to_list(), scaling["epochs"].to_list(), '<section id="scaling">' in _page(campaign))
-    assert result == (["tiny", "small"], [4, 4], True)
+    result = (scaling["size"].to_list(), scaling["epochs"].to_list(), '<section id="scaling">' in _page(campaign),
+              "<script src" in _page(campaign), (_report(campaign) / "assets" / plotly_asset_name()).is_file())
+    assert result == (["tiny", "small"], [4, 4], True, False, True)  # no figure here, but the runs' dashboards need plotly.js
 
 
 def test_report_without_runs_is_a_user_error(tmp_path: Path) -> None:
@@ -248,12 +257,12 @@ def test_cli_select_writes_groups_and_selection(report_campaign: Path, tmp_path:
 def test_regenerated_report_keeps_its_predecessor(campaign_tree: Callable[..., Path]) -> None:
     campaign = campaign_tree(runs=grid_runs(["synchronous"], [0.001, 0.003], [0.999], [42, 43]))
     build_report(campaign)
-    first = {p.name: p.read_bytes() for p in _report(campaign).iterdir() if p.is_file()}
+    first = _report_bytes(campaign)
     results = next((campaign / "runs").glob("*/results.json"))
     results.write_text(json.dumps({**json.loads(results.read_text()), "loss": 3.0}))
     build_report(campaign)
     history = list((_report(campaign) / "history").iterdir())
-    kept = {p.name: p.read_bytes() for p in history[0].iterdir()} if len(history) == 1 else {}
+    kept = {p.relative_to(history[0]).as_posix(): p.read_bytes() for p in history[0].rglob("*") if p.is_file()} if len(history) == 1 else {}
     result = (len(history), kept == first, (_report(campaign) / "index.html").read_bytes() == first["index.html"])
     assert result == (1, True, False)
 
@@ -261,9 +270,9 @@ def test_regenerated_report_keeps_its_predecessor(campaign_tree: Callable[..., P
 def test_unchanged_rebuild_keeps_the_published_report(campaign_tree: Callable[..., Path]) -> None:
     campaign = campaign_tree(runs=grid_runs(["synchronous"], [0.001, 0.003], [0.999], [42, 43]))
     build_report(campaign)
-    first = {p.name: (p.stat().st_ino, p.read_bytes()) for p in _report(campaign).iterdir()}
+    first = {p: (p.stat().st_ino, p.read_bytes()) for p in _report(campaign).rglob("*") if p.is_file()}
     build_report(campaign)
-    result = {p.name: (p.stat().st_ino, p.read_bytes()) for p in _report(campaign).iterdir()}
+    result = {p: (p.stat().st_ino, p.read_bytes()) for p in _report(campaign).rglob("*") if p.is_file()}
     assert result == first
 
 
@@ -274,3 +283,43 @@ def test_selected_recipe_carries_cache_identity_and_revisions(campaign_tree: Cal
     recipe = load_recipe(_report(campaign) / "selected-synchronous.yaml")
     result = (f"cache identity {CACHE_IDENTITY}" in text, recipe.data.revision, recipe.data.tokenizer_revision)
     assert result == (True, "embedded-v1", "trained")
+
+
+PRICED = {
+    "campaign": "sweep", "recipe": "demo", "data": {"source": "synthetic", "cache_dir": "results/caches/synthetic"},
+    "grid": {"modes": list(REPORT_MODES), "learning_rates": {"synchronous": [0.001, 0.003], "packed-4": [0.001, 0.003]},
+             "beta2": [0.95, 0.999]},
+    "seeds": list(REPORT_SEEDS), "epochs_per_slice": 1, "cost_per_gpu_hour": 3.0,
+    "resources": {"default": {"gpus": 1, "cpus": 8}, "packed-4": {"gpus": 1, "cpus": 4}},
+}
+"""The report tests' grid as a campaign file, priced, with 8 CPUs per synchronous job and 4 per packed one."""
+
+
+def test_report_cost_from_the_plan(campaign_tree: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """24 runs of 4 recorded epochs of 0.5 s: 2 s each, on 1 GPU and 8 or 4 CPUs, at 3.0 per GPU-hour."""
+    from ebd2n.campaign.spec import base_epochs, campaign_from_dict
+    from ebd2n.campaign.status import write_plan
+
+    campaign = campaign_tree()
+    monkeypatch.chdir(tmp_path)
+    spec = campaign_from_dict(json.loads(json.dumps(PRICED)))
+    write_plan(spec, base_epochs(spec))
+    build_report(campaign)
+    cost = _results(campaign)["cost"]
+    modes = {entry["mode"]: (entry["runs"], round(entry["gpu_hours"] * 3600, 6), round(entry["cpu_hours"] * 3600, 6))
+             for entry in cost["mode"]}
+    points = {(entry["mode"], entry["lr"], entry["beta2"]): entry["runs"] for entry in cost["point"]}
+    total = cost["campaign"]
+    result = (modes, set(points.values()), len(points), round(total["gpu_hours"] * 3600, 6), round(total["cost"], 9),
+              '<tr class="total"><th scope="row">campaign</th><td class="num">24</td>' in _page(campaign))
+    assert result == ({"synchronous": (12, 24.0, 192.0), "packed-4": (12, 24.0, 96.0)}, {3}, 8, 48.0,
+                      round(48.0 / 3600 * 3.0, 9), True)
+
+
+def test_report_cost_without_a_plan_counts_recorded_devices(campaign_tree: Callable[..., Path]) -> None:
+    """The writer's runs ran on the CPU: no GPU-hours, one CPU each, and no money without a price."""
+    campaign = campaign_tree()
+    build_report(campaign)
+    total = _results(campaign)["cost"]["campaign"]
+    result = (total["gpu_hours"], round(total["cpu_hours"] * 3600, 6), total["cost"])
+    assert result == (0.0, 48.0, None)

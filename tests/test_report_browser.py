@@ -1,27 +1,54 @@
-"""The campaign page in headless Chromium, offline: figures draw, table views toggle, nothing runs
-that should not, and the console stays clean."""
+"""The campaign page in headless Chromium, offline: figures draw from the campaign's shared
+plotly.js, table views toggle, nothing runs that should not, the page's small print reads well,
+run links open the runs' dashboards, and the console stays clean."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from campaign_tree import HOSTILE
+from campaign_tree import HOSTILE, report_runs, write_campaign
 from offline_browser import MARKS, Loaded, launch, open_offline, toggle_states
+from run_dir_factory import fabricate_run
+
+from ebd2n.report import build_report
+from ebd2n.report.dashboard import write_dashboard
+from ebd2n.report.plotly_embed import plotly_asset_name
 
 pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")
-def loaded(report_campaign: Path) -> Iterator[Loaded]:
-    """The report page loaded from file:// with every non-file request aborted."""
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report tests' audited 24-run campaign; its first run also has its dashboard (run.json
+    as the trainer writes it), the others have none, as after an interrupted dashboard write."""
+    root = tmp_path_factory.mktemp("linked")
+    campaign = write_campaign(root, "sweep", report_runs(), audit=True, purpose=f"purpose {HOSTILE}",
+                              description=f"description {HOSTILE}")
+    first = sorted((campaign / "runs").iterdir())[0]
+    shutil.copy(fabricate_run(root / "scratch" / first.name) / "run.json", first / "run.json")
+    write_dashboard(first)
+    build_report(campaign)
+    return campaign
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
-        _, loaded = open_offline(browser, report_campaign / "report" / "index.html")
-        yield loaded
+        yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def loaded(browser, campaign: Path) -> Iterator[Loaded]:
+    """The report page loaded from file:// with every non-file request aborted."""
+    context, loaded = open_offline(browser, campaign / "report" / "index.html")
+    yield loaded
+    context.close()
 
 
 def test_browser_every_figure_renders(loaded: Loaded) -> None:
@@ -29,6 +56,11 @@ def test_browser_every_figure_renders(loaded: Loaded) -> None:
         "[...document.querySelectorAll('[data-figure]')].map(div => div.querySelector('.main-svg') !== null)"
     )
     assert result == [True, True, True]
+
+
+def test_browser_plotly_is_the_campaigns_shared_copy(loaded: Loaded) -> None:
+    result = loaded.page.evaluate("[...document.scripts].filter(s => s.src).map(s => s.getAttribute('src'))")
+    assert result == [f"assets/{plotly_asset_name()}"]
 
 
 def test_browser_table_views_toggle(loaded: Loaded) -> None:
@@ -40,6 +72,50 @@ def test_browser_hostile_run_name_is_text(loaded: Loaded) -> None:
     loaded.page.locator("#runs summary").click()
     result = (loaded.page.locator("#runs table").inner_text().count(HOSTILE), loaded.dialogs)
     assert result == (1, [])
+
+
+def test_browser_modebar_only_on_hover(loaded: Loaded) -> None:
+    """The Plotly toolbar stays out of the way (over titles and legends) until the pointer is on the plot."""
+    page = loaded.page
+    opacity = "[...document.querySelectorAll('#plot-heatmap-0 .modebar-group')].map(g => getComputedStyle(g).opacity)"
+    page.mouse.move(1, 1)
+    page.wait_for_function(f"{opacity}.every(o => o === '0')")
+    page.locator("#plot-heatmap-0").hover()
+    page.wait_for_function(f"{opacity}.every(o => o === '1')")
+    result = page.evaluate(f"{opacity}.length") > 0
+    assert result
+
+
+def test_browser_heatmap_colour_bars_have_a_unit_and_ticks(loaded: Loaded) -> None:
+    bars = loaded.page.evaluate(
+        "[...document.querySelectorAll('.heatmaps .colorbar')].map(bar => [bar.querySelector('.cbtitle').textContent,"
+        " bar.querySelectorAll('.cbaxis text').length])"
+    )
+    result = [(title, ticks >= 4) for title, ticks in bars]
+    assert result == [("mean loss (nats)", True)] * 2
+
+
+def test_browser_split_rows_are_counts_not_dicts(loaded: Loaded) -> None:
+    result = loaded.page.evaluate(
+        "[...document.querySelectorAll('#data th')].filter(th => th.textContent.startsWith('Split'))"
+        ".map(th => th.parentElement.innerText)"
+    )
+    assert result == [
+        "Split train\t1,000,000 tokens, 2,000 documents, 1 shard",
+        "Split validation\t99,304 tokens, 200 documents, 99,303 targets, 1 shard",
+    ]
+
+
+def test_browser_run_links_open_dashboards(browser, loaded: Loaded, campaign: Path) -> None:
+    """The run with a dashboard links to it (and it draws offline from the shared plotly.js); the others link to their folder."""
+    links = loaded.page.evaluate("[...document.querySelectorAll('#runs tbody a')].map(a => a.getAttribute('href'))")
+    first = sorted((campaign / "runs").iterdir())[0].name
+    linked = [link for link in links if link.endswith("/report.html")]
+    context, dashboard = open_offline(browser, campaign / "report" / linked[0])
+    drawn = dashboard.page.evaluate("[...document.querySelectorAll('[data-figure]')].every(div => div.querySelector('.main-svg'))")
+    context.close()
+    result = (linked, sorted(links)[1:3], drawn, dashboard.errors)
+    assert result == ([f"../runs/{first}/report.html"], [f"../runs/{name}/" for name in sorted(p.name for p in (campaign / "runs").iterdir())[1:3]], True, [])
 
 
 def test_browser_console_has_no_errors(loaded: Loaded) -> None:

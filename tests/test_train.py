@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +25,9 @@ from ebd2n.train.checkpoint import load_checkpoint
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import read_metrics
 from ebd2n.train.schedule import learning_rate
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
 
 def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
     return load_recipe(
@@ -144,8 +149,29 @@ def test_train_log_has_one_job_header_per_slice(demo_cache: Path, tmp_path: Path
     train(recipe, until_epoch=1, progress=False)
     train(recipe, resume=tmp_path / "run/checkpoints/epoch-1.pt", progress=False)
     lines = (tmp_path / "run/train.log").read_text().splitlines()
-    result = Counter("##########" in line for line in lines)[True], sum(" | val loss " in line for line in lines)
-    assert result == (2, 4)
+    result = (Counter("##########" in line for line in lines)[True], sum(" | val loss " in line for line in lines),
+              sum(line.endswith(" model:") for line in lines), sum(" recipe as in the first slice " in line for line in lines))
+    assert result == (2, 4, 1, 1)  # the whole recipe in the first slice only, its identity in the second
+
+
+def test_cli_train_piped_prints_summaries_and_no_progress_bars(demo_cache: Path, tmp_path: Path) -> None:
+    """Outside a terminal: no carriage-return progress bars; each slice ends on a line saying what it left."""
+    run = tmp_path / "run"
+    settings = ["--set", f"data.cache_dir={demo_cache}", "--set", f"runtime.output_dir={run}",
+                "--set", "training.max_tokens=8192", "--set", "training.epoch_tokens=4096"]
+    first = _cli("train", "--config", "demo", *settings, "--until-epoch", "1")
+    second = _cli("train", "--config", "demo", *settings, "--resume", str(run / "checkpoints/epoch-1.pt"))
+    loss = read_metrics(run)[-1]["val_loss"]
+    result = ([first.returncode, second.returncode], "\r" in first.stderr + second.stderr,
+              first.stdout.splitlines()[-1].split(";")[0], second.stdout.splitlines()[-1].split(";")[0],
+              f"validation loss {loss:.4f}," in second.stdout)
+    assert result == ([0, 0], False, f"slice done: resume with --resume {run}/checkpoints/epoch-1.pt",
+                      f"done: {run}/final.pt, dashboard {run}/report.html", True)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, "-m", "ebd2n", *args], capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_corrupt_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""The `ebd2n` command line: thin wrappers that parse arguments and call one package function each.
+"""ebd2n: train GPT recipes, run LR x beta2 campaigns and read their reports.
+
+Each command parses its arguments and calls one package function.
 
 Bad input (`UserError`, or arguments argparse refuses) becomes a one-line message on stderr and
 exit status 2; a reader that stops early (`ebd2n recipe demo | head -1`) ends the command quietly.
@@ -14,7 +16,20 @@ import sys
 from pathlib import Path
 
 from ebd2n.errors import AuditFailed, RunFailed, UserError
-from ebd2n.layout import AUDIT_JSON, AUDIT_RUNS, CAMPAIGN_JSON, FINAL, GROUPS_CSV, RECIPE, RESULTS_JSON, RUNS_CSV, SELECTION_JSON
+from ebd2n.layout import (
+    AUDIT_JSON,
+    AUDIT_RUNS,
+    CAMPAIGN_JSON,
+    DASHBOARD,
+    FINAL,
+    GROUPS_CSV,
+    METRICS,
+    RECIPE,
+    RESULTS_JSON,
+    RUN_RECORD,
+    RUNS_CSV,
+    SELECTION_JSON,
+)
 
 
 def _add_recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -> None:
@@ -55,7 +70,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     from ebd2n.data import prepare_cache
 
     recipe = load_recipe(args.recipe, args.overrides)
-    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet)
+    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet and sys.stderr.isatty())
     print(f"cache {cache.directory}  identity {cache.identity}")
 
 
@@ -64,13 +79,28 @@ def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.train import train
 
     recipe = load_recipe(args.recipe, args.overrides)
-    train(
+    run_dir = train(
         recipe,
         config_path=resolve_recipe_path(args.recipe),
         resume=args.resume,
         until_epoch=args.until_epoch,
-        progress=not args.quiet,
+        progress=not args.quiet and sys.stderr.isatty(),
     )
+    print(_train_summary(run_dir))
+
+
+def _train_summary(run_dir: Path) -> str:
+    """One line on what the slice left: final.pt or the checkpoint to resume from, and the last subset loss."""
+    from ebd2n.report.dashboard import DASHBOARD
+    from ebd2n.train.runlog import read_metrics
+    from ebd2n.train.trainer import FINAL, slice_checkpoint
+
+    epochs = [record for record in read_metrics(run_dir) if record["type"] == "epoch"]
+    last = epochs[-1]
+    loss = f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % (epoch {last['epoch']} subset)"
+    if (run_dir / FINAL).is_file():
+        return f"done: {run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
+    return f"slice done: resume with --resume {run_dir / slice_checkpoint(last['epoch'])}; {loss}"
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
@@ -128,6 +158,24 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(f"report {build_report(args.campaign_dir)}")
 
 
+def cmd_dashboard(args: argparse.Namespace) -> None:
+    from ebd2n.report.dashboard import write_dashboard
+
+    if args.self_contained is None:
+        print(f"dashboard {write_dashboard(args.run_dir)}")
+    else:
+        print(f"dashboard {write_dashboard(args.run_dir, args.self_contained, self_contained=True)}")
+
+
+def cmd_status(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.status import campaign_status, format_status, write_status_page
+
+    status = campaign_status(args.campaign_dir)
+    page = write_status_page(args.campaign_dir, status)
+    print(format_status(status, colour=sys.stdout.isatty()))
+    print(f"page {page} (reloads itself; run ebd2n status again to refresh it)")
+
+
 def cmd_audit(args: argparse.Namespace) -> None:
     from ebd2n.audit import audit_campaign, violations
 
@@ -139,6 +187,13 @@ def cmd_audit(args: argparse.Namespace) -> None:
         raise AuditFailed("\n".join(violations(record)))
 
 
+DESCRIPTION = """Train GPT recipes and run learning-rate x beta2 campaigns, from data cache to report.
+
+A whole campaign runs through Snakemake (`./run.sh demo`, or `snakemake --cores all`);
+these commands do one step each, e.g. `ebd2n train --config demo` trains one run and writes
+its dashboard, `ebd2n report results/demo` rebuilds a campaign's report."""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its refusals on one line like every other bad input."""
 
@@ -147,7 +202,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ebd2n", description=__doc__.splitlines()[0])
+    from ebd2n import __version__
+
+    parser = _Parser(prog="ebd2n", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ebd2n {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     p = commands.add_parser("recipe", help="print a resolved recipe, its identity and parameter count")
@@ -198,6 +256,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("report", help="regenerate a campaign's report from disk, without training")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
     p.set_defaults(func=cmd_report)
+
+    p = commands.add_parser("dashboard", help=f"rewrite a finished run's {DASHBOARD}, or export it as one file")
+    p.add_argument("run_dir", type=Path, help=f"a finished run directory ({RUN_RECORD}, {RECIPE}, {METRICS})")
+    p.add_argument("--self-contained", type=Path, metavar="OUT.html",
+                   help="write a single-file page (plotly.js inlined) to OUT.html, for sharing one run")
+    p.set_defaults(func=cmd_dashboard)
+
+    p = commands.add_parser("status", help="where a campaign stands: every run's state, loss, hours and an ETA")
+    p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
+    p.set_defaults(func=cmd_status)
 
     p = commands.add_parser("audit", help=f"check a campaign's completeness and integrity -> {AUDIT_JSON}")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")

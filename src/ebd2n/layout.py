@@ -7,7 +7,7 @@ use it.
 
 ```
 results/<campaign>/
-  campaign.json  runs.csv  audit-runs.json  audit.json  audit-ledger.json
+  campaign.json  runs.csv  audit-runs.json  audit.json  audit-ledger.json  status.html  status/plan.json
   frozen/        SOURCE_HASH  freeze.json  src/ebd2n/  recipes/<base>.yaml
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt
@@ -108,6 +108,9 @@ def run_paths(directory: str | Path) -> RunPaths:
 # --- a campaign --------------------------------------------------------------------------------
 CAMPAIGN_JSON = "campaign.json"
 RUNS_CSV = "runs.csv"
+STATUS_PLAN = "status/plan.json"
+"""Every run of the campaign with its slices and job resources, written when the workflow starts."""
+STATUS_PAGE = "status.html"
 AUDIT_RUNS = "audit-runs.json"
 AUDIT_JSON = "audit.json"
 AUDIT_LEDGER = "audit-ledger.json"
@@ -211,6 +214,14 @@ class CampaignPaths:
         return self.report / REPORT_INDEX
 
     @property
+    def status_plan(self) -> Path:
+        return self.directory / STATUS_PLAN
+
+    @property
+    def status_page(self) -> Path:
+        return self.directory / STATUS_PAGE
+
+    @property
     def logs(self) -> Path:
         return self.directory / LOGS
 
@@ -229,6 +240,10 @@ def named_campaign(name: str) -> CampaignPaths:
 
 
 def campaign_of_run(run_dir: str | Path) -> CampaignPaths | None:
-    """The campaign holding a run directory (results/<c>/runs/<run>), None for a run trained alone."""
-    run_dir = Path(run_dir)
-    return CampaignPaths(run_dir.parent.parent) if run_dir.parent.name == RUNS else None
+    """The campaign holding a run directory (results/<campaign>/runs/<run>), None for a run trained
+    on its own: the one place that decides whether a run belongs to a campaign (and so whether its
+    page shares the campaign's plotly.js)."""
+    resolved = Path(run_dir).resolve()
+    if len(resolved.parents) > 2 and resolved.parent.name == RUNS and resolved.parents[2].name == RESULTS.name:
+        return CampaignPaths(Path(run_dir).parent.parent)
+    return None

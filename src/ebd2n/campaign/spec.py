@@ -70,6 +70,8 @@ class Campaign:
     """One value, or one per preset of a scaling campaign (see slice_epochs)."""
     checkpoint_policy: str
     resources: Mapping[str, Mapping[str, Any]]
+    cost_per_gpu_hour: float | None = None
+    """Price of a GPU-hour; the report turns GPU-hours into money with it."""
 
     @property
     def paths(self) -> CampaignPaths:
@@ -177,6 +179,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         epochs_per_slice=raw["epochs_per_slice"] if isinstance(raw["epochs_per_slice"], int) else dict(raw["epochs_per_slice"]),
         checkpoint_policy=raw.get("checkpoint_policy", "final"),
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
+        cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
     )
     _check(campaign)
     return campaign

@@ -39,7 +39,9 @@ from ebd2n.layout import (
 )
 from ebd2n.report import figures
 from ebd2n.campaign.results import CampaignResults, read_results
+from ebd2n.report.cost import campaign_cost
 from ebd2n.report.page import render_page
+from ebd2n.report.plotly_embed import shared_plotly
 from ebd2n.report.tables import (
     curve_table,
     data_facts,
@@ -70,17 +72,19 @@ def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
 
 def _write_report(campaign: CampaignResults, out: Path) -> Path:
     atomic_write_text(out / RUNS_CSV, campaign.runs.write_csv())
+    shared_plotly(out)  # every run dashboard loads it, even where this page draws no figure
+    cost = campaign_cost(campaign)
     if campaign.presets:
         scaling = scaling_rows(campaign)
         atomic_write_text(out / SCALING_CSV, _scaling_frame(scaling).write_csv())
         summary = _summary(campaign, {})
-        _write_json(out / REPORT_RESULTS, {**summary, "scaling": scaling, "runs": _run_records(campaign)})
-        page = render_page(campaign, summary, scaling=scaling)
+        _write_json(out / REPORT_RESULTS, {**summary, "scaling": scaling, "cost": cost, "runs": _run_records(campaign)})
+        page = render_page(campaign, summary, cost, scaling=scaling)
     else:
         grid = _grid_outputs(campaign, out)
         summary = _summary(campaign, grid["selection"])
-        _write_json(out / REPORT_RESULTS, {**summary, **grid["json"], "runs": _run_records(campaign)})
-        page = render_page(campaign, summary, grid=grid)
+        _write_json(out / REPORT_RESULTS, {**summary, **grid["json"], "cost": cost, "runs": _run_records(campaign)})
+        page = render_page(campaign, summary, cost, grid=grid)
     atomic_write_text(out / REPORT_INDEX, page)
     return out / REPORT_INDEX
 
@@ -104,7 +108,7 @@ def _publish(staged: Path, published: Path) -> None:
         os.utime(published / REPORT_INDEX)
         return
     current = sorted(p.name for p in published.iterdir() if p.name != HISTORY) if published.is_dir() else []
-    if current:
+    if (published / REPORT_INDEX).exists():  # a report, not only the assets the run pages wrote
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         target, suffix = published / HISTORY / stamp, 1
         while target.exists():  # two reports within one second
@@ -112,6 +116,9 @@ def _publish(staged: Path, published: Path) -> None:
         target.mkdir(parents=True)
         for name in current:
             (published / name).rename(target / name)
+    else:
+        for name in current:
+            shutil.rmtree(published / name) if (published / name).is_dir() else (published / name).unlink()
     published.mkdir(parents=True, exist_ok=True)
     for entry in staged.iterdir():
         shutil.move(entry, published / entry.name)

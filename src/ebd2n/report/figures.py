@@ -16,7 +16,7 @@ import polars as pl
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, MaxNLocator
 
 from ebd2n.report.plotly_embed import PALETTE
 
@@ -98,7 +98,10 @@ def _heatmap_panel(
     ax.set_ylabel("peak learning rate")
     ax.set_title(mode, fontsize=10)
     if high > low:
-        figure.colorbar(image, ax=ax, fraction=0.08, pad=0.03)
+        bar = figure.colorbar(image, ax=ax, fraction=0.08, pad=0.03)
+        bar.set_label("mean loss (nats)", fontsize=8)
+        bar.locator = MaxNLocator(nbins=6)
+        bar.update_ticks()
 
 
 def _save(figure: Figure) -> dict[str, bytes]:

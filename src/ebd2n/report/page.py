@@ -1,4 +1,4 @@
-"""The campaign's HTML page: one self-contained file that opens offline in any browser.
+"""The campaign's HTML page: one file that opens offline in any browser, plotly.js from report/assets/.
 
 Values are formatted here and passed to a Jinja2 template with autoescaping on, so anything that
 came from a user (run names, campaign names, purposes, paths) is shown as text, never as markup.
@@ -16,6 +16,7 @@ from ebd2n.layout import (
     AUDIT_JSON,
     CAMPAIGN_JSON,
     CURVES_CSV,
+    DASHBOARD,
     GROUPS_CSV,
     LR_RESPONSE_CSV,
     REPORT_RESULTS,
@@ -24,7 +25,7 @@ from ebd2n.layout import (
     SELECTION_JSON,
     CampaignPaths,
 )
-from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_script
+from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_tag
 from ebd2n.report import html
 from ebd2n.report.tables import point_runs, settings_rows, split_rows
 
@@ -34,6 +35,7 @@ DASH = "—"
 def render_page(
     campaign: CampaignResults,
     summary: dict[str, Any],
+    cost: dict[str, Any],
     *,
     grid: dict[str, Any] | None = None,
     scaling: list[dict[str, Any]] | None = None,
@@ -50,12 +52,15 @@ def render_page(
         "splits": split_rows(campaign),
         "manifest_found": campaign.manifest is not None,
         "provenance": _provenance(summary),
-        "runs": [_run_row(row) for row in campaign.runs.iter_rows(named=True)],
+        "runs": [_run_row(campaign, row, hours) for row, hours in
+                 zip(campaign.runs.iter_rows(named=True), cost["runs"], strict=True)],
+        "cost": _cost(cost),
         "scaling": _scaling(scaling) if scaling is not None else None,
         "grid": _grid(campaign, summary, grid) if grid is not None else None,
         "links": _links(campaign, grid, scaling is not None),
     }
-    context["plotly_js"] = plotly_script() if grid is not None else None
+    report_dir = campaign.directory / "report"
+    context["plotly"] = plotly_tag(report_dir / "index.html", report_dir) if grid is not None else None
     return environment.get_template("campaign.html.j2").render(context)
 
 
@@ -230,9 +235,28 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _run_row(row: dict[str, Any]) -> dict[str, Any]:
+def _cost(cost: dict[str, Any]) -> dict[str, Any]:
+    """The cost section: one row per mode and the campaign's, one per grid point; money only with a price."""
+    def texts(entry: dict[str, Any]) -> dict[str, str]:
+        return {"runs": str(entry["runs"]), "gpu_hours": f"{entry['gpu_hours']:,.2f}", "cpu_hours": f"{entry['cpu_hours']:,.2f}",
+                "cost": f"{entry['cost']:,.2f}" if entry["cost"] is not None else DASH}
+
+    return {
+        "price": f"{cost['cost_per_gpu_hour']:g}" if cost["cost_per_gpu_hour"] is not None else None,
+        "modes": [{"mode": entry["mode"], **texts(entry)} for entry in cost["mode"]],
+        "campaign": texts(cost["campaign"]),
+        "points": [{"mode": e["mode"], "lr": f"{e['lr']:g}", "beta2": f"{e['beta2']:g}", **texts(e)} for e in cost["point"]],
+    }
+
+
+def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, Any]) -> dict[str, Any]:
+    """A runs-table row as text; its link opens the run's dashboard, or its folder when it has none."""
+    dashboard = f"{row['directory']}/{DASHBOARD}"
     return {
         **row,
+        "gpu_hours": f"{hours['gpu_hours']:,.3f}",
+        "cpu_hours": f"{hours['cpu_hours']:,.3f}",
+        "href": f"../{dashboard}" if (campaign.directory / dashboard).is_file() else f"../{row['directory']}/",
         "lr": f"{row['lr']:g}",
         "beta2": f"{row['beta2']:g}",
         "loss": f"{row['loss']:.6f}" if row["loss"] is not None else DASH,

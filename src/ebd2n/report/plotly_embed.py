@@ -1,16 +1,23 @@
-"""Interactive figures for the HTML page: Plotly figure specs as JSON, plotly.js inlined once.
+"""Interactive figures for the HTML pages: Plotly figure specs as JSON, and how plotly.js gets in.
 
-The page must open offline, so plotly.js comes from the installed plotly package and is written
-into the page itself; figures are plain JSON handed to `Plotly.newPlot`. JSON placed inside a
-<script> element has `<`, `>` and `&` escaped, so no string in it can close the element.
+Pages must open offline, so plotly.js comes from the installed plotly package. A campaign's pages
+(its report and every run dashboard) load one shared copy from `results/<campaign>/report/assets/`
+by relative path; a page that travels alone (a run trained on its own, an exported dashboard)
+inlines it. Figures are plain JSON handed to `Plotly.newPlot`. JSON placed inside a <script>
+element has `<`, `>` and `&` escaped, so no string in it can close the element.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
+
+from ebd2n.atomic import atomic_write_text
 
 if TYPE_CHECKING:  # the trainer's run dashboard imports this module; keep it free of polars
     import polars as pl
@@ -22,14 +29,44 @@ _FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "
 _UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-def plotly_script() -> Markup:
+ASSETS = "assets"
+"""Folder of a campaign's report directory holding the shared plotly.js."""
+
+
+@functools.cache
+def plotly_source() -> str:
     """plotly.js from the installed package, checked safe to inline in a <script> element."""
     from plotly.offline import get_plotlyjs
 
     source = get_plotlyjs()
     if "</script" in source.lower():
         raise RuntimeError("the installed plotly.js contains '</script' and cannot be inlined")
-    return Markup(source)
+    return source
+
+
+def plotly_asset_name() -> str:
+    """File name of the shared copy; versioned, so pages written before an upgrade keep theirs."""
+    import plotly
+
+    return f"plotly-{plotly.__version__}.min.js"
+
+
+def shared_plotly(report_dir: Path) -> Path:
+    """`report_dir/assets/plotly-<version>.min.js`, written once (atomically) and reused after."""
+    path = Path(report_dir) / ASSETS / plotly_asset_name()
+    source = plotly_source()
+    if not path.is_file() or path.stat().st_size != len(source.encode("utf-8")):
+        atomic_write_text(path, source)
+    return path
+
+
+def plotly_tag(page: Path, report_dir: Path | None) -> Markup:
+    """The <script> element that gives `page` plotly.js: the shared copy of the campaign whose
+    report directory is `report_dir`, by relative path, or (None) the whole library inlined."""
+    if report_dir is None:
+        return Markup(f"<script>{plotly_source()}</script>")
+    relative = Path(os.path.relpath(shared_plotly(report_dir).resolve(), Path(page).resolve().parent)).as_posix()
+    return Markup(f'<script src="{escape(relative)}"></script>')
 
 
 def figure_json(figure: dict[str, Any]) -> Markup:
@@ -75,14 +112,14 @@ def heatmap_figure(
             "colorscale": "Viridis",
             "reversescale": True,
             "hoverongaps": False,
-            "colorbar": {"title": {"text": "nats"}, "thickness": 12},
+            "colorbar": {"title": {"text": "mean loss (nats)", "side": "right"}, "thickness": 12, "nticks": 8},
         }],
         "layout": {
             "title": {"text": mode},
             "xaxis": {"title": {"text": "beta2"}, "type": "category"},
             "yaxis": {"title": {"text": "peak learning rate"}, "type": "category"},
             "shapes": shapes,
-            "height": 160 + 30 * len(lrs),
+            "height": max(280, 160 + 30 * len(lrs)),
             "margin": {"l": 80, "r": 20, "t": 50, "b": 50},
             "font": _FONT,
         },

@@ -170,6 +170,11 @@ def _seeds(seeds: dict[str, Any]) -> str:
 
 
 def _counts(counts: Any) -> str:
+    """"132,171 tokens, 298 documents, 1 shard": the counts of a split; its shard records only counted."""
     if not isinstance(counts, dict):
         return str(counts)
-    return ", ".join(f"{value:,} {name}" if isinstance(value, int) else f"{name} {value}" for name, value in counts.items())
+    parts = [f"{value:,} {name}" for name, value in counts.items() if isinstance(value, int) and not isinstance(value, bool)]
+    if isinstance(counts.get("shards"), list):
+        shards = len(counts["shards"])
+        parts.append(f"{shards:,} shard{'s' if shards != 1 else ''}")
+    return ", ".join(parts)

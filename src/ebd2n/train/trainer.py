@@ -21,7 +21,7 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save_recipe
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
-from ebd2n.layout import FINAL, RunPaths, slice_checkpoint
+from ebd2n.layout import FINAL, RECIPE, RunPaths, slice_checkpoint
 from ebd2n.evaluate import block_batches, evaluate_sequences
 from ebd2n.parallel import distributed
 from ebd2n.provenance import environment, job_id, source_hash
@@ -300,8 +300,11 @@ def _log_header(log, recipe, budget, provenance, config_path, context, resume, s
     )
     dtype = "bf16 autocast" if device.type == "cuda" and recipe.runtime.amp else "fp32"
     log.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
-    for line in dump_recipe(recipe).splitlines():
-        log.write(f"  {line}")
+    if resume is None:  # the whole recipe once; later slices resume the same recipe (same identity)
+        for line in dump_recipe(recipe).splitlines():
+            log.write(f"  {line}")
+    else:
+        log.write(f"recipe as in the first slice ({RECIPE}, identity {provenance.recipe_identity})")
     for line in context.placement_lines():  # parallel: one line per stage in multi-process jobs
         log.write(line)
     action = f"resume from {resume} at epoch {start_epoch}" if resume else "start"

@@ -1,12 +1,35 @@
 // Draw every figure from its JSON block, and let each "Table view" button show or hide its table.
+// Without plotly.js (a campaign page copied away from its report/assets/) the tables still work.
 document.querySelectorAll("[data-figure]").forEach(function (plot) {
+  if (typeof Plotly === "undefined") {
+    plot.textContent = "plotly.js did not load (this page expects the campaign's report/assets/ folder; " +
+      "`ebd2n dashboard RUN_DIR --self-contained OUT.html` writes a page that travels alone). Use the table view.";
+    return;
+  }
   var figure = JSON.parse(document.getElementById(plot.dataset.figure).textContent);
-  Plotly.newPlot(plot, figure.data, figure.layout, {displaylogo: false, responsive: true});
+  Plotly.newPlot(plot, figure.data, figure.layout, {displaylogo: false, displayModeBar: "hover", responsive: true});
 });
+// A packed table (base64 of gzip-compressed JSON rows) is filled the first time it is shown.
+function unpackRows(table) {
+  var block = document.getElementById(table.dataset.packed);
+  var bytes = Uint8Array.from(atob(block.textContent.trim()), function (c) { return c.charCodeAt(0); });
+  var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  delete table.dataset.packed;
+  return new Response(stream).json().then(function (rows) {
+    var body = document.createDocumentFragment();
+    rows.forEach(function (row) {
+      var line = body.appendChild(document.createElement("tr"));
+      row.forEach(function (cell) { line.appendChild(document.createElement("td")).textContent = cell; });
+    });
+    table.tBodies[0].appendChild(body);
+  });
+}
 document.querySelectorAll("button.table-toggle").forEach(function (button) {
   button.addEventListener("click", function () {
     var view = document.getElementById(button.getAttribute("aria-controls"));
     var show = view.hidden;
+    var packed = view.querySelector("table[data-packed]");
+    if (show && packed) unpackRows(packed);
     view.hidden = !show;
     button.setAttribute("aria-expanded", String(show));
     button.textContent = show ? "Hide table" : "Table view";

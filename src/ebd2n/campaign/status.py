@@ -1,0 +1,334 @@
+"""Where a campaign stands, while it runs: one row per run and a campaign line, as text and as a page.
+
+It reads only files: the plan the workflow writes when it starts (status/plan.json: every run,
+its slice boundaries and its job's GPUs and CPUs), each run directory (metrics.jsonl, final.pt,
+results.json) and Snakemake's own records (.snakemake/incomplete/ marks the outputs of running
+jobs; each job's log under logs/ holds its error). It never asks a scheduler, so it works the
+same on a laptop and on a SLURM cluster, and it can run as often as wanted.
+
+A run's time so far is the training time the trainer recorded for its finished slices (epoch
+`wall_s`; validation and job start-up excluded) plus how long its running job has run; hours are
+that time the job's GPUs or CPUs. The ETA is the remaining jobs (slices and validations)
+times the mean duration of the finished ones, divided by the number of jobs running now (at least
+one); a job's duration is Snakemake's record of it (.snakemake/metadata/, start-up included), or
+the trainer's slice time where Snakemake kept none.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.runs import slice_ends
+from ebd2n.errors import UserError
+from ebd2n.layout import FINAL, RESULTS_JSON, STATUS_PAGE, STATUS_PLAN, CampaignPaths, slice_checkpoint
+
+if TYPE_CHECKING:  # the Snakefile imports this module; keep it free of the recipe machinery
+    from ebd2n.campaign.spec import Campaign
+
+PLAN = STATUS_PLAN
+PAGE = STATUS_PAGE
+REFRESH_S = 30
+"""How often the page reloads itself."""
+STATES = ("done", "running", "failed", "pending")
+"""The campaign line's counts; a run that trains or validates counts as running."""
+_EPOCH = re.compile(rb'"type": ?"epoch"')
+_ERROR = re.compile(r"^(ebd2n [a-z]+: (error|run failed|interrupted)|Traceback \(most recent call last\)|\S*Error: )", re.M)
+
+
+@dataclass
+class RunStatus:
+    """One run's row."""
+
+    run: str
+    state: str
+    """pending, training, validating, done or failed."""
+    detail: str
+    epochs_done: int
+    epochs: int
+    slices_done: int
+    slices: int
+    loss: float | None = None
+    accuracy: float | None = None
+    wall_s: float = 0.0
+    gpus: int = 0
+    cpus: int = 1
+    slice_seconds: list[float] = field(default_factory=list)
+    """Duration of each finished training job of the run."""
+    validation_seconds: float | None = None
+    """Duration of its validation job, once finished."""
+
+    @property
+    def counted(self) -> str:
+        """The campaign line's bucket."""
+        return "running" if self.state in ("training", "validating") else self.state
+
+
+@dataclass
+class CampaignStatus:
+    """Every run's row and the campaign's totals."""
+
+    campaign: str
+    runs: list[RunStatus]
+    counts: dict[str, int]
+    gpu_hours: float
+    cpu_hours: float
+    eta_s: float | None
+
+
+def write_plan(campaign: Campaign, epochs: dict[str, int]) -> Path:
+    """status/plan.json of a campaign: its runs, their slice boundaries and job resources (the workflow's onstart)."""
+    runs = []
+    for run in campaign.runs():
+        resources = campaign.job_resources(run.base, run.mode)
+        runs.append({"run": run.id, "slices": slice_ends(epochs[run.base], campaign.epochs_per_slice),
+                     "gpus": resources.gpus, "cpus": resources.cpus})
+    path = campaign.directory / PLAN
+    plan = {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, "runs": runs}
+    atomic_write_text(path, json.dumps(plan, indent=1) + "\n")
+    return path
+
+
+def read_plan(campaign_dir: Path) -> dict[str, Any] | None:
+    """The campaign's plan (see `write_plan`), or None for a campaign the workflow has not started."""
+    path = Path(campaign_dir) / PLAN
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def campaign_status(campaign_dir: Path, workdir: Path | None = None, now: float | None = None) -> CampaignStatus:
+    """The status of `campaign_dir` (results/<campaign>); Snakemake's records are in `workdir`/.snakemake
+    (default: the directory above results/)."""
+    campaign_dir = Path(campaign_dir)
+    plan = read_plan(campaign_dir)
+    if plan is None:
+        raise UserError(f"{campaign_dir / PLAN}: no such file; it is written when Snakemake starts the campaign - "
+                        f"is {campaign_dir} a campaign directory?")
+    workdir = Path(workdir) if workdir is not None else campaign_dir.resolve().parent.parent
+    running = _running_outputs(workdir, campaign_dir)
+    now = time.time() if now is None else now
+    records = _JobRecords(workdir, campaign_dir)
+    rows = [_run_status(campaign_dir, entry, running, records, now) for entry in plan["runs"]]
+    counts = {state: sum(row.counted == state for row in rows) for state in STATES}
+    return CampaignStatus(
+        campaign=plan["campaign"], runs=rows, counts=counts,
+        gpu_hours=sum(row.wall_s * row.gpus for row in rows) / 3600,
+        cpu_hours=sum(row.wall_s * row.cpus for row in rows) / 3600,
+        eta_s=_eta(rows, counts["running"]),
+    )
+
+
+def _eta(rows: list[RunStatus], running: int) -> float | None:
+    """Seconds until every run that has not failed is validated; None before any job finished."""
+    left = [row for row in rows if row.state not in ("failed", "done")]
+    slices = sum(row.slices - row.slices_done for row in left)
+    validations = len(left)
+    trained = [seconds for row in rows for seconds in row.slice_seconds]
+    validated = [row.validation_seconds for row in rows if row.validation_seconds is not None]
+    if not left:
+        return 0.0
+    if not trained:
+        return None
+    validation = sum(validated) / len(validated) if validated else 0.0
+    return (slices * sum(trained) / len(trained) + validations * validation) / max(running, 1)
+
+
+class _JobRecords:
+    """Snakemake's record of each finished job, by output (.snakemake/metadata/<base64 of the path>)."""
+
+    def __init__(self, workdir: Path, campaign_dir: Path) -> None:
+        self.metadata = workdir / ".snakemake" / "metadata"
+        self.prefix = campaign_dir.resolve().relative_to(workdir.resolve()).as_posix() + "/runs/"
+
+    def seconds(self, output: str) -> float | None:
+        """How long the job that wrote runs/`output` took, if Snakemake recorded it."""
+        path = self.metadata / base64.urlsafe_b64encode(f"{self.prefix}{output}".encode()).decode()
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            return float(record["endtime"]) - float(record["starttime"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+def _running_outputs(workdir: Path, campaign_dir: Path) -> dict[str, float]:
+    """Outputs of the jobs running now (Snakemake's incomplete markers) -> when each job started."""
+    markers = workdir / ".snakemake" / "incomplete"
+    prefix = campaign_dir.resolve().relative_to(workdir.resolve()).as_posix() + "/runs/"
+    running = {}
+    for marker in markers.iterdir() if markers.is_dir() else []:
+        try:
+            output = base64.urlsafe_b64decode(marker.name).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if output.startswith(prefix):
+            running[output.removeprefix(prefix)] = marker.stat().st_mtime
+    return running
+
+
+def _run_status(
+    campaign_dir: Path, entry: dict[str, Any], running: dict[str, float], records: _JobRecords, now: float
+) -> RunStatus:
+    run, ends = entry["run"], entry["slices"]
+    files = CampaignPaths(Path(campaign_dir)).run(run)
+    epochs = _epoch_records(files.metrics)
+    done_epochs = len(epochs)
+    slices_done = sum(end <= done_epochs for end in ends)
+    row = RunStatus(run=run, state="pending", detail="", epochs_done=done_epochs, epochs=ends[-1],
+                    slices_done=slices_done, slices=len(ends), gpus=entry["gpus"], cpus=entry["cpus"])
+    if epochs:
+        row.loss, row.accuracy = epochs[-1].get("val_loss"), epochs[-1].get("val_accuracy")
+        row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs)
+        starts = [0, *ends]
+        for start, end in zip(starts, ends):
+            if end <= done_epochs:
+                output = FINAL if end == ends[-1] else slice_checkpoint(end)
+                recorded = records.seconds(f"{run}/{output}")
+                row.slice_seconds.append(recorded if recorded is not None else sum(r.get("wall_s", 0.0) for r in epochs[start:end]))
+    mine = [started for output, started in running.items() if output.startswith(f"{run}/")]
+    if files.results.is_file():
+        row.state = "done"
+        row.validation_seconds = records.seconds(f"{run}/{RESULTS_JSON}")
+    elif mine:  # the running job's epochs so far are in its elapsed time
+        finished = ends[slices_done - 1] if slices_done else 0
+        row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[:finished]) + now - min(mine)
+        validating = f"{run}/{RESULTS_JSON}" in running
+        row.state = "validating" if validating else "training"
+        row.detail = "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}"
+    elif (failure := _failure(campaign_dir, run)) is not None:
+        row.state, row.detail = "failed", failure
+    elif files.final.is_file():
+        row.detail = "trained, waiting for validation"
+    elif slices_done:
+        row.detail = f"{slices_done} of {len(ends)} slices done"
+    return row
+
+
+_READ: dict[Path, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
+"""Epoch records by file, with the (mtime, size) they were read at: a process that asks again
+(Snakemake's console, rewriting status pages) reads only the files that changed."""
+
+
+def _epoch_records(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's epoch records, without parsing its many step records; a line being written
+    (no newline yet) is left out."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return []
+    key = (stat.st_mtime_ns, stat.st_size)
+    if path in _READ and _READ[path][0] == key:
+        return _READ[path][1]
+    records = []
+    for line in path.read_bytes().splitlines(keepends=True):
+        if line.endswith(b"\n") and _EPOCH.search(line):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    epochs = [record for record in records if record.get("type") == "epoch"]
+    _READ[path] = (key, epochs)
+    return epochs
+
+
+def _failure(campaign_dir: Path, run: str) -> str | None:
+    """The error of the run's last job, if that job failed (its log, under logs/runs/<run>/, says so)."""
+    paths = CampaignPaths(Path(campaign_dir))
+    logs = sorted((paths.logs / paths.runs.name / run).rglob("*.log"), key=lambda path: path.stat().st_mtime)
+    if not logs:
+        return None
+    text = logs[-1].read_text(encoding="utf-8", errors="replace")
+    errors = [line for line in text.splitlines() if _ERROR.match(line)]
+    if not errors:
+        return None
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    return f"{logs[-1].relative_to(campaign_dir).as_posix()}: {last.strip()[:160]}"
+
+
+# --- output ---
+
+COLUMNS = ("run", "state", "epochs", "val loss", "val acc.", "wall", "note")
+_COLOURS = {"done": "32", "training": "36", "validating": "36", "failed": "31", "pending": "2"}
+
+
+def format_status(status: CampaignStatus, colour: bool = False) -> str:
+    """The table and the campaign line; `colour`: ANSI colours for a terminal, else plain text."""
+    rows = [_cells(row) for row in status.runs]
+    widths = [max(len(column), *(len(cells[i]) for cells in rows)) for i, column in enumerate(COLUMNS)]
+    lines = [_joined(COLUMNS, widths)]
+    for row, cells in zip(status.runs, rows, strict=True):
+        text = _joined(cells, widths)
+        lines.append(f"\033[{_COLOURS[row.state]}m{text}\033[0m" if colour else text)
+    lines.append(campaign_line(status))
+    return "\n".join(lines)
+
+
+def _joined(cells: tuple[str, ...] | list[str], widths: list[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+
+def campaign_line(status: CampaignStatus) -> str:
+    counts = status.counts
+    eta = "unknown (no slice finished yet)" if status.eta_s is None else _duration(status.eta_s)
+    return (f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
+            f"{counts['failed']} failed, {counts['pending']} pending; {status.gpu_hours:.2f} GPU-hours, "
+            f"{status.cpu_hours:.2f} CPU-hours so far; ETA {eta}")
+
+
+def _cells(row: RunStatus) -> list[str]:
+    training = row.state == "training"
+    return [
+        row.run, f"training {row.detail}" if training else row.state, f"{row.epochs_done}/{row.epochs}",
+        f"{row.loss:.4f}" if row.loss is not None else "-",
+        f"{100 * row.accuracy:.2f} %" if row.accuracy is not None else "-",
+        _duration(row.wall_s) if row.wall_s else "-",
+        "" if training else row.detail,
+    ]
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
+    """results/<campaign>/status.html: the same table, reloading itself every REFRESH_S seconds."""
+    rows = "\n".join(
+        f'<tr class="{row.state}">' + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(row)) + "</tr>"
+        for row in status.runs
+    )
+    header = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
+    page = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="refresh" content="{REFRESH_S}">
+<title>{html.escape(status.campaign)} — ebd2n campaign status</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 1.5rem; color: #1d232b; }}
+table {{ border-collapse: collapse; }} th, td {{ padding: 0.2rem 0.7rem; text-align: left; border-bottom: 1px solid #e3e7ec; }}
+td:nth-child(n+3):nth-child(-n+6) {{ text-align: right; font-variant-numeric: tabular-nums; }}
+tr.done td:nth-child(2) {{ color: #1e7a3c; }} tr.failed td {{ color: #b3261e; }}
+tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; font-weight: 600; }} tr.pending {{ color: #6b7480; }}
+</style>
+</head>
+<body>
+<h1>{html.escape(status.campaign)}</h1>
+<p id="campaign">{html.escape(campaign_line(status))}</p>
+<p class="muted">Written {time.strftime('%Y-%m-%d %H:%M:%S')} by <code>ebd2n status</code>; this page reloads every {REFRESH_S} s.
+The report, once the campaign is done: <a href="report/index.html">report/index.html</a>.</p>
+<table id="runs"><thead><tr>{header}</tr></thead><tbody>
+{rows}
+</tbody></table>
+</body>
+</html>
+"""
+    path = Path(campaign_dir) / PAGE
+    atomic_write_text(path, page)
+    return path

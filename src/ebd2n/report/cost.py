@@ -1,0 +1,60 @@
+"""What a campaign cost: GPU-hours and CPU-hours per run, grid point, mode and campaign, and money
+when the campaign file sets `cost_per_gpu_hour`.
+
+A run's hours are its recorded training time (the sum of its epochs' `wall_s` in metrics.jsonl,
+over every slice; validation and job start-up are not in it) times the GPUs, or CPUs, its jobs
+asked for (the campaign's plan, status/plan.json). A campaign without a plan (trained before the
+plan existed) counts each run's recorded devices as GPUs (none for a CPU run) and one CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ebd2n.campaign.status import read_plan
+from ebd2n.campaign.results import CampaignResults
+
+GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
+"""The levels the report sums runs at, with the keys that define a group."""
+
+
+def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
+    """Per run, per grid point, per mode and in all: seconds, GPU-hours, CPU-hours and cost (None without a price)."""
+    plan = read_plan(campaign.directory) or {}
+    resources = {entry["run"]: (entry["gpus"], entry["cpus"]) for entry in plan.get("runs", [])}
+    price = plan.get("cost_per_gpu_hour")
+    runs = []
+    for row in campaign.runs.iter_rows(named=True):
+        directory = row["directory"]
+        seconds = sum(record.get("wall_s", 0.0) for record in campaign.epochs(directory))
+        gpus, cpus = resources.get(Path(directory).name, (_recorded_gpus(campaign, directory), 1))
+        runs.append({"run": row["run"], "directory": directory, "mode": row["mode"], "lr": row["lr"],
+                     "beta2": row["beta2"], "seed": row["seed"], "gpus": gpus, "cpus": cpus,
+                     **_hours(seconds, gpus, cpus, price)})
+    cost: dict[str, Any] = {"cost_per_gpu_hour": price, "runs": runs}
+    for level, keys in GROUPS:
+        groups: dict[tuple, list[dict[str, Any]]] = {}
+        for run in runs:
+            groups.setdefault(tuple(run[key] for key in keys), []).append(run)
+        cost[level] = [{**dict(zip(keys, key, strict=True)), "runs": len(members), **_sum(members, price)}
+                       for key, members in groups.items()]
+    cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
+    return cost
+
+
+def _recorded_gpus(campaign: CampaignResults, directory: str) -> int:
+    devices = (campaign.results.get(directory) or {}).get("environment", {}).get("devices") or []
+    return 0 if devices in ([], ["cpu"]) else len(devices)
+
+
+def _hours(seconds: float, gpus: int, cpus: int, price: float | None) -> dict[str, Any]:
+    gpu_hours = seconds * gpus / 3600
+    return {"seconds": seconds, "gpu_hours": gpu_hours, "cpu_hours": seconds * cpus / 3600,
+            "cost": gpu_hours * price if price is not None else None}
+
+
+def _sum(runs: list[dict[str, Any]], price: float | None) -> dict[str, Any]:
+    gpu_hours = sum(run["gpu_hours"] for run in runs)
+    return {"seconds": sum(run["seconds"] for run in runs), "gpu_hours": gpu_hours,
+            "cpu_hours": sum(run["cpu_hours"] for run in runs), "cost": gpu_hours * price if price is not None else None}

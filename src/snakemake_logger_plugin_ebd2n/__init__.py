@@ -1,0 +1,121 @@
+"""A quiet console for ebd2n campaigns: Snakemake's `--logger ebd2n` (the repository's profiles set it).
+
+One line per finished job (time, jobs done of all, rule, run), every error in full with the
+failed job's log, warnings, and Snakemake's job table at the start. The full record stays in
+.snakemake/log/. As jobs finish it also rewrites each campaign's status page (`ebd2n status`),
+at most every STATUS_EVERY_S seconds. Snakemake finds this module by its name
+(snakemake_logger_plugin_<name>), so it is a top-level package of its own; it imports ebd2n only
+to write status pages, when the first job finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+from snakemake_interface_logger_plugins.base import LogHandlerBase
+from snakemake_interface_logger_plugins.common import LogEvent
+
+_ERRORS = {LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR, LogEvent.ERROR}
+STATUS_EVERY_S = 20
+"""Least time between two rewrites of a campaign's status page."""
+_SAID = {"Nothing to be done (all requested files are present and up to date)."}
+"""Plain INFO messages still worth a line."""
+
+
+class LogHandler(LogHandlerBase):
+    """Writes the quiet console to stderr, where Snakemake's own console goes."""
+
+    def __post_init__(self) -> None:
+        self.jobs: dict[int, str] = {}
+        self.finished: list[str] = []
+        self.campaigns: set[str] = set()
+        self.status_written = 0.0
+
+    @property
+    def writes_to_stream(self) -> bool:
+        return True
+
+    @property
+    def writes_to_file(self) -> bool:
+        return False
+
+    @property
+    def has_filter(self) -> bool:
+        return True
+
+    @property
+    def has_formatter(self) -> bool:
+        return True
+
+    @property
+    def needs_rulegraph(self) -> bool:
+        return False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.line(record)
+        except Exception:  # a console line must never stop the workflow
+            self.handleError(record)
+            return
+        if line:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def line(self, record: logging.LogRecord) -> str | None:
+        """What the console shows for one record, or None."""
+        event = getattr(record, "event", None)
+        if event == LogEvent.JOB_INFO:
+            self.jobs[record.jobid] = job_label(record.rule_name, record.wildcards)
+            if "campaign" in (record.wildcards or {}):
+                self.campaigns.add(str(record.wildcards["campaign"]))
+        elif event == LogEvent.JOB_FINISHED:
+            self.finished.append(self.jobs.pop(record.job_id, f"job {record.job_id}"))
+        elif event == LogEvent.PROGRESS:
+            done = ", ".join(self.finished)
+            self.finished = []
+            self.refresh_status(last=record.done == record.total)
+            return f"[{time.strftime('%H:%M:%S')}] {record.done}/{record.total} done  {done}".rstrip()
+        elif event == LogEvent.RUN_INFO:
+            return record.getMessage()
+        elif event in _ERRORS:
+            self.refresh_status(last=True)
+            return error_text(record)
+        elif event is None and (record.levelno >= logging.WARNING or record.getMessage() in _SAID):
+            return record.getMessage()
+        return None
+
+    def refresh_status(self, last: bool) -> None:
+        """Rewrite the status page of every campaign seen, unless one was written moments ago."""
+        if not last and time.monotonic() - self.status_written < STATUS_EVERY_S:
+            return
+        self.status_written = time.monotonic()
+        try:
+            from ebd2n.campaign.status import campaign_status, write_status_page
+            from ebd2n.layout import named_campaign
+        except ImportError:  # Snakemake runs without the ebd2n package: no pages
+            return
+        for campaign in self.campaigns:
+            directory = named_campaign(campaign).directory
+            try:
+                write_status_page(directory, campaign_status(directory))
+            except Exception as error:  # a status page must never stop the workflow
+                sys.stderr.write(f"status page of {directory} not written: {error}\n")
+
+
+def job_label(rule: str, wildcards: dict[str, Any] | None) -> str:
+    """'train_final demo/packed-4-lr0.001-beta20.95-seed42 epoch 2': rule, campaign/run, the rest."""
+    wildcards = dict(wildcards or {})
+    where = "/".join(str(wildcards.pop(key)) for key in ("campaign", "run") if key in wildcards)
+    rest = " ".join(f"{key} {value}" for key, value in wildcards.items())
+    return " ".join(part for part in (rule, where, rest) if part)
+
+
+def error_text(record: logging.LogRecord) -> str:
+    """An error in full: Snakemake's own account of it, then each log file of the failed job."""
+    from snakemake.logging import DefaultFormatter
+
+    text = DefaultFormatter(quiet=set(), show_failed_logs=True).format(record)
+    return "\n" + text.replace("\n    message: None\n", "\n") + "\n"  # a rule without a message: nothing to say

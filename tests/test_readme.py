@@ -1,0 +1,58 @@
+"""The README's everyday commands work as written: the shell blocks marked
+`<!-- readme-test: run this block -->` run in order, in a fresh directory, with `ebd2n` being this
+checkout's package; then their files are checked (a whole run and the same run in two slices give
+the same weights, as the README says)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from workflow_support import assert_states_equal
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "<!-- readme-test: run this block -->"
+
+
+def runnable_blocks(text: str) -> list[str]:
+    """The bodies of the ```bash blocks right after each mark, in order."""
+    return re.findall(re.escape(MARK) + r"\s*```bash\n(.*?)```", text, re.S)
+
+
+def test_readme_marks_the_everyday_commands() -> None:
+    blocks = runnable_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+    result = (len(blocks), [line.split()[:2] for line in blocks[0].splitlines() if line.startswith("ebd2n")][:3])
+    assert result == (1, [["ebd2n", "--version"], ["ebd2n", "recipe"], ["ebd2n", "recipe"]])
+
+
+@pytest.mark.slow
+def test_readme_everyday_commands_run_in_order(tmp_path: Path) -> None:
+    script = "\n".join([
+        "set -euo pipefail",
+        f'ebd2n() {{ "{sys.executable}" -m ebd2n "$@"; }}',
+        *runnable_blocks((ROOT / "README.md").read_text(encoding="utf-8")),
+    ])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    completed = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    trained = [line.split(";")[0] for line in completed.stdout.splitlines() if line.startswith(("done:", "slice done:"))]
+    result = (
+        sorted(path.name for path in tmp_path.iterdir()),
+        trained,
+        (tmp_path / "runs/sliced/results.json").is_file(),
+        "* plotly.js v" in (tmp_path / "sliced.html").read_text(encoding="utf-8"),
+    )
+    assert result == (
+        ["results", "runs", "sliced.html"],
+        ["done: runs/whole/final.pt, dashboard runs/whole/report.html",
+         "slice done: resume with --resume runs/sliced/checkpoints/epoch-1.pt",
+         "done: runs/sliced/final.pt, dashboard runs/sliced/report.html"],
+        True, True,
+    )
+    assert_states_equal(*(torch.load(tmp_path / "runs" / name / "final.pt", weights_only=True)["engine"] for name in ("whole", "sliced")))
+

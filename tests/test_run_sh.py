@@ -1,0 +1,70 @@
+"""./run.sh installs once: a second call with nothing changed goes straight to Snakemake or pytest,
+and a change of pyproject.toml (or asking for the test extras) installs again.
+
+run.sh runs for real in a copy of the repository's files; the interpreter and Snakemake it calls
+are stand-ins that log their arguments, so no package is installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from offline_browser import CHROMIUM
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$(dirname "$0")/../../calls.log"
+"""
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """run.sh and pyproject.toml in a fresh folder, with a .venv whose python and snakemake only log."""
+    for name in ("run.sh", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python", "snakemake"):
+        (bin_dir / name).write_text(FAKE)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    return tmp_path
+
+
+def _run(checkout: Path, *args: str) -> list[str]:
+    """The calls one ./run.sh made, in order."""
+    log = checkout / "calls.log"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin"}
+    subprocess.run(["bash", "run.sh", *args], cwd=checkout, env=env, check=True, timeout=60, capture_output=True)
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_run_sh_installs_once_then_only_runs_snakemake(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    first = _run(checkout, "demo")
+    second = _run(checkout, "demo")
+    result = (sum(call.startswith("python -m pip install") for call in first), first[-1], second)
+    assert result == (2, "snakemake --cores all", ["snakemake --cores all"])
+
+
+def test_run_sh_installs_again_when_pyproject_changes(tmp_path: Path) -> None:
+    checkout = _checkout(tmp_path)
+    _run(checkout, "demo")
+    with (checkout / "pyproject.toml").open("a") as handle:
+        handle.write("\n# a new dependency\n")
+    result = _run(checkout, "demo")
+    assert "python -m pip install -q -e ." in result
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="./run.sh test would install Chromium")
+def test_run_sh_test_extras_install_covers_the_demo(tmp_path: Path) -> None:
+    """A demo install does not cover the test tools; a test install covers the demo."""
+    checkout = _checkout(tmp_path)
+    _run(checkout, "demo")
+    tests = _run(checkout, "test", "-q")
+    demo = _run(checkout, "demo")
+    result = ("python -m pip install -q -e .[test]" in tests, tests[-1], demo)
+    assert result == (True, "python -m pytest -q", ["snakemake --cores all"])

@@ -1,0 +1,182 @@
+"""`ebd2n status` on a campaign stopped midway: three runs done, one training its second slice, one
+validating, one failed, two pending; exact counts, hours, ETA, plain text when piped, and the page.
+
+The run directories are written by the report tests' campaign writer (the trainer's file shapes);
+Snakemake's records are what Snakemake leaves: an incomplete marker per running job's output
+(.snakemake/incomplete/<base64 of the path>), a metadata record per finished job, and each job's
+log under logs/."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from campaign_tree import RunSpec, grid_runs, write_campaign
+from offline_browser import CHROMIUM, launch
+
+from ebd2n.campaign.spec import base_epochs, campaign_from_dict
+from ebd2n.campaign.status import campaign_status, format_status, write_plan
+from ebd2n.errors import UserError
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+CAMPAIGN = {
+    "campaign": "sweep",
+    "recipe": "demo",
+    "data": {"source": "synthetic", "cache_dir": "results/caches/synthetic"},
+    "grid": {"modes": ["synchronous", "packed-4"], "learning_rates": {"synchronous": [0.001, 0.003], "packed-4": [0.001, 0.003]},
+             "beta2": [0.95]},
+    "seeds": [42, 43],
+    "epochs_per_slice": 1,
+    "resources": {"default": {"gpus": 1, "cpus": 4, "minutes": 5}},
+}
+"""8 runs of the demo recipe (2 epochs, so 2 slices each), one GPU and 4 CPUs per job."""
+STARTED = 1_800_000_000.0
+NOW = STARTED + 90
+JOB_SECONDS = {"checkpoints/epoch-1.pt": 20.0, "final.pt": 30.0, "results.json": 10.0}
+FINISHED = {
+    "done": ["checkpoints/epoch-1.pt", "final.pt", "results.json"], "training": ["checkpoints/epoch-1.pt"],
+    "failed": ["checkpoints/epoch-1.pt"], "validating": ["checkpoints/epoch-1.pt", "final.pt"], "pending": [],
+}
+"""Outputs of each run's finished jobs, which Snakemake keeps a record of."""
+FAILURE = "ebd2n train: run failed: 4 consecutive steps had non-finite gradients (last at step 9); lower optimizer.lr or check the data"
+
+
+def _runs() -> list[RunSpec]:
+    return grid_runs(["synchronous"], [0.001, 0.003], [0.95], [42, 43]) + grid_runs(["packed-4"], [0.001, 0.003], [0.95], [42, 43])
+
+
+def _marker(repo: Path, output: str, folder: str) -> Path:
+    return repo / ".snakemake" / folder / base64.urlsafe_b64encode(output.encode()).decode()
+
+
+@pytest.fixture
+def stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The campaign in its midway state; returns each run's role by run id."""
+    monkeypatch.chdir(tmp_path)
+    campaign = campaign_from_dict(json.loads(json.dumps(CAMPAIGN)))
+    write_plan(campaign, base_epochs(campaign))
+    runs = [spec.run_id for spec in _runs()]
+    root = write_campaign(tmp_path, "sweep", _runs(), epochs=2, campaign_json=False, audit=None)
+    roles = dict(zip(runs, ["done", "done", "done", "training", "validating", "failed", "pending", "pending"], strict=True))
+    for run, role in roles.items():
+        directory = root / "runs" / run
+        prefix = f"results/sweep/runs/{run}"
+        if role != "done":
+            (directory / "results.json").unlink()
+        if role == "done":
+            (directory / "final.pt").write_bytes(b"weights")
+        for output in FINISHED[role]:
+            record = _marker(tmp_path, f"{prefix}/{output}", "metadata")
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({"rule": "x", "starttime": STARTED, "endtime": STARTED + JOB_SECONDS[output]}))
+        if role in ("training", "failed"):  # slice 1 of 2 finished: its epoch record only
+            metrics = directory / "metrics.jsonl"
+            metrics.write_text("".join(line + "\n" for line in metrics.read_text().splitlines()[:2]))
+        if role == "validating":
+            (directory / "final.pt").write_bytes(b"weights")
+        if role in ("training", "validating"):
+            marker = _marker(tmp_path, f"{prefix}/{'final.pt' if role == 'training' else 'results.json'}", "incomplete")
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("")
+            os.utime(marker, (STARTED, STARTED))
+        if role == "failed":
+            log = root / "logs" / "runs" / run / "final.log"
+            log.parent.mkdir(parents=True)
+            log.write_text(f"2026-11-30 12:00:00 slice: resume\nTraceback (most recent call last):\n  ...\n{FAILURE}\n")
+        if role == "pending":  # one resolved (recipe.yaml only), one not started at all
+            for path in directory.iterdir():
+                if path.name != "recipe.yaml" or run.endswith("seed43"):
+                    path.unlink()
+            if run.endswith("seed43"):
+                directory.rmdir()
+    return roles
+
+
+def test_status_counts_of_a_campaign_stopped_midway(stopped: dict[str, str]) -> None:
+    status = campaign_status(Path("results/sweep"), now=NOW)
+    result = (status.counts, [(row.run, row.state) for row in status.runs])
+    expected_states = {"training": "training", "validating": "validating"}
+    assert result == (
+        {"done": 3, "running": 2, "failed": 1, "pending": 2},
+        [(run, expected_states.get(role, role)) for run, role in stopped.items()],
+    )
+
+
+def test_status_hours_and_eta(stopped: dict[str, str]) -> None:
+    """Hours: 0.5 s per recorded epoch (the writer's wall_s; 10 epochs) plus 90 s for each of the two
+    running jobs, times 1 GPU or 4 CPUs. ETA: 5 slices left (1 of the training run, 2 of each pending
+    one) at the mean finished training job's 24 s (six of 20 s, four of 30 s), and 4 validations at
+    10 s, over the 2 jobs running."""
+    status = campaign_status(Path("results/sweep"), now=NOW)
+    seconds = 10 * 0.5 + 2 * 90
+    result = (round(status.gpu_hours * 3600, 6), round(status.cpu_hours * 3600, 6), status.eta_s)
+    assert result == (seconds, 4 * seconds, (5 * 24.0 + 4 * 10.0) / 2)
+
+
+def test_status_rows_say_slice_and_failure(stopped: dict[str, str]) -> None:
+    rows = {row.state: row for row in campaign_status(Path("results/sweep"), now=NOW).runs}
+    result = (rows["training"].detail, rows["training"].epochs_done, rows["failed"].detail.split(": ", 1))
+    assert result == ("slice 2 of 2", 1, [f"logs/runs/{rows['failed'].run}/final.log", FAILURE])
+
+
+def test_cli_status_piped_is_plain_text_and_writes_the_page(stopped: dict[str, str], tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    completed = subprocess.run([sys.executable, "-m", "ebd2n", "status", "results/sweep"], capture_output=True, text=True,
+                               env=env, timeout=120, cwd=tmp_path)
+    lines = completed.stdout.splitlines()
+    result = (completed.returncode, "\033[" in completed.stdout, len(lines), lines[0].split(), lines[-2].split(":")[1],
+              (tmp_path / "results/sweep/status.html").is_file())
+    assert result == (0, False, 1 + 8 + 2, ["run", "state", "epochs", "val", "loss", "val", "acc.", "wall", "note"],
+                      " 8 runs", True)
+
+
+def test_status_in_a_terminal_is_coloured(stopped: dict[str, str]) -> None:
+    text = format_status(campaign_status(Path("results/sweep"), now=NOW), colour=True)
+    result = [line.startswith("\033[") for line in text.splitlines()]
+    assert result == [False] + [True] * 8 + [False]
+
+
+def test_status_without_a_plan_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"status/plan\.json: no such file"):
+        campaign_status(tmp_path / "results" / "nothing")
+
+
+@pytest.fixture
+def page(stopped: dict[str, str], tmp_path: Path) -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not installed")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from ebd2n.campaign.status import write_status_page
+
+    path = write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW))
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        context = browser.new_context()
+        context.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+        loaded = context.new_page()
+        errors: list[str] = []
+        loaded.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        loaded.goto(path.as_uri())
+        loaded.errors = errors
+        yield loaded
+        browser.close()
+
+
+@pytest.mark.browser
+def test_browser_status_page(page) -> None:
+    """The page opens offline with no console error, one row per run, the campaign line, and reloads itself."""
+    result = (
+        page.evaluate("document.querySelectorAll('#runs tbody tr').length"),
+        page.evaluate("[...document.querySelectorAll('#runs tbody tr')].map(tr => tr.className)"),
+        page.locator("#campaign").inner_text().split(";")[0],
+        page.evaluate("document.querySelector('meta[http-equiv=refresh]').content"),
+        page.errors,
+    )
+    assert result == (8, ["done"] * 3 + ["training", "validating", "failed", "pending", "pending"],
+                      "campaign sweep: 8 runs: 3 done, 2 running, 1 failed, 2 pending", "30", [])
