@@ -292,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"ebd2n {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
-    except AuditFailed as error:
-        print(f"ebd2n {args.command}: audit failed:\n{error}", file=sys.stderr)
+    except AuditFailed as error:  # one line per violation, each saying what is wrong where
+        for line in str(error).splitlines():
+            print(f"ebd2n {args.command}: {line}", file=sys.stderr)
         return 1
     except RunFailed as error:
         print(f"ebd2n {args.command}: run failed: {error}", file=sys.stderr)
