@@ -29,6 +29,7 @@ from ebd2n.layout import (
     RUN_RECORD,
     RUNS_CSV,
     SELECTION_JSON,
+    slice_checkpoint,
 )
 
 
@@ -86,14 +87,13 @@ def cmd_train(args: argparse.Namespace) -> None:
         until_epoch=args.until_epoch,
         progress=not args.quiet and sys.stderr.isatty(),
     )
-    print(_train_summary(run_dir))
+    if os.environ.get("RANK", "0") == "0":  # torchrun: the main process speaks for the run
+        print(_train_summary(run_dir))
 
 
 def _train_summary(run_dir: Path) -> str:
     """One line on what the slice left: final.pt or the checkpoint to resume from, and the last subset loss."""
-    from ebd2n.report.dashboard import DASHBOARD
     from ebd2n.train.runlog import read_metrics
-    from ebd2n.train.trainer import FINAL, slice_checkpoint
 
     epochs = [record for record in read_metrics(run_dir) if record["type"] == "epoch"]
     last = epochs[-1]
