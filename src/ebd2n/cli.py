@@ -29,6 +29,7 @@ from ebd2n.layout import (
     RUN_RECORD,
     RUNS_CSV,
     SELECTION_JSON,
+    slice_checkpoint,
 )
 
 
@@ -76,7 +77,10 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.config import load_recipe, resolve_recipe_path
+    from ebd2n.parallel.distributed import is_main_process
+    from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
+    from ebd2n.train.runlog import append_to_train_log
 
     recipe = load_recipe(args.recipe, args.overrides)
     run_dir = train(
@@ -86,14 +90,14 @@ def cmd_train(args: argparse.Namespace) -> None:
         until_epoch=args.until_epoch,
         progress=not args.quiet and sys.stderr.isatty(),
     )
+    if (run_dir / FINAL).is_file() and is_main_process():  # the slice that completed the run; rank 0 writes
+        append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
     print(_train_summary(run_dir))
 
 
 def _train_summary(run_dir: Path) -> str:
     """One line on what the slice left: final.pt or the checkpoint to resume from, and the last subset loss."""
-    from ebd2n.report.dashboard import DASHBOARD
     from ebd2n.train.runlog import read_metrics
-    from ebd2n.train.trainer import FINAL, slice_checkpoint
 
     epochs = [record for record in read_metrics(run_dir) if record["type"] == "epoch"]
     last = epochs[-1]

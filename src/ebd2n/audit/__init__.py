@@ -38,9 +38,9 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     if not paths.directory.is_dir() or not (paths.frozen.is_dir() or paths.runs.is_dir()):
         raise UserError(f"{paths.directory}: not a campaign directory (no frozen/ or runs/); pass results/<campaign>")
     files = checks.Check("campaign records present and readable", unit="files")
-    info = _read_json(paths, paths.campaign_json, files)
+    info = _read_record(paths, paths.campaign_json, files)
     frozen_hash = _read_text(paths, paths.source_hash, files)
-    previous_audit = _read_json(paths, paths.audit, files, optional=True)
+    previous_audit = _read_record(paths, paths.audit, files, optional=True)
     try:
         ledger = read_ledger(paths)
     except ValueError as error:
@@ -99,7 +99,7 @@ def violations(record: dict) -> list[str]:
     return [f"{check['name']}: {v}" for check in record["checks"] for v in check["violations"]]
 
 
-def _read_json(paths: CampaignPaths, path: Path, check: checks.Check, optional: bool = False) -> Any:
+def _read_record(paths: CampaignPaths, path: Path, check: checks.Check, optional: bool = False) -> Any:
     where = path.relative_to(paths.directory)
     if not path.is_file():
         if not optional:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.runs import slice_ends
 from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json
 from ebd2n.layout import FINAL, RESULTS_JSON, STATUS_PAGE, STATUS_PLAN, CampaignPaths, slice_checkpoint
 
 if TYPE_CHECKING:  # the Snakefile imports this module; keep it free of the recipe machinery
@@ -98,8 +99,7 @@ def write_plan(campaign: Campaign, epochs: dict[str, int]) -> Path:
 
 def read_plan(campaign_dir: Path) -> dict[str, Any] | None:
     """The campaign's plan (see `write_plan`), or None for a campaign the workflow has not started."""
-    path = Path(campaign_dir) / PLAN
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_json(Path(campaign_dir) / PLAN)
 
 
 def campaign_status(campaign_dir: Path, workdir: Path | None = None, now: float | None = None) -> CampaignStatus:

@@ -27,10 +27,10 @@ from markupsafe import Markup
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, count_parameters, load_recipe
 from ebd2n.errors import UserError
+from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import DASHBOARD, METRICS, RECIPE, RUN_RECORD, campaign_of_run
 from ebd2n.report import html
 from ebd2n.report.plotly_embed import figure_json, plotly_tag
-from ebd2n.train.runlog import read_metrics
 
 MAX_POINTS = 2000
 """Most points a per-batch curve draws; more would slow the page without showing more."""
@@ -59,7 +59,7 @@ def write_dashboard(run_dir: Path, out: Path | None = None, self_contained: bool
     path = Path(out) if out is not None else run_dir / DASHBOARD
     campaign = None if self_contained else campaign_of_run(run_dir)
     plotly = plotly_tag(path, campaign.report if campaign else None)
-    atomic_write_text(path, render_dashboard(run, recipe, read_metrics(run_dir), plotly))
+    atomic_write_text(path, render_dashboard(run, recipe, read_jsonl(run_dir / METRICS), plotly))
     return path
 
 

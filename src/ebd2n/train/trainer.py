@@ -22,10 +22,8 @@ from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
 from ebd2n.layout import FINAL, RECIPE, RunPaths, slice_checkpoint
-from ebd2n.evaluate import block_batches, evaluate_sequences
 from ebd2n.parallel import distributed
 from ebd2n.provenance import environment, job_id, source_hash
-from ebd2n.report.dashboard import write_dashboard
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import (
@@ -39,6 +37,7 @@ from ebd2n.train.checkpoint import (
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
+from ebd2n.train.validation import block_batches, evaluate_sequences
 
 KEEPS_EPOCHS = ("epoch", "all")
 """Checkpoint policies that keep a checkpoint at every epoch boundary (`all` also keeps epoch 0)."""
@@ -80,7 +79,11 @@ def train(
     until_epoch: int | None = None,
     progress: bool = True,
 ) -> Path:
-    """Train from the start (or `resume`) to `until_epoch` (default: the end); return the run dir."""
+    """Train from the start (or `resume`) to `until_epoch` (default: the end); return the run dir.
+
+    The run's dashboard is its caller's to write once the run is complete (`ebd2n train` does):
+    the report layer builds on this one.
+    """
     run_dir = Path(recipe.runtime.output_dir)
     policy = recipe.training.checkpoint_policy
     budget = budget_of(recipe)
@@ -133,7 +136,6 @@ def train(
             _finish(run_dir, recipe, engine, counters, provenance, metrics, log, context)
             if context.is_main:  # parallel
                 _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, context)
-                log.write(f"dashboard {write_dashboard(run_dir)}")
         elif policy == "final":
             _write_checkpoint(run_dir, slice_checkpoint(end_epoch), engine, counters, provenance, metrics, log, context)
         if resume and policy == "final" and context.is_main:  # parallel: rank 0 deletes

@@ -23,10 +23,11 @@ from ebd2n.model import GPT, IGNORE_INDEX
 from ebd2n.parallel.distributed import Context, to_cpu
 from ebd2n.parallel.pipeline import StageModule, TokenLoss, bubble_fraction, pipeline_rounds, pipeline_schedule
 from ebd2n.train.budget import Budget
-from ebd2n.train.engine import StepResult, _Engine, fine_tuning_model, initial_model
+from ebd2n.train.step import Engine, StepResult
+from ebd2n.train.weights import fine_tuning_model, initial_model
 
 
-class DistributedEngine(_Engine):
+class DistributedEngine(Engine):
     """This rank's stage (a StageModule, or the whole GPT when S = 1), its replica's data share and AdamW."""
 
     def __init__(self, recipe: Recipe, budget: Budget, context: Context) -> None:
