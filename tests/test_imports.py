@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ebd2n"
 
 LAYERS = (
-    {"ebd2n", "layout", "errors", "atomic", "yamlio", "jsonio", "paths", "provenance", "resources"},
+    {"ebd2n", "layout", "errors", "atomic", "yamlio", "jsonio", "targets", "provenance"},
     {"config"},
     {"data", "model"},
     {"parallel"},

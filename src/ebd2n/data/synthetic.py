@@ -133,7 +133,7 @@ class Grammar:
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "synthetic grammar") -> Grammar:
-        """Why a class method: load_grammar returns the plain YAML, this validates and compiles it."""
+        """Validate and compile the plain YAML that `load_grammar` returns."""
         try:
             return _compile_grammar(raw, source)
         except (LookupError, TypeError, ValueError, AttributeError) as error:

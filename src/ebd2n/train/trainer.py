@@ -30,7 +30,7 @@ from ebd2n.train.checkpoint import (
     Provenance,
     forget_checkpoint,
     load_checkpoint,
-    read_ledger,
+    read_checkpoint_ledger,
     run_dir_of,
     save_checkpoint,
 )
@@ -252,7 +252,7 @@ def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resume
     if RunPaths(run_dir).final.exists():
         raise UserError(f"runtime.output_dir {run_dir}: the run is already complete ({FINAL} exists)")
     # a job killed after writing a checkpoint has it deleted by Snakemake: only existing files count
-    kept = [name for name in read_ledger(run_dir) if (run_dir / name).exists()]
+    kept = [name for name in read_checkpoint_ledger(run_dir) if (run_dir / name).exists()]
     if not resumed and kept:
         raise UserError(
             f"runtime.output_dir {run_dir}: holds slice checkpoints ({', '.join(kept)}); "

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ebd2n.errors import UserError
-from ebd2n.model import IGNORE_INDEX
+from ebd2n.targets import IGNORE_INDEX
 
 
 @torch.inference_mode()
