@@ -1,5 +1,6 @@
 """The package stands alone: a wheel built with `python -m build`, installed into a fresh venv,
-runs `ebd2n recipe`, `ebd2n prepare` and a demo `ebd2n train` from an empty directory.
+runs `ebd2n recipe`, `ebd2n prepare` and a demo `ebd2n train` from an empty directory, and checks a
+campaign file against the shipped schema.
 
 The build runs on a copy of the files a wheel is made of (the checkout stays untouched) and without
 build isolation (setuptools of this interpreter; no download). The venv sees this interpreter's
@@ -57,10 +58,12 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path: Path) -> None
         ebd2n, "train", "--config", "demo", "--set", "training.max_tokens=4096", "--set", "training.epoch_tokens=2048",
         "--set", "runtime.output_dir=runs/wheel", "--quiet", cwd=empty, env=env,
     ).stdout
+    (empty / "campaign.yaml").write_text("unknown_key: 1\n")
+    checked = subprocess.run([ebd2n, "campaign", "check", "campaign.yaml"], cwd=empty, env=env, capture_output=True, text=True, timeout=120)
     result = (
-        Path(located).is_relative_to(site), "parameters: " in recipe, prepared.startswith("cache results/caches/synthetic"),
+        Path(located).is_relative_to(site), (checked.returncode, "'unknown_key' was unexpected" in checked.stderr), "parameters: " in recipe, prepared.startswith("cache results/caches/synthetic"),
         trained.startswith("done: runs/wheel/final.pt, dashboard runs/wheel/report.html"),
         sorted(p.name for p in (empty / "runs/wheel").iterdir() if p.is_file()),
     )
-    assert result == (True, True, True, True, ["best.json", "checkpoints.json", "final.pt", "metrics.jsonl",
+    assert result == (True, (2, True), True, True, True, ["best.json", "checkpoints.json", "final.pt", "metrics.jsonl",
                                               "recipe.yaml", "report.html", "run.json", "train.log"])
