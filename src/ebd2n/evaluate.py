@@ -17,9 +17,9 @@ from ebd2n.data import iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
 from ebd2n.model import GPT
-from ebd2n.provenance import environment, source_hash
-from ebd2n.train.checkpoint import Provenance, load_checkpoint
+from ebd2n.provenance import environment, source_hash, timestamp
 from ebd2n.parallel.distributed import resolve_device
+from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.validation import evaluate_sequences
 from ebd2n.train.weights import evaluation_state_dict
@@ -72,7 +72,7 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
         "validator_source_hash": source_hash(),
         "job_ids": list(state["job_ids"]),
         "environment": environment(),
-        "validated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "validated": timestamp(),
         "wall_seconds": time.time() - started,
         "artifacts": {name: sha256_file(paths / name) for name in TRAINING_ARTIFACTS if (paths / name).is_file()},
     }

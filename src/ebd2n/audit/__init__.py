@@ -17,7 +17,6 @@ verifies the report, writes the ledger and audit.json).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +27,7 @@ from ebd2n.audit.runs import RunView, read_run
 from ebd2n.campaign.runs import grid_runs, parse_run_id
 from ebd2n.errors import UserError
 from ebd2n.layout import CAMPAIGN_JSON, FINAL, RUNS_CSV, CampaignPaths
+from ebd2n.provenance import timestamp
 
 Stage = Literal["runs", "full"]
 
@@ -78,7 +78,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     record = {
         "campaign": (info or {}).get("campaign", paths.name),
         "stage": stage,
-        "audited_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "audited_at": timestamp(),
         "passed": passed,
         "runs": len(finished),
         "checks": [check.record() for check in result],

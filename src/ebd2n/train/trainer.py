@@ -23,7 +23,7 @@ from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_ca
 from ebd2n.errors import RunFailed, UserError
 from ebd2n.layout import FINAL, RECIPE, RunPaths, slice_checkpoint
 from ebd2n.parallel import distributed
-from ebd2n.provenance import environment, job_id, source_hash
+from ebd2n.provenance import environment, job_id, source_hash, timestamp
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import (
@@ -275,7 +275,7 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "recipe_identity": provenance.recipe_identity, "cache_identity": provenance.cache_identity,
         "source_hash": provenance.source_hash, "mode": recipe.mode, "host": env["host"], "devices": env["devices"],
         "python": env["python"], "torch": env["torch"], "cuda": env["cuda"], "job_ids": counters.job_ids,
-        "started": _iso(counters.started), "ended": _iso(time.time()),
+        "started": timestamp(counters.started), "ended": timestamp(),
         "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
         "steps": counters.step, "skipped_steps": counters.skipped_steps, "tokens": budget.tokens_after(counters.step),
         "numerics": {"dtype": "bf16" if device.type == "cuda" and recipe.runtime.amp else "fp32",
@@ -284,10 +284,6 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "units": units,
     }
     atomic_write_text(RunPaths(run_dir).record, json.dumps(record, indent=2) + "\n")
-
-
-def _iso(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(timestamp))
 
 
 def _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch) -> None:
