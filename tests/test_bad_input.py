@@ -843,3 +843,18 @@ def _listing(roots: list[Path]) -> dict[str, str]:
         for path in sorted(root.rglob("*")):
             listing[str(path)] = sha256_file(path) if path.is_file() else "folder"
     return listing
+
+
+@case("audit no such campaign directory")
+def _(world, tmp):
+    return Case(["audit", str(tmp / "results" / "absent")], "absent")
+
+
+@case("audit a run directory, not a campaign")
+def _(world, tmp):
+    return Case(["audit", str(world.complete)], str(world.complete))
+
+
+@case("audit a file")
+def _(world, tmp):
+    return Case(["audit", str(world.recipe)], str(world.recipe))

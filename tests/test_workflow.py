@@ -277,8 +277,9 @@ def test_workflow_recipe_sweep_plans_324_runs_and_18_more(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_workflow_scaling_campaign_plans_the_seeds_jobs(tmp_path: Path) -> None:
     repo = copy_repo(tmp_path / "repo")
-    result = snakemake(repo, "--profile", "slurm", "-n", "--configfile", "config/campaigns/scaling-minipile.yaml")
-    runs = re.findall(r"rule train_(?:slice|final):.*?run=([^,\s]+)", result.stdout + result.stderr, flags=re.DOTALL)
+    result = snakemake(repo, "--profile", "slurm", "--summary", "--configfile", "config/campaigns/scaling-minipile.yaml")
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    runs = [row[0].split("/")[3] for row in rows if len(row) > 2 and row[0].endswith(".pt")]  # one checkpoint a job
     counts = {run.split("-")[0]: runs.count(run) for run in runs}
     assert counts == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
 

@@ -90,7 +90,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         until_epoch=args.until_epoch,
         progress=not args.quiet and sys.stderr.isatty(),
     )
-    if (run_dir / FINAL).is_file() and is_main_process():  # the slice that completed the run; rank 0 writes
+    if not is_main_process():  # torchrun: the main process writes and speaks for the run
+        return
+    if (run_dir / FINAL).is_file():  # this slice completed the run
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
     print(_train_summary(run_dir))
 
@@ -296,8 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"ebd2n {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
-    except AuditFailed as error:
-        print(f"ebd2n {args.command}: audit failed:\n{error}", file=sys.stderr)
+    except AuditFailed as error:  # one line per violation, each saying what is wrong where
+        for line in str(error).splitlines():
+            print(f"ebd2n {args.command}: {line}", file=sys.stderr)
         return 1
     except RunFailed as error:
         print(f"ebd2n {args.command}: run failed: {error}", file=sys.stderr)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ebd2n.atomic import atomic_write_text
 from ebd2n.audit import checks
 from ebd2n.audit.ledger import Ledger, accepted, compare, protected, read_ledger, write_ledger
-from ebd2n.audit.runs import RunView, read_run
+from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import grid_runs, parse_run_id
 from ebd2n.errors import UserError
 from ebd2n.layout import CAMPAIGN_JSON, FINAL, RUNS_CSV, CampaignPaths
@@ -106,14 +106,9 @@ def _read_record(paths: CampaignPaths, path: Path, check: checks.Check, optional
             check.violations.append(f"{where}: missing")
         return None
     check.examined += 1
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        check.violations.append(f"{where}: not valid JSON ({error})")
-        return None
-    if not isinstance(value, dict):
-        check.violations.append(f"{where}: not a JSON object")
-        return None
+    value, problem = json_object(path)
+    if problem:
+        check.violations.append(f"{where}: {problem}")
     return value
 
 

@@ -77,15 +77,19 @@ def read_run(paths: RunPaths, run: Run) -> RunView:
 def _json(view: RunView, name: str) -> dict[str, Any] | None:
     if name not in view.hashes:
         return None
-    try:
-        value = json.loads((view.paths / name).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        view.problems.append(f"{name}: not valid JSON ({error})")
-        return None
-    if not isinstance(value, dict):
-        view.problems.append(f"{name}: not a JSON object")
-        return None
+    value, problem = json_object(view.paths / name)
+    if problem:
+        view.problems.append(f"{name}: {problem}")
     return value
+
+
+def json_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A JSON object file's content, or what is wrong with it."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        return None, f"not valid JSON ({error})"
+    return (value, None) if isinstance(value, dict) else (None, "not a JSON object")
 
 
 def metric_records(path: Path) -> tuple[list[dict[str, Any]], str | None]:
