@@ -57,6 +57,7 @@ def build_campaign(directory: Path) -> Path:
     from ebd2n.config import load_recipe
     from ebd2n.evaluate import validate_run
     from ebd2n.report import build_report
+    from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
 
     campaign = load_campaign(campaign_file(directory))
@@ -69,6 +70,7 @@ def build_campaign(directory: Path) -> Path:
     for index, run in enumerate(runs, start=1):
         run_dir = campaign.paths.run(run.id).directory
         train(load_recipe(resolve_run(run_dir)), progress=False)
+        write_dashboard(run_dir)  # as `ebd2n train` does
         validate_run(run_dir)
         if index % 54 == 0:
             print(f"  {index}/{len(runs)} runs trained and validated ({time.perf_counter() - started:.0f} s)", flush=True)

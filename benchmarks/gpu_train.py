@@ -46,11 +46,11 @@ import torch
 from gpu_table import HEADER, record_row  # benchmarks/, the script's own directory
 
 from ebd2n.config import count_parameters, load_recipe
-from ebd2n.evaluate import block_batches, evaluate_sequences
 from ebd2n.model import GPT
 from ebd2n.train.budget import budget_of
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.schedule import learning_rate
+from ebd2n.train.validation import block_batches, evaluate_sequences
 
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "GH200": 989e12, "A100": 312e12}
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

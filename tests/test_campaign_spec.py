@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,9 @@ from ebd2n.campaign.runs import Run, parse_run_id, previous_end, slice_ends
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, load_campaign
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
-from ebd2n.paths import REPO_ROOT
 from ebd2n.provenance import PACKAGE_DIR, source_hash
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGNS = REPO_ROOT / "config" / "campaigns"
 REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "recipe_sweep_20m" / "results.json"
 
@@ -244,6 +245,21 @@ def test_base_recipe_takes_campaign_settings() -> None:
 def test_freeze_copies_the_package(in_tmp: Path) -> None:
     result = freeze_trainer(campaign_from_dict(tiny()))
     assert result == source_hash(PACKAGE_DIR) == source_hash(in_tmp / "results/tiny/frozen/src/ebd2n")
+
+
+def test_frozen_trainer_resolves_presets_from_its_own_copy(in_tmp: Path) -> None:
+    """The frozen copy carries the presets as package data and reads its own, not the checkout's."""
+    freeze_trainer(campaign_from_dict(tiny()))
+    frozen = in_tmp / "results/tiny/frozen/src"
+    preset = frozen / "ebd2n/config/recipes/demo.yaml"
+    preset.write_text(preset.read_text().replace("log_every: 8", "log_every: 6"))
+    (in_tmp / "elsewhere").mkdir()
+    shown = subprocess.run(
+        [sys.executable, "-c", "from ebd2n.config import load_recipe, resolve_recipe_path\n"
+         "print(resolve_recipe_path('demo'), load_recipe('demo').training.log_every)"],
+        capture_output=True, text=True, cwd=in_tmp / "elsewhere", env={"PYTHONPATH": str(frozen)}, timeout=120,
+    )
+    assert (shown.returncode, shown.stdout.strip()) == (0, f"{preset} 6")
 
 
 def test_freeze_happens_once(in_tmp: Path) -> None:

@@ -38,7 +38,7 @@ pytestmark = MARKS
 
 
 def _demo_run(cache: Path, directory: Path, *overrides: str) -> Path:
-    """Train a short demo run and write its dashboard (again, if the trainer already did: it is idempotent)."""
+    """Train a short demo run and write its dashboard, as `ebd2n train` does after the trainer."""
     recipe = load_recipe("demo", [
         f"data.cache_dir={cache}", f"runtime.output_dir={directory}", *SHORT, f"runtime.purpose={json.dumps(PURPOSE)}",
         *overrides,

@@ -65,7 +65,7 @@ def test_lora_trainable_parameters_match_formula(lora_run: Path) -> None:
 def test_lora_trainable_count_equals_live_model(demo_cache: Path) -> None:
     recipe = load_recipe("demo", ["parallel.freeze_prefix=1", "parallel.lora={rank: 4}"])
     from ebd2n.train.accounting import unit_table
-    from ebd2n.train.engine import fine_tuning_model
+    from ebd2n.train.weights import fine_tuning_model
 
     model = fine_tuning_model(recipe, GPT(recipe.model))
     live = sum(p.numel() for p in model.parameters() if p.requires_grad)

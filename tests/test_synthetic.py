@@ -212,12 +212,6 @@ def test_load_grammar_missing_file_raises(tmp_path: Path) -> None:
         load_grammar(tmp_path / "nowhere.yaml")
 
 
-def test_load_grammar_follows_ebd2n_resources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EBD2N_RESOURCES", str(tmp_path))
-    with pytest.raises(UserError, match=re.escape(str(tmp_path / "synthetic" / "grammar.yaml"))):
-        load_grammar()
-
-
 def test_load_grammar_not_a_mapping_raises(tmp_path: Path) -> None:
     path = tmp_path / "grammar.yaml"
     path.write_text("- just\n- a list\n")

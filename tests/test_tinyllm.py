@@ -12,9 +12,9 @@ import yaml
 from ebd2n.campaign.spec import campaign_from_dict
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
-from ebd2n.paths import REPO_ROOT
 from ebd2n.train.budget import budget_of
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "recipe_sweep_20m"
 SELECTED = {"synchronous": REFERENCE / "selected-synchronous.yaml", "packed-4": REFERENCE / "selected-packed-4.yaml"}
 BUDGETS = {"synchronous": (408_071_168, 12_480, 40), "packed-4": (408_068_096, 12_473, 40)}

@@ -246,10 +246,12 @@ def test_full_validation_of_packed_run(demo_cache: Path, tmp_path: Path) -> None
 
 
 def test_dashboard_written_once_at_the_end_covering_every_slice(demo_cache: Path, tmp_path: Path) -> None:
-    recipe = _recipe(demo_cache, tmp_path / "run")
-    train(recipe, until_epoch=2, progress=False)
+    """`ebd2n train` (the trainer's caller) writes the dashboard when its slice completes the run."""
+    settings = ["--set", f"data.cache_dir={demo_cache}", "--set", f"runtime.output_dir={tmp_path / 'run'}",
+                "--set", "training.max_tokens=8192", "--set", "training.epoch_tokens=2048"]
+    _cli("train", "--config", "demo", *settings, "--until-epoch", "2")
     after_first_slice = (tmp_path / "run/report.html").exists()
-    train(recipe, resume=tmp_path / "run/checkpoints/epoch-2.pt", progress=False)
+    _cli("train", "--config", "demo", *settings, "--resume", str(tmp_path / "run/checkpoints/epoch-2.pt"))
     job_ids = json.loads((tmp_path / "run/run.json").read_text())["job_ids"]
     page = (tmp_path / "run/report.html").read_text()
     writes = (tmp_path / "run/train.log").read_text().count(" dashboard ")

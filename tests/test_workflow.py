@@ -1,7 +1,7 @@
 """The Snakemake workflow, run for real on a tiny campaign in a copy of the repository.
 
-Every test works in tmp_path on a copy of workflow/, config/, profiles/, slurm/, src/ and
-resources/, so editing "the package" or "a preset" never touches this checkout. One finished
+Every test works in tmp_path on a copy of workflow/, config/, profiles/, slurm/ and src/ (which
+holds the presets), so editing "the package" or "a preset" never touches this checkout. One finished
 campaign (one run, two slices) is built per module and copied into each test that needs it.
 """
 
@@ -113,7 +113,7 @@ def test_workflow_code_and_preset_edits_retrain_nothing(repo: Path) -> None:
     before = tree_hashes(repo / "results/tiny/runs")
     trainer = repo / "src/ebd2n/train/trainer.py"
     trainer.write_text(trainer.read_text() + "\n# edited after the campaign started\n")
-    preset = repo / "config/recipes/demo.yaml"
+    preset = repo / "src/ebd2n/config/recipes/demo.yaml"
     preset.write_text(preset.read_text().replace("log_every: 8", "log_every: 4"))
     dry = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
     raw = json.loads(json.dumps(TINY))

@@ -1,7 +1,7 @@
 """Running the real Snakemake on tiny campaigns in a copy of the repository (workflow and audit tests).
 
-Tests never touch this checkout: they copy workflow/, config/, profiles/, slurm/, src/ and
-resources/ into tmp_path and run `python -m snakemake` there with this interpreter first on PATH.
+Tests never touch this checkout: they copy workflow/, config/, profiles/, slurm/ and src/
+into tmp_path and run `python -m snakemake` there with this interpreter first on PATH.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import yaml
 from ebd2n.train.runlog import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
-COPIED = ("workflow", "config", "profiles", "slurm", "src", "resources")
+COPIED = ("workflow", "config", "profiles", "slurm", "src")
 TINY = {
     "campaign": "tiny",
     "recipe": "demo",

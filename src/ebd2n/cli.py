@@ -77,7 +77,10 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.config import load_recipe, resolve_recipe_path
+    from ebd2n.parallel.distributed import is_main_process
+    from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
+    from ebd2n.train.runlog import append_to_train_log
 
     recipe = load_recipe(args.recipe, args.overrides)
     run_dir = train(
@@ -87,8 +90,11 @@ def cmd_train(args: argparse.Namespace) -> None:
         until_epoch=args.until_epoch,
         progress=not args.quiet and sys.stderr.isatty(),
     )
-    if os.environ.get("RANK", "0") == "0":  # torchrun: the main process speaks for the run
-        print(_train_summary(run_dir))
+    if not is_main_process():  # torchrun: the main process writes and speaks for the run
+        return
+    if (run_dir / FINAL).is_file():  # this slice completed the run
+        append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
+    print(_train_summary(run_dir))
 
 
 def _train_summary(run_dir: Path) -> str:

@@ -1,16 +1,15 @@
-"""Validation: the per-epoch subset, and the full validation of a run's final checkpoint."""
+"""The full validation of a run's final checkpoint (the `ebd2n validate` job), into results.json.
+
+The evaluation loop itself (`evaluate_sequences`) is the trainer's, in ebd2n.train.validation,
+so the per-epoch subset and the full validation measure loss the same way.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
 from pathlib import Path
-
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from ebd2n.atomic import atomic_write_text, sha256_file
 from ebd2n.config import load_recipe, recipe_identity
@@ -18,47 +17,12 @@ from ebd2n.data import iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
 from ebd2n.model import GPT
-from ebd2n.provenance import environment, source_hash
+from ebd2n.provenance import environment, source_hash, timestamp
+from ebd2n.parallel.distributed import resolve_device
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
-from ebd2n.train.engine import configure_torch, evaluation_state_dict, resolve_device
-
-
-@torch.inference_mode()
-def evaluate_sequences(
-    model: nn.Module, batches, device: torch.device, amp: bool
-) -> tuple[float, float, int]:
-    """Mean loss (nats), token accuracy and target count over (inputs, targets) batches.
-
-    Targets of -100 are padding and are not counted.
-    """
-    was_training = model.training
-    model.eval()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    correct = torch.zeros((), dtype=torch.long, device=device)
-    count = 0
-    use_amp = amp and device.type == "cuda"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
-    for inputs, targets in batches:
-        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-        with autocast:
-            logits, _ = model(inputs)
-        logits = logits.float().flatten(0, 1)
-        flat = targets.flatten()
-        loss_sum += F.cross_entropy(logits, flat, ignore_index=-100, reduction="sum").double()
-        valid = flat != -100
-        correct += (logits.argmax(-1)[valid] == flat[valid]).sum()
-        count += int(valid.sum())
-    model.train(was_training)
-    if count == 0:
-        raise UserError("validation: no targets to evaluate")
-    return float(loss_sum) / count, float(correct) / count, count
-
-
-def block_batches(blocks: torch.Tensor, batch_size: int):
-    """(inputs, targets) batches of (N, T+1) blocks."""
-    for start in range(0, blocks.shape[0], batch_size):
-        chunk = blocks[start : start + batch_size]
-        yield chunk[:, :-1], chunk[:, 1:]
+from ebd2n.train.engine import configure_torch
+from ebd2n.train.validation import evaluate_sequences
+from ebd2n.train.weights import evaluation_state_dict
 
 
 def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
@@ -108,7 +72,7 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
         "validator_source_hash": source_hash(),
         "job_ids": list(state["job_ids"]),
         "environment": environment(),
-        "validated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "validated": timestamp(),
         "wall_seconds": time.time() - started,
         "artifacts": {name: sha256_file(paths / name) for name in TRAINING_ARTIFACTS if (paths / name).is_file()},
     }

@@ -36,6 +36,11 @@ def source_hash(package_dir: Path = PACKAGE_DIR) -> str:
     return digest.hexdigest()
 
 
+def timestamp(seconds: float | None = None) -> str:
+    """Local time with its UTC offset (`2026-11-30T12:00:00+0000`), as every record writes it; now by default."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
+
+
 def job_id() -> str:
     """The SLURM job id when running under SLURM, else a local id unique to this process."""
     slurm = os.environ.get("SLURM_JOB_ID")

@@ -45,7 +45,7 @@ try:
     # merged into it (here, and in the jobs a cluster runs, which get the same --configfile).
     config.clear()
     config.update(read_yaml_mapping(CAMPAIGN_FILE, "campaign file"))
-    # campaign_from_dict checks workflow/schemas/campaign.schema.yaml, the schema Snakemake's
+    # campaign_from_dict checks src/ebd2n/campaign/campaign.schema.yaml, the schema Snakemake's
     # validate() would check, and says what is wrong on one line.
     CAMPAIGN = campaign_from_dict(config, source=CAMPAIGN_FILE)
     EPOCHS = base_epochs(CAMPAIGN)

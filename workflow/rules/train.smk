@@ -36,7 +36,8 @@ rule resolve_recipe:
 
 rule train_slice:
     input:
-        # ancient: a re-resolved recipe (same bytes, newer time) never retrains a run
+        # ancient: both are checked by content instead (every checkpoint records the recipe and
+        # cache identities; the trainer refuses a mismatch): a newer time alone never retrains a run
         recipe=ancient(str(R.recipe)),
         cache=ancient(str(CACHE)),
         resume=get_resume_checkpoint,

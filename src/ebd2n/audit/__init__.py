@@ -17,7 +17,6 @@ verifies the report, writes the ledger and audit.json).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +27,7 @@ from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import grid_runs, parse_run_id
 from ebd2n.errors import UserError
 from ebd2n.layout import CAMPAIGN_JSON, FINAL, RUNS_CSV, CampaignPaths
+from ebd2n.provenance import timestamp
 
 Stage = Literal["runs", "full"]
 
@@ -38,9 +38,9 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     if not paths.directory.is_dir() or not (paths.frozen.is_dir() or paths.runs.is_dir()):
         raise UserError(f"{paths.directory}: not a campaign directory (no frozen/ or runs/); pass results/<campaign>")
     files = checks.Check("campaign records present and readable", unit="files")
-    info = _read_json(paths, paths.campaign_json, files)
+    info = _read_record(paths, paths.campaign_json, files)
     frozen_hash = _read_text(paths, paths.source_hash, files)
-    previous_audit = _read_json(paths, paths.audit, files, optional=True)
+    previous_audit = _read_record(paths, paths.audit, files, optional=True)
     try:
         ledger = read_ledger(paths)
     except ValueError as error:
@@ -78,7 +78,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     record = {
         "campaign": (info or {}).get("campaign", paths.name),
         "stage": stage,
-        "audited_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "audited_at": timestamp(),
         "passed": passed,
         "runs": len(finished),
         "checks": [check.record() for check in result],
@@ -99,7 +99,7 @@ def violations(record: dict) -> list[str]:
     return [f"{check['name']}: {v}" for check in record["checks"] for v in check["violations"]]
 
 
-def _read_json(paths: CampaignPaths, path: Path, check: checks.Check, optional: bool = False) -> Any:
+def _read_record(paths: CampaignPaths, path: Path, check: checks.Check, optional: bool = False) -> Any:
     where = path.relative_to(paths.directory)
     if not path.is_file():
         if not optional:

@@ -14,11 +14,11 @@ grid grows: the audit verifies them by recomputation instead.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 
 from ebd2n.atomic import atomic_write_text, sha256_bytes
 from ebd2n.layout import CAMPAIGN_JSON, FROZEN, REPORT, RUNS, RUNS_CSV, CampaignPaths
+from ebd2n.provenance import timestamp
 
 FORMAT = 1
 _DERIVED = (CAMPAIGN_JSON, RUNS_CSV, f"{REPORT}/")
@@ -70,4 +70,4 @@ def compare(previous: dict[str, str], current: dict[str, str]) -> tuple[list[str
 def accepted(previous: dict[str, str], current: dict[str, str]) -> dict:
     """A history entry for `--accept`: when, and which protected artifacts it re-baselined."""
     changed, gone = compare(previous, current)
-    return {"accepted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changed, "removed": gone}
+    return {"accepted": timestamp(), "changed": changed, "removed": gone}

@@ -43,7 +43,7 @@ Edge = Literal["lower", "upper"]
 def load_runs(path: Path) -> pl.DataFrame:
     """Read the per-run table (CSV, JSON list, or JSON object with `runs`) and check its columns."""
     path = Path(path)
-    table = _read_json(path) if path.suffix.lower() == ".json" else _read_csv(path)
+    table = _runs_table(path) if path.suffix.lower() == ".json" else _read_csv(path)
     missing = [name for name in RUN_FIELDS if name not in table.columns]
     if missing:
         names = ", ".join(repr(name) for name in missing)
@@ -153,7 +153,7 @@ def write_selection(groups: pl.DataFrame, selection: dict[str, dict], out_dir: P
     atomic_write_text(out_dir / SELECTION_JSON, json.dumps(chosen, indent=2) + "\n")
 
 
-def _read_json(path: Path) -> pl.DataFrame:
+def _runs_table(path: Path) -> pl.DataFrame:
     """Accept a list of run records or a results file whose `runs` holds them."""
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))

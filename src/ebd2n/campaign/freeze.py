@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.spec import Campaign
 from ebd2n.config import save_recipe
 from ebd2n.errors import UserError
-from ebd2n.provenance import PACKAGE_DIR, source_hash
+from ebd2n.provenance import PACKAGE_DIR, source_hash, timestamp
 
 
 def freeze_trainer(campaign: Campaign) -> str:
@@ -35,7 +34,7 @@ def freeze_trainer(campaign: Campaign) -> str:
     digest = source_hash(target)
     record = {
         "campaign": campaign.name,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": timestamp(),
         "source_hash": digest,
         "copied_from": str(PACKAGE_DIR),
         "settings": campaign.settings(),

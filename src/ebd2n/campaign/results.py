@@ -9,7 +9,6 @@ shows in detail (winners, one run per mode, scaling points), which keeps large c
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from ebd2n.campaign.analysis import RUN_FIELDS
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.data.cache import MANIFEST
 from ebd2n.layout import CampaignPaths, run_paths
 
@@ -85,8 +85,8 @@ def read_results(directory: Path) -> CampaignResults:
     run_dirs = run_directories(paths)
     if not run_dirs:
         raise UserError(f"{paths.runs}: no finished or resolved run; run the campaign first")
-    info = _read_json(paths.campaign_json)
-    results = {p.relative_to(directory).as_posix(): _read_json(run_paths(p).results) for p in run_dirs}
+    info = read_json(paths.campaign_json)
+    results = {p.relative_to(directory).as_posix(): read_json(run_paths(p).results) for p in run_dirs}
     rows = [_row(directory, p, results[p.relative_to(directory).as_posix()]) for p in run_dirs]
     complete = {key: value for key, value in results.items() if value is not None}
     modes, learning_rates, beta2 = _grid(info, rows)
@@ -109,9 +109,9 @@ def read_results(directory: Path) -> CampaignResults:
         beta2=beta2,
         seeds=seeds,
         presets=_presets(info, [p.name for p in run_dirs]),
-        manifest=_read_json(manifest_path),
+        manifest=read_json(manifest_path),
         manifest_path=manifest_path,
-        audit=_read_json(paths.audit_runs),
+        audit=read_json(paths.audit_runs),
         measured_date=max((str(r["validated"])[:10] for r in complete.values() if r.get("validated")), default=None),
     )
 
@@ -183,16 +183,6 @@ def _manifest_path(campaign: Path, directory: str, repo_root: Path) -> Path:
     return (cache_dir if cache_dir.is_absolute() else repo_root / cache_dir) / MANIFEST
 
 
-def _read_json(path: Path) -> Any:
-    """A JSON file's content, None when absent; a corrupt file is a user error naming it."""
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UserError(f"{path}: cannot read JSON ({error})") from error
-
-
 def _recipe(path: Path) -> Recipe:
     if not path.is_file():
         raise UserError(f"{path}: missing; every run directory keeps its resolved recipe")
@@ -200,16 +190,5 @@ def _recipe(path: Path) -> Recipe:
 
 
 def _epoch_records(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line:
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise UserError(f"{path}:{number}: not a JSON record ({error})") from error
-        if record.get("type") == "epoch":
-            records.append(record)
+    records = [record for record in read_jsonl(path) if record.get("type") == "epoch"]
     return sorted(records, key=lambda record: record["epoch"])

@@ -1,6 +1,6 @@
 """Campaign files: read, check against the JSON Schema and for consistency, expand into runs.
 
-The schema is `workflow/schemas/campaign.schema.yaml`. `ebd2n campaign check` and the workflow
+The schema is `campaign.schema.yaml` beside this module (package data). `ebd2n campaign check` and the workflow
 (`workflow/rules/common.smk`) both check a campaign file here, so they refuse a bad file with the
 same one-line message. The checks a schema cannot express (every mode has learning rates, presets exist, resources fit the
 mode, the base recipe accepts the overrides) follow here.
@@ -12,6 +12,7 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,12 @@ from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learn
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths, named_campaign
-from ebd2n.paths import REPO_ROOT
 from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
 from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
-SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "campaign.schema.yaml"
+SCHEMA_PATH = files(__package__) / "campaign.schema.yaml"
+"""The campaign file's JSON Schema, shipped in this package (Snakemake's workflow reads it through here)."""
 PREPARE = "prepare"
 DEFAULT = "default"
 FROZEN_SETTINGS = ("recipe", "data", "overrides", "checkpoint_policy", "epochs_per_slice")

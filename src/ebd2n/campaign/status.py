@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.runs import slice_ends
 from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json
 from ebd2n.layout import FINAL, RESULTS_JSON, STATUS_PAGE, STATUS_PLAN, CampaignPaths, slice_checkpoint
 
 if TYPE_CHECKING:  # the Snakefile imports this module; keep it free of the recipe machinery
@@ -98,8 +99,7 @@ def write_plan(campaign: Campaign, epochs: dict[str, int]) -> Path:
 
 def read_plan(campaign_dir: Path) -> dict[str, Any] | None:
     """The campaign's plan (see `write_plan`), or None for a campaign the workflow has not started."""
-    path = Path(campaign_dir) / PLAN
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_json(Path(campaign_dir) / PLAN)
 
 
 def campaign_status(campaign_dir: Path, workdir: Path | None = None, now: float | None = None) -> CampaignStatus:
@@ -274,7 +274,7 @@ def _joined(cells: tuple[str, ...] | list[str], widths: list[int]) -> str:
 
 def campaign_line(status: CampaignStatus) -> str:
     counts = status.counts
-    eta = "unknown (no slice finished yet)" if status.eta_s is None else _duration(status.eta_s)
+    eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
     return (f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
             f"{counts['failed']} failed, {counts['pending']} pending; {status.gpu_hours:.2f} GPU-hours, "
             f"{status.cpu_hours:.2f} CPU-hours so far; ETA {eta}")
@@ -286,12 +286,13 @@ def _cells(row: RunStatus) -> list[str]:
         row.run, f"training {row.detail}" if training else row.state, f"{row.epochs_done}/{row.epochs}",
         f"{row.loss:.4f}" if row.loss is not None else "-",
         f"{100 * row.accuracy:.2f} %" if row.accuracy is not None else "-",
-        _duration(row.wall_s) if row.wall_s else "-",
+        format_duration(row.wall_s) if row.wall_s else "-",
         "" if training else row.detail,
     ]
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """`1 h 05 min`, or `4 min 07 s` under an hour (the status lines and the run dashboard)."""
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
     return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"

@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,6 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.config.schema import ModelConfig, Recipe
 from ebd2n.config.tinyllm import from_tiny_llm, is_tiny_llm
 from ebd2n.errors import UserError
-from ebd2n.paths import presets_dir
 from ebd2n.yamlio import first_line, load_yaml, read_yaml_mapping
 
 RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
@@ -30,6 +30,12 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "runtime.ignored_keys",
 )
 """Fields that never change a run's numbers; they are left out of the recipe identity."""
+
+
+def presets_dir() -> Path:
+    """The recipe presets shipped in this package (ebd2n/config/recipes): a checkout, an installed
+    wheel and a campaign's frozen trainer copy each read their own."""
+    return files(__package__) / "recipes"
 
 
 def resolve_recipe_path(name_or_path: str | Path) -> Path:

@@ -207,6 +207,15 @@ class LoraConfig(Section):
     """Which projections get adapters."""
 
 
+FROZEN_PREFIX = "frozen by the prefix"
+FROZEN_BASE = "frozen base under LoRA"
+LORA = "LoRA"
+FULL_RANK = "full rank"
+UNIT_STATES = (FROZEN_PREFIX, FROZEN_BASE, LORA, FULL_RANK)
+"""What parallel.freeze_prefix and parallel.lora make of a model unit: run.json's unit `state`
+(ebd2n.train.accounting decides it, the run dashboard colours it)."""
+
+
 class ParallelConfig(Section):
     """Placement over devices, pipeline, freezing and LoRA."""
 

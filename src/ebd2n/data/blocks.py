@@ -14,9 +14,7 @@ import torch
 
 from ebd2n.data.cache import Cache
 from ebd2n.errors import UserError
-
-IGNORE_INDEX = -100
-"""Target of padded positions (torch's cross_entropy default ignore_index)."""
+from ebd2n.targets import IGNORE_INDEX
 
 
 class TokenStream:

@@ -4,7 +4,7 @@ Why: the embedded demo campaign must train without downloading anything, and a s
 on its text must fall far below the unigram entropy. So each story carries structure a model can
 learn: subject–verb agreement in one tense per story, pronouns that agree with a small recurring
 cast, and long-range references (the object and place of the opening return in later sentences
-and in the closing). The grammar and lexicon live in resources/synthetic/grammar.yaml.
+and in the closing). The grammar and lexicon live in grammar.yaml beside this module (package data).
 
 Only seeded `random.Random` instances are used, and nothing depends on string hashing, so a seed
 gives byte-identical text in every process.
@@ -18,13 +18,13 @@ import random
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from ebd2n.errors import UserError
-from ebd2n.paths import resources_dir
 from ebd2n.yamlio import load_yaml
 
 SPLITS = ("train", "validation")
@@ -133,19 +133,19 @@ class Grammar:
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "synthetic grammar") -> Grammar:
-        """Why a class method: load_grammar returns the plain YAML, this validates and compiles it."""
+        """Validate and compile the plain YAML that `load_grammar` returns."""
         try:
             return _compile_grammar(raw, source)
         except (LookupError, TypeError, ValueError, AttributeError) as error:
             raise UserError(
                 f"{source} is malformed ({type(error).__name__}: {error}); "
-                "compare it with resources/synthetic/grammar.yaml"
+                f"compare it with the shipped {grammar_path()}"
             ) from error
 
 
 def grammar_path() -> Path:
-    """The shipped grammar, under EBD2N_RESOURCES when that is set."""
-    return resources_dir() / "synthetic" / "grammar.yaml"
+    """The grammar shipped in this package (ebd2n/data/grammar.yaml)."""
+    return files(__package__) / "grammar.yaml"
 
 
 def load_grammar(path: Path | None = None) -> dict:
@@ -154,10 +154,7 @@ def load_grammar(path: Path | None = None) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UserError(
-            f"synthetic grammar not found: {path}; restore resources/synthetic/grammar.yaml "
-            "or set EBD2N_RESOURCES to a folder holding synthetic/grammar.yaml"
-        ) from None
+        raise UserError(f"synthetic grammar not found: {path}") from None
     try:
         raw = load_yaml(text)
     except yaml.YAMLError as error:

@@ -14,9 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ebd2n.config.schema import ModelConfig
-
-IGNORE_INDEX = -100
-"""Targets equal to this are left out of the loss (PyTorch's cross-entropy default)."""
+from ebd2n.targets import IGNORE_INDEX
 
 
 class RMSNorm(nn.Module):

@@ -20,7 +20,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ebd2n.config.schema import ModelConfig
-from ebd2n.model.gpt import GPT, IGNORE_INDEX, apply_rotary, fill_rotary_
+from ebd2n.model.gpt import GPT, apply_rotary, fill_rotary_
+from ebd2n.targets import IGNORE_INDEX
 
 
 class ReplicaLinear(torch.autograd.Function):

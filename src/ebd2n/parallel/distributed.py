@@ -10,6 +10,7 @@ stage, so ranks 0..S-1 hold one whole model and rank 0 (stage 0 of replica 0) wr
 from __future__ import annotations
 
 import os
+import resource
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,6 @@ from ebd2n.config import Recipe
 from ebd2n.errors import UserError
 from ebd2n.model.units import model_units
 from ebd2n.parallel.placement import Placement, plan_placement
-from ebd2n.train.engine import resolve_device
-from ebd2n.train.runlog import device_memory
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,19 @@ class Context:
             dist.destroy_process_group()
 
 
+def resolve_device(name: str) -> torch.device:
+    """`auto` means CUDA when there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def is_main_process() -> bool:
+    """Whether this process writes a job's records: the only process, or rank 0 of a torchrun job
+    (what `Context.is_main` says, for callers holding no context)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def init(recipe: Recipe) -> Context:
     """The context of this process for the recipe; joins the torchrun job when there is one."""
     stages, replicas = recipe.parallel.pipeline_stages, recipe.parallel.data_parallel
@@ -158,6 +170,19 @@ def _groups(stages: int, replicas: int) -> Groups:
     tied = mine([[r * stages, r * stages + stages - 1] for r in range(replicas)]) if stages > 1 else None
     objects = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
     return Groups(pipeline, data, tied, objects)
+
+
+def device_memory(device: torch.device) -> dict[str, dict[str, int]]:
+    """Allocated and peak bytes per device (the CPU reports the process's resident set)."""
+    if device.type == "cuda":
+        return {
+            f"cuda:{i}": {"allocated": torch.cuda.memory_allocated(i), "peak": torch.cuda.max_memory_allocated(i)}
+            for i in range(torch.cuda.device_count())
+        }
+    page = os.sysconf("SC_PAGE_SIZE")
+    with open("/proc/self/statm") as statm:
+        resident = int(statm.read().split()[1]) * page
+    return {"cpu": {"allocated": resident, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}
 
 
 def gather_memory(context: Context) -> dict[str, dict[str, int]]:

@@ -12,9 +12,10 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from ebd2n.errors import UserError
-from ebd2n.model.gpt import GPT, IGNORE_INDEX
+from ebd2n.model.gpt import GPT
 from ebd2n.model.units import model_units
 from ebd2n.parallel.distributed import Context
+from ebd2n.targets import IGNORE_INDEX
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 

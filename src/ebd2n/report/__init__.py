@@ -1,6 +1,6 @@
 """Campaign reports: tables, figures, selected recipes and one self-contained HTML page.
 
-Importing the package stays light (the trainer imports `ebd2n.report.plotly_embed` for its run
+Importing the package stays light (`ebd2n train` imports `ebd2n.report.dashboard` for the run's
 dashboard); polars, scipy and matplotlib load only when a campaign report is built.
 """
 

@@ -25,25 +25,22 @@ from typing import Any
 from markupsafe import Markup
 
 from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.status import format_duration
 from ebd2n.config import Recipe, count_parameters, load_recipe
+from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
+from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import DASHBOARD, METRICS, RECIPE, RUN_RECORD, campaign_of_run
 from ebd2n.report import html
+from ebd2n.report.html import DASH, percent
 from ebd2n.report.plotly_embed import figure_json, plotly_tag
-from ebd2n.train.runlog import read_metrics
 
 MAX_POINTS = 2000
 """Most points a per-batch curve draws; more would slow the page without showing more."""
 TREND_STRETCHES = 200
 """A per-batch curve of more batches than twice this also draws its mean over this many stretches."""
-DASH = "—"
 _SLURM_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
-STATE_CLASSES = {
-    "frozen by the prefix": "frozen-prefix",
-    "frozen base under LoRA": "frozen-base",
-    "LoRA": "lora",
-    "full rank": "full-rank",
-}
+STATE_CLASSES = {FROZEN_PREFIX: "frozen-prefix", FROZEN_BASE: "frozen-base", LORA: "lora", FULL_RANK: "full-rank"}
 """CSS class of each unit state (its colour in the placement strip)."""
 
 
@@ -59,7 +56,7 @@ def write_dashboard(run_dir: Path, out: Path | None = None, self_contained: bool
     path = Path(out) if out is not None else run_dir / DASHBOARD
     campaign = None if self_contained else campaign_of_run(run_dir)
     plotly = plotly_tag(path, campaign.report if campaign else None)
-    atomic_write_text(path, render_dashboard(run, recipe, read_metrics(run_dir), plotly))
+    atomic_write_text(path, render_dashboard(run, recipe, read_jsonl(run_dir / METRICS), plotly))
     return path
 
 
@@ -82,7 +79,7 @@ def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str
         "job_label": job_label(run["job_ids"]),
         "plotly": plotly,
     }
-    return html.environment().get_template("dashboard.html.j2").render(context)
+    return html.template_environment().get_template("dashboard.html.j2").render(context)
 
 
 def downsample(points: list[tuple[int, float]], limit: int = MAX_POINTS) -> list[tuple[int, float]]:
@@ -156,9 +153,7 @@ def _time(stamp: str) -> str:
 
 
 def _duration(started: str, ended: str) -> str:
-    seconds = int((datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds())
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
+    return format_duration((datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds())
 
 
 def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, Any]) -> list[tuple[str, str]]:
@@ -168,7 +163,7 @@ def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, 
     busiest = memory["busiest"]
     where = f" ({busiest['device']})" if busiest else ""
     return [
-        (_percent(last["val_accuracy"]) if last else DASH, "validation token accuracy (epoch subset, final)"),
+        (percent(last["val_accuracy"]) if last else DASH, "validation token accuracy (epoch subset, final)"),
         (_fixed(last["val_loss"], 4) if last else DASH, "validation loss, nats (epoch subset, final)"),
         (f"{run['steps']:,}", f"batches (optimizer steps); {run['skipped_steps']:,} skipped"),
         (f"{run['tokens']:,}", "training tokens"),
@@ -249,7 +244,7 @@ def _epoch_table(epochs: list[dict[str, Any]]) -> dict[str, Any]:
                "Wall (s)", "Skipped"] + (["Consensus dist."] if consensus else [])
     rows = [
         [str(e["epoch"]), f"{e['step']:,}", f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4),
-         _percent(e["val_accuracy"]), _sci(e["lr"]), f"{e['tokens_per_s']:,.0f}", f"{e['batches_per_s']:,.2f}",
+         percent(e["val_accuracy"]), _sci(e["lr"]), f"{e['tokens_per_s']:,.0f}", f"{e['batches_per_s']:,.2f}",
          f"{e['wall_s']:,.1f}", f"{e['skipped_steps']:,}"]
         + ([_sci(e.get("consensus_distance"))] if consensus else [])
         for e in epochs
@@ -352,7 +347,7 @@ def _accuracy_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
     points = [(step, 100 * value) for step, value in _series(steps, "accuracy")]
     data = _batch_traces(points, "token accuracy", ("#b5dfb0", "#1e7a3c"))
     layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}}, "yaxis": {"title": {"text": "token accuracy (%)"}}}
-    rows = [[f"{s['step']:,}", _percent(s["accuracy"])] for s in steps]
+    rows = [[f"{s['step']:,}", percent(s["accuracy"])] for s in steps]
     return _figure("batch-accuracy", "Per-batch token accuracy", _sampling_note(len(steps)), data, layout,
                    ["Step", "Token accuracy"], rows, packed=True)
 
@@ -371,7 +366,7 @@ def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
               "yaxis": {"title": {"text": "loss (nats)"}},
               "yaxis2": {"title": {"text": "token accuracy (%)"}, "overlaying": "y", "side": "right", "showgrid": False,
                          "tickmode": "auto"}}
-    rows = [[str(e["epoch"]), f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4), _percent(e["val_accuracy"])]
+    rows = [[str(e["epoch"]), f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4), percent(e["val_accuracy"])]
             for e in epochs]
     return _figure("epoch-validation", "Validation after each epoch",
                    "Loss and token accuracy on the fixed validation subset, after each epoch.", data, layout,
@@ -449,10 +444,6 @@ def _fixed(value: float | None, digits: int) -> str:
 
 def _sci(value: float | None) -> str:
     return f"{value:.3e}" if _finite(value) else DASH
-
-
-def _percent(value: float | None) -> str:
-    return f"{100 * value:.2f} %" if _finite(value) else DASH
 
 
 def _bytes(count: int) -> str:

@@ -27,9 +27,9 @@ from ebd2n.layout import (
 )
 from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_tag
 from ebd2n.report import html
+from ebd2n.report.html import DASH, percent
 from ebd2n.report.tables import point_runs, settings_rows, split_rows
 
-DASH = "—"
 
 
 def render_page(
@@ -41,7 +41,7 @@ def render_page(
     scaling: list[dict[str, Any]] | None = None,
 ) -> str:
     """index.html for a grid campaign (`grid` from the selection) or a scaling one (`scaling` rows)."""
-    environment = html.environment()
+    environment = html.template_environment()
     environment.filters["words"] = _words
     context: dict[str, Any] = {
         "summary": summary,
@@ -97,7 +97,7 @@ def _winner(
         "beta2": f"{point['beta2']:g}",
         "loss": _pm(point["mean_loss"], point["std_loss"], 6),
         "perplexity": f"{math.exp(point['mean_loss']):.3f}",
-        "accuracy": _percent(runs["accuracy"].mean()),
+        "accuracy": percent(runs["accuracy"].mean()),
         "seeds": ", ".join(str(seed) for seed in seeds),
         "runs": selected["runs"],
         "runner_up": (f"LR {runner['lr']:g}, beta2 {runner['beta2']:g}", f"{runner['mean_loss']:.6f}") if runner else None,
@@ -206,7 +206,7 @@ def _scaling(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "parameters": f"{row['parameters']:,}",
                 "gpus": row["gpus"] or "CPU",
                 "epochs": row["epochs"],
-                "accuracy": [_percent(acc) for acc in row["val_accuracy"]] + [DASH] * (epochs - len(row["val_accuracy"])),
+                "accuracy": [percent(acc) for acc in row["val_accuracy"]] + [DASH] * (epochs - len(row["val_accuracy"])),
                 "tokens_per_s": f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] is not None else DASH,
                 "peak_memory": f"{row['peak_memory_bytes'] / 1e9:.1f} GB" if row["peak_memory_bytes"] else DASH,
                 "gpu_hours": f"{row['gpu_hours']:.2f}" if row["gpu_hours"] is not None else DASH,
@@ -261,7 +261,7 @@ def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, An
         "beta2": f"{row['beta2']:g}",
         "loss": f"{row['loss']:.6f}" if row["loss"] is not None else DASH,
         "perplexity": f"{row['perplexity']:.3f}" if row["perplexity"] is not None else DASH,
-        "accuracy": _percent(row["accuracy"]),
+        "accuracy": percent(row["accuracy"]),
         "tokens": f"{row['tokens']:,}" if row["tokens"] is not None else DASH,
         "job_ids": row["job_ids"] or DASH,
     }
@@ -310,5 +310,5 @@ def _pm(mean: float, sd: float | None, digits: int) -> str:
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
 
 
-def _percent(value: float | None) -> str:
+def percent(value: float | None) -> str:
     return f"{100 * value:.2f} %" if value is not None else DASH

@@ -19,7 +19,7 @@ from markupsafe import Markup, escape
 
 from ebd2n.atomic import atomic_write_text
 
-if TYPE_CHECKING:  # the trainer's run dashboard imports this module; keep it free of polars
+if TYPE_CHECKING:  # the run dashboard (written by every `ebd2n train` that ends a run) imports this module; keep it free of polars
     import polars as pl
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]

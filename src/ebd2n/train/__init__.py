@@ -1,4 +1,5 @@
-"""Training runtime: budget, schedule, engines, checkpoints, logs and the slice trainer.
+"""Training runtime: budget, schedule, engines (single-process and distributed), validation over
+blocks, checkpoints, logs and the slice trainer.
 
 `train` loads on first use, so `ebd2n.train.budget` (used by the workflow to plan a campaign)
 does not pay for importing torch.

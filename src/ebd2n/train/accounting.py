@@ -7,12 +7,8 @@ can state what a run trained without loading its weights; tests check it against
 from __future__ import annotations
 
 from ebd2n.config import Recipe
+from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.model.units import Unit, model_units
-
-FROZEN_PREFIX = "frozen by the prefix"
-FROZEN_BASE = "frozen base under LoRA"
-LORA = "LoRA"
-FULL_RANK = "full rank"
 
 _PROJECTIONS = {"attention": ("q", "k", "v", "o"), "mlp": ("gate", "up", "down")}
 

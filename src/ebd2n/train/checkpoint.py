@@ -17,6 +17,7 @@ import torch
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
 from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json
 from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER as LEDGER
 FORMAT = 1
 
@@ -31,10 +32,9 @@ class Provenance:
     """None accepts any trainer source (validation reads weights; it records who wrote them)."""
 
 
-def read_ledger(run_dir: Path) -> dict[str, str]:
+def read_checkpoint_ledger(run_dir: Path) -> dict[str, str]:
     """Checkpoint file (relative to the run directory) -> SHA-256."""
-    path = run_dir / LEDGER
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_json(run_dir / LEDGER) or {}
 
 
 def save_checkpoint(run_dir: Path, relative: str, payload: dict[str, Any]) -> str:
@@ -44,7 +44,7 @@ def save_checkpoint(run_dir: Path, relative: str, payload: dict[str, Any]) -> st
     data = buffer.getvalue()
     digest = sha256_bytes(data)
     atomic_write_bytes(run_dir / relative, data)
-    ledger = read_ledger(run_dir)
+    ledger = read_checkpoint_ledger(run_dir)
     ledger[relative] = digest
     atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
     return digest
@@ -53,7 +53,7 @@ def save_checkpoint(run_dir: Path, relative: str, payload: dict[str, Any]) -> st
 def forget_checkpoint(run_dir: Path, relative: str) -> None:
     """Delete a consumed checkpoint and drop it from the ledger (retention policy `final`)."""
     (run_dir / relative).unlink(missing_ok=True)
-    ledger = read_ledger(run_dir)
+    ledger = read_checkpoint_ledger(run_dir)
     if ledger.pop(relative, None) is not None:
         atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
 
@@ -64,7 +64,7 @@ def load_checkpoint(path: Path, expected: Provenance | None = None, map_location
     if not path.is_file():
         raise UserError(f"checkpoint {path}: no such file")
     run_dir = run_dir_of(path)
-    recorded = read_ledger(run_dir).get(path.resolve().relative_to(run_dir.resolve()).as_posix())
+    recorded = read_checkpoint_ledger(run_dir).get(path.resolve().relative_to(run_dir.resolve()).as_posix())
     if recorded is None:
         raise UserError(f"checkpoint {path}: not recorded in {run_dir / LEDGER}; refusing an unverifiable file")
     actual = sha256_file(path)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import METRICS, TRAIN_LOG
 
 
@@ -28,11 +26,22 @@ class TrainLog:
         self.write(f"########## job {job_id} ##########")
 
     def write(self, line: str) -> None:
-        self.handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+        self.handle.write(_stamped(line))
         self.handle.flush()
 
     def close(self) -> None:
         self.handle.close()
+
+
+def append_to_train_log(run_dir: Path, line: str) -> None:
+    """One more line in the last job's block of train.log, after the trainer closed it (the
+    dashboard its caller wrote)."""
+    with open(run_dir / TRAIN_LOG, "a", encoding="utf-8") as handle:
+        handle.write(_stamped(line))
+
+
+def _stamped(line: str) -> str:
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n"
 
 
 class MetricsLog:
@@ -59,21 +68,7 @@ class MetricsLog:
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """Every record of a run's metrics.jsonl."""
-    path = Path(run_dir) / METRICS
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
-def device_memory(device: torch.device) -> dict[str, dict[str, int]]:
-    """Allocated and peak bytes per device (the CPU reports the process's resident set)."""
-    if device.type == "cuda":
-        return {
-            f"cuda:{i}": {"allocated": torch.cuda.memory_allocated(i), "peak": torch.cuda.max_memory_allocated(i)}
-            for i in range(torch.cuda.device_count())
-        }
-    page = os.sysconf("SC_PAGE_SIZE")
-    with open("/proc/self/statm") as statm:
-        resident = int(statm.read().split()[1]) * page
-    return {"cpu": {"allocated": resident, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}
+    return read_jsonl(Path(run_dir) / METRICS)
 
 
 def format_memory(memory: dict[str, dict[str, int]]) -> str:

@@ -22,23 +22,22 @@ from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
 from ebd2n.layout import FINAL, RECIPE, RunPaths, slice_checkpoint
-from ebd2n.evaluate import block_batches, evaluate_sequences
 from ebd2n.parallel import distributed
-from ebd2n.provenance import environment, job_id, source_hash
-from ebd2n.report.dashboard import write_dashboard
+from ebd2n.provenance import environment, job_id, source_hash, timestamp
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import (
     Provenance,
     forget_checkpoint,
     load_checkpoint,
-    read_ledger,
+    read_checkpoint_ledger,
     run_dir_of,
     save_checkpoint,
 )
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
+from ebd2n.train.validation import block_batches, evaluate_sequences
 
 KEEPS_EPOCHS = ("epoch", "all")
 """Checkpoint policies that keep a checkpoint at every epoch boundary (`all` also keeps epoch 0)."""
@@ -80,7 +79,11 @@ def train(
     until_epoch: int | None = None,
     progress: bool = True,
 ) -> Path:
-    """Train from the start (or `resume`) to `until_epoch` (default: the end); return the run dir."""
+    """Train from the start (or `resume`) to `until_epoch` (default: the end); return the run dir.
+
+    The run's dashboard is its caller's to write once the run is complete (`ebd2n train` does):
+    the report layer builds on this one.
+    """
     run_dir = Path(recipe.runtime.output_dir)
     policy = recipe.training.checkpoint_policy
     budget = budget_of(recipe)
@@ -133,7 +136,6 @@ def train(
             _finish(run_dir, recipe, engine, counters, provenance, metrics, log, context)
             if context.is_main:  # parallel
                 _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, context)
-                log.write(f"dashboard {write_dashboard(run_dir)}")
         elif policy == "final":
             _write_checkpoint(run_dir, slice_checkpoint(end_epoch), engine, counters, provenance, metrics, log, context)
         if resume and policy == "final" and context.is_main:  # parallel: rank 0 deletes
@@ -250,7 +252,7 @@ def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resume
     if RunPaths(run_dir).final.exists():
         raise UserError(f"runtime.output_dir {run_dir}: the run is already complete ({FINAL} exists)")
     # a job killed after writing a checkpoint has it deleted by Snakemake: only existing files count
-    kept = [name for name in read_ledger(run_dir) if (run_dir / name).exists()]
+    kept = [name for name in read_checkpoint_ledger(run_dir) if (run_dir / name).exists()]
     if not resumed and kept:
         raise UserError(
             f"runtime.output_dir {run_dir}: holds slice checkpoints ({', '.join(kept)}); "
@@ -273,7 +275,7 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "recipe_identity": provenance.recipe_identity, "cache_identity": provenance.cache_identity,
         "source_hash": provenance.source_hash, "mode": recipe.mode, "host": env["host"], "devices": env["devices"],
         "python": env["python"], "torch": env["torch"], "cuda": env["cuda"], "job_ids": counters.job_ids,
-        "started": _iso(counters.started), "ended": _iso(time.time()),
+        "started": timestamp(counters.started), "ended": timestamp(),
         "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
         "steps": counters.step, "skipped_steps": counters.skipped_steps, "tokens": budget.tokens_after(counters.step),
         "numerics": {"dtype": "bf16" if device.type == "cuda" and recipe.runtime.amp else "fp32",
@@ -282,10 +284,6 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "units": units,
     }
     atomic_write_text(RunPaths(run_dir).record, json.dumps(record, indent=2) + "\n")
-
-
-def _iso(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(timestamp))
 
 
 def _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch) -> None:

@@ -19,14 +19,16 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ebd2n.config import Recipe
 from ebd2n.errors import UserError
-from ebd2n.model import GPT, IGNORE_INDEX
+from ebd2n.model import GPT
 from ebd2n.parallel.distributed import Context, to_cpu
 from ebd2n.parallel.pipeline import StageModule, TokenLoss, bubble_fraction, pipeline_rounds, pipeline_schedule
+from ebd2n.targets import IGNORE_INDEX
 from ebd2n.train.budget import Budget
-from ebd2n.train.engine import StepResult, _Engine, fine_tuning_model, initial_model
+from ebd2n.train.step import Engine, StepResult
+from ebd2n.train.weights import fine_tuning_model, initial_model
 
 
-class DistributedEngine(_Engine):
+class DistributedEngine(Engine):
     """This rank's stage (a StageModule, or the whole GPT when S = 1), its replica's data share and AdamW."""
 
     def __init__(self, recipe: Recipe, budget: Budget, context: Context) -> None:

@@ -1,0 +1,55 @@
+"""A recipe's model and the plain GPT weights of its checkpoints: initial weights, fine-tuning
+adapters, and the state dict a checkpoint is evaluated with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ebd2n.config import Recipe, load_recipe
+from ebd2n.errors import UserError
+from ebd2n.layout import run_paths
+from ebd2n.model import GPT, PackedGPT
+from ebd2n.model.lora import apply_lora_, freeze_prefix_, merged_state_dict
+from ebd2n.train.checkpoint import load_checkpoint, run_dir_of
+
+
+def initial_model(recipe: Recipe) -> GPT:
+    """A fresh GPT from the current torch seed, or the weights of training.init_from."""
+    model = GPT(recipe.model)
+    if recipe.training.init_from:
+        model.load_state_dict(checkpoint_weights(Path(recipe.training.init_from)))
+    return model
+
+
+def checkpoint_weights(path: Path) -> dict:
+    """Plain GPT weights of any ebd2n checkpoint (its run's recipe.yaml says how to read it)."""
+    recipe_path = run_paths(run_dir_of(path)).recipe
+    if not recipe_path.is_file():
+        raise UserError(f"training.init_from {path}: no {recipe_path.name} in its run directory")
+    return evaluation_state_dict(load_recipe(recipe_path), load_checkpoint(path)["engine"])
+
+
+def fine_tuning_model(recipe: Recipe, model: GPT) -> GPT:
+    """Apply the recipe's frozen prefix and LoRA adapters (no-ops for plain training)."""
+    lora, prefix = recipe.parallel.lora, recipe.parallel.freeze_prefix
+    if lora is not None:
+        apply_lora_(model, lora, first_block=prefix)
+    elif prefix:
+        freeze_prefix_(model, prefix)
+    return model
+
+
+def evaluation_state_dict(recipe: Recipe, state: dict) -> dict:
+    """Plain GPT weights a checkpoint is evaluated with (packed: the replica average; LoRA: merged)."""
+    if recipe.decentralized is None:
+        if recipe.parallel.lora is None:
+            return state["model"]
+        with torch.device("meta"):
+            model = fine_tuning_model(recipe, GPT(recipe.model))
+        model.load_state_dict(state["model"], assign=True)
+        return merged_state_dict(model)
+    packed = PackedGPT(recipe.model, recipe.decentralized.num_models, init=False)
+    packed.load_state_dict(state["model"])
+    return packed.average_state_dict()
