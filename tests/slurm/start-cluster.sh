@@ -81,7 +81,7 @@ StoragePass=ebd2n-slurm
 EOF
 chmod 0600 /etc/slurm/slurmdbd.conf
 
-# MinJobAge 600: finished jobs stay visible to squeue for 10 minutes (the slurm profile's status
+# MinJobAge 300 (the SLURM default): finished jobs stay visible to squeue for 5 minutes (the slurm profile's status
 # command, README "Running on a SLURM cluster"). No cgroups: process tracking by /proc.
 cat >/etc/slurm/slurm.conf <<EOF
 ClusterName=$CLUSTER
@@ -105,7 +105,7 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
 DefMemPerCPU=1024
-MinJobAge=600
+MinJobAge=300
 ReturnToService=2
 SlurmdTimeout=60
 KillWait=10

@@ -53,9 +53,17 @@ TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} -m ebd
 LAUNCHED_TRAINER = f"PYTHONPATH=results/{{wildcards.campaign}}/frozen/src {PYTHON} {{params.launcher}} -m ebd2n"
 # Local runs: training and validation jobs fork from one process that has torch imported already
 # (ebd2n.warm), which saves seconds per job on a laptop. EBD2N_WARM=0 in the environment turns it
-# off; cluster jobs always start cold.
-if workflow.local_exec and not workflow.remote_exec:
-    os.environ.setdefault("EBD2N_WARM", "1")
+# off. Cluster jobs always start cold: the job's own Snakemake (remote mode) turns it off for the
+# commands it runs, whatever environment the controller exported, and the controller turns it on
+# only in onstart, once the executor is known (while the Snakefile is parsed it is not yet).
+if workflow.remote_exec:
+    os.environ["EBD2N_WARM"] = "0"
+
+
+onstart:
+    if workflow.local_exec:
+        os.environ.setdefault("EBD2N_WARM", "1")
+
 
 RUN = "results/{campaign}/runs/{run}"
 RUN_DIR = "results/{wildcards.campaign}/runs/{wildcards.run}"
