@@ -3,13 +3,13 @@
 A laptop campaign runs a hundred short jobs, and each would spend seconds importing torch and
 torch._dynamo (which torch.optim imports) before a second of work. With EBD2N_WARM=1, which the
 workflow sets once it knows the campaign runs locally, `python -m ebd2n train|validate` hands its
-arguments, working directory, environment and standard streams to a server started the same way (same interpreter
-and flags, same code, same umask and environment variables read while Python and torch load).
-The server forks a child that runs the command on the client's streams and sends back its exit
-status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the client
-receives is passed on to the child (one the client ignores, the child ignores); when the client
-dies (SIGKILL), the child is killed too, and so are the children of a server that dies. When no
-server can be reached before a job starts, the client runs the command itself, so warm start can
+arguments, working directory, environment and standard streams to a server started the same way
+(same interpreter and flags, same code, same umask and environment variables read while Python and
+torch load). The server forks a child that runs the command on the client's streams and sends back
+its exit status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the
+client receives is passed on to the child (one the client ignores, the child ignores); when the
+client dies (SIGKILL), the child is killed too, and so are the children of a server that dies. When
+no server can be reached before a job starts, the client runs the command itself, so warm start can
 only make a job start sooner, never change what it does. A process of a SLURM job always starts
 cold: a server started there would outlive the job and fork other jobs' trainers from it.
 
