@@ -29,6 +29,7 @@ from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import Provenance, forget_checkpoint, load_checkpoint, read_ledger, save_checkpoint
 from ebd2n.train.engine import build_engine, configure_torch
+from ebd2n.train.lease import take_lease
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
 
@@ -93,8 +94,13 @@ def train(
             f"--until-epoch {end_epoch}: must be after the resume point (epoch {start_epoch}) "
             f"and at most the budget's {budget.epochs} epochs"
         )
-    if context.is_main:  # parallel: rank 0 owns the run directory
-        _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
+    lease = take_lease(run_dir) if context.is_main else None  # parallel: rank 0 owns the run directory
+    if lease:
+        try:
+            _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
+        except BaseException:
+            lease.release()
+            raise
 
     torch.manual_seed(recipe.runtime.seed)
     engine = build_engine(recipe, budget, device, context)
@@ -130,6 +136,8 @@ def train(
         metrics.close()
         log.close()
         context.close()  # parallel: leaves the process group it joined
+        if lease:
+            lease.release()
     return run_dir
 
 
