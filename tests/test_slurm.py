@@ -8,6 +8,7 @@ reach it fails, it is never skipped (CI starts it first, in .ci/run).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 from workflow_support import REPO, TIMEOUT, assert_states_equal, copy_repo, environment
+
+from ebd2n.errors import UserError
+from ebd2n.train.lease import LEASE, take_lease
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +43,8 @@ def cluster() -> None:
 def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same campaign run locally (warm start on): the weights every cluster run must match."""
     repo, env = _campaign_repo(tmp_path_factory.mktemp("local"))
-    _snakemake(repo, env, ["snakemake", "--configfile", CAMPAIGN])
+    finals = [f"results/slurm-tiny/runs/{run}/final.pt" for run in RUNS]
+    _snakemake(repo, env, ["snakemake", *finals, "--configfile", CAMPAIGN])
     assert list((repo / "tmp").glob(f"ebd2n-warm-{os.getuid()}/*.lock"))  # local jobs did start warm
     return repo
 
@@ -52,9 +57,9 @@ def _campaign_repo(directory: Path) -> tuple[Path, dict[str, str]]:
     return repo, environment() | {"TMPDIR": str(repo / "tmp")}
 
 
-def _snakemake(repo: Path, env: dict[str, str], command: list[str], check: bool = True) -> subprocess.CompletedProcess:
+def _snakemake(repo: Path, env: dict[str, str], command: list[str]) -> subprocess.CompletedProcess:
     result = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    if check and result.returncode:
+    if result.returncode:
         raise AssertionError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
 
@@ -75,52 +80,76 @@ def _sacct(*job_ids: str, fields: str = "State") -> dict[str, str]:
     return {line.split("|", 1)[0]: line.split("|", 1)[1] for line in out.splitlines()}
 
 
-def _assert_finished_like_local(repo: Path, local: Path) -> None:
-    """Audit passes (again, from the command line), weights bitwise equal the local run's, no warm start."""
+def test_slurm_campaign_as_in_readme_survives_a_cancelled_slice(cluster: None, local: Path, tmp_path: Path) -> None:
+    """The README's command; `scancel` of a training job midway through its slice is noticed, and
+    the same command again finishes the campaign, bitwise as the local run."""
+    repo, env = _campaign_repo(tmp_path)
+    run = repo / "results/slurm-tiny/runs" / RUNS[0]
+    with subprocess.Popen(COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as controller:
+        cancelled = _wait_for_training(run, controller)
+        subprocess.run(["scancel", cancelled], check=True)
+        since = time.monotonic()
+        output, _ = controller.communicate(timeout=TIMEOUT)
+    noticed = time.monotonic() - since
+    assert controller.returncode != 0, output
+    assert _sacct(cancelled)[cancelled] == "CANCELLED by 0"  # what the plugin's sacct status check cannot read
+    assert f"SLURM-job '{cancelled}' failed" in output and noticed < 240
+    block = (run / "train.log").read_text().split("########## job ")[1]
+    assert " step 16/" in block and "checkpoint checkpoints/" not in block  # cancelled mid-slice
+
+    _snakemake(repo, env, COMMAND)
+    logs = {path.stem: path for path in (repo / ".snakemake/slurm_logs").rglob("*.log")}
+    jobs = {name: _job_ids(repo, name) for name in RUNS}
+    assert [len(ids) for ids in jobs.values()] == [3, 2] and jobs[RUNS[0]][0] == cancelled  # then two slices each
+    for name, ids in jobs.items():
+        assert all(job.isdigit() and name in logs[job].parent.name for job in ids)  # real ids, SLURM logs kept
+    accounting = _sacct(*logs, fields="State,Account,Partition,Timelimit,ReqMem")
+    assert len(logs) == 2 + 3 * len(RUNS)  # the cache, the cancelled slice, 3 jobs a run
+    assert {job: state.split("|", 1)[0] for job, state in accounting.items() if job != cancelled} == dict.fromkeys(
+        set(logs) - {cancelled}, "COMPLETED"
+    )
+    assert {state.split("|", 1)[1] for state in accounting.values()} == {"ebd2n|debug|00:10:00|1500M"}
+    assert not list(run.glob("checkpoints/*.pt"))
     audit = subprocess.run(
         [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"], cwd=repo,
         env=environment() | {"PYTHONPATH": str(repo / "src")}, capture_output=True, text=True,
     )
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert (repo / "results/slurm-tiny/report/index.html").is_file()
-    for run in RUNS:
-        assert_states_equal(_weights(repo, run), _weights(local, run))
+    for name in RUNS:
+        assert_states_equal(_weights(repo, name), _weights(local, name))
     assert not (repo / "tmp" / f"ebd2n-warm-{os.getuid()}").exists()  # no job under SLURM started warm
 
 
-def test_slurm_campaign_as_in_readme(cluster: None, local: Path, tmp_path: Path) -> None:
-    repo, env = _campaign_repo(tmp_path)
-    _snakemake(repo, env, COMMAND)
-    logs = {path.stem: path for path in (repo / ".snakemake/slurm_logs").rglob("*.log")}
-    for run in RUNS:
-        jobs = _job_ids(repo, run)
-        assert len(jobs) == 2 and all(job.isdigit() for job in jobs)  # two slices, real SLURM job ids
-        assert all(run in logs[job].parent.name for job in jobs)  # each job's SLURM log kept
-        accounting = _sacct(*jobs, fields="State,Account,Partition,Timelimit,ReqMem")
-        assert set(accounting.values()) == {"COMPLETED|ebd2n|debug|00:10:00|1500M"}
-    # every job the campaign submitted (cache, slices, validation) completed in the accounting
-    assert set(_sacct(*logs).values()) == {"COMPLETED"} and len(logs) == 1 + 3 * len(RUNS)
-    _assert_finished_like_local(repo, local)
-
-
-def test_slurm_cancelled_slice_is_noticed_and_the_same_command_finishes(cluster: None, local: Path, tmp_path: Path) -> None:
-    repo, env = _campaign_repo(tmp_path)
-    run = repo / "results/slurm-tiny/runs" / RUNS[0]
-    with subprocess.Popen(COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as controller:
-        job = _wait_for_training(run, controller)
+def test_lease_of_a_slurm_job_is_broken_only_once_the_job_ended(cluster: None, tmp_path: Path) -> None:
+    job = subprocess.run(
+        ["sbatch", "--parsable", "-A", "ebd2n", "-t", "2", "-o", "/dev/null", "--wrap", "sleep 120"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    holder = {"host": "another-node", "boot": "", "pid": 1, "job": job, "restarts": 0, "since": "then"}
+    (tmp_path / LEASE).write_text(json.dumps(holder))
+    try:
+        _wait_until(lambda: _squeue_state(job) == "RUNNING")
+        with pytest.raises(UserError, match=f"another trainer holds it \\(host another-node, pid 1, SLURM job {job},"):
+            take_lease(tmp_path)
+    finally:
         subprocess.run(["scancel", job], check=True)
-        cancelled = time.monotonic()
-        output, _ = controller.communicate(timeout=TIMEOUT)
-    noticed = time.monotonic() - cancelled
-    assert controller.returncode != 0, output
-    assert _sacct(job)[job] == "CANCELLED by 0"  # what the plugin's sacct status check cannot read
-    assert f"SLURM-job '{job}' failed" in output and noticed < 240
-    cancelled_block = (run / "train.log").read_text().split("########## job ")[1]
-    assert " step 16/" in cancelled_block and "checkpoint checkpoints/" not in cancelled_block  # mid-slice
-    _snakemake(repo, env, COMMAND)
-    assert _job_ids(repo, RUNS[0])[0] == job and len(_job_ids(repo, RUNS[0])) == 3  # cancelled attempt, then two slices
-    assert not list(run.glob("checkpoints/*.pt"))
-    _assert_finished_like_local(repo, local)
+    _wait_until(lambda: _squeue_state(job) in ("", "CANCELLED"))
+    lease = take_lease(tmp_path)
+    assert json.loads((tmp_path / LEASE).read_text())["pid"] == os.getpid()
+    lease.release()
+    assert not (tmp_path / LEASE).exists()
+
+
+def _squeue_state(job: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+
+def _wait_until(condition, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
 
 
 def _wait_for_training(run: Path, controller: subprocess.Popen) -> str:

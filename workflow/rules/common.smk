@@ -36,6 +36,7 @@ SRC = Path(workflow.basedir).parent / "src"
 sys.path.insert(0, str(SRC))
 
 from ebd2n.campaign.runs import campaign_dir, frozen_base, parse_run_id, previous_end
+from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 
@@ -44,6 +45,10 @@ try:
     EPOCHS = base_epochs(CAMPAIGN)
 except UserError as error:
     raise WorkflowError(str(error)) from None
+# A controller killed earlier left its lock: clear it here, before Snakemake checks it (jobs run
+# with --nolock and never touch it).
+if not workflow.remote_exec and clear_stale_lock(Path.cwd()):
+    print(f"ebd2n: removed the stale Snakemake lock {LOCKS} (no Snakemake runs in this directory)", file=sys.stderr)
 CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
 # `python -m ebd2n` of this checkout (prepare, freeze, collect) or, TRAINER, of the campaign's
 # frozen copy (resolve, train, validate): the trainer is passed by path, never as an input.
