@@ -73,20 +73,23 @@ def take_lease(run_dir: Path) -> Lease:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LEASE
     me = Holder.this_process()
+    holder = None
     with _serialized(run_dir):  # two trainers breaking one stale lease: one at a time
-        lease = _create(path, me)
-        holder = None if lease else _read(path)
-        if holder is not None and _gone(holder, path, me):
-            path.unlink(missing_ok=True)
+        for _ in range(3):  # a holder may end, or a stale lease be broken, between two looks
             lease = _create(path, me)
-            holder = None if lease else _read(path)
-    if lease is None:
-        who = holder.describe() if holder else "unreadable lease"
-        raise UserError(
-            f"runtime.output_dir {run_dir}: another trainer holds it ({who}); "
-            f"if that trainer is gone, delete {path}"
-        )
-    return lease
+            if lease:
+                return lease
+            try:
+                holder = _read(path)
+            except FileNotFoundError:
+                continue
+            if holder is None or not _gone(holder, path, me):
+                break
+            path.unlink(missing_ok=True)
+    who = holder.describe() if holder else "unreadable lease"
+    raise UserError(
+        f"runtime.output_dir {run_dir}: another trainer holds it ({who}); if that trainer is gone, delete {path}"
+    )
 
 
 def _create(path: Path, me: Holder) -> Lease | None:
@@ -105,11 +108,10 @@ def _create(path: Path, me: Holder) -> Lease | None:
 
 
 def _read(path: Path) -> Holder | None:
+    """The holder; None for a file this code did not write (never broken)."""
     try:
         return Holder(**json.loads(path.read_text()))
-    except FileNotFoundError:
-        return None
-    except (ValueError, TypeError):  # not a lease this code wrote: never broken
+    except (ValueError, TypeError):
         return None
 
 
