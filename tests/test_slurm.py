@@ -109,16 +109,41 @@ def test_slurm_campaign_as_in_readme_survives_a_cancelled_slice(cluster: None, l
         set(logs) - {cancelled}, "COMPLETED"
     )
     assert {state.split("|", 1)[1] for state in accounting.values()} == {"ebd2n|debug|00:10:00|1500M"}
-    assert not list(run.glob("checkpoints/*.pt"))
+    _assert_complete_like_local(repo, local)
+
+
+def test_slurm_requeued_slice_runs_again_under_its_job_id(cluster: None, local: Path, tmp_path: Path) -> None:
+    """`scontrol requeue` of a training job midway: SLURM runs it again under the same id, the
+    controller waits for it, and the one command completes the campaign."""
+    repo, env = _campaign_repo(tmp_path)
+    run = repo / "results/slurm-tiny/runs" / RUNS[0]
+    with subprocess.Popen(COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as controller:
+        requeued = _wait_for_training(run, controller)
+        subprocess.run(["scontrol", "requeue", requeued], check=True)
+        _wait_until(lambda: _squeue_state(requeued) == "PENDING")
+        subprocess.run(["scontrol", "update", f"JobId={requeued}", "StartTime=now"], check=True)  # not in 2 minutes
+        output, _ = controller.communicate(timeout=TIMEOUT)
+    assert controller.returncode == 0, output
+    ids = _job_ids(repo, RUNS[0])
+    assert len(ids) == 3 and ids[0] == ids[1] == requeued  # the killed attempt, its rerun, the final slice
+    block = (run / "train.log").read_text().split("########## job ")[1]
+    assert " step 16/" in block and "checkpoint checkpoints/" not in block  # requeued mid-slice
+    assert _sacct(requeued)[requeued] == "COMPLETED"
+    _assert_complete_like_local(repo, local)
+
+
+def _assert_complete_like_local(repo: Path, local: Path) -> None:
+    """No slice checkpoint left, the audit passes, no job started warm, weights bitwise the local run's."""
+    assert not list((repo / "results/slurm-tiny/runs").glob("*/checkpoints/*.pt"))
     audit = subprocess.run(
         [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"], cwd=repo,
         env=environment() | {"PYTHONPATH": str(repo / "src")}, capture_output=True, text=True,
     )
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert (repo / "results/slurm-tiny/report/index.html").is_file()
+    assert not (repo / "tmp" / f"ebd2n-warm-{os.getuid()}").exists()  # no job under SLURM started warm
     for name in RUNS:
         assert_states_equal(_weights(repo, name), _weights(local, name))
-    assert not (repo / "tmp" / f"ebd2n-warm-{os.getuid()}").exists()  # no job under SLURM started warm
 
 
 def test_lease_of_a_slurm_job_is_broken_only_once_the_job_ended(cluster: None, tmp_path: Path) -> None:
