@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real single-node SLURM cluster for the slow tests and CI (Debian/Ubuntu, run as root, no
 # systemd): munged, MariaDB, slurmdbd (accounting, so `sacct` works), slurmctld and slurmd, with an
-# account `ebd2n` that test campaign files name (resources.account), so nothing is guessed.
+# account `ebd2n` (for root and the user who ran sudo) that test campaign files name
+# (resources.account), so nothing is guessed.
 # Idempotent: with the daemons up it checks them and returns in about a second. Any failure is
 # one line on stderr and exit status 1 — CI must fail, never skip, when there is no cluster.
 #   Usage: sudo tests/slurm/start-cluster.sh        (logs: /var/log/ebd2n-slurm/)
@@ -26,14 +27,15 @@ wait_for() {
 }
 
 node_idle() { sinfo -h -n "$NODE" -o %T 2>/dev/null | grep -Eq '^(idle|mixed|allocated|completing)'; }
-account_known() { sacctmgr -n -P list assoc user=root account="$ACCOUNT" format=account 2>/dev/null | grep -qx "$ACCOUNT"; }
+# account_known USER: USER may submit jobs to the test account
+account_known() { sacctmgr -n -P list assoc user="$1" account="$ACCOUNT" format=account 2>/dev/null | grep -qx "$ACCOUNT"; }
 
-[ "$(id -u)" = 0 ] || fail "must run as root (it installs packages and starts daemons)"
-
-# Already up? (munge, controller, database, node): nothing to do.
-if pgrep -x munged >/dev/null && scontrol ping 2>/dev/null | grep -q UP && account_known && node_idle; then
+# Already up? (munge, controller, database, node, this user's account): nothing to do.
+if pgrep -x munged >/dev/null && scontrol ping 2>/dev/null | grep -q UP && account_known "${SUDO_USER:-$(id -un)}" && node_idle; then
   exit 0
 fi
+[ "$(id -u)" = 0 ] || fail "must run as root (it installs packages and starts daemons)"
+USERS="root ${SUDO_USER:-}"  # sudo tests/slurm/start-cluster.sh: the calling user may submit too
 
 mkdir -p "$LOGS"
 if ! command -v slurmctld >/dev/null || ! command -v slurmdbd >/dev/null || ! command -v munged >/dev/null \
@@ -121,11 +123,14 @@ wait_for 60 sacctmgr -n list cluster || fail "slurmdbd does not answer (see $LOG
 sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER" \
   || sacctmgr -i add cluster "$CLUSTER" >>"$LOGS/sacctmgr.log" 2>&1 \
   || fail "sacctmgr add cluster $CLUSTER failed (see $LOGS/sacctmgr.log)"
-account_known || {
-  sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" Description=ebd2n-tests Organization=ebd2n \
-    && sacctmgr -i add user root account="$ACCOUNT" cluster="$CLUSTER" DefaultAccount="$ACCOUNT"
-} >>"$LOGS/sacctmgr.log" 2>&1
-account_known || fail "sacctmgr could not add account $ACCOUNT for root (see $LOGS/sacctmgr.log)"
+sacctmgr -n -P list account "$ACCOUNT" format=account | grep -qx "$ACCOUNT" \
+  || sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" Description=ebd2n-tests Organization=ebd2n \
+  >>"$LOGS/sacctmgr.log" 2>&1
+for user in $USERS; do
+  account_known "$user" \
+    || sacctmgr -i add user "$user" account="$ACCOUNT" cluster="$CLUSTER" DefaultAccount="$ACCOUNT" >>"$LOGS/sacctmgr.log" 2>&1
+  account_known "$user" || fail "sacctmgr could not add account $ACCOUNT for $user (see $LOGS/sacctmgr.log)"
+done
 
 if pgrep -x slurmctld >/dev/null; then
   scontrol reconfigure >>"$LOGS/slurmctld.log" 2>&1 || true
