@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -129,6 +130,27 @@ def test_slurm_requeued_slice_runs_again_under_its_job_id(cluster: None, local: 
     block = (run / "train.log").read_text().split("########## job ")[1]
     assert " step 16/" in block and "checkpoint checkpoints/" not in block  # requeued mid-slice
     assert _sacct(requeued)[requeued] == "COMPLETED"
+    _assert_complete_like_local(repo, local)
+
+
+def test_slurm_killed_controller_then_the_same_command_finishes(cluster: None, local: Path, tmp_path: Path) -> None:
+    """The controller SIGKILLed while a slice trains (a dropped SSH session): its jobs keep
+    running, and the same command again clears Snakemake's stale lock and finishes the campaign."""
+    repo, env = _campaign_repo(tmp_path)
+    run = repo / "results/slurm-tiny/runs" / RUNS[0]
+    with subprocess.Popen(
+        COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    ) as controller:
+        orphan = _wait_for_training(run, controller)
+        os.killpg(controller.pid, signal.SIGKILL)
+        controller.communicate()
+    assert _squeue_state(orphan) in ("RUNNING", "COMPLETING", "COMPLETED")  # the job outlived its controller
+    result = _snakemake(repo, env, COMMAND)
+    assert "ebd2n: removed the stale Snakemake lock .snakemake/locks" in result.stderr
+    for name in RUNS:
+        records = map(json.loads, (repo / "results/slurm-tiny/runs" / name / "metrics.jsonl").read_text().splitlines())
+        steps = [record["step"] for record in records if record["type"] == "step"]
+        assert steps == list(range(1, len(steps) + 1))  # one trainer at a time: no interleaved records
     _assert_complete_like_local(repo, local)
 
 
