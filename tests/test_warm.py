@@ -101,6 +101,16 @@ def test_warm_job_runs_in_a_fork_and_matches_cold_bitwise(demo_cache: Path, tmp_
     assert len(list(sockets.glob("*/*.sock"))) == 1  # both clients found the one server
 
 
+def test_slurm_job_starts_cold_whatever_the_environment_says(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
+    """A controller exports EBD2N_WARM=1 to its cluster jobs: under SLURM no server starts."""
+    run = tmp_path / "run"
+    env = _env(sockets, True, SLURM_JOB_ID="4242")
+    subprocess.run(_command(demo_cache, run, *SHORT), env=env, check=True, timeout=600)
+    assert re.findall(r"########## job (\S+) ##########", (run / "train.log").read_text()) == ["4242"]
+    assert (run / "final.pt").is_file()
+    assert _servers(sockets) == [] and not list(sockets.glob("*/*.sock"))
+
+
 def test_warm_errors_exit_status_and_streams_match_cold(tmp_path: Path, sockets: Path) -> None:
     missing = tmp_path / "missing.yaml"
     command = [sys.executable, "-m", "ebd2n", "train", "--config", str(missing)]

@@ -200,7 +200,7 @@ SLURM_TOOLS = {
         (STATE / f"{job_id}.job").write_text(f"{name}|{'COMPLETED' if code == 0 else 'FAILED'}")
         print(job_id)
     ''',
-    "sacct": '''
+    "squeue": '''
         args = sys.argv[1:]
         if "--name" in args:  # a status query: answer once the run's jobs ended, so checks never back off
             name = args[args.index("--name") + 1]
@@ -219,7 +219,7 @@ SLURM_TOOLS = {
     ''',
     "sinfo": 'print("PARTITION")\nprint("testpart*")',
     "sacctmgr": 'print("testacct")',
-    "squeue": "pass",
+    "sacct": "pass",
     "scancel": "pass",
     "scontrol": 'print("MaxArraySize = 1001")\nprint("MinJobAge = 300 sec")',
 }

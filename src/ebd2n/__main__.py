@@ -1,7 +1,8 @@
 """`python -m ebd2n` runs the command line (the workflow uses it to run the frozen trainer).
 
-With EBD2N_WARM=1 (local workflow runs), `train` and `validate` run on a warm-start server that
-has torch imported already (`ebd2n.warm`); otherwise, and whenever none answers, right here.
+With EBD2N_WARM=1 (local workflow runs; never in a SLURM job), `train` and `validate` run on a
+warm-start server that has torch imported already (`ebd2n.warm`); otherwise, and whenever none
+answers, right here.
 """
 
 import sys

@@ -35,7 +35,8 @@ RUN_RECORD = "run.json"
 DASHBOARD = "report.html"
 RESULTS_JSON = "results.json"
 CHECKPOINT_DIR = "checkpoints"
-LEASE = ".lease"
+LEASE = "trainer.lease"
+"""Held by the one trainer writing a run directory (ebd2n.train.lease); gone when it ends."""
 
 TRAINING_ARTIFACTS = (RECIPE, FINAL, BEST, METRICS, TRAIN_LOG, RUN_RECORD, CHECKPOINT_LEDGER, DASHBOARD)
 """What a finished run's trainer leaves; full validation records the SHA-256 of each."""

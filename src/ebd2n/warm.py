@@ -2,15 +2,16 @@
 
 A laptop campaign runs a hundred short jobs, and each would spend seconds importing torch and
 torch._dynamo (which torch.optim imports) before a second of work. With EBD2N_WARM=1, which the
-workflow sets for local runs, `python -m ebd2n train|validate` hands its arguments, working
-directory, environment and standard streams to a server started the same way (same interpreter
-and flags, same code, same umask and environment variables read while Python and torch load).
-The server forks a child that runs the command on the client's streams and sends back its exit
-status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the client
-receives is passed on to the child (one the client ignores, the child ignores); when the client
-dies (SIGKILL), the child is killed too, and so are the children of a server that dies. When no
-server can be reached before a job starts, the client runs the command itself, so warm start can
-only make a job start sooner, never change what it does.
+workflow sets once it knows the campaign runs locally, `python -m ebd2n train|validate` hands its
+arguments, working directory, environment and standard streams to a server started the same way
+(same interpreter and flags, same code, same umask and environment variables read while Python and
+torch load). The server forks a child that runs the command on the client's streams and sends back
+its exit status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the
+client receives is passed on to the child (one the client ignores, the child ignores); when the
+client dies (SIGKILL), the child is killed too, and so are the children of a server that dies. When
+no server can be reached before a job starts, the client runs the command itself, so warm start can
+only make a job start sooner, never change what it does. A process of a SLURM job always starts
+cold: a server started there would outlive the job and fork other jobs' trainers from it.
 
 The sockets live in a private directory (mode 0700) under the temporary directory: only the
 user who started the server can hand it commands.
@@ -44,6 +45,10 @@ ENV_SWITCH = "EBD2N_WARM"
 WARM_COMMANDS = ("train", "validate")
 """The commands that import torch; the others start in well under a second anyway."""
 
+CLUSTER_JOB = "SLURM_JOB_ID"
+"""Set in every SLURM job (and every process of an allocation): such a process always starts cold,
+whatever EBD2N_WARM says (the controller's environment is exported to its jobs)."""
+
 IDLE_SECONDS = 60.0
 """A server with no running job and no request for this long removes its socket and exits."""
 
@@ -68,6 +73,8 @@ def forwarded(argv: list[str]) -> int | None:
     if os.environ.get(ENV_SWITCH, "0") in ("", "0") or not argv or argv[0] not in WARM_COMMANDS:
         return None
     if "LOCAL_RANK" in os.environ:  # a torchrun worker: its launcher already paid the start-up
+        return None
+    if CLUSTER_JOB in os.environ:  # a server would outlive the job and serve other jobs from it
         return None
     try:
         path = _socket_path()

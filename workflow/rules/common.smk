@@ -32,6 +32,7 @@ SRC = Path(workflow.basedir).parent / "src"
 sys.path.insert(0, str(SRC))
 
 from ebd2n.campaign.runs import parse_run_id, previous_end
+from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 from ebd2n.layout import named_campaign
@@ -51,6 +52,10 @@ try:
     EPOCHS = base_epochs(CAMPAIGN)
 except UserError as error:
     _refuse(error)
+# A controller killed earlier left its lock: clear it here, before Snakemake checks it (jobs run
+# with --nolock and never touch it).
+if not workflow.remote_exec and clear_stale_lock(Path.cwd()):
+    print(f"ebd2n: removed the stale Snakemake lock {LOCKS} (no Snakemake runs in this directory)", file=sys.stderr)
 CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
 # `python -m ebd2n` of this checkout (prepare, freeze, collect) or, TRAINER, of the campaign's
 # frozen copy (resolve, train, validate): the trainer is passed by path, never as an input.
@@ -61,9 +66,22 @@ TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} -m ebd2n"
 LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}} -m ebd2n"
 # Local runs: training and validation jobs fork from one process that has torch imported already
 # (ebd2n.warm), which saves seconds per job on a laptop. EBD2N_WARM=0 in the environment turns it
-# off; cluster jobs always start cold.
-if workflow.local_exec and not workflow.remote_exec:
-    os.environ.setdefault("EBD2N_WARM", "1")
+# off. Cluster jobs always start cold: the job's own Snakemake (remote mode) turns it off for the
+# commands it runs, whatever environment the controller exported, and the controller turns it on
+# only in onstart, once the executor is known (while the Snakefile is parsed it is not yet).
+if workflow.remote_exec:
+    os.environ["EBD2N_WARM"] = "0"
+
+
+# At the start (the one onstart of the workflow): warm start for local runs, and the campaign's plan
+# for `ebd2n status` (every run, its slices and resources), as this run sees it.
+onstart:
+    from ebd2n.campaign.status import write_plan
+
+    if workflow.local_exec:
+        os.environ.setdefault("EBD2N_WARM", "1")
+    write_plan(CAMPAIGN, EPOCHS)
+
 
 # How many jobs run at once: --jobs on a cluster, else the local cores (campaign.json records it).
 MAX_JOBS = workflow.resource_settings.nodes or workflow.resource_settings.cores

@@ -35,6 +35,7 @@ from ebd2n.train.checkpoint import (
     save_checkpoint,
 )
 from ebd2n.train.engine import build_engine, configure_torch
+from ebd2n.train.lease import take_lease
 from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
 from ebd2n.train.schedule import learning_rate
 from ebd2n.train.validation import block_batches, evaluate_sequences
@@ -115,9 +116,15 @@ def train(
         counters = Progress(**state["progress"])
         _restore_rng(state["rng"])
     blocks = _Blocks(recipe, cache)
-    # every check has passed: only now is anything written to the run directory
-    if context.is_main:  # parallel: rank 0 owns the run directory
-        _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
+    # every check has passed: only now is anything written to the run directory, under a lease that
+    # keeps any other trainer out of it
+    lease = take_lease(run_dir) if context.is_main else None  # parallel: rank 0 owns the run directory
+    if lease:
+        try:
+            _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
+        except BaseException:
+            lease.release()
+            raise
     this_job = job_id()
     counters.job_ids.append(this_job)
 
@@ -146,6 +153,8 @@ def train(
         metrics.close()
         log.close()
         context.close()  # parallel: leaves the process group it joined
+        if lease:
+            lease.release()
     return run_dir
 
 

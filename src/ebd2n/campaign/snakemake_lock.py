@@ -1,0 +1,46 @@
+"""Snakemake's directory lock, left behind by a killed controller: found and cleared safely.
+
+A controller killed with SIGKILL (or with the session it ran in) leaves .snakemake/locks/, and
+every later run stops with "Directory cannot be locked" until `snakemake --unlock`. The lock is
+stale when no other Snakemake controller runs in the working directory on this machine (jobs
+started with --nolock do not count): the workflow then removes it, as --unlock would, and says
+so. A live controller's lock is left alone, and Snakemake refuses as usual. Controllers on other
+machines cannot be seen from here: run a campaign's controller from one machine (README).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+LOCKS = Path(".snakemake/locks")
+
+
+def clear_stale_lock(workdir: Path) -> bool:
+    """Remove workdir's Snakemake lock when no Snakemake controller runs there; True if removed."""
+    locks = workdir / LOCKS
+    if not Path("/proc/self").is_dir():  # no way to see the live processes: never clear
+        return False
+    if not any(locks.glob("*.lock")) or live_controllers(workdir):
+        return False
+    shutil.rmtree(locks)
+    return True
+
+
+def live_controllers(workdir: Path) -> list[int]:
+    """Pids of the other Snakemake processes that may hold workdir's lock (Linux /proc)."""
+    workdir = workdir.resolve()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        snakemake = any(Path(arg).name == "snakemake" or arg.endswith("/snakemake/__main__.py") for arg in argv)
+        if cwd == workdir and snakemake and "--nolock" not in argv:
+            pids.append(int(entry.name))
+    return pids

@@ -1,0 +1,86 @@
+"""One trainer per run directory (ebd2n.train.lease), with real trainer processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ebd2n
+from ebd2n.train.lease import LEASE
+
+SOURCE = str(Path(ebd2n.__file__).resolve().parents[1])
+LONG = ["training.max_tokens=4000000", "training.epoch_tokens=2000000"]  # minutes: always killed first
+
+
+def _trainer(cache: Path, run: Path, **env: str) -> subprocess.Popen:
+    settings = [f"data.cache_dir={cache}", f"runtime.output_dir={run}", *LONG]
+    command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
+    environment = {**os.environ, "PYTHONPATH": SOURCE, "EBD2N_WARM": "0", "OMP_NUM_THREADS": "1", **env}
+    return subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _training(run: Path, trainer: subprocess.Popen, blocks: int = 1) -> None:
+    """Wait until the trainer has opened train.log block number `blocks` (it holds the lease by then)."""
+    deadline = time.monotonic() + 300
+    while ((run / "train.log").read_text() if (run / "train.log").exists() else "").count("slice: start") < blocks:
+        assert trainer.poll() is None, trainer.communicate()
+        assert time.monotonic() < deadline, "the trainer never started"
+        time.sleep(0.05)
+
+
+def _holder(run: Path) -> dict:
+    return json.loads((run / LEASE).read_text())
+
+
+def test_second_trainer_refuses_until_the_holder_is_killed(demo_cache: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    first = _trainer(demo_cache, run)
+    second = None
+    try:
+        _training(run, first)
+        log = (run / "train.log").read_text()
+        refused = _trainer(demo_cache, run)
+        _, stderr = refused.communicate(timeout=300)
+        assert refused.returncode == 2
+        assert stderr.splitlines() == [
+            f"ebd2n train: error: runtime.output_dir {run}: another trainer holds it (host {socket.gethostname()}, "
+            f"pid {first.pid}, since {_holder(run)['since']}); if that trainer is gone, delete {run / LEASE}"
+        ]
+        assert (run / "train.log").read_text().count("slice: start") == 1 and (run / "train.log").read_text().startswith(log)
+        assert first.poll() is None and _holder(run)["pid"] == first.pid
+        first.send_signal(signal.SIGKILL)  # as a node failure would: the lease stays behind
+        first.wait()
+        assert _holder(run)["pid"] == first.pid
+        second = _trainer(demo_cache, run)
+        _training(run, second, blocks=2)  # past the lease: it opened its own train.log block
+        assert _holder(run)["pid"] == second.pid
+    finally:
+        for trainer in (first, second):
+            if trainer:
+                trainer.kill()
+                trainer.communicate()
+
+
+def test_lease_of_another_host_without_a_job_is_never_broken(demo_cache: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    other = {"host": "elsewhere", "boot": "", "pid": os.getpid(), "job": "", "restarts": 0, "since": "then"}
+    (run / LEASE).write_text(json.dumps(other))
+    second = _trainer(demo_cache, run)
+    _, stderr = second.communicate(timeout=300)
+    assert second.returncode == 2 and "another trainer holds it (host elsewhere, pid" in stderr
+    assert sorted(path.name for path in run.iterdir()) == [LEASE]  # nothing written
+
+
+def test_finished_trainer_leaves_no_lease(demo_cache: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    settings = [f"data.cache_dir={demo_cache}", f"runtime.output_dir={run}", "training.max_tokens=4096", "training.epoch_tokens=4096"]
+    command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
+    subprocess.run(command, env={**os.environ, "PYTHONPATH": SOURCE, "EBD2N_WARM": "0"}, check=True, timeout=300)
+    assert (run / "final.pt").is_file() and not list(run.glob(f"*{LEASE}*"))
