@@ -315,6 +315,15 @@ def test_collect_records_the_campaign(in_tmp: Path) -> None:
     assert result == (6, 0, source_hash(PACKAGE_DIR), ["synchronous", "packed-4"])
 
 
+def test_scaling_campaign_plan_has_the_seeds_slices() -> None:
+    from ebd2n.campaign.status import campaign_plan
+
+    campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
+    plan = campaign_plan(campaign, base_epochs(campaign))
+    result = {entry["run"].split("-")[0]: len(entry["slices"]) for entry in plan["runs"]}
+    assert result == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
+
+
 def test_shipped_campaign_files_pass_the_schema() -> None:
     paths = [REPO_ROOT / "config" / "config.yaml", *sorted(CAMPAIGNS.glob("*.yaml"))]
     result = [load_campaign(path).name for path in paths]

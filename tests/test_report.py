@@ -257,14 +257,15 @@ def test_cli_select_writes_groups_and_selection(report_campaign: Path, tmp_path:
 def test_regenerated_report_keeps_its_predecessor(campaign_tree: Callable[..., Path]) -> None:
     campaign = campaign_tree(runs=grid_runs(["synchronous"], [0.001, 0.003], [0.999], [42, 43]))
     build_report(campaign)
-    first = _report_bytes(campaign)
+    first = {name: data for name, data in _report_bytes(campaign).items() if not name.startswith("assets/")}
     results = next((campaign / "runs").glob("*/results.json"))
     results.write_text(json.dumps({**json.loads(results.read_text()), "loss": 3.0}))
     build_report(campaign)
     history = list((_report(campaign) / "history").iterdir())
     kept = {p.relative_to(history[0]).as_posix(): p.read_bytes() for p in history[0].rglob("*") if p.is_file()} if len(history) == 1 else {}
-    result = (len(history), kept == first, (_report(campaign) / "index.html").read_bytes() == first["index.html"])
-    assert result == (1, True, False)
+    result = (len(history), kept == first, (_report(campaign) / "index.html").read_bytes() == first["index.html"],
+              sorted(p.name for p in (_report(campaign) / "assets").iterdir()))
+    assert result == (1, True, False, [plotly_asset_name()])  # assets/ stays for the run pages
 
 
 def test_unchanged_rebuild_keeps_the_published_report(campaign_tree: Callable[..., Path]) -> None:
@@ -298,12 +299,13 @@ PRICED = {
 def test_report_cost_from_the_plan(campaign_tree: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """24 runs of 4 recorded epochs of 0.5 s: 2 s each, on 1 GPU and 8 or 4 CPUs, at 3.0 per GPU-hour."""
     from ebd2n.campaign.spec import base_epochs, campaign_from_dict
-    from ebd2n.campaign.status import write_plan
+    from ebd2n.campaign.status import campaign_plan
 
     campaign = campaign_tree()
     monkeypatch.chdir(tmp_path)
     spec = campaign_from_dict(json.loads(json.dumps(PRICED)))
-    write_plan(spec, base_epochs(spec))
+    info = campaign / "campaign.json"
+    info.write_text(json.dumps({**json.loads(info.read_text()), "plan": campaign_plan(spec, base_epochs(spec))}))
     build_report(campaign)
     cost = _results(campaign)["cost"]
     modes = {entry["mode"]: (entry["runs"], round(entry["gpu_hours"] * 3600, 6), round(entry["cpu_hours"] * 3600, 6))

@@ -128,6 +128,7 @@ def test_killed_slice_rerun_replaces_its_partial_metrics(demo_cache: Path, tmp_p
     [
         ("final", {"final.pt"}),
         ("epoch", {"final.pt", "checkpoints/epoch-1.pt", "checkpoints/epoch-2.pt", "checkpoints/epoch-3.pt"}),
+        ("all", {"final.pt", "checkpoints/epoch-0.pt", "checkpoints/epoch-1.pt", "checkpoints/epoch-2.pt", "checkpoints/epoch-3.pt"}),
     ],
 )
 def test_checkpoint_policy_retention(demo_cache: Path, tmp_path: Path, policy: str, expected: set[str]) -> None:
@@ -136,6 +137,21 @@ def test_checkpoint_policy_retention(demo_cache: Path, tmp_path: Path, policy: s
     train(recipe, resume=tmp_path / "run/checkpoints/epoch-2.pt", progress=False)
     result = {p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*.pt")}
     assert result == expected
+
+
+@pytest.mark.parametrize("policy", ["epoch", "all"])
+def test_first_slice_killed_midway_reruns_bitwise(demo_cache: Path, tmp_path: Path, policy: str) -> None:
+    """A two-epoch first slice killed after its epoch-1 checkpoint: the same fresh start again is allowed
+    (it rewrites that checkpoint) and ends bit for bit as an uninterrupted slice; a later one stays refused."""
+    whole = _recipe(demo_cache, tmp_path / "whole", f"training.checkpoint_policy={policy}")
+    train(whole, until_epoch=2, progress=False)
+    killed = _recipe(demo_cache, tmp_path / "killed", f"training.checkpoint_policy={policy}")
+    train(killed, until_epoch=1, progress=False)  # what the killed slice left: its epoch-1 checkpoint
+    train(killed, until_epoch=2, progress=False)
+    assert_states_equal(load_checkpoint(tmp_path / "whole/checkpoints/epoch-2.pt")["engine"],
+                        load_checkpoint(tmp_path / "killed/checkpoints/epoch-2.pt")["engine"])
+    with pytest.raises(UserError, match="holds slice checkpoints"):
+        train(killed, until_epoch=2, progress=False)
 
 
 def test_best_json_has_null_weights_under_final(demo_cache: Path, tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ use it.
 
 ```
 results/<campaign>/
-  campaign.json  runs.csv  audit-runs.json  audit.json  audit-ledger.json  status.html  status/plan.json
+  campaign.json  runs.csv  audit-runs.json  audit.json  audit.passed  audit-ledger.json  status.html
+  status/plan.json
   frozen/        SOURCE_HASH  freeze.json  src/ebd2n/  recipes/<base>.yaml
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt
@@ -47,6 +48,13 @@ RUN_ARTIFACTS = (*TRAINING_ARTIFACTS, RESULTS_JSON)
 def slice_checkpoint(epoch: int) -> str:
     """A checkpoint at an epoch boundary, relative to its run directory."""
     return f"{CHECKPOINT_DIR}/epoch-{epoch}.pt"
+
+
+def checkpoint_epoch(relative: str) -> int | None:
+    """The epoch boundary of a `slice_checkpoint` name; None for any other file."""
+    prefix, suffix = slice_checkpoint(0).split("0", 1)
+    number = relative.removeprefix(prefix).removesuffix(suffix)
+    return int(number) if relative.startswith(prefix) and relative.endswith(suffix) and number.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,8 @@ STATUS_PAGE = "status.html"
 AUDIT_RUNS = "audit-runs.json"
 AUDIT_JSON = "audit.json"
 AUDIT_LEDGER = "audit-ledger.json"
+AUDIT_PASSED = "audit.passed"
+"""The SHA-256 of the audit.json of a passing full audit; absent otherwise (the workflow's target)."""
 FROZEN = "frozen"
 SOURCE_HASH = "SOURCE_HASH"
 FREEZE_RECORD = "freeze.json"
@@ -131,6 +141,8 @@ REPORT_RESULTS = "results.json"
 LR_RESPONSE_CSV = "lr-response.csv"
 CURVES_CSV = "curves.csv"
 SCALING_CSV = "scaling.csv"
+REPORT_ASSETS = "assets"
+"""report/assets/: what the report and the campaign's run pages load (plotly.js), kept across rebuilds."""
 HISTORY = "history"
 """report/history/<time>/: earlier reports, kept when a report is rebuilt."""
 
@@ -169,6 +181,10 @@ class CampaignPaths:
     @property
     def ledger(self) -> Path:
         return self.directory / AUDIT_LEDGER
+
+    @property
+    def audit_passed(self) -> Path:
+        return self.directory / AUDIT_PASSED
 
     @property
     def frozen(self) -> Path:
@@ -244,7 +260,7 @@ def campaign_of_run(run_dir: str | Path) -> CampaignPaths | None:
     """The campaign holding a run directory (results/<campaign>/runs/<run>), None for a run trained
     on its own: the one place that decides whether a run belongs to a campaign (and so whether its
     page shares the campaign's plotly.js)."""
-    resolved = Path(run_dir).resolve()
+    resolved = Path(run_dir).absolute()  # not resolve(): results/ may be a link to scratch space
     if len(resolved.parents) > 2 and resolved.parent.name == RUNS and resolved.parents[2].name == RESULTS.name:
         return CampaignPaths(Path(run_dir).parent.parent)
     return None

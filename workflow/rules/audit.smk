@@ -1,8 +1,9 @@
 # The audit, in two steps around the report. audit_runs checks every run (completeness, recipes,
 # frozen trainer, hashes, retention, the ledger) before the report is built, so a failure stops
 # the workflow first; audit_campaign then rebuilds the published report elsewhere and compares it,
-# and only then writes audit.json and the ledger. audit.json is update(): Snakemake never deletes
-# it before the job runs, since it records the ledger's own hash (see ebd2n.audit).
+# and writes audit.json (every check) and, only when all passed, the ledger and audit.passed, its
+# output. audit.json and the ledger are no outputs: Snakemake never deletes or restores them, and
+# audit.json keeps the ledger's own hash (see ebd2n.audit).
 
 
 rule audit_runs:
@@ -21,7 +22,7 @@ rule audit_campaign:
     input:
         str(C.report_index),
     output:
-        update(str(C.audit)),
+        str(C.audit_passed),
     log:
         log_of(C.audit),
     shell:

@@ -35,7 +35,7 @@ from ebd2n.campaign.runs import parse_run_id, previous_end
 from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
-from ebd2n.layout import named_campaign
+from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
 from ebd2n.yamlio import read_yaml_mapping
 
 CAMPAIGN_FILE = _campaign_file()
@@ -119,8 +119,8 @@ wildcard_constraints:
 
 
 def get_final_output():
-    """The campaign report: it needs the audit, which needs every run's full validation."""
-    return [str(CAMPAIGN.paths.audit)]
+    """The audit's seal: written once the published report has been verified against the runs."""
+    return [str(CAMPAIGN.paths.audit_passed)]
 
 
 def get_run_results(wildcards):
@@ -137,6 +137,13 @@ def get_resume_checkpoint(wildcards):
     end = int(wildcards.epoch) if "epoch" in wildcards.keys() else epochs
     previous = previous_end(end, epochs, CAMPAIGN.slice_epochs(_run(wildcards).base))
     return [] if previous is None else [str(named_campaign(wildcards.campaign).run(wildcards.run).checkpoint(previous))]
+
+
+def get_resume_input(wildcards):
+    """The resume checkpoint as a rule input: under `final` a temp() file; under `epoch` and `all` a
+    kept one, so ancient(): its time (a touch, a copy) never retrains; the trainer checks its content."""
+    paths = get_resume_checkpoint(wildcards)
+    return paths if CAMPAIGN.checkpoint_policy == "final" else [ancient(path) for path in paths]
 
 
 def get_resume_arg(wildcards):

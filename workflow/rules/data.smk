@@ -8,9 +8,9 @@ rule prepare_cache:
     output:
         directory(str(CACHE)),
     log:
-        f"results/logs/caches/{CACHE.name}.log",
+        str(RESULTS / LOGS / "caches" / f"{CACHE.name}.log"),
     benchmark:
-        f"results/benchmarks/caches/{CACHE.name}.tsv"
+        str(RESULTS / BENCHMARKS / "caches" / f"{CACHE.name}.tsv")
     threads: PREPARE_THREADS
     resources:
         **PREPARE_RESOURCES,

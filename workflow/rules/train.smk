@@ -40,7 +40,7 @@ rule train_slice:
         # cache identities; the trainer refuses a mismatch): a newer time alone never retrains a run
         recipe=ancient(str(R.recipe)),
         cache=ancient(str(CACHE)),
-        resume=get_resume_checkpoint,
+        resume=get_resume_input,
     output:
         slice_output(),
     log:
@@ -61,7 +61,7 @@ rule train_final:
     input:
         recipe=ancient(str(R.recipe)),
         cache=ancient(str(CACHE)),
-        resume=get_resume_checkpoint,
+        resume=get_resume_input,
     output:
         final=str(R.final),
         best=str(R.best),

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from ebd2n.atomic import atomic_write_text
+from ebd2n.atomic import atomic_write_text, sha256_bytes
 from ebd2n.audit import checks
 from ebd2n.audit.ledger import Ledger, accepted, compare, protected, read_ledger, write_ledger
 from ebd2n.audit.runs import RunView, json_object, read_run
@@ -90,7 +90,12 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     if passed:  # a failing audit leaves the ledger as the last passing one wrote it
         history = ledger.history + ([accepted(ledger.artifacts, current)] if accept else [])
         record["ledger_sha256"] = write_ledger(paths, current, history)
-    atomic_write_text(paths.audit, json.dumps(record, indent=2) + "\n")
+    text = json.dumps(record, indent=2) + "\n"
+    atomic_write_text(paths.audit, text)
+    if passed:  # the workflow's target: present only while the last full audit passed
+        atomic_write_text(paths.audit_passed, sha256_bytes(text.encode("utf-8")) + "\n")
+    else:
+        paths.audit_passed.unlink(missing_ok=True)
     return record
 
 
@@ -127,7 +132,7 @@ def _expected_runs(info: dict | None) -> list:
     try:
         grid = info["grid"]
         return grid_runs(grid.get("presets"), grid["modes"], grid["learning_rates"], grid["beta2"], info["seeds"])
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):
         return []
 
 
@@ -233,7 +238,7 @@ def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, curr
     check = checks.Check("audited artifacts unchanged since the last audit (ledger)", unit="artifacts")
     recorded = (audit or {}).get("ledger_sha256")
     name = paths.ledger.name
-    if recorded and ledger.digest is None:
+    if recorded and ledger.digest is None and not paths.ledger.exists():  # unreadable: the files check says so
         check.violations.append(f"{name}: missing, but {paths.audit.name} records one; restore it, or re-baseline with `ebd2n audit --accept`")
     elif ledger.digest is not None and recorded != ledger.digest:
         check.violations.append(f"{name}: not the ledger the last audit wrote (edited, or {paths.audit.name} replaced)")

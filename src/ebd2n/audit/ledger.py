@@ -17,16 +17,16 @@ import json
 from dataclasses import dataclass, field
 
 from ebd2n.atomic import atomic_write_text, sha256_bytes
-from ebd2n.layout import CAMPAIGN_JSON, FROZEN, REPORT, RUNS, RUNS_CSV, CampaignPaths
+from ebd2n.layout import FROZEN, RUNS, CampaignPaths
 from ebd2n.provenance import timestamp
 
 FORMAT = 1
-_DERIVED = (CAMPAIGN_JSON, RUNS_CSV, f"{REPORT}/")
 
 
 def protected(relative: str) -> bool:
-    """Whether an artifact must stay byte-identical once audited (run and frozen files)."""
-    return relative.startswith((f"{RUNS}/", f"{FROZEN}/")) and not relative.startswith(_DERIVED)
+    """Whether an artifact must stay byte-identical once audited (run and frozen files; campaign.json,
+    runs.csv and the report are derived and verified by recomputation instead)."""
+    return relative.startswith((f"{RUNS}/", f"{FROZEN}/"))
 
 
 @dataclass

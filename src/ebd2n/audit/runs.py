@@ -16,6 +16,7 @@ from ebd2n.campaign.runs import Run
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.errors import UserError
 from ebd2n.layout import BEST, CHECKPOINT_LEDGER, RESULTS_JSON, RUN_ARTIFACTS, RUN_RECORD, RunPaths
+from ebd2n.train.budget import budget_of
 
 
 @dataclass
@@ -44,6 +45,12 @@ class RunView:
     def finished(self) -> bool:
         return self.results is not None
 
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """The SHA-256 of each artifact as full validation recorded it (empty when it recorded none)."""
+        artifacts = (self.results or {}).get("artifacts")
+        return artifacts if isinstance(artifacts, dict) else {}
+
 
 def read_run(paths: RunPaths, run: Run) -> RunView:
     """Hash every file of a run directory and parse its records; note what is wrong."""
@@ -66,7 +73,9 @@ def read_run(paths: RunPaths, run: Run) -> RunView:
     view.checkpoints = _json(view, CHECKPOINT_LEDGER)
     if paths.recipe.name in view.hashes:
         try:
-            view.recipe = load_recipe(paths.recipe)
+            recipe = load_recipe(paths.recipe)
+            budget_of(recipe)  # the checks below read its budget
+            view.recipe = recipe
         except UserError as error:
             view.problems.append(f"{paths.recipe.name}: not a valid recipe ({error})")
     if view.results is None and RESULTS_JSON in view.hashes:

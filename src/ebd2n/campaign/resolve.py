@@ -10,7 +10,6 @@ from ebd2n.errors import UserError
 from ebd2n.layout import campaign_of_run, run_paths
 
 
-
 def run_recipe(base: Recipe, run: Run, output_dir: str | Path, source: str = "recipe") -> Recipe:
     """`base` with the run's mode, learning rate, beta2 and seed, writing into `output_dir`."""
     raw = base.model_dump(mode="json")

@@ -22,7 +22,7 @@ from ebd2n.config import Recipe, load_recipe
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.data.cache import MANIFEST
-from ebd2n.layout import CampaignPaths, run_paths
+from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
@@ -91,11 +91,13 @@ def read_results(directory: Path) -> CampaignResults:
     complete = {key: value for key, value in results.items() if value is not None}
     modes, learning_rates, beta2 = _grid(info, rows)
     order = {mode: index for index, mode in enumerate(modes)}
-    runs = pl.DataFrame(rows, schema=RUN_COLUMNS).sort(
-        [pl.col("mode").replace_strict(order, return_dtype=pl.Int64), "lr", "beta2", "seed", "run"]
-    )
+    try:
+        table = pl.DataFrame(rows, schema=RUN_COLUMNS)
+    except (pl.exceptions.PolarsError, TypeError, ValueError) as error:
+        raise UserError(f"{paths.runs}: a {RESULTS_JSON} holds a value of the wrong type ({error})") from None
+    runs = table.sort([pl.col("mode").replace_strict(order, return_dtype=pl.Int64), "lr", "beta2", "seed", "run"])
     seeds = sorted(info["seeds"]) if info and info.get("seeds") else sorted(set(runs["seed"].to_list()))
-    repo_root = directory.resolve().parent.parent
+    repo_root = directory.absolute().parent.parent  # not resolve(): results/ may be a link
     manifest_path = _manifest_path(directory, runs["directory"][0], repo_root)
     return CampaignResults(
         directory=directory,

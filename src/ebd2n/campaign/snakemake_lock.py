@@ -36,11 +36,17 @@ def live_controllers(workdir: Path) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cwd = Path(os.readlink(entry / "cwd"))
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
         snakemake = any(Path(arg).name == "snakemake" or arg.endswith("/snakemake/__main__.py") for arg in argv)
-        if cwd == workdir and snakemake and "--nolock" not in argv:
+        if not snakemake or "--nolock" in argv:
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:  # another user's controller: where it runs cannot be seen, so it may hold this lock
+            pids.append(int(entry.name))
+            continue
+        if cwd == workdir:
             pids.append(int(entry.name))
     return pids

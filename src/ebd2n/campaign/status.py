@@ -29,13 +29,11 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.runs import slice_ends
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
-from ebd2n.layout import FINAL, RESULTS_JSON, STATUS_PAGE, STATUS_PLAN, CampaignPaths, slice_checkpoint
+from ebd2n.layout import FINAL, RESULTS_JSON, CampaignPaths, slice_checkpoint
 
 if TYPE_CHECKING:  # the Snakefile imports this module; keep it free of the recipe machinery
     from ebd2n.campaign.spec import Campaign
 
-PLAN = STATUS_PLAN
-PAGE = STATUS_PAGE
 REFRESH_S = 30
 """How often the page reloads itself."""
 STATES = ("done", "running", "failed", "pending")
@@ -84,22 +82,28 @@ class CampaignStatus:
     eta_s: float | None
 
 
-def write_plan(campaign: Campaign, epochs: dict[str, int]) -> Path:
-    """status/plan.json of a campaign: its runs, their slice boundaries and job resources (the workflow's onstart)."""
+def campaign_plan(campaign: Campaign, epochs: dict[str, int]) -> dict[str, Any]:
+    """Every run of a campaign with its slice boundaries and job resources, and the GPU-hour price."""
     runs = []
     for run in campaign.runs():
         resources = campaign.job_resources(run.base, run.mode)
-        runs.append({"run": run.id, "slices": slice_ends(epochs[run.base], campaign.epochs_per_slice),
+        runs.append({"run": run.id, "slices": slice_ends(epochs[run.base], campaign.slice_epochs(run.base)),
                      "gpus": resources.gpus, "cpus": resources.cpus})
-    path = campaign.directory / PLAN
-    plan = {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, "runs": runs}
-    atomic_write_text(path, json.dumps(plan, indent=1) + "\n")
+    return {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, "runs": runs}
+
+
+def write_plan(campaign: Campaign, epochs: dict[str, int]) -> Path:
+    """status/plan.json of a campaign (the workflow's onstart): what `ebd2n status` expects to run."""
+    path = campaign.paths.status_plan
+    text = json.dumps(campaign_plan(campaign, epochs), indent=1) + "\n"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text)
     return path
 
 
 def read_plan(campaign_dir: Path) -> dict[str, Any] | None:
     """The campaign's plan (see `write_plan`), or None for a campaign the workflow has not started."""
-    return read_json(Path(campaign_dir) / PLAN)
+    return read_json(CampaignPaths(Path(campaign_dir)).status_plan)
 
 
 def campaign_status(campaign_dir: Path, workdir: Path | None = None, now: float | None = None) -> CampaignStatus:
@@ -108,9 +112,9 @@ def campaign_status(campaign_dir: Path, workdir: Path | None = None, now: float 
     campaign_dir = Path(campaign_dir)
     plan = read_plan(campaign_dir)
     if plan is None:
-        raise UserError(f"{campaign_dir / PLAN}: no such file; it is written when Snakemake starts the campaign - "
+        raise UserError(f"{CampaignPaths(campaign_dir).status_plan}: no such file; it is written when Snakemake starts the campaign - "
                         f"is {campaign_dir} a campaign directory?")
-    workdir = Path(workdir) if workdir is not None else campaign_dir.resolve().parent.parent
+    workdir = Path(workdir) if workdir is not None else campaign_dir.absolute().parent.parent
     running = _running_outputs(workdir, campaign_dir)
     now = time.time() if now is None else now
     records = _JobRecords(workdir, campaign_dir)
@@ -330,6 +334,6 @@ The report, once the campaign is done: <a href="report/index.html">report/index.
 </body>
 </html>
 """
-    path = Path(campaign_dir) / PAGE
+    path = CampaignPaths(Path(campaign_dir)).status_page
     atomic_write_text(path, page)
     return path

@@ -28,6 +28,7 @@ from ebd2n.config import Recipe, dump_recipe
 from ebd2n.layout import (
     CURVES_CSV,
     HISTORY,
+    REPORT_ASSETS,
     LR_RESPONSE_CSV,
     REPORT,
     REPORT_INDEX,
@@ -107,7 +108,8 @@ def _publish(staged: Path, published: Path) -> None:
     if fresh == report_files(published) and all(filecmp.cmp(staged / n, published / n, shallow=False) for n in fresh):
         os.utime(published / REPORT_INDEX)
         return
-    current = sorted(p.name for p in published.iterdir() if p.name != HISTORY) if published.is_dir() else []
+    # assets/ stays: run pages written earlier load their plotly.js from it
+    current = sorted(p.name for p in published.iterdir() if p.name not in (HISTORY, REPORT_ASSETS)) if published.is_dir() else []
     if (published / REPORT_INDEX).exists():  # a report, not only the assets the run pages wrote
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         target, suffix = published / HISTORY / stamp, 1
@@ -121,7 +123,13 @@ def _publish(staged: Path, published: Path) -> None:
             shutil.rmtree(published / name) if (published / name).is_dir() else (published / name).unlink()
     published.mkdir(parents=True, exist_ok=True)
     for entry in staged.iterdir():
-        shutil.move(entry, published / entry.name)
+        target = published / entry.name
+        if entry.name == REPORT_ASSETS and target.is_dir():  # versioned names: add what is missing
+            for item in entry.iterdir():
+                if not (target / item.name).exists():
+                    shutil.move(item, target / item.name)
+        else:
+            shutil.move(entry, target)
 
 
 def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:

@@ -3,8 +3,9 @@ when the campaign file sets `cost_per_gpu_hour`.
 
 A run's hours are its recorded training time (the sum of its epochs' `wall_s` in metrics.jsonl,
 over every slice; validation and job start-up are not in it) times the GPUs, or CPUs, its jobs
-asked for (the campaign's plan, status/plan.json). A campaign without a plan (trained before the
-plan existed) counts each run's recorded devices as GPUs (none for a CPU run) and one CPU.
+asked for (the plan `ebd2n collect` records in campaign.json, so the report and the audit's
+rebuild of it read the same). A campaign without a plan counts each run's recorded devices as GPUs
+(none for a CPU run) and one CPU.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ebd2n.campaign.status import read_plan
 from ebd2n.campaign.results import CampaignResults
 
 GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
@@ -21,7 +21,7 @@ GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
 
 def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     """Per run, per grid point, per mode and in all: seconds, GPU-hours, CPU-hours and cost (None without a price)."""
-    plan = read_plan(campaign.directory) or {}
+    plan = (campaign.info or {}).get("plan") or {}
     resources = {entry["run"]: (entry["gpus"], entry["cpus"]) for entry in plan.get("runs", [])}
     price = plan.get("cost_per_gpu_hour")
     runs = []

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import Markup, escape
 
 from ebd2n.atomic import atomic_write_text
+from ebd2n.layout import REPORT_ASSETS
 
 if TYPE_CHECKING:  # the run dashboard (written by every `ebd2n train` that ends a run) imports this module; keep it free of polars
     import polars as pl
@@ -29,7 +30,7 @@ _FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "
 _UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-ASSETS = "assets"
+ASSETS = REPORT_ASSETS
 """Folder of a campaign's report directory holding the shared plotly.js."""
 
 

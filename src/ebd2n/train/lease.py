@@ -18,13 +18,13 @@ import json
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ebd2n.errors import UserError
 from ebd2n.layout import LEASE
+from ebd2n.provenance import timestamp
 
 _ACTIVE_JOB_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESIZING", "SUSPENDED", "STOPPED"}
 """squeue states in which a job's processes may still be writing."""
@@ -45,7 +45,7 @@ class Holder:
     def this_process(cls) -> Holder:
         return cls(
             host=socket.gethostname(), boot=_boot_id(), pid=os.getpid(), job=os.environ.get("SLURM_JOB_ID", ""),
-            restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), since=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), since=timestamp(),
         )
 
     def describe(self) -> str:

@@ -21,7 +21,7 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save_recipe
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
-from ebd2n.layout import FINAL, RECIPE, RunPaths, slice_checkpoint
+from ebd2n.layout import FINAL, RECIPE, RunPaths, checkpoint_epoch, slice_checkpoint
 from ebd2n.parallel import distributed
 from ebd2n.provenance import environment, job_id, source_hash, timestamp
 from ebd2n.train.accounting import unit_table
@@ -119,17 +119,17 @@ def train(
     # every check has passed: only now is anything written to the run directory, under a lease that
     # keeps any other trainer out of it
     lease = take_lease(run_dir) if context.is_main else None  # parallel: rank 0 owns the run directory
-    if lease:
-        try:
-            _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None)
-        except BaseException:
-            lease.release()
-            raise
     this_job = job_id()
     counters.job_ids.append(this_job)
-
-    log = TrainLog(run_dir, this_job) if context.is_main else _Muted()  # parallel: only rank 0 writes records
-    metrics = MetricsLog(run_dir, int(state["metrics_offset"]) if state else 0) if context.is_main else _Muted()
+    try:
+        if lease:
+            _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None, end_epoch=end_epoch)
+        log = TrainLog(run_dir, this_job) if context.is_main else _Muted()  # parallel: only rank 0 writes records
+        metrics = MetricsLog(run_dir, int(state["metrics_offset"]) if state else 0) if context.is_main else _Muted()
+    except BaseException:
+        if lease:
+            lease.release()
+        raise
     try:
         _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch)
         loop = _Loop(recipe, budget, engine, blocks, context, log, metrics, counters, progress and context.is_main)
@@ -248,7 +248,7 @@ class _Loop:
         return result
 
 
-def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resumed: bool) -> None:
+def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resumed: bool, end_epoch: int) -> None:
     """Refuse a directory holding another run, a finished run, or a run that should be resumed."""
     existing = RunPaths(run_dir).recipe
     if existing.is_file():
@@ -260,11 +260,15 @@ def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resume
             )
     if RunPaths(run_dir).final.exists():
         raise UserError(f"runtime.output_dir {run_dir}: the run is already complete ({FINAL} exists)")
-    # a job killed after writing a checkpoint has it deleted by Snakemake: only existing files count
+    # a job killed after writing a checkpoint has it deleted by Snakemake: only existing files count.
+    # Under the epoch and all policies a fresh start may rewrite checkpoints before its own end (a
+    # first slice killed midway left them; it writes them again, bit for bit), never later ones.
     kept = [name for name in read_checkpoint_ledger(run_dir) if (run_dir / name).exists()]
-    if not resumed and kept:
+    own = recipe.training.checkpoint_policy in KEEPS_EPOCHS
+    later = [name for name in kept if not own or checkpoint_epoch(name) is None or checkpoint_epoch(name) >= end_epoch]
+    if not resumed and later:
         raise UserError(
-            f"runtime.output_dir {run_dir}: holds slice checkpoints ({', '.join(kept)}); "
+            f"runtime.output_dir {run_dir}: holds slice checkpoints ({', '.join(later)}); "
             f"resume from the latest with --resume {run_dir}/<checkpoint>"
         )
     if not existing.is_file():  # an audited artifact: written once, never rewritten by later slices
