@@ -312,14 +312,16 @@ def _environments(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
     """Audit outcome: not audited, passed, or failed with the failing checks and their violations."""
     if audit is None:
-        return {"status": "not audited", "checks": 0, "failed": []}
+        return {"status": "not audited", "checks": 0, "failed": [], "not_applicable": []}
     checks = audit.get("checks") or []
+    idle = [check.get("name") for check in checks if check.get("status") == "not applicable"]
     failed = [
         {"name": check.get("name"), "scope": check.get("scope"), "violations": list(check.get("violations") or [])}
         for check in checks
         if not check.get("passed")
     ]
-    return {"status": "passed" if audit.get("passed") and not failed else "failed", "checks": len(checks), "failed": failed}
+    status = "passed" if audit.get("passed") and not failed else "failed"
+    return {"status": status, "checks": len(checks), "failed": failed, "not_applicable": idle}
 
 
 def _run_records(campaign: CampaignResults) -> list[dict[str, Any]]:
