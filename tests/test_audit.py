@@ -228,19 +228,21 @@ def test_audit_catches_best_json_with_weights(campaign: Path) -> None:
     assert mentions(failed(campaign), "best.json holds weights")
 
 
-def test_audit_catches_recipe_differing_from_frozen_base(campaign: Path) -> None:
+def edit_optimizer(campaign: Path, key: str, value: float) -> None:
+    """Change one optimizer key of the first run's resolved recipe."""
     path = run(campaign) / "recipe.yaml"
     recipe = yaml.safe_load(path.read_text())
-    recipe["optimizer"]["weight_decay"] = 0.2
+    recipe["optimizer"][key] = value
     path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+
+
+def test_audit_catches_recipe_differing_from_frozen_base(campaign: Path) -> None:
+    edit_optimizer(campaign, "weight_decay", 0.2)
     assert mentions(failed(campaign), "outside the grid axes: optimizer.weight_decay")
 
 
 def test_audit_names_learning_rate_mismatch_as_grid_point(campaign: Path) -> None:
-    path = run(campaign) / "recipe.yaml"
-    recipe = yaml.safe_load(path.read_text())
-    recipe["optimizer"]["lr"] = 0.005
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    edit_optimizer(campaign, "lr", 0.005)
     found = failed(campaign)
     assert mentions(found, "optimizer.lr differ from the run id's grid point")
     assert not mentions(found, "outside the grid axes")
