@@ -197,6 +197,24 @@ def test_audit_reports_corrupt_campaign_file_as_violation(campaign: Path, name: 
     assert mentions(failed(campaign), name)
 
 
+@pytest.mark.parametrize(
+    ("name", "changes", "named"),
+    [
+        ("results.json", {"lr": "x"}, "results.json holds a value of the wrong type"),
+        ("results.json", {"artifacts": []}, "results.json records no artifact hashes"),
+        ("best.json", {"weights": []}, "best.json changed after full validation"),
+    ],
+)
+def test_audit_names_wrong_typed_run_record(campaign: Path, name: str, changes: dict, named: str) -> None:
+    edit_json(run(campaign) / name, **changes)
+    assert mentions(failed(campaign), named)
+
+
+def test_audit_names_campaign_record_of_wrong_shape(campaign: Path) -> None:
+    edit_json(campaign / "campaign.json", grid=[1])
+    assert mentions(failed(campaign), "campaign.json: its grid and seeds name no run")
+
+
 def test_audit_reports_corrupt_results_json_as_violation(campaign: Path) -> None:
     (run(campaign) / "results.json").write_text("{not json")
     assert mentions(failed(campaign), RUNS[0], "results.json: not valid JSON")

@@ -49,6 +49,8 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     files.examined += 1 if paths.ledger.exists() else 0
 
     expected = _expected_runs(info)
+    if info is not None and not expected:
+        files.violations.append(f"{CAMPAIGN_JSON}: its grid and seeds name no run (missing or of the wrong shape)")
     views = _views(paths, expected, files)
     finished = [view for view in views.values() if view.finished]
     cache_identity = _cache_identity(info, finished)

@@ -86,15 +86,20 @@ def read_results(directory: Path) -> CampaignResults:
     if not run_dirs:
         raise UserError(f"{paths.runs}: no finished or resolved run; run the campaign first")
     info = read_json(paths.campaign_json)
+    if info is not None and not (
+        isinstance(info, dict) and isinstance(info.get("grid") or {}, dict) and isinstance(info.get("seeds") or [], list)
+    ):
+        raise UserError(f"{paths.campaign_json}: not a campaign record (grid or seeds of the wrong shape); collect it again")
     results = {p.relative_to(directory).as_posix(): read_json(run_paths(p).results) for p in run_dirs}
     rows = [_row(directory, p, results[p.relative_to(directory).as_posix()]) for p in run_dirs]
     complete = {key: value for key, value in results.items() if value is not None}
-    modes, learning_rates, beta2 = _grid(info, rows)
-    order = {mode: index for index, mode in enumerate(modes)}
-    try:
+    try:  # typed first: everything below may trust the values
         table = pl.DataFrame(rows, schema=RUN_COLUMNS)
     except (pl.exceptions.PolarsError, TypeError, ValueError) as error:
-        raise UserError(f"{paths.runs}: a {RESULTS_JSON} holds a value of the wrong type ({error})") from None
+        first = str(error).strip().splitlines()[0]
+        raise UserError(f"{paths.runs}: a {RESULTS_JSON} holds a value of the wrong type ({first})") from None
+    modes, learning_rates, beta2 = _grid(info, table.to_dicts())
+    order = {mode: index for index, mode in enumerate(modes)}
     runs = table.sort([pl.col("mode").replace_strict(order, return_dtype=pl.Int64), "lr", "beta2", "seed", "run"])
     seeds = sorted(info["seeds"]) if info and info.get("seeds") else sorted(set(runs["seed"].to_list()))
     repo_root = directory.absolute().parent.parent  # not resolve(): results/ may be a link
