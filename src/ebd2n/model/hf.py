@@ -1,0 +1,237 @@
+"""Hugging Face causal LMs (Llama, Qwen2, Qwen2-MoE) as ebd2n models, through transformers.
+
+transformers is imported inside the functions: it costs seconds, and GPT runs never need it.
+The model is built on the meta device and only the parameters a stage keeps are materialised
+from the safetensors files, so a pipeline stage never holds the whole model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from torch import nn
+
+from ebd2n.config.hf import FAMILIES, read_config, weight_files
+from ebd2n.errors import UserError
+from ebd2n.targets import IGNORE_INDEX
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+"""Files of a model directory that travel with its weights (tokenizer, chat template, generation defaults)."""
+
+_EXPERTS = ".mlp.experts."
+
+
+class HFCausalLM(nn.Module):
+    """A transformers causal LM with GPT's interface: forward(idx, targets) -> (logits, loss), param_groups.
+
+    Its children are the transformers model's own (`model`, `lm_head`), so its state_dict keys
+    are the model's (experts fused: mlp.experts.gate_up_proj (E, 2F, D), down_proj (E, D, F)).
+    """
+
+    def __init__(self, causal_lm: nn.Module) -> None:
+        super().__init__()
+        self.config = causal_lm.config
+        self.model = causal_lm.model
+        self.lm_head = causal_lm.lm_head
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx (B, T) -> logits (B, T, vocab) and the mean cross-entropy over targets not IGNORE_INDEX."""
+        hidden = self.model(input_ids=idx, use_cache=False).last_hidden_state  # (B, T, width)
+        logits = self.lm_head(hidden)  # (B, T, vocab)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        return logits, loss
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """AdamW groups: weight decay on matrices and expert tensors, not on norms and biases."""
+        decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    def reset_rotary(self) -> None:
+        """Recompute the rotary tables (non-persistent buffers, on the meta device after `skeleton`) on the CPU."""
+        with torch.device("cpu"):
+            self.model.rotary_emb = type(self.model.rotary_emb)(config=self.config)
+
+
+def transformers_config(directory: Path):
+    """The transformers config object of a model directory (family checked)."""
+    from transformers import AutoConfig
+
+    config = read_config(directory)
+    if config.get("model_type") not in FAMILIES:
+        raise UserError(f"{directory / 'config.json'}: model_type {config.get('model_type')!r} is not supported")
+    return AutoConfig.from_pretrained(directory, local_files_only=True)
+
+
+def skeleton(directory: Path) -> HFCausalLM:
+    """The model of `directory` with every tensor on the meta device (nothing allocated)."""
+    from transformers import AutoModelForCausalLM
+
+    config = transformers_config(directory)
+    config._attn_implementation = "sdpa"
+    with torch.device("meta"):
+        return HFCausalLM(AutoModelForCausalLM.from_config(config))
+
+
+def load_model(directory: Path, keep: Callable[[str], bool] = lambda name: True) -> HFCausalLM:
+    """The model of `directory`, its parameters named by `keep` read from its safetensors files
+    (in float32), the others left on the meta device."""
+    model = skeleton(directory)
+    names = [name for name, _ in model.named_parameters() if keep(name)]
+    tensors = read_weights(directory, names)
+    for name in names:
+        owner, _, leaf = name.rpartition(".")
+        module = model.get_submodule(owner)
+        module._parameters[leaf] = nn.Parameter(tensors[name].float(), requires_grad=True)
+    if model.config.tie_word_embeddings and keep("lm_head.weight"):
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.reset_rotary()
+    return model
+
+
+def read_weights(directory: Path, names: list[str]) -> dict[str, torch.Tensor]:
+    """Tensors of the model's parameters `names`, from its safetensors files.
+
+    Checkpoints in the hub layout store each expert apart (experts.{e}.gate_proj.weight ...);
+    they are stacked into transformers' fused expert tensors here.
+    """
+    stored: dict[str, Path] = {}
+    for path in weight_files(directory):
+        with safe_open(path, "pt") as handle:
+            stored.update(dict.fromkeys(handle.keys(), path))
+    tensors = {}
+    for name in names:
+        if name in stored:
+            tensors[name] = _get(stored, name)
+        elif _EXPERTS in name and name.endswith((".gate_up_proj", ".down_proj")):
+            prefix, _, fused = name.rpartition(".")
+            experts = []
+            for e in range(_count_experts(stored, prefix)):
+                if fused == "gate_up_proj":  # gate rows first, then up rows (the forward's chunk(2) order)
+                    experts.append(torch.cat([_get(stored, f"{prefix}.{e}.gate_proj.weight"),
+                                              _get(stored, f"{prefix}.{e}.up_proj.weight")]))
+                else:
+                    experts.append(_get(stored, f"{prefix}.{e}.down_proj.weight"))
+            tensors[name] = torch.stack(experts)
+        elif name == "lm_head.weight" and "model.embed_tokens.weight" in stored:
+            tensors[name] = _get(stored, "model.embed_tokens.weight")  # tied
+        else:
+            raise UserError(f"{directory}: weights lack {name}")
+    return tensors
+
+
+def _get(stored: dict[str, Path], name: str) -> torch.Tensor:
+    if name not in stored:
+        raise UserError(f"{next(iter(stored.values())).parent}: weights lack {name}")
+    with safe_open(stored[name], "pt") as handle:
+        return handle.get_tensor(name)
+
+
+def _count_experts(stored: dict[str, Path], prefix: str) -> int:
+    return len({key[len(prefix) + 1 :].split(".")[0] for key in stored if key.startswith(prefix + ".")})
+
+
+@torch.no_grad()
+def save_model(state: dict[str, torch.Tensor], source: Path, out_dir: Path) -> None:
+    """Write `state` (HFCausalLM keys) as a Hugging Face model directory like `source`'s.
+
+    transformers writes the weights (experts back in the hub layout), the config and the
+    tokenizer files are copied from `source`; `out_dir` appears whole or not at all.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from ebd2n.atomic import fsync_dir
+
+    config = transformers_config(source)
+    with torch.device("meta"):
+        causal_lm = AutoModelForCausalLM.from_config(config)
+    causal_lm.load_state_dict({k: v.detach().float().contiguous() for k, v in state.items()}, assign=True, strict=True)
+    if config.tie_word_embeddings:
+        causal_lm.tie_weights()
+    _quiet_transformers()
+    out_dir = Path(out_dir)
+    staging = out_dir.parent / f".{out_dir.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        causal_lm.save_pretrained(staging)
+        for name in TOKENIZER_FILES:
+            if (source / name).is_file() and not (staging / name).exists():
+                shutil.copyfile(source / name, staging / name)
+        staging.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_dir(out_dir.parent)
+
+
+TINY_CONFIGS: dict[str, dict] = {
+    "llama": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+              "tie_word_embeddings": False},
+    "qwen2": {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+              "tie_word_embeddings": True},
+    "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 256,
+                  "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                  "shared_expert_intermediate_size": 48, "norm_topk_prob": False, "tie_word_embeddings": False},
+}
+"""Tiny configurations of each family: tests and the demo fine-tune build random models from them."""
+
+
+def _quiet_transformers() -> None:
+    """No progress bars from save_pretrained: ebd2n's commands print their own lines."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
+def init_model(family: str, out_dir: Path, vocab_size: int, seed: int = 0, tokenizer: Path | None = None,
+               overrides: dict | None = None) -> Path:
+    """Write a random-weights model of a tiny `family` configuration in the Hugging Face layout, offline.
+
+    With `tokenizer` (a tokenizer.json) the vocabulary is the tokenizer's and the file is copied
+    into the directory; else `vocab_size` is used.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if family not in TINY_CONFIGS:
+        raise UserError(f"family {family}: not one of {', '.join(TINY_CONFIGS)}")
+    settings = {**TINY_CONFIGS[family], "vocab_size": vocab_size, **(overrides or {})}
+    if tokenizer is not None:
+        if not Path(tokenizer).is_file():
+            raise UserError(f"--tokenizer {tokenizer}: no such file")
+        settings["vocab_size"] = _tokenizer_vocab(Path(tokenizer))
+    model_type = settings.pop("model_type")
+    config = AutoConfig.for_model(model_type, **settings)
+    _quiet_transformers()
+    torch.manual_seed(seed)
+    causal_lm = AutoModelForCausalLM.from_config(config)
+    out_dir = Path(out_dir)
+    staging = out_dir.parent / f".{out_dir.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    causal_lm.save_pretrained(staging)
+    if tokenizer is not None:
+        shutil.copyfile(tokenizer, staging / "tokenizer.json")
+        (staging / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}) + "\n")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    staging.rename(out_dir)
+    return out_dir
+
+
+def _tokenizer_vocab(path: Path) -> int:
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path)).get_vocab_size()
