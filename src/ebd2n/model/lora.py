@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ebd2n.config import LoraConfig
-from ebd2n.model.gpt import GPT
+from ebd2n.model.gpt import GPT, Block
 
 _ATTENTION = ("q", "k", "v", "o")
 _MLP = ("gate", "up", "down")
@@ -42,32 +42,52 @@ class LoRALinear(nn.Module):
         return self.base.weight + self.scale * (self.lora_b @ self.lora_a)
 
 
-def freeze_prefix_(model: GPT, blocks: int) -> None:
-    """Freeze every parameter of the first `blocks` blocks."""
-    for block in model.blocks[:blocks]:
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The model's decoder layers: GPT's blocks, or a Hugging Face model's model.layers."""
+    return model.blocks if isinstance(model, GPT) else model.model.layers
+
+
+def _lora_sites(layer: nn.Module) -> list[tuple[nn.Module, str, str]]:
+    """(owner, attribute, LoRA target) of every projection of a decoder layer that LoRA can adapt."""
+    if isinstance(layer, Block):
+        return [(layer.attn, n, n) for n in _ATTENTION] + [(layer.mlp, n, n) for n in _MLP]
+    sites = [(layer.self_attn, f"{n}_proj", n) for n in _ATTENTION]
+    mlp = getattr(layer.mlp, "shared_expert", layer.mlp)  # a Qwen2-MoE layer adapts its shared expert
+    return sites + [(mlp, f"{n}_proj", n) for n in _MLP]
+
+
+def freeze_prefix_(model: nn.Module, blocks: int) -> None:
+    """Freeze every parameter of the first `blocks` decoder layers."""
+    for block in decoder_layers(model)[:blocks]:
         block.requires_grad_(False)
 
 
-def apply_lora_(model: GPT, lora: LoraConfig, first_block: int) -> None:
-    """Freeze all base weights and put adapters on the target projections of blocks >= first_block."""
+def apply_lora_(model: nn.Module, lora: LoraConfig, first_block: int) -> None:
+    """Freeze all base weights and put adapters on the target projections of layers >= first_block
+    (with lora.train_norms, those layers' norms and the final norm train full rank)."""
     model.requires_grad_(False)
-    for block in model.blocks[first_block:]:
-        for owner, names in ((block.attn, _ATTENTION), (block.mlp, _MLP)):
-            for name in names:
-                if name in lora.targets:
-                    setattr(owner, name, LoRALinear(getattr(owner, name), lora.rank, lora.alpha, lora.dropout))
+    for block in decoder_layers(model)[first_block:]:
+        for owner, attribute, target in _lora_sites(block):
+            if target in lora.targets:
+                setattr(owner, attribute, LoRALinear(getattr(owner, attribute), lora.rank, lora.alpha, lora.dropout))
+        if lora.train_norms:
+            block.input_layernorm.requires_grad_(True)
+            block.post_attention_layernorm.requires_grad_(True)
+    if lora.train_norms:
+        model.model.norm.requires_grad_(True)
 
 
 @torch.no_grad()
-def merged_state_dict(model: GPT) -> dict[str, torch.Tensor]:
-    """The model's weights in plain GPT naming, every adapter merged into its base weight."""
+def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights in its plain naming, every adapter merged into its base weight."""
     state = {}
     for name, tensor in model.state_dict().items():
         if ".lora_" in name:
             continue
-        if name.endswith(".base.weight"):
-            prefix = name[: -len(".base.weight")]
-            layer = model.get_submodule(prefix)
-            name, tensor = f"{prefix}.weight", layer.merged_weight()
+        if ".base." in name:
+            prefix, _, leaf = name.rpartition(".base.")
+            if leaf == "weight":
+                tensor = model.get_submodule(prefix).merged_weight()
+            name = f"{prefix}.{leaf}"
         state[name] = tensor
     return state

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ebd2n.config import hf_architecture
 from ebd2n.config.schema import ModelConfig
 
-UnitKind = Literal["embedding", "attention", "mlp", "head"]
+UnitKind = Literal["embedding", "attention", "mlp", "head", "norm", "router", "experts", "shared_expert"]
 
 _WRAPPER_PREFIXES = ("_orig_mod.", "module.")
 """Prefixes that torch.compile and DDP put in front of parameter names; unit_of_parameter drops them."""
@@ -33,11 +34,17 @@ class Unit:
     """Forward FLOPs per token (2 per multiply-add) of the matrix products; norms, rotary and
     softmax are left out. Attention counts QK^T and AV over the full context length."""
     param_prefixes: tuple[str, ...]
-    """Prefixes of the unit's names in GPT's state_dict."""
+    """Prefixes of the unit's names in the model's state_dict."""
+    projections: tuple[tuple[str, int, int], ...] = ()
+    """(LoRA target, in features, out features) of the unit's linear projections that LoRA can adapt."""
 
 
 def model_units(cfg: ModelConfig) -> list[Unit]:
-    """The units of a GPT of this shape, in forward order; their parameters sum to count_parameters(cfg)."""
+    """The units of the model, in forward order; their parameters sum to count_parameters(cfg)."""
+    if cfg.source == "huggingface":
+        from ebd2n.model.hf_units import hf_units
+
+        return hf_units(hf_architecture(cfg), cfg.context_length)
     d, f, v, t = cfg.width, cfg.ffn_width, cfg.vocab_size, cfg.context_length
     units = [Unit("embedding", "embedding", None, v * d, 0, ("embed.",))]
     for i in range(cfg.layers):
@@ -49,6 +56,7 @@ def model_units(cfg: ModelConfig) -> list[Unit]:
                 parameters=d + 4 * d * d,  # attn_norm gain; q, k, v, o
                 flops_per_token=2 * 4 * d * d + 2 * 2 * t * d,  # projections; QK^T and AV over t positions
                 param_prefixes=(f"blocks.{i}.attn_norm.", f"blocks.{i}.attn."),
+                projections=tuple((p, d, d) for p in ("q", "k", "v", "o")),
             )
         )
         units.append(
@@ -59,6 +67,7 @@ def model_units(cfg: ModelConfig) -> list[Unit]:
                 parameters=d + 3 * d * f,  # mlp_norm gain; gate, up, down
                 flops_per_token=2 * 3 * d * f,
                 param_prefixes=(f"blocks.{i}.mlp_norm.", f"blocks.{i}.mlp."),
+                projections=(("gate", d, f), ("up", d, f), ("down", f, d)),
             )
         )
     # The head owns only the final norm: its projection is the embedding matrix (tied), but it

@@ -1,0 +1,184 @@
+"""Hugging Face causal LMs as models: recipes, loading, units, freeze and LoRA, resume, export.
+
+Tiny random Llama, Qwen2 and Qwen2-MoE models are written in the Hugging Face layout by
+ebd2n itself (no network), at the demo cache's vocabulary so they train on it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from workflow_support import assert_states_equal, comparable_metrics
+
+from ebd2n.config import count_parameters, dump_recipe, load_recipe, recipe_from_dict, recipe_identity
+from ebd2n.config.hf import architecture
+from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
+from ebd2n.errors import UserError
+from ebd2n.model.hf import init_model, load_model
+from ebd2n.model.hf_units import hf_units, unit_of_hf_parameter
+from ebd2n.model.units import model_units
+from ebd2n.train import train
+from ebd2n.train.checkpoint import load_checkpoint
+
+FAMILIES = ("llama", "qwen2", "qwen2_moe")
+DEMO_VOCAB = 512
+REFERENCE = Path("/work/shared/reference/qwen1.5-moe-a2.7b/config.json")
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One tiny random model per family, in the Hugging Face layout."""
+    root = tmp_path_factory.mktemp("hf-models")
+    return {family: init_model(family, root / family, DEMO_VOCAB, seed=1) for family in FAMILIES}
+
+
+def _recipe(model_dir: Path, cache_dir: Path, run_dir: Path, *overrides: str, **parallel):
+    raw = yaml.safe_load((SRC / "ebd2n/config/recipes/demo.yaml").read_text())
+    raw["model"] = {"source": "huggingface", "path": str(model_dir), "context_length": 32}
+    raw["data"]["cache_dir"] = str(cache_dir)
+    raw["runtime"]["output_dir"] = str(run_dir)
+    raw["training"].update(max_tokens=4096, epoch_tokens=1024, batch_tokens=256, micro_batch_size=4)
+    raw["evaluation"]["subset_blocks"] = 16
+    raw["parallel"] = parallel
+    pairs = [tuple(pair.split("=", 1)) for pair in overrides]
+    return recipe_from_dict(raw, [(k, yaml.safe_load(v)) for k, v in pairs])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_units_sum_to_the_live_model_unit_by_unit(hf_models: dict[str, Path], family: str) -> None:
+    model = load_model(hf_models[family])
+    units = hf_units(architecture(json.loads((hf_models[family] / "config.json").read_text())), 32)
+    live: dict[str, int] = {}
+    for name, parameter in model.named_parameters():  # a tied head is listed once, as the embedding
+        unit = unit_of_hf_parameter(units, name)
+        live[unit] = live.get(unit, 0) + parameter.numel()
+    assert live == {u.name: u.parameters for u in units if u.parameters}
+    assert sum(p.numel() for p in model.parameters()) == sum(u.parameters for u in units)
+
+
+def test_real_qwen_moe_config_has_the_seed_216_decoder_units() -> None:
+    arch = architecture(json.loads(REFERENCE.read_text()))
+    units = hf_units(arch, 2048)
+    decoder = [u for u in units if u.block is not None]
+    assert len(decoder) == 216 == 24 * 9
+    assert [u.name for u in units if u.block is None] == ["embedding", "norm", "head"]
+    assert {u.kind for u in decoder} == {"norm", "attention", "router", "experts", "shared_expert"}
+    assert sum(u.parameters for u in units) == arch.parameters() == 14_315_784_192  # the published 14.3 B
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_logits_equal_transformers_own_model(hf_models: dict[str, Path], family: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    idx = torch.randint(0, DEMO_VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
+    ours, _ = load_model(hf_models[family])(idx)
+    theirs = AutoModelForCausalLM.from_pretrained(hf_models[family]).eval()(idx).logits
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+
+
+def test_a_stage_materialises_only_its_parameters(hf_models: dict[str, Path]) -> None:
+    model = load_model(hf_models["qwen2_moe"], keep=lambda name: name.startswith("model.layers.1."))
+    held = {name for name, p in model.named_parameters() if not p.is_meta}
+    assert held and all(name.startswith("model.layers.1.") for name in held)
+    assert model.model.embed_tokens.weight.is_meta and model.lm_head.weight.is_meta
+
+
+def test_recipe_shape_comes_from_config_json(hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(hf_models["qwen2_moe"], demo_cache, tmp_path / "run")
+    assert (recipe.model.vocab_size, recipe.model.layers, recipe.model.width) == (DEMO_VOCAB, 2, 32)
+    assert count_parameters(recipe.model) == sum(p.numel() for p in load_model(hf_models["qwen2_moe"]).parameters())
+    with pytest.raises(UserError, match=r"^model.width: 64 differs from the model's config.json \(32\)"):
+        _recipe(hf_models["qwen2_moe"], demo_cache, tmp_path / "run", "model.width=64")
+    assert "source" not in yaml.safe_load(dump_recipe(load_recipe("demo")))["model"]  # GPT recipe.yaml unchanged
+
+
+def test_hub_name_resolved_offline_from_the_local_cache(
+    hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit = "a" * 40
+    snapshot = tmp_path / "hub/models--org--tiny/snapshots" / commit
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(hf_models["llama"])
+    (tmp_path / "hub/models--org--tiny/refs").mkdir()
+    (tmp_path / "hub/models--org--tiny/refs/main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    raw = {"source": "huggingface", "name": "org/tiny", "context_length": 32}
+    by_ref = _recipe(hf_models["llama"], demo_cache, tmp_path / "run")
+    by_ref.model = by_ref.model.model_validate({**raw, "revision": "main"})
+    assert by_ref.model.width == 32
+    with pytest.raises(UserError, match=r"^model.revision " + "b" * 40 + ": org/tiny at this revision is not in the local"):
+        by_ref.model.model_validate({**raw, "revision": "b" * 40})
+
+
+def test_identity_names_the_weights_not_the_path(hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = shutil.copytree(hf_models["qwen2"], tmp_path / "copy")
+    original = recipe_identity(_recipe(hf_models["qwen2"], demo_cache, tmp_path / "a"), "c" * 64)
+    assert recipe_identity(_recipe(copy, demo_cache, tmp_path / "b"), "c" * 64) == original
+    init_model("qwen2", tmp_path / "copy", DEMO_VOCAB, seed=2)  # other weights, same config
+    assert recipe_identity(_recipe(copy, demo_cache, tmp_path / "b"), "c" * 64) != original
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_two_slices_equal_one_job_bitwise(hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path, family: str) -> None:
+    whole = _recipe(hf_models[family], demo_cache, tmp_path / "whole")
+    train(whole, progress=False)
+    sliced = _recipe(hf_models[family], demo_cache, tmp_path / "sliced")
+    train(sliced, until_epoch=2, progress=False)
+    train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-2.pt", progress=False)
+    final = load_checkpoint(tmp_path / "whole/final.pt")["engine"]
+    assert_states_equal(final, load_checkpoint(tmp_path / "sliced/final.pt")["engine"])
+    assert comparable_metrics(tmp_path / "whole") == comparable_metrics(tmp_path / "sliced")
+    initial = load_model(hf_models[family]).state_dict()
+    assert any(not torch.equal(final["model"][k], initial[k]) for k in initial)  # it trained
+
+
+def test_frozen_layers_and_lora_bases_stay_bitwise(hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path) -> None:
+    lora = {"rank": 4, "targets": ["q", "k", "v", "o", "gate", "up", "down"], "train_norms": True}
+    recipe = _recipe(hf_models["qwen2_moe"], demo_cache, tmp_path / "run", freeze_prefix=1, lora=lora)
+    train(recipe, progress=False)
+    initial = load_model(hf_models["qwen2_moe"]).state_dict()
+    final = load_checkpoint(tmp_path / "run/final.pt")["engine"]["model"]
+    for name, tensor in final.items():
+        plain = name.replace(".base.", ".")
+        if name.startswith("model.layers.0.") or ".base." in name or ".experts." in name or ".mlp.gate." in name:
+            assert torch.equal(tensor, initial[plain]), name
+        elif "lora_b" in name or "layernorm" in name or name == "model.norm.weight":
+            assert not torch.equal(tensor, initial.get(plain, torch.zeros_like(tensor))), name
+    units = json.loads((tmp_path / "run/run.json").read_text())["units"]
+    states = {u["name"]: u["state"] for u in units}
+    assert {states["block0.q"], states["block0.experts"]} == {FROZEN_PREFIX}
+    assert (states["block1.q"], states["block1.shared_expert"]) == (LORA, LORA)
+    assert (states["block1.experts"], states["block1.router"], states["embedding"]) == (FROZEN_BASE,) * 3
+    assert (states["block1.mlp_norm"], states["norm"]) == (FULL_RANK, FULL_RANK)
+    live = {name: p for name, p in _trainable(recipe).items()}
+    assert sum(u["trainable"] for u in units) == sum(p.numel() for p in live.values())
+    assert len(units) == len(model_units(recipe.model)) == 1 + 2 * 9 + 2
+
+
+def _trainable(recipe) -> dict:
+    from ebd2n.train.weights import fine_tuning_model, initial_model
+
+    model = fine_tuning_model(recipe, initial_model(recipe))
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def test_gpt_paths_never_import_transformers(demo_cache: Path, tmp_path: Path) -> None:
+    code = (
+        "import sys, ebd2n.cli\n"
+        "from ebd2n.config import load_recipe\nfrom ebd2n.train import train\n"
+        f"r = load_recipe('demo', ['data.cache_dir={demo_cache}', 'runtime.output_dir={tmp_path / 'run'}', "
+        "'training.max_tokens=2048', 'training.epoch_tokens=1024', 'evaluation.subset_blocks=4'])\n"
+        "train(r, progress=False)\nprint('transformers' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert result.stdout.strip() == "False"
