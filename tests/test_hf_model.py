@@ -182,3 +182,55 @@ def test_gpt_paths_never_import_transformers(demo_cache: Path, tmp_path: Path) -
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert result.stdout.strip() == "False"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ebd2n.cli", *args], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen2_moe"])
+def test_exported_merged_model_loads_in_transformers_with_our_logits(
+    hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path, family: str
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from ebd2n.export import export_run
+    from ebd2n.train.weights import evaluation_state_dict, model_with_weights
+
+    lora = {"rank": 4, "targets": ["q", "v", "gate", "up", "down"], "train_norms": True}
+    recipe = _recipe(hf_models[family], demo_cache, tmp_path / "run", freeze_prefix=1, lora=lora)
+    train(recipe, progress=False)
+    out = export_run(tmp_path / "run", tmp_path / "exported")
+    assert {"config.json", "model.safetensors"} <= {p.name for p in out.iterdir()}
+    theirs = AutoModelForCausalLM.from_pretrained(out).eval()
+    state = load_checkpoint(tmp_path / "run/final.pt")["engine"]
+    ours = model_with_weights(recipe, evaluation_state_dict(recipe, state)).eval()
+    trained = _with_adapters(recipe, state)
+    idx = torch.randint(0, DEMO_VOCAB, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(idx).logits, ours(idx)[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(theirs(idx).logits, trained(idx)[0], rtol=1e-4, atol=1e-4)
+        assert not torch.allclose(theirs(idx).logits, load_model(hf_models[family])(idx)[0], atol=1e-4)  # fine-tuned
+    refused = _cli("export", str(tmp_path / "run"), str(out))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "already exists" in refused.stderr
+
+
+def _with_adapters(recipe, state):
+    """The trained model with its adapters (not merged), as the engine held it."""
+    from ebd2n.train.weights import fine_tuning_model, initial_model
+
+    model = fine_tuning_model(recipe, initial_model(recipe))
+    model.load_state_dict(state["model"])
+    return model.eval()
+
+
+def test_hf_init_cli_writes_a_model_of_the_tokenizers_vocabulary(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models
+
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(77)}, unk_token="w0"))
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    result = _cli("hf-init", "qwen2_moe", str(tmp_path / "m"), "--tokenizer", str(tmp_path / "tokenizer.json"))
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "m/config.json").read_text())["vocab_size"] == 77
+    assert (tmp_path / "m/tokenizer.json").read_bytes() == (tmp_path / "tokenizer.json").read_bytes()

@@ -119,6 +119,19 @@ def cmd_validate(args: argparse.Namespace) -> None:
         print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from ebd2n.export import export_run
+
+    print(f"exported {export_run(args.run_dir, args.out_dir)} (adapters merged)")
+
+
+def cmd_hf_init(args: argparse.Namespace) -> None:
+    from ebd2n.model.hf import init_model
+
+    out = init_model(args.family, args.out_dir, args.vocab_size, seed=args.seed, tokenizer=args.tokenizer)
+    print(f"wrote a random {args.family} model to {out}")
+
+
 def cmd_campaign(args: argparse.Namespace) -> None:
     from ebd2n.campaign.spec import describe_campaign, load_campaign, prepare_campaign_cache
 
@@ -234,6 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--device", default=None, help="override the recipe's device")
     p.set_defaults(func=cmd_validate)
+
+    p = commands.add_parser("export", help="write a Hugging Face run's final model, adapters merged, in the HF layout")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("out_dir", type=Path)
+    p.set_defaults(func=cmd_export)
+
+    p = commands.add_parser("hf-init", help="write a tiny random-weights Hugging Face model (llama, qwen2, qwen2_moe)")
+    p.add_argument("family", choices=["llama", "qwen2", "qwen2_moe"])
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--tokenizer", type=Path, help="tokenizer.json: its vocabulary size, copied into the model")
+    p.add_argument("--vocab-size", type=int, default=512, help="vocabulary without --tokenizer (default 512)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.set_defaults(func=cmd_hf_init)
 
     p = commands.add_parser("campaign", help="check a campaign file (say what it trains), or prepare its data cache")
     p.add_argument("action", choices=["check", "prepare"])
