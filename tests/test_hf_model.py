@@ -162,6 +162,12 @@ def test_frozen_layers_and_lora_bases_stay_bitwise(hf_models: dict[str, Path], d
     live = {name: p for name, p in _trainable(recipe).items()}
     assert sum(u["trainable"] for u in units) == sum(p.numel() for p in live.values())
     assert len(units) == len(model_units(recipe.model)) == 1 + 2 * 9 + 2
+    from ebd2n.report.dashboard import write_dashboard
+
+    page = write_dashboard(tmp_path / "run").read_text()
+    record = json.loads((tmp_path / "run/run.json").read_text())["model"]
+    assert record["config_sha256"] in page and record["weights_sha256"] in page
+    assert all(state in page for state in (FROZEN_PREFIX, FROZEN_BASE, LORA, FULL_RANK))
 
 
 def _trainable(recipe) -> dict:

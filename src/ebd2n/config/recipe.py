@@ -144,7 +144,7 @@ def recipe_identity(recipe: Recipe, cache_identity: str | None) -> str:
     data = _recipe_data(recipe)
     if recipe.model.source == "huggingface":
         data["model"].pop("path")
-        data["model"]["identity"] = model_identity(hf_model_dir(recipe.model), recipe.model.name, recipe.model.revision)
+        data["model"]["identity"] = hf_identity(recipe.model)
     for dotted in RESULT_NEUTRAL_FIELDS:
         section, _, field = dotted.partition(".")
         if isinstance(data.get(section), dict):
@@ -166,6 +166,11 @@ def count_parameters(model: ModelConfig) -> int:
 def hf_model_dir(model: ModelConfig) -> Path:
     """The directory of a huggingface model section (model.path, or model.name in the local hub cache)."""
     return locate_model_dir(model.path, model.name, model.revision)
+
+
+def hf_identity(model: ModelConfig) -> dict:
+    """Name, revision, config and weights SHA-256 of a huggingface model section."""
+    return model_identity(hf_model_dir(model), model.name, model.revision)
 
 
 def hf_architecture(model: ModelConfig) -> Architecture:

@@ -125,6 +125,7 @@ def _identity(run: dict[str, Any]) -> list[tuple[str, str]]:
         ("Recipe identity", run["recipe_identity"]),
         ("Cache identity", run["cache_identity"]),
         ("Trainer source hash", run["source_hash"]),
+        *_model_identity(run.get("model")),
         ("Host", run["host"]),
         ("Devices", _devices(run)),
         ("Python", run["python"]),
@@ -133,6 +134,25 @@ def _identity(run: dict[str, Any]) -> list[tuple[str, str]]:
         ("Started", _time(run["started"])),
         ("Ended", f"{_time(run['ended'])} ({_duration(run['started'], run['ended'])})"),
     ]
+
+
+def _model_identity(model: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The fine-tuned Hugging Face model: name and revision (or its directory), config and weights hashes."""
+    if model is None:
+        return []
+    return [
+        ("Hugging Face model", model["name"] or model["path"]),
+        ("Model revision", model["revision"] or DASH),
+        ("Model config SHA-256", model["config_sha256"]),
+        ("Model weights SHA-256", model["weights_sha256"]),
+    ]
+
+
+def _pretrained(model) -> str | None:
+    """A Hugging Face model's name@revision (or directory): where a fine-tune's weights start."""
+    if model.source != "huggingface":
+        return None
+    return f"{model.name}@{model.revision}" if model.name else model.path
 
 
 def job_label(job_ids: list[str]) -> str:
@@ -190,7 +210,7 @@ def _settings(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list[tuple
             ("Schedule", f"{optimizer.warmup_fraction:g} warm-up, cosine to {optimizer.min_lr_ratio:g} of peak"),
             ("Weight decay", f"{optimizer.weight_decay:g}"), ("Gradient clip", f"{optimizer.grad_clip:g}"),
             ("Tokens per step", f"{training.batch_tokens:,}"), ("Token budget", _budget(recipe)),
-            ("Seed", str(recipe.runtime.seed)), ("Initial weights", training.init_from or "random initialisation"),
+            ("Seed", str(recipe.runtime.seed)), ("Initial weights", training.init_from or _pretrained(model) or "random initialisation"),
         ]),
         ("Numerics", [
             ("Compute dtype", numerics["dtype"]), ("torch.compile", _yes(numerics["compile"])),

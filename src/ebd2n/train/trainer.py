@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save_recipe
+from ebd2n.config import Recipe, dump_recipe, hf_identity, load_recipe, recipe_identity, save_recipe
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
 from ebd2n.layout import FINAL, RECIPE, RunPaths, checkpoint_epoch, slice_checkpoint
@@ -296,6 +296,8 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "placement": context.placement_record(),
         "units": units,
     }
+    if recipe.model.source == "huggingface":  # which model was fine-tuned, for the dashboard's identity section
+        record["model"] = {"path": recipe.model.path, **hf_identity(recipe.model)}
     atomic_write_text(RunPaths(run_dir).record, json.dumps(record, indent=2) + "\n")
 
 
