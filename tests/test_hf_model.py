@@ -240,3 +240,78 @@ def test_hf_init_cli_writes_a_model_of_the_tokenizers_vocabulary(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "m/config.json").read_text())["vocab_size"] == 77
     assert (tmp_path / "m/tokenizer.json").read_bytes() == (tmp_path / "tokenizer.json").read_bytes()
+
+
+# --- a 2-stage gloo pipeline of the tiny MoE against one process ---
+
+PIPELINE = ("parallel.pipeline_stages=2", "parallel.pipeline_depth=3", "parallel.schedule=1f1b")
+ROWS = (8, 5)
+"""Sequences of the compared steps: a full one and a shortened one (uneven pipeline rounds)."""
+
+
+def _pipeline_recipe(model_dir: Path, *layout: str):
+    lora = {"rank": 4, "train_norms": True}
+    return _recipe(model_dir, Path("unused-cache"), Path("unused-run"), *layout, freeze_prefix=1, lora=lora)
+
+
+def _pipeline_steps(engine, recipe) -> list[dict]:
+    import dataclasses
+
+    generator = torch.Generator().manual_seed(0)
+    results = []
+    for count in ROWS:
+        sequences = torch.randint(0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator)
+        results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
+    return results
+
+
+def _pipeline_worker(rank: int, port: int, model_dir: Path, out_dir: Path) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from ebd2n.parallel import distributed
+    from ebd2n.train.budget import budget_of
+    from ebd2n.train.engine import build_engine
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    recipe = _pipeline_recipe(model_dir, *PIPELINE)
+    context = distributed.init(recipe)
+    torch.manual_seed(recipe.runtime.seed)
+    engine = build_engine(recipe, budget_of(recipe), context.device, context)
+    held = {"parameters": sum(p.numel() for p in engine.model.parameters()),
+            "meta": sum(p.is_meta for p in engine.model.parameters()), "units": context.placement.stages[rank]}
+    results = _pipeline_steps(engine, recipe)
+    state = engine.state_dict()
+    torch.save({"results": results, "model": state.get("model"), "held": held}, out_dir / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(hf_models: dict[str, Path], tmp_path: Path) -> None:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from ebd2n.train.budget import budget_of
+    from ebd2n.train.engine import build_engine
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.spawn(_pipeline_worker, args=(port, hf_models["qwen2_moe"], tmp_path), nprocs=2)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    recipe = _pipeline_recipe(hf_models["qwen2_moe"])
+    torch.manual_seed(recipe.runtime.seed)
+    engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
+    expected = _pipeline_steps(engine, recipe)
+    keys = ("loss", "accuracy", "grad_norm")
+    assert [r[k] for r in ranks[0]["results"] for k in keys] == pytest.approx([r[k] for r in expected for k in keys], rel=1e-5)
+    torch.testing.assert_close(ranks[0]["model"], engine.state_dict()["model"], rtol=0, atol=1e-5)
+    whole = sum(p.numel() for p in engine.model.parameters())
+    held = [rank["held"] for rank in ranks]
+    assert all(h["meta"] == 0 and 0 < h["parameters"] < whole for h in held)  # a stage never holds the whole model
+    assert sum(h["parameters"] for h in held) == whole
+    assert held[0]["units"][0] == "embedding" and held[1]["units"][-1] == "head"

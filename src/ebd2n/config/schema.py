@@ -288,11 +288,9 @@ class Recipe(Section):
             raise ValueError(
                 f"parallel.freeze_prefix ({self.parallel.freeze_prefix}) exceeds model.layers ({self.model.layers})"
             )
-        if self.model.source == "huggingface" and (
-            self.decentralized is not None or self.parallel.pipeline_stages > 1 or self.parallel.data_parallel > 1
-        ):
-            raise ValueError("model.source: a huggingface model trains synchronously in one process (no decentralized, "
-                             "pipeline_stages 1, data_parallel 1)")
+        if self.model.source == "huggingface" and (self.decentralized is not None or self.parallel.data_parallel > 1):
+            raise ValueError("model.source: a huggingface model trains synchronously over pipeline stages "
+                             "(no decentralized, data_parallel 1)")
         if self.model.source == "gpt" and self.parallel.lora is not None and self.parallel.lora.train_norms:
             raise ValueError("parallel.lora.train_norms: only for model.source huggingface (a GPT unit holds its norm)")
         if self.decentralized is not None and self.parallel.lora is not None:

@@ -32,6 +32,8 @@ class HFCausalLM(nn.Module):
 
     Its children are the transformers model's own (`model`, `lm_head`), so its state_dict keys
     are the model's (experts fused: mlp.experts.gate_up_proj (E, 2F, D), down_proj (E, D, F)).
+    The forward runs the decoder layers' own modules half by half (`run_segments`), as a
+    pipeline stage does, with causal SDPA and no mask, as transformers' model does unpadded.
     """
 
     def __init__(self, causal_lm: nn.Module) -> None:
@@ -40,12 +42,16 @@ class HFCausalLM(nn.Module):
         self.model = causal_lm.model
         self.lm_head = causal_lm.lm_head
 
+    def segments(self) -> list[tuple[str, int | None]]:
+        """The forward as (piece, layer): embedding, each layer's attention and mlp halves, head."""
+        halves = [(half, i) for i in range(len(self.model.layers)) for half in ("attention", "mlp")]
+        return [("embedding", None), *halves, ("head", None)]
+
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) -> logits (B, T, vocab) and the mean cross-entropy over targets not IGNORE_INDEX."""
-        hidden = self.model(input_ids=idx, use_cache=False).last_hidden_state  # (B, T, width)
-        logits = self.lm_head(hidden)  # (B, T, vocab)
+        logits = run_segments(self, self.segments(), idx)  # (B, T, vocab)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.reshape(-1), ignore_index=IGNORE_INDEX)
@@ -61,6 +67,76 @@ class HFCausalLM(nn.Module):
         """Recompute the rotary tables (non-persistent buffers, on the meta device after `skeleton`) on the CPU."""
         with torch.device("cpu"):
             self.model.rotary_emb = type(self.model.rotary_emb)(config=self.config)
+
+
+def run_segments(module: nn.Module, segments: list[tuple[str, int | None]], x: torch.Tensor) -> torch.Tensor:
+    """Run `segments` of a model held by `module` (module.model.layers[i] indexable by str(i) or i).
+
+    Token ids (B, T) in when the embedding is among them, else the residual stream (B, T, width);
+    logits (B, T, vocab) out when the head is among them, else the residual stream.
+    """
+    T = x.shape[1]
+    positions = torch.arange(T, device=x.device).unsqueeze(0)  # (1, T)
+    rotary = None
+    for piece, index in segments:
+        if piece == "embedding":
+            x = module.model.embed_tokens(x)  # (B, T, width)
+        elif piece == "head":
+            x = module.lm_head(module.model.norm(x))  # (B, T, vocab)
+        else:
+            layer = module.model.layers[str(index) if isinstance(module.model.layers, nn.ModuleDict) else index]
+            if piece == "attention":
+                if rotary is None:
+                    rotary = module.model.rotary_emb(x, positions)  # (cos, sin), each (1, T, head_dim)
+                attended, _ = layer.self_attn(
+                    hidden_states=layer.input_layernorm(x), attention_mask=None, position_ids=positions,
+                    position_embeddings=rotary,
+                )
+                x = x + attended
+            else:
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return x
+
+
+class HFStageModule(nn.Module):
+    """The units of one pipeline stage of an HFCausalLM, under the model's parameter names.
+
+    Placement keeps each attention and MLP half whole (unit segments), so a stage is a run of
+    segments; `model.layers` is a ModuleDict keyed by layer index, whose keys spell the same
+    state_dict names as the whole model's ModuleList.
+    """
+
+    param_groups = HFCausalLM.param_groups
+
+    def __init__(self, whole: HFCausalLM, units: list, autocast: Callable) -> None:
+        super().__init__()
+        self.autocast = autocast
+        self.plan: list[tuple[str, int | None]] = []
+        for unit in units:
+            piece = ("embedding", None) if unit.kind == "embedding" else (
+                ("head", None) if unit.block is None else (unit.segment.rpartition(".")[2], unit.block))
+            if not self.plan or self.plan[-1] != piece:
+                self.plan.append(piece)
+        self.model = nn.Module()
+        self.model.layers = nn.ModuleDict()
+        self.model.rotary_emb = whole.model.rotary_emb
+        for piece, index in self.plan:
+            if piece == "embedding":
+                self.model.embed_tokens = whole.model.embed_tokens
+            elif piece == "head":
+                self.model.norm, self.lm_head = whole.model.norm, whole.lm_head
+            else:
+                source = whole.model.layers[index]
+                holder = self.model.layers[str(index)] if str(index) in self.model.layers else nn.Module()
+                self.model.layers[str(index)] = holder
+                if piece == "attention":
+                    holder.input_layernorm, holder.self_attn = source.input_layernorm, source.self_attn
+                else:
+                    holder.post_attention_layernorm, holder.mlp = source.post_attention_layernorm, source.mlp
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with self.autocast():
+            return run_segments(self, self.plan, x)
 
 
 def transformers_config(directory: Path):

@@ -27,8 +27,11 @@ class LoRALinear(nn.Module):
         self.base = base
         self.base.weight.requires_grad_(False)
         self.scale = alpha / rank
-        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, device=base.weight.device))
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, device=base.weight.device))
+        # A base left on the meta device by another pipeline stage still gets real adapters (outside a
+        # meta-device context), so every stage draws the same adapters as one process does.
+        device = base.weight.device if not base.weight.is_meta else torch.empty(0).device
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, device=device))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, device=device))
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))  # nn.Linear's default init, as in the LoRA paper
         self.dropout = nn.Dropout(dropout)
 

@@ -37,6 +37,9 @@ class Unit:
     """Prefixes of the unit's names in the model's state_dict."""
     projections: tuple[tuple[str, int, int], ...] = ()
     """(LoRA target, in features, out features) of the unit's linear projections that LoRA can adapt."""
+    segment: str | None = None
+    """Units of one segment stay on one pipeline stage (a Hugging Face layer's attention or MLP half:
+    no residual stream passes between its units); None: the unit is a segment of its own."""
 
 
 def model_units(cfg: ModelConfig) -> list[Unit]:
@@ -74,6 +77,11 @@ def model_units(cfg: ModelConfig) -> list[Unit]:
     # does compute the logits.
     units.append(Unit("head", "head", None, d, 2 * v * d, ("norm.",)))
     return units
+
+
+def ties_head(cfg: ModelConfig) -> bool:
+    """Whether the output head is the embedding matrix (GPT always; a Hugging Face model per its config)."""
+    return cfg.source != "huggingface" or hf_architecture(cfg).tied
 
 
 def unit_of_parameter(name: str) -> str:

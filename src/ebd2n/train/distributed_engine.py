@@ -17,15 +17,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ebd2n.config import Recipe
+from ebd2n.config import Recipe, hf_model_dir
 from ebd2n.errors import UserError
 from ebd2n.model import GPT
+from ebd2n.model.units import model_units, ties_head
 from ebd2n.parallel.distributed import Context, to_cpu
 from ebd2n.parallel.pipeline import StageModule, TokenLoss, bubble_fraction, pipeline_rounds, pipeline_schedule
 from ebd2n.targets import IGNORE_INDEX
 from ebd2n.train.budget import Budget
 from ebd2n.train.step import Engine, StepResult
-from ebd2n.train.weights import fine_tuning_model, initial_model
+from ebd2n.train.weights import hf_with_state, fine_tuning_model, initial_model
 
 
 class DistributedEngine(Engine):
@@ -41,8 +42,7 @@ class DistributedEngine(Engine):
                 "(training.batch_tokens / model.context_length)"
             )
         self.replica_sequences = budget.sequences_per_step // replicas
-        gpt = fine_tuning_model(recipe, initial_model(recipe))  # every rank draws the same whole model
-        local = gpt if stages == 1 else StageModule(gpt, context.placement.stages[context.stage], self.autocast)
+        local = self._local_model(recipe, context)
         self.model = local.to(self.device)
         if recipe.runtime.compile:
             self.model.compile()  # in place: parameter names stay the GPT's
@@ -65,9 +65,29 @@ class DistributedEngine(Engine):
                 recipe.model.vocab_size, self.use_amp, self.loss, recipe.parallel.schedule, depth,
             )
 
+    def _local_model(self, recipe: Recipe, context: Context) -> nn.Module:
+        """This rank's model: the whole model (S = 1) or its stage's units.
+
+        Every GPT rank draws the same whole model. A Hugging Face stage reads only its own units'
+        weights from the safetensors files (the rest stays on the meta device).
+        """
+        if context.stages == 1:
+            return fine_tuning_model(recipe, initial_model(recipe))
+        names = context.placement.stages[context.stage]
+        if recipe.model.source != "huggingface":
+            return StageModule(fine_tuning_model(recipe, initial_model(recipe)), names, self.autocast)
+        from ebd2n.model.hf import HFStageModule, load_model
+
+        if ties_head(recipe.model):
+            raise UserError("parallel.pipeline_stages: a Hugging Face model with tied embeddings trains in one stage")
+        units = [unit for unit in model_units(recipe.model) if unit.name in set(names)]
+        prefixes = tuple(prefix for unit in units for prefix in unit.param_prefixes)
+        whole = fine_tuning_model(recipe, load_model(hf_model_dir(recipe.model), keep=lambda n: n.startswith(prefixes)))
+        return HFStageModule(whole, units, self.autocast)
+
     def _tied_weight(self) -> nn.Parameter | None:
         """This stage's copy of the tied embedding matrix when the other copy is on another stage."""
-        if self.context.stages == 1:
+        if self.context.stages == 1 or self.recipe.model.source == "huggingface":
             return None
         if self.context.stage == 0:
             return self.model.embed.weight
@@ -189,6 +209,8 @@ class DistributedEngine(Engine):
         state = self._gathered_model()
         if state is None:
             return None
+        if self.recipe.model.source == "huggingface":
+            return hf_with_state(self.recipe, state).to(self.device)
         with torch.device("meta"):
             model = fine_tuning_model(self.recipe, GPT(self.recipe.model))
         model.to_empty(device=self.device)

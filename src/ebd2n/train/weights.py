@@ -51,14 +51,22 @@ def model_skeleton(recipe: Recipe) -> nn.Module:
 def model_with_weights(recipe: Recipe, weights: dict) -> nn.Module:
     """The recipe's plain model (no adapters) holding `weights` (from evaluation_state_dict)."""
     if recipe.model.source == "huggingface":
-        model = model_skeleton(recipe)
-        model.load_state_dict(weights, assign=True)
-        if model.config.tie_word_embeddings:
-            model.lm_head.weight = model.model.embed_tokens.weight
-        model.reset_rotary()
-        return model
+        return hf_with_state(recipe, weights, adapters=False)
     model = GPT(recipe.model)
     model.load_state_dict(weights)
+    return model
+
+
+def hf_with_state(recipe: Recipe, state: dict, adapters: bool = True) -> nn.Module:
+    """A Hugging Face recipe's model, with its adapters (an engine's state) or plain, holding `state`."""
+    model = model_skeleton(recipe)
+    if adapters:
+        with torch.device("meta"):
+            model = fine_tuning_model(recipe, model)
+    model.load_state_dict(state, assign=True)
+    if model.config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.reset_rotary()
     return model
 
 
