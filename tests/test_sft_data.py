@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import sqlite3
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
+from ebd2n.atomic import sha256_file
+from ebd2n.config import DataConfig, dump_recipe, load_recipe, recipe_identity
 from ebd2n.config.schema import ModelConfig
-from ebd2n.data import sql_synthetic
+from ebd2n.data import BlockReader, Cache, iter_full_validation, prepare_cache, sql_synthetic, train_bpe, verify_cache
+from ebd2n.data.cache import MANIFEST, STAMP, _request
+from ebd2n.errors import UserError
 from ebd2n.model import GPT
 from ebd2n.targets import IGNORE_INDEX, split_block
 from ebd2n.train.validation import block_batches, evaluate_sequences
@@ -56,7 +66,8 @@ def test_the_set_is_a_pure_function_of_its_seed() -> None:
 def test_prompt_holds_question_and_schema_completion_is_the_sql() -> None:
     record = _records(1, 1)[0]
     assert record.prompt.startswith(record.question)
-    assert "CREATE TABLE" in record.prompt and record.completion == record.sql
+    assert record.prompt.endswith(sql_synthetic.schema_text(record.schema)) and "customers(id, name, city, age)" in sql_synthetic.schema_text("shop")
+    assert record.completion == record.sql
 
 
 def test_split_block_of_an_unmasked_block_is_the_plain_shift() -> None:
@@ -125,3 +136,148 @@ def test_prompt_tokens_carry_no_loss_or_gradient() -> None:
     assert all(torch.equal(a, b) for a, b in zip(grads, changed_grads, strict=True))
     unmasked_loss, _ = loss_and_grads(tokens)  # the same tokens, all carrying loss: another loss
     assert not torch.equal(unmasked_loss, loss)
+
+
+# Supervised caches ------------------------------------------------------------------------------
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A ChatML template (the Qwen family's), as tokenizer_config.json carries it."""
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model directory's tokenizer files: a byte-level BPE trained offline on synthetic SQL
+    records (with ChatML's special tokens), and a tokenizer_config.json with the chat template."""
+    directory = tmp_path_factory.mktemp("model")
+    records = _records(7, 300)
+    tokenizer = train_bpe((f"{r.prompt}\n{r.completion}" for r in records), 320)
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return directory
+
+
+def _sql_data(tmp_path: Path, name: str = "cache", **supervised: Any) -> DataConfig:
+    return DataConfig(
+        source="sql-synthetic", cache_dir=str(tmp_path / name), supervised=supervised,
+        synthetic_train_bytes=6_000, synthetic_validation_bytes=3_000, shard_tokens=700,
+    )
+
+
+def _validation_records(data: DataConfig) -> set[tuple[str, str]]:
+    seed = sql_synthetic.split_seed(data.synthetic_seed, "validation")
+    return {(r.prompt, r.completion) for r in sql_synthetic.iter_records(seed, data.synthetic_validation_bytes)}
+
+
+def _decode(cache: Cache, ids: np.ndarray) -> tuple[str, str]:
+    """(masked text, unmasked text) of a block's tokens, for a tokenizer that has the ids."""
+    tokenizer = Tokenizer.from_file(str(cache.tokenizer_path))
+    prompt, completion = ~ids[ids < 0], ids[ids >= 0]
+    return tokenizer.decode(prompt.tolist(), skip_special_tokens=False), tokenizer.decode(
+        completion.tolist(), skip_special_tokens=False
+    )
+
+
+def test_padded_cache_holds_one_masked_record_per_block(tmp_path: Path, model_dir: Path) -> None:
+    data = _sql_data(tmp_path, packing=False).model_copy(update={"tokenizer": str(model_dir)})
+    cache = prepare_cache(data, 400, progress=False, context_length=255)
+    reader = BlockReader(cache, "validation", 256)
+    records = _validation_records(data)
+    seen = set()
+    for index in range(reader.num_blocks):
+        block = reader.read(np.array([index]))[0].numpy()
+        masked = block < 0
+        first_counted = int(np.argmax(~masked))
+        assert not masked[first_counted:][: int((~masked).sum())].any()  # prompt, then the completion
+        prompt, completion = _decode(cache, block[: first_counted + int((~masked).sum())])
+        assert completion.endswith("<|im_end|>")  # the tokenizer_config's EOS
+        seen.add((prompt.removesuffix("\n"), completion.removesuffix("<|im_end|>")))
+        assert (block[first_counted + int((~masked).sum()) :] == ~cache.manifest["supervised"]["eos_id"]).all()
+    assert seen == records
+    assert cache.dtype == np.dtype("<i4") and cache.padded_block_len == 256
+    assert cache.manifest["splits"]["validation"]["truncated"] == 0
+    assert cache.manifest["request"]["model.context_length"] == 255
+
+
+def test_packed_cache_is_the_records_in_a_row(tmp_path: Path, model_dir: Path) -> None:
+    data = _sql_data(tmp_path, packing=True).model_copy(update={"tokenizer": str(model_dir / "tokenizer.json")})
+    cache = prepare_cache(data, 400, progress=False)
+    stream = np.fromfile(cache.directory / cache.manifest["splits"]["validation"]["shards"][0]["file"], dtype="<i4")
+    eos = cache.manifest["supervised"]["eos_id"]
+    ends = np.flatnonzero(stream == eos) + 1
+    first = stream[: ends[0]]
+    prompt, completion = _decode(cache, first)
+    assert (prompt.removesuffix("\n"), completion.removesuffix("<|im_end|>")) in _validation_records(data)
+    assert cache.padded_block_len is None and "model.context_length" not in cache.manifest["request"]
+    counted = sum(int((targets != IGNORE_INDEX).sum()) for _, targets in iter_full_validation(cache, 31, 4))
+    assert counted == cache.validation_targets == int((np.concatenate(
+        [np.fromfile(path, dtype="<i4") for path, _ in cache.shards("validation")])[1:] >= 0).sum())
+
+
+def test_chat_format_renders_the_template(tmp_path: Path, model_dir: Path) -> None:
+    data = _sql_data(tmp_path, format="chat", packing=False).model_copy(update={"tokenizer": str(model_dir)})
+    cache = prepare_cache(data, 400, progress=False, context_length=255)
+    block = BlockReader(cache, "validation", 256).read(np.array([0]))[0].numpy()
+    prompt, completion = _decode(cache, block[: np.flatnonzero(block >= 0)[-1] + 1])  # without the padding
+    assert prompt.startswith("<|im_start|>user\n") and prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    question = prompt.removeprefix("<|im_start|>user\n").removesuffix("<|im_end|>\n<|im_start|>assistant\n")
+    assert completion.endswith("<|im_end|>")  # cut at the end of turn: no template newline after it
+    assert (question, completion.removesuffix("<|im_end|>")) in _validation_records(data)
+    assert cache.manifest["supervised"]["chat_template"] == CHATML
+
+
+def test_chat_format_without_a_template_is_a_one_line_error(tmp_path: Path, model_dir: Path) -> None:
+    data = _sql_data(tmp_path, format="chat").model_copy(update={"tokenizer": str(model_dir / "tokenizer.json")})
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(model_dir / "tokenizer.json", bare / "tokenizer.json")
+    data = data.model_copy(update={"tokenizer": str(bare / "tokenizer.json")})
+    with pytest.raises(UserError, match="data.supervised.format chat: data.tokenizer has no chat_template"):
+        prepare_cache(data, 400, progress=False, context_length=127)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_long_records_are_truncated_and_counted(tmp_path: Path, model_dir: Path) -> None:
+    data = _sql_data(tmp_path, packing=False).model_copy(update={"tokenizer": str(model_dir)})
+    cache = prepare_cache(data, 400, progress=False, context_length=40)
+    split = cache.manifest["splits"]["validation"]
+    blocks = np.fromfile(cache.directory / split["shards"][0]["file"], dtype="<i4")
+    lengths = [len(prompt) + len(completion) for prompt, completion in _validation_records(data)]
+    assert split["truncated"] == split["documents"] > 0 and all(length > 41 for length in lengths)
+    assert split["tokens"] == 41 * split["documents"] and len(blocks) <= split["tokens"]
+    assert split["without_completion"] <= split["truncated"]
+
+
+def test_masked_ids_are_checked_against_the_vocabulary(tmp_path: Path, model_dir: Path) -> None:
+    """Verification decodes ~id: an id beyond the vocabulary is caught when it appears masked too."""
+    data = _sql_data(tmp_path, packing=True).model_copy(update={"tokenizer": str(model_dir)})
+    cache = prepare_cache(data, 400, progress=False)
+    verify_cache(cache.directory)
+    shard = cache.shards("validation")[0][0]
+    ids = np.fromfile(shard, dtype="<i4")
+    assert (ids < 0).any() and (ids >= 0).any()
+    ids[np.flatnonzero(ids < 0)[0]] = ~(cache.vocab_size + 5)  # a prompt token out of the vocabulary
+    ids.tofile(shard)
+    manifest = json.loads((cache.directory / MANIFEST).read_text())
+    manifest["splits"]["validation"]["shards"][0]["sha256"] = sha256_file(shard)  # a consistent manifest
+    (cache.directory / MANIFEST).write_text(json.dumps(manifest))
+    (cache.directory / STAMP).unlink()
+    with pytest.raises(UserError, match=f"holds token id {cache.vocab_size + 5}, not below"):
+        verify_cache(cache.directory)
+
+
+def test_language_model_caches_and_recipes_keep_their_identity(tmp_path: Path) -> None:
+    """data.supervised, added later, is left out of requests and recipe dumps while unset."""
+    recipe = load_recipe("demo")
+    assert "supervised" not in dump_recipe(recipe)
+    assert "data.supervised" not in _request(recipe.data, 300, None)
+    assert _request(recipe.data, 300, None) == _request(recipe.data.model_copy(update={"supervised": None}), 300, None)
+    supervised = load_recipe("demo", ["data.source=sql-synthetic", "data.supervised.packing=true"])
+    assert "supervised" in dump_recipe(supervised)
+    assert recipe_identity(supervised, "c" * 64) != recipe_identity(
+        load_recipe("demo", ["data.source=sql-synthetic", "data.supervised.packing=false"]), "c" * 64
+    )

@@ -21,6 +21,7 @@ from ebd2n.config.schema import (
     ParallelConfig,
     Recipe,
     RuntimeConfig,
+    SupervisedConfig,
     TrainingConfig,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "ParallelConfig",
     "Recipe",
     "RuntimeConfig",
+    "SupervisedConfig",
     "TrainingConfig",
     "count_parameters",
     "dump_recipe",

@@ -105,9 +105,27 @@ def load_recipe(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Reci
         raise UserError(f"{source}: {_describe(error)}") from None
 
 
+_ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "data": {"supervised": None},
+}
+"""Fields added after recipes were first identified: left out of dumps and identities at their
+default, so every earlier recipe keeps its recipe.yaml and its identity."""
+
+
+def _recipe_data(recipe: Recipe) -> dict[str, Any]:
+    """The resolved recipe as plain data, without added fields at their default."""
+    data = recipe.model_dump(mode="json")
+    sections = {"data": data["data"]}
+    for section, defaults in _ADDED_DEFAULTS.items():
+        for key, default in defaults.items():
+            if sections[section] is not None and sections[section].get(key, default) == default:
+                sections[section].pop(key, None)
+    return data
+
+
 def dump_recipe(recipe: Recipe) -> str:
     """The resolved recipe as YAML, in schema order."""
-    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(_recipe_data(recipe), sort_keys=False, allow_unicode=True)
 
 
 def save_recipe(recipe: Recipe, path: str | Path) -> None:
@@ -117,7 +135,7 @@ def save_recipe(recipe: Recipe, path: str | Path) -> None:
 
 def recipe_identity(recipe: Recipe, cache_identity: str | None) -> str:
     """SHA-256 of the canonical resolved recipe without result-neutral fields, plus the cache identity."""
-    data = recipe.model_dump(mode="json")
+    data = _recipe_data(recipe)
     for dotted in RESULT_NEUTRAL_FIELDS:
         section, _, field = dotted.partition(".")
         if isinstance(data.get(section), dict):

@@ -47,6 +47,13 @@ class BlockReader:
     """Non-overlapping blocks of block_len = context_length + 1 tokens of one split's stream."""
 
     def __init__(self, cache: Cache, split: str, block_len: int) -> None:
+        padded = cache.padded_block_len
+        if padded is not None and padded != block_len:
+            raise UserError(
+                f"model.context_length {block_len - 1}: the supervised cache {cache.directory} pads each record to "
+                f"{padded} tokens (model.context_length {padded - 1}); prepare a cache for this context length "
+                "in a new data.cache_dir"
+            )
         self._stream = TokenStream(cache, split)
         self.block_len = block_len
         self.num_blocks = len(self._stream) // block_len
@@ -93,8 +100,14 @@ def iter_full_validation(
     Window i holds inputs tokens[i*c : i*c+c] and targets tokens[i*c+1 : i*c+c+1], decoded by
     split_block (masked tokens of supervised caches are IGNORE_INDEX targets); positions past
     the end of the stream (only in the last window) carry the EOS id as input and IGNORE_INDEX as
-    target, so the non-ignored targets number cache.validation_targets.
+    target, so the non-ignored targets number cache.validation_targets. A padded supervised cache
+    is read block by block instead (one record each, never a window across two).
     """
+    if cache.padded_block_len is not None:
+        reader = BlockReader(cache, "validation", context_length + 1)
+        for first in range(0, reader.num_blocks, batch_size):
+            yield split_block(reader.read(np.arange(first, min(first + batch_size, reader.num_blocks))))
+        return
     stream = TokenStream(cache, "validation")
     c = context_length
     windows = -(-(len(stream) - 1) // c)

@@ -1,8 +1,9 @@
 """The embedded text-to-SQL set: questions over a few small schemas and the SQLite queries that answer them.
 
 Why: a supervised fine-tune must run offline, and its completions must be real SQL, so a model's
-output can be executed. Each record's prompt is the question followed by the schema's CREATE
-TABLE statements; its completion is one SQL statement that sqlite3 accepts against that schema.
+output can be executed. Each record's prompt is the question followed by the schema, one line
+per table with its columns (short, so records fit small contexts); its completion is one SQL
+statement that sqlite3 accepts against the schema's CREATE TABLE statements (`schema_ddl`).
 Records come from one seeded `random.Random`, so the set is a pure function of its seed.
 """
 
@@ -96,8 +97,13 @@ SCHEMAS: dict[str, tuple[Table, ...]] = {
 _TYPES = {"id": "INTEGER PRIMARY KEY", "text": "TEXT NOT NULL", "number": "INTEGER NOT NULL", "ref": "INTEGER NOT NULL"}
 
 
+def schema_text(schema: str) -> str:
+    """The schema as prompts show it: `table(column, ...)` per line."""
+    return "\n".join(f"{table.name}({', '.join(c.name for c in table.columns)})" for table in SCHEMAS[schema])
+
+
 def schema_ddl(schema: str) -> str:
-    """The schema's CREATE TABLE statements, one per line, as prompts show them and sqlite3 runs them."""
+    """The schema's CREATE TABLE statements, one per line, as sqlite3 runs them."""
     statements = []
     for table in SCHEMAS[schema]:
         columns = [f"{column.name} {_TYPES[column.kind]}" for column in table.columns]
@@ -116,7 +122,7 @@ class SqlRecord:
 
     @property
     def prompt(self) -> str:
-        return f"{self.question}\nSchema:\n{schema_ddl(self.schema)}"
+        return f"{self.question}\nTables:\n{schema_text(self.schema)}"
 
     @property
     def completion(self) -> str:
@@ -187,7 +193,8 @@ def _top(rng: random.Random, table: Table, tables: tuple[Table, ...]) -> tuple[s
     column = rng.choice(table.kinds("number"))
     n = rng.randint(1, 5)
     word, order = rng.choice((("highest", "DESC"), ("lowest", "ASC")))
-    return (f"Which {n} {table.plural if n > 1 else table.singular} have the {word} {column.name}?",
+    noun, verb = (table.plural, "have") if n > 1 else (table.singular, "has")
+    return (f"Which {n} {noun} {verb} the {word} {column.name}?",
             f"SELECT {table.label} FROM {table.name} ORDER BY {column.name} {order} LIMIT {n};")
 
 
