@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 import sqlite3
@@ -18,7 +19,7 @@ from tokenizers import Tokenizer
 from ebd2n.atomic import sha256_file
 from ebd2n.config import DataConfig, dump_recipe, load_recipe, recipe_identity
 from ebd2n.config.schema import ModelConfig
-from ebd2n.data import BlockReader, Cache, iter_full_validation, prepare_cache, sql_synthetic, train_bpe, verify_cache
+from ebd2n.data import BlockReader, Cache, iter_full_validation, open_cache, prepare_cache, sql_synthetic, train_bpe, verify_cache
 from ebd2n.data.cache import MANIFEST, STAMP, _request
 from ebd2n.errors import UserError
 from ebd2n.model import GPT
@@ -281,3 +282,69 @@ def test_language_model_caches_and_recipes_keep_their_identity(tmp_path: Path) -
     assert recipe_identity(supervised, "c" * 64) != recipe_identity(
         load_recipe("demo", ["data.source=sql-synthetic", "data.supervised.packing=false"]), "c" * 64
     )
+
+
+# Training and validation on supervised caches ---------------------------------------------------
+
+
+def _sft_recipe(tmp_path: Path, model_dir: Path, packing: bool, *overrides: str):
+    context = 64 if packing else 160
+    return load_recipe("demo", [
+        f"data.cache_dir={tmp_path / 'cache'}", f"runtime.output_dir={tmp_path / 'run'}", "data.source=sql-synthetic",
+        f"data.supervised.packing={str(packing).lower()}", f"data.tokenizer={model_dir}",
+        "data.synthetic_train_bytes=12000", "data.synthetic_validation_bytes=3000", "model.vocab_size=330",
+        "model.layers=1", "model.width=32", "model.ffn_width=64", f"model.context_length={context}",
+        f"training.batch_tokens={4 * context}", "training.micro_batch_size=2", f"training.epoch_tokens={16 * context}",
+        f"training.max_tokens={32 * context}", "evaluation.subset_blocks=8", "evaluation.batch_size=4", *overrides,
+    ])
+
+
+def test_engine_step_is_the_mean_over_counted_targets_whatever_the_micro_batches(model_dir: Path, tmp_path: Path) -> None:
+    """Rows with different numbers of completion tokens: micro-batches of 1, 2 or 4 rows take the same step."""
+    from ebd2n.train.budget import budget_of
+    from ebd2n.train.engine import SynchronousEngine
+
+    blocks = _masked_blocks(3).repeat(2, 1)
+    blocks[1, 6:9] = ~blocks[1, 6:9]  # row 1 has fewer counted targets
+    blocks[2, :3] = ~blocks[2, :3]
+    results, states = [], []
+    for micro in (1, 2, 4):
+        recipe = _sft_recipe(tmp_path, model_dir, True, "model.vocab_size=40", "model.context_length=12",
+                             "training.batch_tokens=48", f"training.micro_batch_size={micro}",
+                             "training.epoch_tokens=480", "training.max_tokens=960")
+        torch.manual_seed(0)
+        engine = SynchronousEngine(recipe, budget_of(recipe), torch.device("cpu"))
+        results.append(engine.train_step(blocks, 1e-2))
+        states.append(engine.model.state_dict())
+    counted = int((blocks[:, 1:] >= 0).sum())
+    assert counted < 4 * 12
+    for result, state in zip(results[1:], states[1:], strict=True):
+        assert result.loss == pytest.approx(results[0].loss, rel=1e-5)
+        assert result.accuracy == results[0].accuracy and round(result.accuracy * counted) == result.accuracy * counted
+        assert all(torch.allclose(state[name], states[0][name], atol=1e-6) for name in state)
+
+
+@pytest.mark.parametrize("packing", [True, False], ids=["packed", "padded"])
+def test_supervised_run_resumes_bitwise_and_validates_completions(
+    model_dir: Path, tmp_path: Path, packing: bool
+) -> None:
+    from ebd2n.evaluate import validate_run
+    from ebd2n.train import train
+    from ebd2n.train.checkpoint import load_checkpoint
+    from ebd2n.train.runlog import read_metrics
+
+    recipe = _sft_recipe(tmp_path, model_dir, packing)
+    prepare_cache(recipe.data, recipe.model.vocab_size, progress=False, context_length=recipe.model.context_length)
+    train(recipe, progress=False)
+    sliced = recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"output_dir": str(tmp_path / "sliced")})})
+    train(sliced, until_epoch=1, progress=False)
+    train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-1.pt", progress=False)
+    whole, resumed = (load_checkpoint(tmp_path / name / "final.pt")["engine"]["model"] for name in ("run", "sliced"))
+    assert all(torch.equal(whole[name], resumed[name]) for name in whole)
+    results = validate_run(tmp_path / "run")
+    cache = open_cache(recipe.data.cache_dir)
+    tokens = np.concatenate([np.fromfile(path, dtype="<i4") for path, _ in cache.shards("validation")])
+    assert results["targets"] == cache.validation_targets < int((tokens >= 0).sum()) + 1
+    assert 0 < results["accuracy"] < 1 and math.isfinite(results["loss"])
+    epoch = [record for record in read_metrics(tmp_path / "run") if record["type"] == "epoch"][-1]
+    assert 0 < epoch["val_accuracy"] < 1
