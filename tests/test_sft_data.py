@@ -7,10 +7,15 @@ import math
 import random
 import shutil
 import sqlite3
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.nn.functional as F
@@ -348,3 +353,82 @@ def test_supervised_run_resumes_bitwise_and_validates_completions(
     assert 0 < results["accuracy"] < 1 and math.isfinite(results["loss"])
     epoch = [record for record in read_metrics(tmp_path / "run") if record["type"] == "epoch"][-1]
     assert 0 < epoch["val_accuracy"] < 1
+
+
+# Records from files, and ebd2n prepare ----------------------------------------------------------
+
+
+def _write_records(directory: Path, kind: str, prompt: str = "question", completion: str = "query") -> Path:
+    """Synthetic SQL records under the given column names, as JSONL or Parquet."""
+    records = _records(11, 60)
+    rows = {prompt: [r.prompt for r in records], completion: [r.completion for r in records]}
+    if kind == "jsonl":
+        path = directory / "records.jsonl"
+        path.write_text("".join(json.dumps({prompt: p, completion: c}) + "\n" for p, c in zip(*rows.values())),
+                        encoding="utf-8")
+    else:
+        path = directory / "records.parquet"
+        pq.write_table(pa.table(rows), path)
+    return path
+
+
+def _prepare_cli(*settings: str) -> subprocess.CompletedProcess:
+    argv = ["prepare", "demo", "--quiet", *(arg for setting in settings for arg in ("--set", setting))]
+    return subprocess.run([sys.executable, "-m", "ebd2n", *argv], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_records_from_local_files(tmp_path: Path, model_dir: Path, kind: str) -> None:
+    path = _write_records(tmp_path, kind)
+    data = DataConfig(source="local", dataset=str(path), cache_dir=str(tmp_path / "cache"), tokenizer=str(model_dir),
+                      validation_fraction=0.2, supervised={"prompt_field": "question", "completion_field": "query",
+                                                           "packing": True})
+    cache = prepare_cache(data, 400, progress=False)
+    records = Counter((r.prompt, r.completion) for r in _records(11, 60))
+    stream = np.concatenate([np.fromfile(p, dtype="<i4") for p, _ in cache.shards("train")])
+    ends = np.flatnonzero(stream == cache.manifest["supervised"]["eos_id"]) + 1
+    decoded = Counter(
+        (prompt.removesuffix("\n"), completion.removesuffix("<|im_end|>"))
+        for prompt, completion in (_decode(cache, record) for record in np.split(stream, ends)[:-1])
+    )
+    assert decoded <= records and decoded.total() == cache.manifest["splits"]["train"]["documents"] == 48
+
+
+def test_prepare_prints_records_and_truncation(tmp_path: Path, model_dir: Path) -> None:
+    result = _prepare_cli(f"data.cache_dir={tmp_path / 'cache'}", "data.source=sql-synthetic",
+                          "data.supervised.packing=false", f"data.tokenizer={model_dir}", "model.context_length=48",
+                          "data.synthetic_train_bytes=3000", "data.synthetic_validation_bytes=2000")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "cache" / MANIFEST).read_text())
+    train, validation = manifest["splits"]["train"], manifest["splits"]["validation"]
+    assert f"train: {train['documents']} records, {train['truncated']} truncated to 49 tokens" in result.stdout
+    assert f"validation: {validation['documents']} records, {validation['truncated']} truncated" in result.stdout
+    assert train["truncated"] > 0
+
+
+def test_a_missing_record_field_is_a_one_line_error(tmp_path: Path, model_dir: Path) -> None:
+    path = _write_records(tmp_path, "jsonl")
+    result = _prepare_cli(f"data.cache_dir={tmp_path / 'cache'}", "data.source=local", f"data.dataset={path}",
+                          f"data.tokenizer={model_dir}", "data.supervised.prompt_field=question",
+                          "data.supervised.packing=true")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert f"data.supervised.completion_field completion: no such column in data.dataset {path}" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no cache, no staging, no lock left
+
+
+def test_a_wrong_typed_record_field_names_key_and_file(tmp_path: Path, model_dir: Path) -> None:
+    path = tmp_path / "records.parquet"
+    pq.write_table(pa.table({"prompt": ["How many books are there?"], "completion": [3]}), path)
+    data = DataConfig(source="local", dataset=str(path), cache_dir=str(tmp_path / "cache"), tokenizer=str(model_dir),
+                      supervised={"packing": True})
+    with pytest.raises(UserError, match=f"data.supervised.completion_field completion: column of data.dataset {path} holds int"):
+        prepare_cache(data, 400, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_supervised_keys_need_records(tmp_path: Path) -> None:
+    result = _prepare_cli(f"data.cache_dir={tmp_path / 'cache'}", "data.source=sql-synthetic")
+    assert result.returncode == 2 and "data.supervised" in result.stderr and result.stderr.strip().count("\n") == 0
+    with pytest.raises(ValueError, match="data.source synthetic holds documents"):
+        DataConfig(supervised={})
