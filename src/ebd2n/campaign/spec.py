@@ -345,5 +345,5 @@ def prepare_campaign_cache(campaign: Campaign, progress: bool = False) -> str:
     from ebd2n.data import prepare_cache
 
     recipe = next(iter(current_bases(campaign).values()))
-    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=progress)
+    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=progress, context_length=recipe.model.context_length)
     return f"cache {cache.directory}  identity {cache.identity}"

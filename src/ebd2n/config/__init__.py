@@ -24,6 +24,7 @@ from ebd2n.config.schema import (
     ParallelConfig,
     Recipe,
     RuntimeConfig,
+    SupervisedConfig,
     TrainingConfig,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "ParallelConfig",
     "Recipe",
     "RuntimeConfig",
+    "SupervisedConfig",
     "TrainingConfig",
     "count_parameters",
     "dump_recipe",

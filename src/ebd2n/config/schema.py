@@ -84,11 +84,27 @@ class ModelConfig(Section):
         return self
 
 
+class SupervisedConfig(Section):
+    """Prompt/completion records (supervised fine-tuning): the prompt's tokens carry no loss."""
+
+    prompt_field: str = "prompt"
+    """Column holding the prompt (JSONL, Parquet, Hub; for text-to-SQL: the question and the schema)."""
+    completion_field: str = "completion"
+    """Column holding the completion the model learns (text-to-SQL: the query)."""
+    format: Literal["plain", "chat"] = "plain"
+    """plain: prompt, a newline, completion, EOS; chat: the tokenizer's chat template (a user turn,
+    then an assistant turn), from the tokenizer_config.json beside data.tokenizer."""
+    packing: bool = False
+    """true: records follow each other in the token stream (blocks cut across them); false: each
+    record fills one block, padded (masked) to model.context_length + 1 tokens or truncated to it."""
+
+
 class DataConfig(Section):
     """Where the token cache comes from and where it lives."""
 
-    source: Literal["synthetic", "huggingface", "local"] = "synthetic"
-    """synthetic: the embedded corpus; huggingface: a Hub data set by revision; local: files."""
+    source: Literal["synthetic", "huggingface", "local", "sql-synthetic"] = "synthetic"
+    """synthetic: the embedded corpus; huggingface: a Hub data set by revision; local: files;
+    sql-synthetic: the embedded text-to-SQL records (needs data.supervised)."""
     cache_dir: str = "results/caches/synthetic"
     """Directory of the prepared cache (shared by every run of a campaign)."""
     dataset: str | None = None
@@ -104,7 +120,8 @@ class DataConfig(Section):
     validation_fraction: float = Field(default=0.05, gt=0, lt=1)
     """Share of documents held out for validation when the source has no validation split."""
     tokenizer: str | None = None
-    """Hub tokenizer name or local tokenizer.json; None trains a BPE tokenizer on the train split."""
+    """Hub tokenizer name, local tokenizer.json, or a model directory holding one; None trains a BPE tokenizer
+    on the train split. Supervised records also read its tokenizer_config.json (chat template, EOS)."""
     tokenizer_revision: str | None = None
     """Pinned Hub revision of the tokenizer."""
     dataset_copy: str | None = None
@@ -128,6 +145,16 @@ class DataConfig(Section):
     """Documents per tokenizer batch call."""
     shard_tokens: int = Field(default=16_777_216, gt=0)
     """Tokens per shard file."""
+    supervised: SupervisedConfig | None = None
+    """Prompt/completion records instead of documents (None: language modelling on documents)."""
+
+    @model_validator(mode="after")
+    def _records_need_supervised(self) -> DataConfig:
+        if self.source == "sql-synthetic" and self.supervised is None:
+            raise ValueError("data.supervised: data.source sql-synthetic holds prompt/completion records; set data.supervised")
+        if self.source == "synthetic" and self.supervised is not None:
+            raise ValueError("data.supervised: data.source synthetic holds documents; use sql-synthetic or files of records")
+        return self
 
 
 class OptimizerConfig(Section):

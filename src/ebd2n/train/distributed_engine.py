@@ -23,7 +23,7 @@ from ebd2n.model import GPT
 from ebd2n.model.units import model_units, ties_head
 from ebd2n.parallel.distributed import Context, to_cpu
 from ebd2n.parallel.pipeline import StageModule, TokenLoss, bubble_fraction, pipeline_rounds, pipeline_schedule
-from ebd2n.targets import IGNORE_INDEX
+from ebd2n.targets import IGNORE_INDEX, split_block, target_counts
 from ebd2n.train.budget import Budget
 from ebd2n.train.step import Engine, StepResult
 from ebd2n.train.weights import hf_with_state, fine_tuning_model, initial_model
@@ -100,7 +100,7 @@ class DistributedEngine(Engine):
         self._set_lr(lr)
         # Equal contiguous shares; a shortened step (an epoch's last) may leave them one row apart.
         share = torch.tensor_split(sequences, self.context.replicas)[self.context.replica]
-        step_tokens = sequences.shape[0] * (sequences.shape[1] - 1)
+        step_tokens = max(sum(target_counts(split_block(sequences)[1])), 1)  # the step's counted targets
         if self.context.stages > 1:
             loss_sum, correct = self._pipeline(share, -(-sequences.shape[0] // self.context.replicas), step_tokens)
         else:
@@ -129,25 +129,28 @@ class DistributedEngine(Engine):
     def _data_parallel(self, share: torch.Tensor, sequences: torch.Tensor, step_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """S = 1: DDP over the whole GPT, accumulating micro-batches; gradients all-reduce on the last.
 
-        Each chunk's mean loss is weighted by its share of the step's tokens times the replicas
-        (DDP averages them), so uneven shares still give the gradient of the step's mean loss. A
-        replica left without rows (a shortened step with fewer rows than replicas) joins the
-        all-reduce with one row weighted zero.
+        Each chunk's mean loss is weighted by its share of the step's counted targets times the
+        replicas (DDP averages them), so uneven shares still give the gradient of the step's mean
+        loss. A replica left without rows (a shortened step with fewer rows than replicas), or a
+        chunk without counted targets, joins the all-reduce weighted zero.
         """
         empty = share.shape[0] == 0
         chunks = sequences[:1].split(1) if empty else share.split(self.budget.micro_batch_size)
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         for index, chunk in enumerate(chunks):
-            inputs, targets = chunk[:, :-1], chunk[:, 1:]
+            inputs, targets = split_block(chunk)
+            counted = 0 if empty else sum(target_counts(targets))
             sync = contextlib.nullcontext() if index == len(chunks) - 1 else self.ddp.no_sync()
             with sync:
                 with self.autocast():
                     logits, loss = self.ddp(inputs, targets)
-                weight = 0.0 if empty else targets.numel() * self.context.replicas / step_tokens
-                (loss * weight).backward()
-            if not empty:
-                loss_sum += loss.detach() * targets.numel()
+                if counted:
+                    (loss * (counted * self.context.replicas / step_tokens)).backward()
+                else:  # joins the all-reduce adding nothing (a mean over no targets is NaN)
+                    (loss.nan_to_num() * 0.0).backward()
+            if counted:
+                loss_sum += loss.detach() * counted
                 correct += (logits.detach().argmax(-1) == targets).sum()
         return loss_sum, correct
 
@@ -164,7 +167,7 @@ class DistributedEngine(Engine):
             padding = torch.zeros(missing, share.shape[1], dtype=share.dtype, device=share.device)
             share = torch.cat([share, padding])
         for index, chunk in enumerate(share.split(self.round_size)):
-            inputs, targets = chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()  # static metadata: dense strides
+            inputs, targets = (part.contiguous() for part in split_block(chunk))  # static metadata: dense strides
             kept = real - index * self.round_size
             if kept < self.round_size:
                 targets[max(kept, 0) :] = IGNORE_INDEX
