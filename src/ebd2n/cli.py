@@ -261,8 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("hf-init", help="write a tiny random-weights Hugging Face model (llama, qwen2, qwen2_moe)")
     p.add_argument("family", choices=["llama", "qwen2", "qwen2_moe"])
     p.add_argument("out_dir", type=Path)
-    p.add_argument("--tokenizer", type=Path, help="tokenizer.json: its vocabulary size, copied into the model")
-    p.add_argument("--vocab-size", type=int, default=512, help="vocabulary without --tokenizer (default 512)")
+    p.add_argument("--tokenizer", type=Path,
+                   help="tokenizer.json: its vocabulary size, copied into the model (default: a BPE trained on the "
+                        "embedded text-to-SQL set)")
+    p.add_argument("--vocab-size", type=int, default=512, help="vocabulary of the trained BPE (default 512)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.set_defaults(func=cmd_hf_init)
 
