@@ -315,3 +315,14 @@ def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(hf_models: dict[
     assert all(h["meta"] == 0 and 0 < h["parameters"] < whole for h in held)  # a stage never holds the whole model
     assert sum(h["parameters"] for h in held) == whole
     assert held[0]["units"][0] == "embedding" and held[1]["units"][-1] == "head"
+
+
+def test_model_absent_from_the_local_cache_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    overrides = ["model.source=huggingface", "model.name=org/absent", "model.revision=main", "model.vocab_size=null"]
+    result = subprocess.run(
+        [sys.executable, "-m", "ebd2n.cli", "recipe", "demo", *[f"--set={o}" for o in overrides]],
+        capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_CACHE": str(tmp_path)},
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("ebd2n recipe: error: model.revision main: org/absent at this revision is not in")
+    assert result.stderr.count("\n") == 1

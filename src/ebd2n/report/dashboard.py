@@ -244,7 +244,8 @@ def _lora(recipe: Recipe) -> str:
     lora = recipe.parallel.lora
     if lora is None:
         return "none (full-rank training)"
-    return f"rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g}, on {', '.join(lora.targets)}"
+    norms = "; norms full rank" if lora.train_norms else ""
+    return f"rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g}, on {', '.join(lora.targets)}{norms}"
 
 
 def _decentralized(recipe: Recipe) -> list[tuple[str, str]]:
