@@ -42,7 +42,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_seed_campaign_dry_run_plans_one_four_gpu_job(hub: Path, tmp_path: Path) -> None:
+def test_seed_campaign_dry_run_plans_one_training_job(hub: Path, tmp_path: Path) -> None:
     repo = copy_repo(tmp_path / "repo")
     env = {**environment(), "HF_HUB_CACHE": str(hub)}
     result = snakemake(repo, "--profile", "slurm", "-n", "--quiet", "rules", "--configfile",

@@ -249,9 +249,9 @@ ROWS = (8, 5)
 """Sequences of the compared steps: a full one and a shortened one (uneven pipeline rounds)."""
 
 
-def _pipeline_recipe(model_dir: Path, *layout: str):
+def _pipeline_recipe(model_dir: Path, freeze: int, *layout: str):
     lora = {"rank": 4, "train_norms": True}
-    return _recipe(model_dir, Path("unused-cache"), Path("unused-run"), *layout, freeze_prefix=1, lora=lora)
+    return _recipe(model_dir, Path("unused-cache"), Path("unused-run"), *layout, freeze_prefix=freeze, lora=lora)
 
 
 def _pipeline_steps(engine, recipe) -> list[dict]:
@@ -265,7 +265,7 @@ def _pipeline_steps(engine, recipe) -> list[dict]:
     return results
 
 
-def _pipeline_worker(rank: int, port: int, model_dir: Path, out_dir: Path) -> None:
+def _pipeline_worker(rank: int, port: int, model_dir: Path, freeze: int, out_dir: Path) -> None:
     import os
 
     import torch.distributed as dist
@@ -277,7 +277,7 @@ def _pipeline_worker(rank: int, port: int, model_dir: Path, out_dir: Path) -> No
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    recipe = _pipeline_recipe(model_dir, *PIPELINE)
+    recipe = _pipeline_recipe(model_dir, freeze, *PIPELINE)
     context = distributed.init(recipe)
     torch.manual_seed(recipe.runtime.seed)
     engine = build_engine(recipe, budget_of(recipe), context.device, context)
@@ -290,7 +290,8 @@ def _pipeline_worker(rank: int, port: int, model_dir: Path, out_dir: Path) -> No
 
 
 @pytest.mark.slow
-def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(hf_models: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("freeze", [1, 2], ids=["lora-on-layer-1", "first-stage-all-frozen"])
+def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(hf_models: dict[str, Path], tmp_path: Path, freeze: int) -> None:
     import socket
 
     import torch.multiprocessing as mp
@@ -301,9 +302,9 @@ def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(hf_models: dict[
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    mp.spawn(_pipeline_worker, args=(port, hf_models["qwen2_moe"], tmp_path), nprocs=2)
+    mp.spawn(_pipeline_worker, args=(port, hf_models["qwen2_moe"], freeze, tmp_path), nprocs=2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
-    recipe = _pipeline_recipe(hf_models["qwen2_moe"])
+    recipe = _pipeline_recipe(hf_models["qwen2_moe"], freeze)
     torch.manual_seed(recipe.runtime.seed)
     engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
     expected = _pipeline_steps(engine, recipe)

@@ -136,7 +136,10 @@ class HFStageModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with self.autocast():
-            return run_segments(self, self.plan, x)
+            x = run_segments(self, self.plan, x)
+        if torch.is_grad_enabled() and not x.requires_grad:  # a wholly frozen stage: the schedule still runs its backward
+            x.requires_grad_()
+        return x
 
 
 def transformers_config(directory: Path):
