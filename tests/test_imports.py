@@ -16,7 +16,7 @@ LAYERS = (
     {"data", "model"},
     {"parallel"},
     {"train"},
-    {"evaluate"},
+    {"evaluate", "export"},
     {"campaign"},
     {"report"},
     {"audit"},

@@ -275,24 +275,12 @@ def _quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""The chat template written beside a tokenizer ebd2n trains (Qwen's turn markers)."""
-
-TOKENIZER_TRAINING_BYTES = 400_000
-"""Text of the embedded text-to-SQL set a tiny model's tokenizer is trained on."""
-
-
 def init_model(family: str, out_dir: Path, vocab_size: int, seed: int = 0, tokenizer: Path | None = None,
-               overrides: dict | None = None) -> Path:
+               tokenizer_config: dict | None = None, overrides: dict | None = None) -> Path:
     """Write a random-weights model of a tiny `family` configuration in the Hugging Face layout, offline.
 
-    With `tokenizer` (a tokenizer.json) the vocabulary is the tokenizer's and the file is copied
-    into the directory; else a byte-level BPE of `vocab_size` is trained on the embedded
-    text-to-SQL set's training records (prompts and completions) and written with a
-    tokenizer_config.json naming its EOS and a chat template.
+    With `tokenizer` (a tokenizer.json) the vocabulary is the tokenizer's, and the file is copied
+    into the directory beside a tokenizer_config.json (`tokenizer_config`); else `vocab_size` is used.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -303,7 +291,6 @@ def init_model(family: str, out_dir: Path, vocab_size: int, seed: int = 0, token
         if not Path(tokenizer).is_file():
             raise UserError(f"--tokenizer {tokenizer}: no such file")
         settings["vocab_size"] = _tokenizer_vocab(Path(tokenizer))
-    trained = _sql_tokenizer(settings["vocab_size"]) if tokenizer is None else None
     model_type = settings.pop("model_type")
     config = AutoConfig.for_model(model_type, **settings)
     _quiet_transformers()
@@ -316,26 +303,12 @@ def init_model(family: str, out_dir: Path, vocab_size: int, seed: int = 0, token
     causal_lm.save_pretrained(staging)
     if tokenizer is not None:
         shutil.copyfile(tokenizer, staging / "tokenizer.json")
-        (staging / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}) + "\n")
-    else:
-        from ebd2n.data.tokenizer import EOS_TOKEN
-
-        trained.save(str(staging / "tokenizer.json"))
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS_TOKEN, "chat_template": CHAT_TEMPLATE}
-        (staging / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        settings = tokenizer_config or {"tokenizer_class": "PreTrainedTokenizerFast"}
+        (staging / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     staging.rename(out_dir)
     return out_dir
-
-
-def _sql_tokenizer(vocab_size: int):
-    """A byte-level BPE of `vocab_size` trained on the embedded text-to-SQL training records."""
-    from ebd2n.data.sql_synthetic import iter_records, split_seed
-    from ebd2n.data.tokenizer import train_bpe
-
-    records = iter_records(split_seed(0, "train"), TOKENIZER_TRAINING_BYTES)
-    return train_bpe((text for r in records for text in (r.prompt, r.completion)), vocab_size)
 
 
 def _tokenizer_vocab(path: Path) -> int:

@@ -9,7 +9,7 @@ is 24 x 9 = 216 decoder units, the seed dashboard's figure, plus the embedding, 
 from __future__ import annotations
 
 from ebd2n.config.hf import Architecture, linear_parameters
-from ebd2n.model.units import Unit
+from ebd2n.model.unit import Unit
 
 
 def hf_units(arch: Architecture, context_length: int) -> list[Unit]:

@@ -6,47 +6,20 @@ both need the units' sizes and costs from the shapes alone, before any model is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from ebd2n.config import hf_architecture
 from ebd2n.config.schema import ModelConfig
+from ebd2n.model.hf_units import hf_units
+from ebd2n.model.unit import Unit, UnitKind
 
-UnitKind = Literal["embedding", "attention", "mlp", "head", "norm", "router", "experts", "shared_expert"]
+__all__ = ["Unit", "UnitKind", "model_units", "ties_head", "unit_of_parameter"]
 
 _WRAPPER_PREFIXES = ("_orig_mod.", "module.")
 """Prefixes that torch.compile and DDP put in front of parameter names; unit_of_parameter drops them."""
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One unit of the model, described from the shapes."""
-
-    name: str
-    """'embedding', 'block0.attention', 'block0.mlp', ..., 'head'."""
-    kind: UnitKind
-    """What the unit computes."""
-    block: int | None
-    """Block index of attention and MLP units; None for the embedding and the head."""
-    parameters: int
-    """Parameters the unit owns (the tied embedding/head matrix is owned by the embedding)."""
-    flops_per_token: int
-    """Forward FLOPs per token (2 per multiply-add) of the matrix products; norms, rotary and
-    softmax are left out. Attention counts QK^T and AV over the full context length."""
-    param_prefixes: tuple[str, ...]
-    """Prefixes of the unit's names in the model's state_dict."""
-    projections: tuple[tuple[str, int, int], ...] = ()
-    """(LoRA target, in features, out features) of the unit's linear projections that LoRA can adapt."""
-    segment: str | None = None
-    """Units of one segment stay on one pipeline stage (a Hugging Face layer's attention or MLP half:
-    no residual stream passes between its units); None: the unit is a segment of its own."""
-
-
 def model_units(cfg: ModelConfig) -> list[Unit]:
     """The units of the model, in forward order; their parameters sum to count_parameters(cfg)."""
     if cfg.source == "huggingface":
-        from ebd2n.model.hf_units import hf_units
-
         return hf_units(hf_architecture(cfg), cfg.context_length)
     d, f, v, t = cfg.width, cfg.ffn_width, cfg.vocab_size, cfg.context_length
     units = [Unit("embedding", "embedding", None, v * d, 0, ("embed.",))]
