@@ -195,16 +195,20 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
 
 
-@pytest.mark.parametrize("family", ["qwen2", "qwen2_moe"])
+@pytest.mark.parametrize(("family", "targets"), [
+    ("qwen2", ["q", "v", "gate", "up", "down"]),
+    ("qwen2_moe", ["q", "v", "gate", "up", "down"]),
+    ("qwen2_moe", ["q", "k", "experts"]),
+], ids=["qwen2", "qwen2_moe", "qwen2_moe-experts"])
 def test_exported_merged_model_loads_in_transformers_with_our_logits(
-    hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path, family: str
+    hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path, family: str, targets: list[str]
 ) -> None:
     from transformers import AutoModelForCausalLM
 
     from ebd2n.export import export_run
     from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
-    lora = {"rank": 4, "targets": ["q", "v", "gate", "up", "down"], "train_norms": True}
+    lora = {"rank": 4, "targets": targets, "train_norms": True}
     recipe = _recipe(hf_models[family], demo_cache, tmp_path / "run", freeze_prefix=1, lora=lora)
     train(recipe, progress=False)
     out = export_run(tmp_path / "run", tmp_path / "exported")
@@ -218,6 +222,15 @@ def test_exported_merged_model_loads_in_transformers_with_our_logits(
         torch.testing.assert_close(theirs(idx).logits, ours(idx)[0], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(theirs(idx).logits, trained(idx)[0], rtol=1e-4, atol=1e-4)
         assert not torch.allclose(theirs(idx).logits, load_model(hf_models[family])(idx)[0], atol=1e-4)  # fine-tuned
+    if "experts" in targets:  # the routed experts trained through their adapters, their bases did not
+        initial, final = load_model(hf_models[family]).state_dict(), state["model"]
+        assert torch.equal(final["model.layers.1.mlp.experts.base.gate_up_proj"], initial["model.layers.1.mlp.experts.gate_up_proj"])
+        assert not torch.equal(final["model.layers.1.mlp.experts.lora_down_b"], torch.zeros_like(final["model.layers.1.mlp.experts.lora_down_b"]))
+        units = {u["name"]: u for u in json.loads((tmp_path / "run/run.json").read_text())["units"]}
+        live = _trainable(recipe)
+        assert units["block1.experts"]["state"] == LORA
+        assert units["block1.experts"]["trainable"] == sum(p.numel() for n, p in live.items() if ".experts." in n)
+        assert sum(u["trainable"] for u in units.values()) == sum(p.numel() for p in live.values())
     refused = _cli("export", str(tmp_path / "run"), str(out))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "already exists" in refused.stderr
 

@@ -264,9 +264,9 @@ class LoraConfig(Section):
     """Scale numerator: the adapter output is multiplied by alpha / rank."""
     dropout: float = Field(default=0.0, ge=0, lt=1)
     """Dropout on the adapter input."""
-    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down"]] = ["q", "k", "v", "o", "gate", "up", "down"]
+    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]] = ["q", "k", "v", "o", "gate", "up", "down"]
     """Which projections get adapters (huggingface: q_proj ... down_proj of the attention, the dense MLP
-    and the shared expert)."""
+    and the shared expert; experts: each routed expert's fused gate_up and down projections, Qwen2-MoE only)."""
     train_norms: bool = False
     """huggingface: also train the RMSNorm gains of the trainable layers and the final norm, full rank."""
 
@@ -320,6 +320,8 @@ class Recipe(Section):
                              "(no decentralized, data_parallel 1)")
         if self.model.source == "gpt" and self.parallel.lora is not None and self.parallel.lora.train_norms:
             raise ValueError("parallel.lora.train_norms: only for model.source huggingface (a GPT unit holds its norm)")
+        if self.model.source == "gpt" and self.parallel.lora is not None and "experts" in self.parallel.lora.targets:
+            raise ValueError("parallel.lora.targets: experts only for a huggingface mixture-of-experts model")
         if self.decentralized is not None and self.parallel.lora is not None:
             raise ValueError("parallel.lora: LoRA fine-tuning is for synchronous runs; remove decentralized or lora")
         if self.training.max_tokens is None and self.training.tokens_per_parameter is None:

@@ -37,7 +37,7 @@ def hf_units(arch: Architecture, context_length: int) -> list[Unit]:
         units.append(Unit(f"block{i}.router", "router", i, e * d, 2 * d * e, (f"{layer}mlp.gate.",), segment=mlp))
         units.append(Unit(
             f"block{i}.experts", "experts", i, e * 3 * d * f, arch.experts_per_token * 2 * 3 * d * f,
-            (f"{layer}mlp.experts.",), segment=mlp,
+            (f"{layer}mlp.experts.",), (("experts", d, 2 * f),) * e + (("experts", f, d),) * e, mlp,
         ))
         shared = _mlp(f"block{i}.shared_expert", "shared_expert", i, arch, arch.shared_ffn_width,
                       (f"{layer}mlp.shared_expert.", f"{layer}mlp.shared_expert_gate."), mlp)
