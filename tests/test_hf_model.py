@@ -340,3 +340,27 @@ def test_model_absent_from_the_local_cache_is_one_line_naming_the_key(tmp_path: 
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("ebd2n recipe: error: model.revision main: org/absent at this revision is not in")
     assert result.stderr.count("\n") == 1
+
+
+def test_moe_fine_tune_on_the_sql_set_resumes_bitwise_and_validates_completions(tmp_path: Path) -> None:
+    """The two halves together: the model's own tokenizer and chat template, prompts masked, LoRA."""
+    from ebd2n.data import BlockReader, open_cache, prepare_cache
+    from ebd2n.evaluate import validate_run
+    from ebd2n.train.hf_init import tiny_hf_model
+
+    model_dir = tiny_hf_model("qwen2_moe", tmp_path / "model", vocab_size=384)
+    supervised = ["data.source=sql-synthetic", f"data.tokenizer={model_dir}", "data.supervised={format: chat}",
+                  "data.synthetic_train_bytes=60000", "data.synthetic_validation_bytes=8000", "model.context_length=128"]
+    lora = {"rank": 4, "targets": ["q", "v", "experts"], "train_norms": True}
+    runs = {name: _recipe(model_dir, tmp_path / "cache", tmp_path / name, *supervised, freeze_prefix=1, lora=lora)
+            for name in ("whole", "sliced")}
+    recipe = runs["whole"]
+    prepare_cache(recipe.data, recipe.model.vocab_size, progress=False, context_length=recipe.model.context_length)
+    train(runs["whole"], progress=False)
+    train(runs["sliced"], until_epoch=2, progress=False)
+    train(runs["sliced"], resume=tmp_path / "sliced/checkpoints/epoch-2.pt", progress=False)
+    assert_states_equal(load_checkpoint(tmp_path / "whole/final.pt")["engine"], load_checkpoint(tmp_path / "sliced/final.pt")["engine"])
+    assert comparable_metrics(tmp_path / "whole") == comparable_metrics(tmp_path / "sliced")
+    results = validate_run(tmp_path / "whole")  # checks its target count against the cache's completion targets
+    blocks = BlockReader(open_cache(tmp_path / "cache"), "validation", 129).num_blocks
+    assert results["status"] == "complete" and 0 < results["targets"] < blocks * 128 / 2  # prompts and padding masked
