@@ -450,3 +450,12 @@ def test_supervised_keys_need_records(tmp_path: Path) -> None:
     assert result.returncode == 2 and "data.supervised" in result.stderr and result.stderr.strip().count("\n") == 0
     with pytest.raises(ValueError, match="data.source synthetic holds documents"):
         DataConfig(supervised={})
+
+
+def test_truncation_counts_only_the_records_kept(tmp_path: Path, model_dir: Path) -> None:
+    """data.prepare_validation_tokens stops mid-batch: records past the stop are not counted."""
+    data = _sql_data(tmp_path, packing=False).model_copy(
+        update={"tokenizer": str(model_dir), "prepare_validation_tokens": 41 * 3 + 5}
+    )
+    split = prepare_cache(data, 400, progress=False, context_length=40).manifest["splits"]["validation"]
+    assert split["documents"] == 4 and split["truncated"] == 4 and split["tokens"] == 41 * 3 + 5

@@ -226,9 +226,9 @@ def build_cache(
         encoder = records() if records else functools.partial(_encode, tokenizer, eos=eos, dtype=dtype)
         splits[split] = _write_split(directory, split, documents[split], encoder, dtype, data, limits[split], progress)
         if records:
-            splits[split] |= {"truncated": encoder.truncated, "without_completion": encoder.without_completion}
-            if encoder.truncated:
-                log.warning("%s split: %d of %d records truncated to %d tokens", split, encoder.truncated,
+            splits[split] |= encoder.cut_counts(splits[split]["documents"])
+            if splits[split]["truncated"]:
+                log.warning("%s split: %d of %d records truncated to %d tokens", split, splits[split]["truncated"],
                             splits[split]["documents"], encoder.block_len)
     parts = {
         "tokenizer": {"file": TOKENIZER, "sha256": sha256_file(tokenizer_file), "vocab_size": vocab,
