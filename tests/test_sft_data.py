@@ -31,10 +31,10 @@ from ebd2n.data import (
     open_cache,
     prepare_cache,
     sql_synthetic,
+    train_bpe,
     verify_cache,
 )
 from ebd2n.data.cache import MANIFEST, STAMP, _request
-from ebd2n.data.tokenizer import CHATML_TEMPLATE, write_chat_tokenizer
 from ebd2n.errors import UserError
 from ebd2n.model import GPT
 from ebd2n.targets import IGNORE_INDEX, split_block
@@ -156,12 +156,24 @@ def test_prompt_tokens_carry_no_loss_or_gradient() -> None:
 
 # Supervised caches ------------------------------------------------------------------------------
 
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A ChatML template (the Qwen family's), as tokenizer_config.json carries it."""
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model directory's tokenizer files: a byte-level BPE trained offline on synthetic SQL
-    records, with ChatML's special tokens and a tokenizer_config.json holding the chat template."""
+    records (with ChatML's special tokens), and a tokenizer_config.json with the chat template."""
     directory = tmp_path_factory.mktemp("model")
-    write_chat_tokenizer(directory, (f"{r.prompt}\n{r.completion}" for r in _records(7, 300)), 322)
+    records = _records(7, 300)
+    tokenizer = train_bpe((f"{r.prompt}\n{r.completion}" for r in records), 320)
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return directory
 
 
@@ -231,7 +243,7 @@ def test_chat_format_renders_the_template(tmp_path: Path, model_dir: Path) -> No
     question = prompt.removeprefix("<|im_start|>user\n").removesuffix("<|im_end|>\n<|im_start|>assistant\n")
     assert completion.endswith("<|im_end|>")  # cut at the end of turn: no template newline after it
     assert (question, completion.removesuffix("<|im_end|>")) in _validation_records(data)
-    assert cache.manifest["supervised"]["chat_template"] == CHATML_TEMPLATE
+    assert cache.manifest["supervised"]["chat_template"] == CHATML
 
 
 def test_chat_format_without_a_template_is_a_one_line_error(tmp_path: Path, model_dir: Path) -> None:

@@ -16,7 +16,7 @@ from ebd2n.data.cache import (
     verify_cache,
 )
 from ebd2n.data.sources import SPLITS, Source, open_source
-from ebd2n.data.tokenizer import EOS_TOKEN, eos_id, obtain_tokenizer, train_bpe, write_chat_tokenizer
+from ebd2n.data.tokenizer import EOS_TOKEN, eos_id, obtain_tokenizer, train_bpe
 
 _BLOCKS = (
     "IGNORE_INDEX", "BlockReader", "TokenStream", "eval_subset_indices", "iter_full_validation", "train_block_indices"
@@ -39,7 +39,6 @@ __all__ = [
     "prepare_cache",
     "train_bpe",
     "verify_cache",
-    "write_chat_tokenizer",
 ]
 
 

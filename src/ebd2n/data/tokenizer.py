@@ -6,7 +6,6 @@ decodes with exactly the file that produced the tokens.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -35,26 +34,6 @@ def train_bpe(documents: Iterable[str], vocab_size: int, progress: bool = False)
         show_progress=progress,
     )
     tokenizer.train_from_iterator(documents, trainer)
-    return tokenizer
-
-
-CHATML_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""ChatML, the chat template of the Qwen family, for the small tokenizers write_chat_tokenizer makes."""
-
-
-def write_chat_tokenizer(directory: Path, documents: Iterable[str], vocab_size: int) -> Tokenizer:
-    """A byte-level BPE trained on `documents` plus ChatML's <|im_start|> and <|im_end|>, saved as a
-    model directory's tokenizer.json and tokenizer_config.json (the ChatML template, EOS <|im_end|>):
-    the tokenizer of tiny models built offline (tests, the demo fine-tune)."""
-    tokenizer = train_bpe(documents, vocab_size - 2)
-    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>"])
-    directory.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(directory / "tokenizer.json"))
-    config = {"chat_template": CHATML_TEMPLATE, "eos_token": "<|im_end|>", "pad_token": EOS_TOKEN, "bos_token": None}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return tokenizer
 
 
