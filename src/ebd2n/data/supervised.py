@@ -70,7 +70,7 @@ class RecordEncoder:
         self, tokenizer: Tokenizer, settings: SupervisedConfig, config: dict[str, Any], default_eos: int,
         block_len: int | None,
     ) -> None:
-        self.tokenizer, self.settings, self.block_len = tokenizer, settings, block_len
+        self.tokenizer, self.block_len = tokenizer, block_len
         eos_text = _token_text(config.get("eos_token"))
         self.eos = tokenizer.token_to_id(eos_text) if eos_text else None
         if self.eos is None:
