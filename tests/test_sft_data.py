@@ -24,7 +24,16 @@ from tokenizers import Tokenizer
 from ebd2n.atomic import sha256_file
 from ebd2n.config import DataConfig, dump_recipe, load_recipe, recipe_identity
 from ebd2n.config.schema import ModelConfig
-from ebd2n.data import BlockReader, Cache, iter_full_validation, open_cache, prepare_cache, sql_synthetic, train_bpe, verify_cache
+from ebd2n.data import (
+    BlockReader,
+    Cache,
+    iter_full_validation,
+    open_cache,
+    prepare_cache,
+    sql_synthetic,
+    train_bpe,
+    verify_cache,
+)
 from ebd2n.data.cache import MANIFEST, STAMP, _request
 from ebd2n.errors import UserError
 from ebd2n.model import GPT
@@ -72,7 +81,8 @@ def test_the_set_is_a_pure_function_of_its_seed() -> None:
 def test_prompt_holds_question_and_schema_completion_is_the_sql() -> None:
     record = _records(1, 1)[0]
     assert record.prompt.startswith(record.question)
-    assert record.prompt.endswith(sql_synthetic.schema_text(record.schema)) and "customers(id, name, city, age)" in sql_synthetic.schema_text("shop")
+    assert record.prompt.endswith(sql_synthetic.schema_text(record.schema))
+    assert "customers(id, name, city, age)" in sql_synthetic.schema_text("shop").splitlines()
     assert record.completion == record.sql
 
 
@@ -329,6 +339,26 @@ def test_engine_step_is_the_mean_over_counted_targets_whatever_the_micro_batches
         assert all(torch.allclose(state[name], states[0][name], atol=1e-6) for name in state)
 
 
+def test_packed_engine_weighs_completion_tokens_as_the_synchronous_one(model_dir: Path, tmp_path: Path) -> None:
+    from ebd2n.train.budget import budget_of
+    from ebd2n.train.engine import PackedEngine, SynchronousEngine
+
+    blocks = _masked_blocks(4).repeat(2, 1)
+    blocks[1, 6:10] = ~blocks[1, 6:10]
+    results, weights = [], []
+    for engine_class, extra in ((SynchronousEngine, []), (PackedEngine, ["decentralized.num_models=1"])):
+        recipe = _sft_recipe(tmp_path, model_dir, True, "model.vocab_size=40", "model.context_length=12",
+                             "training.batch_tokens=48", "training.micro_batch_size=1", "training.epoch_tokens=480",
+                             "training.max_tokens=960", *extra)
+        torch.manual_seed(0)
+        engine = engine_class(recipe, budget_of(recipe), torch.device("cpu"))
+        results.append(engine.train_step(blocks, 1e-2))
+        weights.append(engine.evaluation_model().state_dict())
+    assert results[1].loss == pytest.approx(results[0].loss, rel=1e-5)
+    assert results[1].accuracy == results[0].accuracy
+    assert all(torch.allclose(weights[1][name], weights[0][name], atol=1e-6) for name in weights[0])
+
+
 @pytest.mark.parametrize("packing", [True, False], ids=["packed", "padded"])
 def test_supervised_run_resumes_bitwise_and_validates_completions(
     model_dir: Path, tmp_path: Path, packing: bool
@@ -432,3 +462,12 @@ def test_supervised_keys_need_records(tmp_path: Path) -> None:
     assert result.returncode == 2 and "data.supervised" in result.stderr and result.stderr.strip().count("\n") == 0
     with pytest.raises(ValueError, match="data.source synthetic holds documents"):
         DataConfig(supervised={})
+
+
+def test_truncation_counts_only_the_records_kept(tmp_path: Path, model_dir: Path) -> None:
+    """data.prepare_validation_tokens stops mid-batch: records past the stop are not counted."""
+    data = _sql_data(tmp_path, packing=False).model_copy(
+        update={"tokenizer": str(model_dir), "prepare_validation_tokens": 41 * 3 + 5}
+    )
+    split = prepare_cache(data, 400, progress=False, context_length=40).manifest["splits"]["validation"]
+    assert split["documents"] == 4 and split["truncated"] == 4 and split["tokens"] == 41 * 3 + 5

@@ -74,10 +74,8 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet and sys.stderr.isatty(),
                           context_length=recipe.model.context_length)
     print(f"cache {cache.directory}  identity {cache.identity}")
-    if cache.manifest.get("supervised"):
-        for split, counts in cache.manifest["splits"].items():
-            print(f"{split}: {counts['documents']:,} records, {counts['truncated']:,} truncated to "
-                  f"{cache.padded_block_len} tokens, {counts['without_completion']:,} without a completion token")
+    for line in cache.record_counts():
+        print(line)
 
 
 def cmd_train(args: argparse.Namespace) -> None:

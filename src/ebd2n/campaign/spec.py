@@ -346,4 +346,4 @@ def prepare_campaign_cache(campaign: Campaign, progress: bool = False) -> str:
 
     recipe = next(iter(current_bases(campaign).values()))
     cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=progress, context_length=recipe.model.context_length)
-    return f"cache {cache.directory}  identity {cache.identity}"
+    return "\n".join([f"cache {cache.directory}  identity {cache.identity}", *cache.record_counts()])

@@ -151,9 +151,13 @@ class DataConfig(Section):
     @model_validator(mode="after")
     def _records_need_supervised(self) -> DataConfig:
         if self.source == "sql-synthetic" and self.supervised is None:
-            raise ValueError("data.supervised: data.source sql-synthetic holds prompt/completion records; set data.supervised")
+            raise ValueError(
+                "data.supervised: data.source sql-synthetic holds prompt/completion records; set data.supervised"
+            )
         if self.source == "synthetic" and self.supervised is not None:
-            raise ValueError("data.supervised: data.source synthetic holds documents; use sql-synthetic or files of records")
+            raise ValueError(
+                "data.supervised: data.source synthetic holds documents; use sql-synthetic or files of records"
+            )
         return self
 
 

@@ -112,6 +112,17 @@ class Cache:
         caches: those that carry loss)."""
         return self.manifest["splits"]["validation"]["targets"]
 
+    def record_counts(self) -> list[str]:
+        """One line per split of a supervised cache: its records, and how many were cut to a block."""
+        lines = []
+        for split, counts in self.manifest["splits"].items() if self.manifest.get("supervised") else ():
+            if self.padded_block_len is None:
+                lines.append(f"{split}: {counts['documents']:,} records, packed")
+            else:
+                lines.append(f"{split}: {counts['documents']:,} records, {counts['truncated']:,} truncated to "
+                             f"{self.padded_block_len} tokens, {counts['without_completion']:,} without a completion token")
+        return lines
+
     @property
     def padded_block_len(self) -> int | None:
         """Tokens of every block of a padded supervised cache (one record each); None for a stream."""
@@ -226,10 +237,7 @@ def build_cache(
         encoder = records() if records else functools.partial(_encode, tokenizer, eos=eos, dtype=dtype)
         splits[split] = _write_split(directory, split, documents[split], encoder, dtype, data, limits[split], progress)
         if records:
-            splits[split] |= {"truncated": encoder.truncated, "without_completion": encoder.without_completion}
-            if encoder.truncated:
-                log.warning("%s split: %d of %d records truncated to %d tokens", split, encoder.truncated,
-                            splits[split]["documents"], encoder.block_len)
+            splits[split] |= encoder.cut_counts(splits[split]["documents"])
     parts = {
         "tokenizer": {"file": TOKENIZER, "sha256": sha256_file(tokenizer_file), "vocab_size": vocab,
                       "eos_id": eos, "eos_token": tokenizer.id_to_token(eos)},

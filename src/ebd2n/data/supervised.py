@@ -63,23 +63,27 @@ def _token_text(value: Any) -> str | None:
 
 
 class RecordEncoder:
-    """Encodes batches of (prompt, completion) records into one masked int32 stream, counting
-    the records cut short (padded layout) on the way."""
+    """Encodes batches of (prompt, completion) records into one masked int32 stream, noting the
+    records cut short (padded layout) on the way."""
 
     def __init__(
         self, tokenizer: Tokenizer, settings: SupervisedConfig, config: dict[str, Any], default_eos: int,
         block_len: int | None,
     ) -> None:
-        self.tokenizer, self.settings, self.block_len = tokenizer, settings, block_len
+        self.tokenizer, self.block_len = tokenizer, block_len
         eos_text = _token_text(config.get("eos_token"))
         self.eos = tokenizer.token_to_id(eos_text) if eos_text else None
         if self.eos is None:
             self.eos = default_eos
         self.template = _chat_template(config) if settings.format == "chat" else None
-        self.truncated = 0
-        """Records longer than a block, cut to it (padded layout)."""
-        self.without_completion = 0
-        """Records whose prompt alone fills the block: kept, they carry no loss."""
+        self._cut: list[tuple[bool, bool]] = []
+        """Per record encoded (padded layout): (truncated to the block, no completion token within it)."""
+
+    def cut_counts(self, records: int) -> dict[str, int]:
+        """Of the first `records` records: those longer than a block, cut to it, and those whose
+        prompt alone fills the block (kept: they carry no loss)."""
+        cut = self._cut[:records]
+        return {"truncated": sum(t for t, _ in cut), "without_completion": sum(w for _, w in cut)}
 
     def provenance(self) -> dict[str, Any]:
         """What the manifest records about the encoding (besides the request)."""
@@ -116,10 +120,8 @@ class RecordEncoder:
 
     def _padded(self, record: np.ndarray, prompt_tokens: int) -> np.ndarray:
         """One block: the record padded with masked EOS, or truncated."""
-        if prompt_tokens >= self.block_len:
-            self.without_completion += 1
+        self._cut.append((len(record) > self.block_len, prompt_tokens >= self.block_len))
         if len(record) > self.block_len:
-            self.truncated += 1
             return record[: self.block_len]
         return np.concatenate([record, np.full(self.block_len - len(record), ~self.eos, dtype=DTYPE)])
 
