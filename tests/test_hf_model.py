@@ -123,7 +123,8 @@ def test_identity_names_the_weights_not_the_path(hf_models: dict[str, Path], dem
     copy = shutil.copytree(hf_models["qwen2"], tmp_path / "copy")
     original = recipe_identity(_recipe(hf_models["qwen2"], demo_cache, tmp_path / "a"), "c" * 64)
     assert recipe_identity(_recipe(copy, demo_cache, tmp_path / "b"), "c" * 64) == original
-    init_model("qwen2", tmp_path / "copy", DEMO_VOCAB, seed=2)  # other weights, same config
+    shutil.rmtree(copy)
+    init_model("qwen2", copy, DEMO_VOCAB, seed=2)  # other weights, same config
     assert recipe_identity(_recipe(copy, demo_cache, tmp_path / "b"), "c" * 64) != original
 
 
@@ -253,6 +254,9 @@ def test_hf_init_cli_writes_a_model_of_the_tokenizers_vocabulary(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "m/config.json").read_text())["vocab_size"] == 77
     assert (tmp_path / "m/tokenizer.json").read_bytes() == (tmp_path / "tokenizer.json").read_bytes()
+    again = _cli("hf-init", "llama", str(tmp_path / "m"))
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already exists" in again.stderr
+    assert json.loads((tmp_path / "m/config.json").read_text())["model_type"] == "qwen2_moe"  # left as it was
 
 
 # --- a 2-stage gloo pipeline of the tiny MoE against one process ---

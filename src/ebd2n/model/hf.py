@@ -229,23 +229,33 @@ def save_model(state: dict[str, torch.Tensor], source: Path, out_dir: Path) -> N
     """
     from transformers import AutoModelForCausalLM
 
-    from ebd2n.atomic import fsync_dir
-
     config = transformers_config(source)
     with torch.device("meta"):
         causal_lm = AutoModelForCausalLM.from_config(config)
     causal_lm.load_state_dict({k: v.detach().float().contiguous() for k, v in state.items()}, assign=True, strict=True)
     if config.tie_word_embeddings:
         causal_lm.tie_weights()
-    _quiet_transformers()
-    out_dir = Path(out_dir)
-    staging = out_dir.parent / f".{out_dir.name}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
+
+    def write(staging: Path) -> None:
         causal_lm.save_pretrained(staging)
         for name in TOKENIZER_FILES:
             if (source / name).is_file() and not (staging / name).exists():
                 shutil.copyfile(source / name, staging / name)
+
+    _publish(Path(out_dir), write)
+
+
+def _publish(out_dir: Path, write: Callable[[Path], None]) -> None:
+    """`write` a model directory into a staging directory beside `out_dir`, then rename it into place:
+    `out_dir` appears whole or not at all."""
+    from ebd2n.atomic import fsync_dir
+
+    _quiet_transformers()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = out_dir.parent / f".{out_dir.name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        write(staging)
         staging.rename(out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -276,7 +286,7 @@ def _quiet_transformers() -> None:
 
 
 def init_model(family: str, out_dir: Path, vocab_size: int, seed: int = 0, tokenizer: Path | None = None,
-               tokenizer_config: dict | None = None, overrides: dict | None = None) -> Path:
+               tokenizer_config: dict | None = None) -> Path:
     """Write a random-weights model of a tiny `family` configuration in the Hugging Face layout, offline.
 
     With `tokenizer` (a tokenizer.json) the vocabulary is the tokenizer's, and the file is copied
@@ -286,29 +296,27 @@ def init_model(family: str, out_dir: Path, vocab_size: int, seed: int = 0, token
 
     if family not in TINY_CONFIGS:
         raise UserError(f"family {family}: not one of {', '.join(TINY_CONFIGS)}")
-    settings = {**TINY_CONFIGS[family], "vocab_size": vocab_size, **(overrides or {})}
+    if Path(out_dir).exists():
+        raise UserError(f"OUT_DIR {out_dir}: already exists; choose a new directory")
+    settings = {**TINY_CONFIGS[family], "vocab_size": vocab_size}
     if tokenizer is not None:
         if not Path(tokenizer).is_file():
             raise UserError(f"--tokenizer {tokenizer}: no such file")
         settings["vocab_size"] = _tokenizer_vocab(Path(tokenizer))
     model_type = settings.pop("model_type")
     config = AutoConfig.for_model(model_type, **settings)
-    _quiet_transformers()
     torch.manual_seed(seed)
     causal_lm = AutoModelForCausalLM.from_config(config)
-    out_dir = Path(out_dir)
-    staging = out_dir.parent / f".{out_dir.name}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    causal_lm.save_pretrained(staging)
-    if tokenizer is not None:
-        shutil.copyfile(tokenizer, staging / "tokenizer.json")
-        settings = tokenizer_config or {"tokenizer_class": "PreTrainedTokenizerFast"}
-        (staging / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    staging.rename(out_dir)
-    return out_dir
+
+    def write(staging: Path) -> None:
+        causal_lm.save_pretrained(staging)
+        if tokenizer is not None:
+            shutil.copyfile(tokenizer, staging / "tokenizer.json")
+            settings = tokenizer_config or {"tokenizer_class": "PreTrainedTokenizerFast"}
+            (staging / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
+
+    _publish(Path(out_dir), write)
+    return Path(out_dir)
 
 
 def _tokenizer_vocab(path: Path) -> int:
