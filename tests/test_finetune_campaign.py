@@ -112,6 +112,7 @@ def test_browser_fine_tune_dashboard_shows_the_seed_fields(page, campaign: tuple
     assert identity["Model config SHA-256"] == record["model"]["config_sha256"]
     assert {"Purpose", "Configuration file", "Host", "Devices", "PyTorch", "CUDA"} <= identity.keys()
     assert "Pipeline depth" in settings and "block 0" in settings and "rank 8" in settings and "norms full rank" in settings
+    assert "qwen2_moe" in settings and "4, 2 per token" in settings  # family and experts
     assert len(units) == len(record["units"]) == 21 and set(units) == set(UNIT_STATES)
     assert page.locator("#placement").inner_text().count("block1.q") == 1
     assert figures == [True] * 4 and toggle_states(page) == [(True, False)] * 4

@@ -224,15 +224,17 @@ def _count_experts(stored: dict[str, Path], prefix: str) -> int:
 def save_model(state: dict[str, torch.Tensor], source: Path, out_dir: Path) -> None:
     """Write `state` (HFCausalLM keys) as a Hugging Face model directory like `source`'s.
 
-    transformers writes the weights (experts back in the hub layout), the config and the
-    tokenizer files are copied from `source`; `out_dir` appears whole or not at all.
+    transformers writes the weights in the source config's dtype (experts back in the hub
+    layout) and the config; the tokenizer files are copied from `source`; `out_dir` appears whole
+    or not at all.
     """
     from transformers import AutoModelForCausalLM
 
     config = transformers_config(source)
     with torch.device("meta"):
         causal_lm = AutoModelForCausalLM.from_config(config)
-    causal_lm.load_state_dict({k: v.detach().float().contiguous() for k, v in state.items()}, assign=True, strict=True)
+    dtype = config.dtype if isinstance(config.dtype, torch.dtype) else torch.float32  # the source's own (bf16 for Qwen)
+    causal_lm.load_state_dict({k: v.detach().to(dtype).contiguous() for k, v in state.items()}, assign=True, strict=True)
     if config.tie_word_embeddings:
         causal_lm.tie_weights()
 

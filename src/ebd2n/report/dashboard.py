@@ -26,7 +26,7 @@ from markupsafe import Markup
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.status import format_duration
-from ebd2n.config import Recipe, count_parameters, load_recipe
+from ebd2n.config import Recipe, count_parameters, hf_architecture, load_recipe
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_jsonl
@@ -148,6 +148,18 @@ def _model_identity(model: dict[str, Any] | None) -> list[tuple[str, str]]:
     ]
 
 
+def _architecture(model) -> list[tuple[str, str]]:
+    """A Hugging Face model's family, attention heads and experts, from its config.json."""
+    if model.source != "huggingface":
+        return []
+    arch = hf_architecture(model)
+    rows = [("Family", arch.family), ("Key/value heads", str(arch.kv_heads))]
+    if arch.experts:
+        rows.append(("Experts", f"{arch.experts}, {arch.experts_per_token} per token, MLP width {arch.expert_ffn_width:,}; "
+                                f"shared expert {arch.shared_ffn_width:,}; {len(arch.sparse_layers)} sparse layers"))
+    return rows
+
+
 def _pretrained(model) -> str | None:
     """A Hugging Face model's name@revision (or directory): where a fine-tune's weights start."""
     if model.source != "huggingface":
@@ -203,6 +215,7 @@ def _settings(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list[tuple
             ("Blocks", str(model.layers)), ("Width", str(model.width)), ("Heads", str(model.heads)),
             ("MLP width", str(model.ffn_width)), ("Context length", str(model.context_length)),
             ("Vocabulary", f"{model.vocab_size:,}"), ("Parameters (one model)", f"{count_parameters(model):,}"),
+            *_architecture(model),
         ]),
         ("Optimisation", [
             ("Optimizer", f"AdamW, beta1 {optimizer.beta1:g}, beta2 {optimizer.beta2:g}, eps {optimizer.eps:g}"),
