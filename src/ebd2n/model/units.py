@@ -1,4 +1,5 @@
-"""The model as a sequence of units: embedding, each block's attention and MLP, final norm + head.
+"""The model as a sequence of units: embedding, each block's attention and MLP, final norm + head
+(a Hugging Face model's finer units come from ebd2n.model.hf_units).
 
 Placement assigns contiguous units to devices and the run dashboard reports each unit's state;
 both need the units' sizes and costs from the shapes alone, before any model is built.

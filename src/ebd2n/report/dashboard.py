@@ -223,7 +223,8 @@ def _settings(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list[tuple
             ("Schedule", f"{optimizer.warmup_fraction:g} warm-up, cosine to {optimizer.min_lr_ratio:g} of peak"),
             ("Weight decay", f"{optimizer.weight_decay:g}"), ("Gradient clip", f"{optimizer.grad_clip:g}"),
             ("Tokens per step", f"{training.batch_tokens:,}"), ("Token budget", _budget(recipe)),
-            ("Seed", str(recipe.runtime.seed)), ("Initial weights", training.init_from or _pretrained(model) or "random initialisation"),
+            ("Seed", str(recipe.runtime.seed)),
+            ("Initial weights", training.init_from or _pretrained(model) or "random initialisation"),
         ]),
         ("Numerics", [
             ("Compute dtype", numerics["dtype"]), ("torch.compile", _yes(numerics["compile"])),

@@ -26,7 +26,7 @@ from ebd2n.parallel.pipeline import StageModule, TokenLoss, bubble_fraction, pip
 from ebd2n.targets import IGNORE_INDEX, split_block, target_counts
 from ebd2n.train.budget import Budget
 from ebd2n.train.step import Engine, StepResult
-from ebd2n.train.weights import hf_with_state, fine_tuning_model, initial_model
+from ebd2n.train.weights import fine_tuning_model, hf_with_state, initial_model
 
 
 class DistributedEngine(Engine):
