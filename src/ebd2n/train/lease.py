@@ -91,6 +91,21 @@ def take_lease(run_dir: Path) -> Lease:
     )
 
 
+def clear_stale_lease(run_dir: Path) -> bool:
+    """Remove run_dir's lease if its holder is provably gone (a trainer killed after its last
+    act, whose job no trainer will run again); True if removed."""
+    path = run_dir / LEASE
+    with _serialized(run_dir):
+        try:
+            holder = _read(path)
+        except FileNotFoundError:
+            return False
+        if holder is None or not _gone(holder, path, Holder.this_process()):
+            return False
+        path.unlink(missing_ok=True)
+    return True
+
+
 def _create(path: Path, me: Holder) -> Lease | None:
     temporary = path.with_name(f".{LEASE}.{me.host}.{me.pid}")
     temporary.write_text(json.dumps(asdict(me)) + "\n")
