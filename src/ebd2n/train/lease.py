@@ -131,7 +131,7 @@ def _read(path: Path) -> Holder | None:
 
 def _gone(holder: Holder, path: Path, me: Holder) -> bool:
     if holder.host == me.host:
-        return holder.boot != me.boot or not (_locked(path) or _alive(holder.pid))
+        return holder.boot != me.boot or not (_locked(path) or pid_alive(holder.pid))
     if holder.job and holder.job == me.job:
         return holder.restarts < me.restarts  # this job, requeued: SLURM ended the earlier run first
     return bool(holder.job) and _slurm_job_ended(holder.job)
@@ -148,7 +148,8 @@ def _locked(path: Path) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """A process with this pid exists on this host (possibly another user's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
