@@ -175,7 +175,7 @@ SCENARIOS = [
     ("audit.record@runs", "collected", "audit.record@runs", "group"),
     ("report.staged", "runs-audited", "report.staged", "group"),
     ("audit.record@full", "reported", "audit.record@full", "group"),
-    ("audit.passed-written", "reported", "audit.passed-written", "group"),
+    ("audit.sealed", "reported", "audit.sealed", "group"),
     # one trainer fork alone (the other run's job goes on), the warm-start server, SIGTERM
     ("fork", "sliced", f"train.checkpoint@{FINAL}@{RUNS[0]}", ""),
     ("warm-server", "resolved", f"train.checkpoint-written@{FIRST_SLICE}@{RUNS[0]}", "parent"),

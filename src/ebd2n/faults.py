@@ -28,7 +28,7 @@ POINTS = (
     "validate.results-written",  # ... written, before the job ends
     "collect.campaign-written",  # campaign.json written, runs.csv not yet
     "audit.record",  # an audit stage's checks done, its record not yet written (scope: runs, full)
-    "audit.passed-written",  # audit.passed written, before the job ends
+    "audit.sealed",  # the passing audit's seal (audit.passed) written, before the job ends
     "report.staged",  # the report built in its staging folder, not yet published
 )
 

@@ -98,7 +98,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     atomic_write_text(paths.audit, text)
     if passed:  # the workflow's target: present only while the last full audit passed
         atomic_write_text(paths.audit_passed, sha256_bytes(text.encode("utf-8")) + "\n")
-        kill_point("audit.passed-written")
+        kill_point("audit.sealed")
     else:
         paths.audit_passed.unlink(missing_ok=True)
     return record
