@@ -16,22 +16,25 @@ campaign is computed once.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
 from workflow_support import TIMEOUT, TINY, assert_states_equal, copy_repo, environment, snakemake, write_campaign
 
+from ebd2n.campaign.interrupted import INCOMPLETE, settle_finished_jobs
 from ebd2n.faults import KILL_AT, KILL_TARGET, POINTS
 from ebd2n.layout import CHECKPOINT_DIR, FINAL, LEASE, named_campaign, slice_checkpoint
-
-pytestmark = pytest.mark.slow
+from ebd2n.train.checkpoint import forget_checkpoint, save_checkpoint
+from ebd2n.train.lease import Holder
 
 RAW = json.loads(json.dumps(TINY)) | {"seeds": [42, 43]}
 RAW["overrides"] = RAW["overrides"] | {"training.max_tokens": 8192, "training.epoch_tokens": 4096}  # 2 epochs x 4 steps
@@ -188,6 +191,7 @@ def test_faults_cover_every_kill_point() -> None:
     assert sorted(set(POINTS) - covered) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("snapshot", "kill", "target"), [s[1:] for s in SCENARIOS], ids=[s[0] for s in SCENARIOS])
 def test_faults_kill_then_same_command_completes_bitwise(campaign: dict, snapshot: str, kill: str, target: str) -> None:
     repo = fresh(campaign, snapshot)
@@ -197,6 +201,7 @@ def test_faults_kill_then_same_command_completes_bitwise(campaign: dict, snapsho
     assert_recovered(repo, campaign, rerun(repo))
 
 
+@pytest.mark.slow
 def test_faults_double_kill_then_same_command_completes_bitwise(campaign: dict) -> None:
     repo = fresh(campaign, "resolved")
     first = interrupted(repo, f"train.checkpoint-written@{FIRST_SLICE}")
@@ -205,6 +210,7 @@ def test_faults_double_kill_then_same_command_completes_bitwise(campaign: dict) 
     assert_recovered(repo, campaign, rerun(repo))
 
 
+@pytest.mark.slow
 def test_faults_final_written_before_snakemake_recorded_is_done(campaign: dict) -> None:
     """The first window of issue 13, made deterministic with Snakemake's own incomplete marks on a
     finished campaign: train_final wrote final.pt and deleted the slice checkpoint it consumed, and
@@ -227,6 +233,35 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 
 
 def base64url(text: str) -> str:
-    import base64
-
     return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    ("policy", "resume_left", "tampered", "settled"),
+    [
+        ("epoch", True, False, True),  # kept checkpoints: the slice's own checkpoint proves it finished
+        ("final", False, False, True),  # the checkpoint it resumed from consumed: finished
+        ("final", True, False, False),  # not yet consumed: Snakemake redoes the slice from it
+        ("final", False, True, False),  # not the bytes the ledger recorded
+    ],
+    ids=["epoch", "final-consumed", "final-not-consumed", "tampered"],
+)
+def test_settle_slice_checkpoint_only_when_it_proves_its_job_finished(
+    tmp_path: Path, policy: str, resume_left: bool, tampered: bool, settled: bool
+) -> None:
+    run = tmp_path / PATHS.run("r").directory
+    save_checkpoint(run, slice_checkpoint(1), {"epoch": 1})
+    save_checkpoint(run, slice_checkpoint(2), {"epoch": 2})
+    if not resume_left:
+        forget_checkpoint(run, slice_checkpoint(1))
+    if tampered:
+        (run / slice_checkpoint(2)).write_bytes(b"not the checkpoint")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    holder = {**asdict(Holder.this_process()), "pid": int(ended.stdout)}  # a trainer of this host, gone
+    (run / LEASE).write_text(json.dumps(holder))
+    output = PATHS.run("r").checkpoint(2).as_posix()
+    mark = tmp_path / INCOMPLETE / base64url(output)
+    mark.parent.mkdir(parents=True)
+    mark.write_text("{}")
+    result = settle_finished_jobs(tmp_path, Path("results/caches/c"), policy)
+    assert (result, mark.exists(), (run / LEASE).exists()) == ([output] if settled else [], not settled, not settled)
