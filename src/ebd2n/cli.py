@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ebd2n.errors import AuditFailed, RunFailed, UserError
+from ebd2n.faults import kill_point
 from ebd2n.layout import (
     AUDIT_JSON,
     AUDIT_RUNS,
@@ -98,6 +99,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if (run_dir / FINAL).is_file():  # this slice completed the run
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
     print(_train_summary(run_dir))
+    kill_point("train.job-end", run_dir.name)
 
 
 def _train_summary(run_dir: Path) -> str:
@@ -115,7 +117,13 @@ def _train_summary(run_dir: Path) -> str:
 def cmd_validate(args: argparse.Namespace) -> None:
     from ebd2n.evaluate import validate_run
 
-    results = validate_run(args.run_dir, device=args.device)
+    run_dir = Path(args.run_dir)
+    trained = all((run_dir / name).is_file() for name in (FINAL, RUN_RECORD))
+    if trained and not (run_dir / DASHBOARD).is_file():  # its training job was killed just before writing it
+        from ebd2n.report.dashboard import write_dashboard
+
+        write_dashboard(run_dir)
+    results = validate_run(run_dir, device=args.device)
     if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
         print(f"{args.run_dir}: failed run: {results['reason']}")
     else:

@@ -15,6 +15,7 @@ from ebd2n.atomic import atomic_write_text, sha256_file
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.data import iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
+from ebd2n.faults import kill_point
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
 from ebd2n.provenance import environment, source_hash, timestamp
 from ebd2n.parallel.distributed import resolve_device
@@ -77,7 +78,9 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
     if not math.isfinite(loss):  # a diverged model: a failed run, never a silently missing one
         results |= {"status": "failed", "reason": f"non-finite full-validation loss ({loss})",
                     "loss": None, "perplexity": None, "accuracy": None}
+    kill_point("validate.results", run_dir.name)
     atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
+    kill_point("validate.results-written", run_dir.name)
     return results
 
 

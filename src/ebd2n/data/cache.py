@@ -51,6 +51,7 @@ from ebd2n.data import supervised
 from ebd2n.data.sources import SPLITS, Item, open_source
 from ebd2n.data.tokenizer import eos_id, obtain_tokenizer
 from ebd2n.errors import UserError
+from ebd2n.faults import kill_point
 
 FORMAT_VERSION = 1
 """Version of the cache layout; caches of another version are refused, never reinterpreted."""
@@ -391,6 +392,7 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool, b
         atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         built = Cache(staging, manifest)  # every file was hashed as it was written
         _write_stamp(built, {path.name: _file_key(path) for path, _, _ in _recorded_files(built)})
+        kill_point("prepare.building")
         fsync_dir(staging)
         os.rename(staging, directory)
     except BaseException:
