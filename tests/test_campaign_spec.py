@@ -17,11 +17,12 @@ from ebd2n.campaign.collect import collect_campaign
 from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.campaign.freeze import freeze_base, freeze_trainer
 from ebd2n.campaign.resolve import resolve_run, run_recipe
-from ebd2n.campaign.runs import Run, parse_run_id, previous_end, slice_ends
-from ebd2n.campaign.spec import base_epochs, campaign_from_dict, load_campaign
+from ebd2n.campaign.runs import Run, parse_run_id
+from ebd2n.campaign.spec import base_plans, campaign_from_dict, load_campaign
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
+from ebd2n.train.plan import plan_slices, slice_ends
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGNS = REPO_ROOT / "config" / "campaigns"
@@ -112,7 +113,8 @@ def test_slice_ends(epochs: int, per_slice: int, expected: list[int]) -> None:
 
 
 def test_previous_end_chains_slices() -> None:
-    result = [previous_end(end, 5, 2) for end in (2, 4, 5)]
+    plan = plan_slices(5, 2)
+    result = [plan.previous(end) for end in (2, 4, 5)]
     assert result == [None, 2, 4]
 
 
@@ -123,7 +125,7 @@ def test_demo_campaign_grid() -> None:
     if shown.returncode != 0:
         pytest.skip(f"not a git checkout: {shown.stderr.strip()}")
     campaign = campaign_from_dict(yaml.safe_load(shown.stdout), source="HEAD:config/config.yaml")
-    slices = {base: len(slice_ends(epochs, campaign.epochs_per_slice)) for base, epochs in base_epochs(campaign).items()}
+    slices = {base: len(plan.ends) for base, plan in base_plans(campaign).items()}
     lrs = {mode: len(lrs) for mode, lrs in campaign.learning_rates.items()}
     result = (len(campaign.runs()), lrs, len(campaign.beta2), campaign.seeds, slices)
     assert result == (36, {"synchronous": 3, "packed-4": 3}, 2, (42, 43, 44), {"base": 2})
@@ -319,7 +321,7 @@ def test_scaling_campaign_plan_has_the_seeds_slices() -> None:
     from ebd2n.campaign.status import campaign_plan
 
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    plan = campaign_plan(campaign, base_epochs(campaign))
+    plan = campaign_plan(campaign, base_plans(campaign))
     result = {entry["run"].split("-")[0]: len(entry["slices"]) for entry in plan["runs"]}
     assert result == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
 
@@ -355,9 +357,9 @@ def test_execution_record_has_concurrency_limits_and_versions() -> None:
 
 def test_scaling_campaign_is_the_seeds() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    epochs = base_epochs(campaign)
+    plans = base_plans(campaign)
     result = {
-        base: (epochs[base], len(slice_ends(epochs[base], campaign.slice_epochs(base))),
+        base: (plans[base].epochs, len(plans[base].ends),
                campaign.job_resources(base, "synchronous").gpus, campaign.job_resources(base, "synchronous").minutes)
         for base in campaign.bases
     }

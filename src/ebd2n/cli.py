@@ -66,6 +66,17 @@ def cmd_recipe(args: argparse.Namespace) -> None:
     print(f"recipe identity: {recipe_identity(recipe, cache_identity)}")
 
 
+def cmd_plan(args: argparse.Namespace) -> None:
+    from ebd2n.config import load_recipe
+    from ebd2n.train.plan import recipe_plan, write_slice_plan
+
+    plan = recipe_plan(load_recipe(args.recipe, args.overrides), args.epochs_per_slice)
+    if args.output:
+        write_slice_plan(plan, args.output)
+    where = f" -> {args.output}" if args.output else ""
+    print(f"{plan.epochs} epochs in {len(plan.ends)} slice(s) ending at epochs {', '.join(map(str, plan.ends))}{where}")
+
+
 def cmd_prepare(args: argparse.Namespace) -> None:
     from ebd2n.config import load_recipe
     from ebd2n.data import prepare_cache
@@ -217,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("recipe", help="print a resolved recipe, its identity and parameter count")
     _add_recipe_args(p)
     p.set_defaults(func=cmd_recipe)
+
+    p = commands.add_parser("plan", help="the slices a run of the recipe trains in (a campaign's frozen trainer plans its runs)")
+    _add_recipe_args(p)
+    p.add_argument("--epochs-per-slice", type=int, required=True, help="epochs one job trains")
+    p.add_argument("--output", type=Path, help="also write the plan as JSON (the workflow reads it)")
+    p.set_defaults(func=cmd_plan)
 
     p = commands.add_parser("prepare", help="build (or reuse) the recipe's tokenized data cache")
     _add_recipe_args(p)

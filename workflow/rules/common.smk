@@ -31,11 +31,12 @@ def _campaign_file():
 SRC = Path(workflow.basedir).parent / "src"
 sys.path.insert(0, str(SRC))
 
-from ebd2n.campaign.runs import parse_run_id, previous_end
+from ebd2n.campaign.runs import parse_run_id
 from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock
-from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
+from ebd2n.campaign.spec import base_plans, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
+from ebd2n.train.plan import read_slice_plan
 from ebd2n.yamlio import read_yaml_mapping
 
 CAMPAIGN_FILE = _campaign_file()
@@ -49,7 +50,6 @@ try:
     # campaign_from_dict checks src/ebd2n/campaign/campaign.schema.yaml, the schema Snakemake's
     # validate() would check, and says what is wrong on one line.
     CAMPAIGN = campaign_from_dict(config, source=CAMPAIGN_FILE)
-    EPOCHS = base_epochs(CAMPAIGN)
 except UserError as error:
     _refuse(error)
 # A controller killed earlier left its lock: clear it here, before Snakemake checks it (jobs run
@@ -74,13 +74,14 @@ if workflow.remote_exec:
 
 
 # At the start (the one onstart of the workflow): warm start for local runs, and the campaign's plan
-# for `ebd2n status` (every run, its slices and resources), as this run sees it.
+# for `ebd2n status` (every run, its slices and resources), as this run sees it (before the frozen
+# trainer has planned a base recipe, as this checkout would plan it).
 onstart:
     from ebd2n.campaign.status import write_plan
 
     if workflow.local_exec:
         os.environ.setdefault("EBD2N_WARM", "1")
-    write_plan(CAMPAIGN, EPOCHS)
+    write_plan(CAMPAIGN, base_plans(CAMPAIGN))
 
 
 # How many jobs run at once: --jobs on a cluster, else the local cores (campaign.json records it).
@@ -131,11 +132,28 @@ def get_frozen_base(wildcards):
     return named_campaign(wildcards.campaign).base_recipe(_run(wildcards).base)
 
 
+def get_slice_plan(wildcards):
+    """The run's slice chain, as the campaign's frozen trainer planned it (rule plan_slices, a
+    checkpoint: the jobs after it are planned once its file exists)."""
+    path = checkpoints.plan_slices.get(campaign=wildcards.campaign, base=_run(wildcards).base).output[0]
+    return _read_plan(path)
+
+
+@functools.cache
+def _read_plan(path):
+    try:
+        return read_slice_plan(Path(path))
+    except UserError as error:
+        raise WorkflowError(str(error)) from None
+
+
 def get_resume_checkpoint(wildcards):
     """The checkpoint the slice ending at {epoch} (the final slice: the whole budget) resumes from."""
-    epochs = EPOCHS[_run(wildcards).base]
-    end = int(wildcards.epoch) if "epoch" in wildcards.keys() else epochs
-    previous = previous_end(end, epochs, CAMPAIGN.slice_epochs(_run(wildcards).base))
+    plan = get_slice_plan(wildcards)
+    try:
+        previous = plan.previous(int(wildcards.epoch) if "epoch" in wildcards.keys() else plan.epochs)
+    except UserError as error:
+        raise WorkflowError(f"{wildcards.run}: {error}") from None
     return [] if previous is None else [str(named_campaign(wildcards.campaign).run(wildcards.run).checkpoint(previous))]
 
 
@@ -196,7 +214,7 @@ def _run(wildcards):
         run = parse_run_id(wildcards.run)
     except UserError as error:
         raise WorkflowError(str(error)) from None
-    if run.base not in EPOCHS:
+    if run.base not in CAMPAIGN.bases:
         raise WorkflowError(f"run {wildcards.run}: preset {run.preset} is not in grid.presets of {CAMPAIGN_FILE}")
     return run
 

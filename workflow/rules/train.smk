@@ -22,6 +22,22 @@ rule freeze_recipe:
         "{EBD2N} freeze {CAMPAIGN_FILE:q} --base {wildcards.base} > {log} 2>&1"
 
 
+# The slice chain of a base recipe's runs, planned by the frozen trainer (the code the jobs run). A
+# checkpoint: Snakemake plans the slices of the base's runs from this file once it exists.
+checkpoint plan_slices:
+    input:
+        recipe=str(C.base_recipe("{base}")),
+        trainer=str(C.source_hash),
+    output:
+        str(C.slice_plan("{base}")),
+    log:
+        log_of(C.slice_plan("{base}")),
+    params:
+        epochs_per_slice=lambda wildcards: CAMPAIGN.slice_epochs(wildcards.base),
+    shell:
+        TRAINER + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --output {output} > {log} 2>&1"
+
+
 rule resolve_recipe:
     input:
         base=get_frozen_base,

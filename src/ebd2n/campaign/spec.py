@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.campaign.resolve import run_recipe
-from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates, slice_ends
+from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
+from ebd2n.train.plan import SlicePlan, read_slice_plan, recipe_plan
 from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
 SCHEMA_PATH = files(__package__) / "campaign.schema.yaml"
@@ -318,17 +319,21 @@ def _plain(value: Any) -> Any:
 
 
 
-def base_epochs(campaign: Campaign) -> dict[str, int]:
-    """Epochs of every run, per base recipe (the budget depends on the base, not the grid point)."""
-    return {base: budget_of(recipe).epochs for base, recipe in current_bases(campaign).items()}
+def base_plans(campaign: Campaign) -> dict[str, SlicePlan]:
+    """The slices of every run, per base recipe (the budget depends on the base, not the grid point):
+    the frozen trainer's plan once written (the one the workflow follows), else as this checkout plans it."""
+    return {
+        base: read_slice_plan(campaign.paths.slice_plan(base)) or recipe_plan(recipe, campaign.slice_epochs(base))
+        for base, recipe in current_bases(campaign).items()
+    }
 
 
 def describe_campaign(campaign: Campaign) -> str:
     """A few lines saying what the campaign will train."""
     runs = campaign.runs()
     lines = [f"campaign {campaign.name}: {len(runs)} runs -> {campaign.directory}"]
-    for base, epochs in base_epochs(campaign).items():
-        slices = len(slice_ends(epochs, campaign.slice_epochs(base)))
+    for base, plan in base_plans(campaign).items():
+        epochs, slices = plan.epochs, len(plan.ends)
         for mode in campaign.modes:
             count = sum(1 for run in runs if run.base == base and run.mode == mode)
             resources = campaign.job_resources(base, mode)
