@@ -89,6 +89,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.config import load_recipe, resolve_recipe_path
     from ebd2n.parallel.distributed import is_main_process
+    from ebd2n.provenance import job_usage
     from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
     from ebd2n.train.runlog import append_to_train_log
@@ -105,6 +106,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         return
     if (run_dir / FINAL).is_file():  # this slice completed the run
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
+    append_to_train_log(run_dir, job_usage())
     print(_train_summary(run_dir))
 
 
@@ -122,12 +124,14 @@ def _train_summary(run_dir: Path) -> str:
 
 def cmd_validate(args: argparse.Namespace) -> None:
     from ebd2n.evaluate import validate_run
+    from ebd2n.provenance import job_usage
 
     results = validate_run(args.run_dir, device=args.device)
     if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
         print(f"{args.run_dir}: failed run: {results['reason']}")
     else:
         print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
+    print(job_usage())  # the job's log: results.json holds only what the checkpoint determines
 
 
 def cmd_campaign(args: argparse.Namespace) -> None:

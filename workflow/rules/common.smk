@@ -58,15 +58,18 @@ if not workflow.remote_exec and clear_stale_lock(Path.cwd()):
     print(f"ebd2n: removed the stale Snakemake lock {LOCKS} (no Snakemake runs in this directory)", file=sys.stderr)
 CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
 # `python -m ebd2n` of this checkout (prepare, freeze, collect) or, TRAINER, of the campaign's
-# frozen copy (resolve, train, validate): the trainer is passed by path, never as an input.
+# frozen copy (plan, resolve): the trainer is passed by path, never as an input. Training and
+# validation jobs start through the warm-start launcher, LAUNCHED_TRAINER (`-m ebd2n.warm`), or
+# torchrun (get_launcher).
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"PYTHONPATH={shlex.quote(str(SRC))} {PYTHON} -m ebd2n"
 FROZEN_SRC = named_campaign("{wildcards.campaign}").frozen_src
 TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} -m ebd2n"
-LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}} -m ebd2n"
-# Local runs: training and validation jobs fork from one process that has torch imported already
-# (ebd2n.warm), which saves seconds per job on a laptop. EBD2N_WARM=0 in the environment turns it
-# off. Cluster jobs always start cold: the job's own Snakemake (remote mode) turns it off for the
+LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}}"
+WARM = "-m ebd2n.warm"
+# Local runs: the launcher forks training and validation jobs from one process that has torch
+# imported already, which saves seconds per job on a laptop. EBD2N_WARM=0 in the environment turns
+# it off. Cluster jobs always start cold: the job's own Snakemake (remote mode) turns it off for the
 # commands it runs, whatever environment the controller exported, and the controller turns it on
 # only in onstart, once the executor is known (while the Snakefile is parsed it is not yet).
 if workflow.remote_exec:
@@ -204,9 +207,9 @@ PROCESSES = {
 
 
 def get_launcher(wildcards):
-    """`-m torch.distributed.run ...` before `-m ebd2n` for a multi-process run, else nothing."""
+    """`-m torch.distributed.run ... -m ebd2n` for a multi-process run, else the warm-start launcher."""
     processes = PROCESSES[_run(wildcards).base]
-    return f"-m torch.distributed.run --standalone --nproc-per-node {processes}" if processes > 1 else ""
+    return f"-m torch.distributed.run --standalone --nproc-per-node {processes} -m ebd2n" if processes > 1 else WARM
 
 
 def _run(wildcards):
