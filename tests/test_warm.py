@@ -118,6 +118,13 @@ def test_plain_cli_never_starts_warm(demo_cache: Path, tmp_path: Path, sockets: 
     assert _servers(sockets) == [] and not list(sockets.glob("*/*.sock"))
 
 
+def test_server_starts_with_the_clients_interpreter_flags() -> None:
+    code = "from ebd2n.warm import _interpreter_flags; print(_interpreter_flags())"
+    shown = subprocess.run([sys.executable, "-X", "dev", "-W", "ignore", "-B", "-c", code], env={**os.environ, "PYTHONPATH": SOURCE},
+                           capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "['-X', 'dev', '-W', 'ignore', '-B']"
+
+
 def test_launcher_is_not_part_of_the_source_hash(tmp_path: Path) -> None:
     from ebd2n.provenance import PACKAGE_DIR, source_hash
 

@@ -136,10 +136,10 @@ def _interpreter_flags() -> list[str]:
     with: the options of sys.orig_argv before the module (`-m ...`), command or script."""
     flags, arguments = [], iter(sys.orig_argv[1:])
     for argument in arguments:
-        if not argument.startswith("-") or argument == "-" or argument.startswith(("-m", "-c", "--")):
+        if argument in ("-", "--") or not argument.startswith("-") or argument.startswith(("-m", "-c")):
             break
         flags.append(argument)
-        if argument in ("-W", "-X"):  # their value follows
+        if argument in ("-W", "-X", "--check-hash-based-pycs"):  # their value follows
             flags.append(next(arguments, ""))
     return flags
 
