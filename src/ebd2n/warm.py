@@ -17,7 +17,9 @@ EBD2N_WARM=1 the launcher runs the command in its own process, as `python -m ebd
 
 The launcher is not the trainer: it is left out of the frozen trainer's SOURCE_HASH
 (`ebd2n.provenance.source_files`), and a server serves only clients of its own launcher code. A
-forked job ends as a cold process does (its exit handlers run, its streams are flushed); its CPU
+forked job ends as a cold process does (every exit handler runs, its streams are flushed), but
+skips the interpreter's teardown of its modules (a second with torch loaded, and nothing a job
+leaves depends on it); its CPU
 time and peak memory are its own (`resource.getrusage` in the fork: the trainer writes them to
 train.log), while Snakemake's `benchmark:` file of a warm job measures the client.
 
@@ -27,6 +29,7 @@ user who started the server can hand it commands.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -75,6 +78,9 @@ _STARTED = b"started"
 SERVE = "--serve"
 """`python -m ebd2n.warm --serve SOCKET`: the server; any other arguments are a command to launch."""
 _MAX_SOCKET_PATH = 90  # bytes, with room for ".new-<pid>"; AF_UNIX allows 107 on Linux, 103 on macOS
+
+_child_status: int | None = None
+"""In a forked child, the status its command ended with (1 until it returns: an exception)."""
 
 
 def main(argv: list[str]) -> int:
@@ -238,6 +244,7 @@ def _standard_streams() -> list[int]:
 def serve(path: Path) -> int:
     """Import the heavy modules once, then fork a child per request until idle; the server returns
     0, each forked child its job's exit status."""
+    atexit.register(_leave_child)  # before any other exit handler, so it runs after all of them
     import torch
     import torch._dynamo  # noqa: F401  torch.optim imports it at the first optimizer
 
@@ -260,7 +267,7 @@ def serve(path: Path) -> int:
         if listener in readable:
             job = _accept(listener, jobs)
             if job is not None:  # in the forked child
-                return _run_child(*job)
+                return _run_job(job)
         for pid, connection in list(jobs.items()):
             if connection is not None and connection in readable and not _relay_signals(pid, connection):
                 connection.close()
@@ -342,6 +349,28 @@ def _read_request(connection: socket.socket) -> tuple[dict, list[int]]:
         raise
     connection.settimeout(None)
     return request, fds
+
+
+def _run_job(job: tuple[dict, list[int], int]) -> int:
+    """The forked child's command, its status kept for `_leave_child`."""
+    global _child_status
+    _child_status = 1
+    try:
+        _child_status = _run_child(*job)
+    except SystemExit as exit_:  # as the interpreter maps it
+        _child_status = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+        raise
+    return _child_status
+
+
+def _leave_child() -> None:
+    """The last exit handler: a forked child, once every other handler ran (its own and those
+    registered while the server imported), flushes its streams and ends without the interpreter's
+    teardown, which takes a second with torch loaded. In the server it does nothing."""
+    if _child_status is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_child_status)
 
 
 def _run_child(request: dict, fds: list[int], server: int) -> int:
