@@ -96,3 +96,11 @@ def test_damaged_slice_plan_refused(tmp_path: Path) -> None:
     path.write_text('{"epochs": 3, "epochs_per_slice": 2, "slice_ends": [3, 2]}')
     with pytest.raises(UserError, match="plan.json: slice_ends \\[3, 2\\] are not increasing"):
         read_slice_plan(path)
+
+
+def test_plan_command_refuses_an_unexpected_chain(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    output = tmp_path / "plan.json"
+    code = main(["plan", "demo", "--epochs-per-slice", "1", "--expect", "2", "--output", str(output)])
+    result = (code, output.exists(), capsys.readouterr().err.strip())
+    assert result[:2] == (2, False)
+    assert result[2].startswith("ebd2n plan: error: --expect 2: this trainer cuts 2 epochs into slices ending at 1,2")

@@ -22,7 +22,7 @@ from ebd2n.campaign.spec import base_plans, campaign_from_dict, load_campaign
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
-from ebd2n.train.plan import plan_slices, slice_ends
+from ebd2n.train.plan import plan_slices, recipe_plan, slice_ends, write_slice_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGNS = REPO_ROOT / "config" / "campaigns"
@@ -291,6 +291,21 @@ def test_started_campaign_may_grow(in_tmp: Path) -> None:
     freeze_trainer(campaign_from_dict(tiny()))
     result = len(campaign_from_dict(tiny(seeds=[42, 43, 44])).runs())
     assert result == 9
+
+
+def test_frozen_trainer_plans_the_slices(in_tmp: Path) -> None:
+    """Once frozen, the slices are the frozen trainer's (asked, then from its plan file), never this checkout's."""
+    campaign = campaign_from_dict(tiny(epochs_per_slice=1))
+    freeze_trainer(campaign)
+    freeze_base(campaign, "base")
+    planner = campaign.paths.frozen_package / "train/plan.py"  # a frozen trainer that cuts every run in one slice
+    planner.write_text(planner.read_text().replace("return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]",
+                                                   "return [epochs]"))
+    asked = base_plans(campaign)["base"].ends
+    live = recipe_plan(campaign.base_recipe("base"), 1).ends
+    write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))  # what `ebd2n plan` would have written
+    result = (asked, live, base_plans(campaign)["base"].ends)
+    assert result == ((2,), (1, 2), (1, 2))
 
 
 def test_collect_writes_a_table_analysis_reads(in_tmp: Path) -> None:

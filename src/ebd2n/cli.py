@@ -68,13 +68,22 @@ def cmd_recipe(args: argparse.Namespace) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> None:
     from ebd2n.config import load_recipe
-    from ebd2n.train.plan import recipe_plan, write_slice_plan
+    from ebd2n.train.plan import plan_json, recipe_plan, write_slice_plan
 
     plan = recipe_plan(load_recipe(args.recipe, args.overrides), args.epochs_per_slice)
+    if args.expect is not None and list(plan.ends) != args.expect:
+        raise UserError(
+            f"--expect {','.join(map(str, args.expect))}: this trainer cuts {plan.epochs} epochs into slices ending at "
+            f"{','.join(map(str, plan.ends))} (was the checkout's budget edited while the campaign was being frozen? "
+            "run the workflow again: it plans with the frozen trainer)"
+        )
     if args.output:
         write_slice_plan(plan, args.output)
-    where = f" -> {args.output}" if args.output else ""
-    print(f"{plan.epochs} epochs in {len(plan.ends)} slice(s) ending at epochs {', '.join(map(str, plan.ends))}{where}")
+    if args.json:
+        print(plan_json(plan), end="")
+    else:
+        where = f" -> {args.output}" if args.output else ""
+        print(f"{plan.epochs} epochs in {len(plan.ends)} slice(s) ending at epochs {', '.join(map(str, plan.ends))}{where}")
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
@@ -215,6 +224,13 @@ these commands do one step each, e.g. `ebd2n train --config demo` trains one run
 its dashboard, `ebd2n report results/demo` rebuilds a campaign's report."""
 
 
+def _epoch_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected epochs like 2,4,5, got {text!r}") from None
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its refusals on one line like every other bad input."""
 
@@ -237,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recipe_args(p)
     p.add_argument("--epochs-per-slice", type=int, required=True, help="epochs one job trains")
     p.add_argument("--output", type=Path, help="also write the plan as JSON (the workflow reads it)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--expect", type=_epoch_list, metavar="E1,E2,...",
+                   help="refuse (exit 2, nothing written) unless the slices end at exactly these epochs")
     p.set_defaults(func=cmd_plan)
 
     p = commands.add_parser("prepare", help="build (or reuse) the recipe's tokenized data cache")

@@ -36,7 +36,6 @@ from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock
 from ebd2n.campaign.spec import base_plans, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
-from ebd2n.train.plan import read_slice_plan
 from ebd2n.yamlio import read_yaml_mapping
 
 CAMPAIGN_FILE = _campaign_file()
@@ -50,6 +49,9 @@ try:
     # campaign_from_dict checks src/ebd2n/campaign/campaign.schema.yaml, the schema Snakemake's
     # validate() would check, and says what is wrong on one line.
     CAMPAIGN = campaign_from_dict(config, source=CAMPAIGN_FILE)
+    # Each base recipe's slices as the frozen trainer plans them (ebd2n.campaign.spec.base_plans):
+    # every job's --until-epoch is one of them, whatever this checkout's budget code says now.
+    PLANS = base_plans(CAMPAIGN)
 except UserError as error:
     _refuse(error)
 # A controller killed earlier left its lock: clear it here, before Snakemake checks it (jobs run
@@ -77,14 +79,13 @@ if workflow.remote_exec:
 
 
 # At the start (the one onstart of the workflow): warm start for local runs, and the campaign's plan
-# for `ebd2n status` (every run, its slices and resources), as this run sees it (before the frozen
-# trainer has planned a base recipe, as this checkout would plan it).
+# for `ebd2n status` (every run, its slices and resources), as this run sees it.
 onstart:
     from ebd2n.campaign.status import write_plan
 
     if workflow.local_exec:
         os.environ.setdefault("EBD2N_WARM", "1")
-    write_plan(CAMPAIGN, base_plans(CAMPAIGN))
+    write_plan(CAMPAIGN, PLANS)
 
 
 # How many jobs run at once: --jobs on a cluster, else the local cores (campaign.json records it).
@@ -135,24 +136,18 @@ def get_frozen_base(wildcards):
     return named_campaign(wildcards.campaign).base_recipe(_run(wildcards).base)
 
 
-def get_slice_plan(wildcards):
-    """The run's slice chain, as the campaign's frozen trainer planned it (rule plan_slices, a
-    checkpoint: the jobs after it are planned once its file exists)."""
-    path = checkpoints.plan_slices.get(campaign=wildcards.campaign, base=_run(wildcards).base).output[0]
-    return _read_plan(path)
+def get_plan_file(wildcards):
+    return str(named_campaign(wildcards.campaign).slice_plan(_run(wildcards).base))
 
 
-@functools.cache
-def _read_plan(path):
-    try:
-        return read_slice_plan(Path(path))
-    except UserError as error:
-        raise WorkflowError(str(error)) from None
+def get_expected_ends(wildcards):
+    """The slice ends this workflow planned for a base recipe, which the frozen trainer must confirm."""
+    return ",".join(map(str, PLANS[wildcards.base].ends))
 
 
 def get_resume_checkpoint(wildcards):
     """The checkpoint the slice ending at {epoch} (the final slice: the whole budget) resumes from."""
-    plan = get_slice_plan(wildcards)
+    plan = PLANS[_run(wildcards).base]
     try:
         previous = plan.previous(int(wildcards.epoch) if "epoch" in wildcards.keys() else plan.epochs)
     except UserError as error:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
@@ -23,7 +26,7 @@ from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
-from ebd2n.train.plan import SlicePlan, read_slice_plan, recipe_plan
+from ebd2n.train.plan import SlicePlan, parse_plan, read_slice_plan, recipe_plan
 from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
 SCHEMA_PATH = files(__package__) / "campaign.schema.yaml"
@@ -320,12 +323,29 @@ def _plain(value: Any) -> Any:
 
 
 def base_plans(campaign: Campaign) -> dict[str, SlicePlan]:
-    """The slices of every run, per base recipe (the budget depends on the base, not the grid point):
-    the frozen trainer's plan once written (the one the workflow follows), else as this checkout plans it."""
-    return {
-        base: read_slice_plan(campaign.paths.slice_plan(base)) or recipe_plan(recipe, campaign.slice_epochs(base))
-        for base, recipe in current_bases(campaign).items()
-    }
+    """The slices of every run, per base recipe (the budget depends on the base, not the grid point),
+    as the campaign's frozen trainer plans them: its plan file (frozen/plans/<base>.json) once
+    written, else the frozen trainer asked (`ebd2n plan --json`), else, before the campaign is
+    frozen, this checkout's plan (the trainer about to be frozen is this checkout)."""
+    return {base: _base_plan(campaign, base, recipe) for base, recipe in current_bases(campaign).items()}
+
+
+def _base_plan(campaign: Campaign, base: str, recipe: Recipe) -> SlicePlan:
+    paths = campaign.paths
+    plan = read_slice_plan(paths.slice_plan(base))
+    if plan is not None:
+        return plan
+    if not (paths.source_hash.is_file() and paths.base_recipe(base).is_file()):
+        return recipe_plan(recipe, campaign.slice_epochs(base))
+    command = [sys.executable, "-m", "ebd2n", "plan", str(paths.base_recipe(base)),
+               "--epochs-per-slice", str(campaign.slice_epochs(base)), "--json"]
+    shown = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(paths.frozen_src)}, capture_output=True, text=True)
+    if shown.returncode:
+        raise UserError(f"{paths.frozen_src}: the frozen trainer could not plan base recipe {base}: {shown.stderr.strip()}")
+    try:
+        return parse_plan(json.loads(shown.stdout), f"the frozen trainer's plan of {base}")
+    except json.JSONDecodeError:
+        raise UserError(f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}") from None
 
 
 def describe_campaign(campaign: Campaign) -> str:

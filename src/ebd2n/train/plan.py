@@ -1,9 +1,9 @@
 """A run's slice chain: the epoch boundaries its jobs stop at, planned by the code that trains it.
 
-A campaign's workflow never plans with its own checkout: the campaign's frozen trainer writes
-the plan of each base recipe (`ebd2n plan`, to frozen/plans/<base>.json) and the workflow reads
-the boundaries from that file, so the `--until-epoch` of every job is one the frozen trainer's
-budget has. This module imports no torch: the workflow reads plans with it.
+A campaign's slices are planned by its frozen trainer (`ebd2n plan`, which writes
+frozen/plans/<base>.json for each base recipe), so the `--until-epoch` of every job is a boundary
+the frozen trainer's budget has; see `ebd2n.campaign.spec.base_plans`. This module imports no
+torch: the workflow reads plans with it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe
@@ -51,20 +52,28 @@ def recipe_plan(recipe: Recipe, epochs_per_slice: int) -> SlicePlan:
     return plan_slices(budget_of(recipe).epochs, epochs_per_slice)
 
 
+def plan_json(plan: SlicePlan) -> str:
+    """The plan as its file holds it."""
+    return json.dumps({"epochs": plan.epochs, "epochs_per_slice": plan.epochs_per_slice, "slice_ends": list(plan.ends)},
+                      indent=1) + "\n"
+
+
 def write_slice_plan(plan: SlicePlan, path: Path) -> None:
-    atomic_write_text(path, json.dumps({"epochs": plan.epochs, "epochs_per_slice": plan.epochs_per_slice,
-                                        "slice_ends": list(plan.ends)}, indent=1) + "\n")
+    atomic_write_text(path, plan_json(plan))
 
 
 def read_slice_plan(path: Path) -> SlicePlan | None:
     """A plan `write_slice_plan` wrote, None when absent; anything else in the file is a user error."""
     raw = read_json(Path(path))
-    if raw is None:
-        return None
+    return None if raw is None else parse_plan(raw, str(path))
+
+
+def parse_plan(raw: Any, source: str) -> SlicePlan:
+    """A plan from its JSON form (`plan_json`); `source` names where it came from in an error."""
     try:
         plan = SlicePlan(int(raw["epochs"]), int(raw["epochs_per_slice"]), tuple(int(end) for end in raw["slice_ends"]))
     except (KeyError, TypeError, ValueError) as error:
-        raise UserError(f"{path}: not a slice plan ({type(error).__name__}: {error})") from None
+        raise UserError(f"{source}: not a slice plan ({type(error).__name__}: {error})") from None
     if not plan.ends or list(plan.ends) != sorted(set(plan.ends)) or plan.ends[0] < 1 or plan.ends[-1] != plan.epochs:
-        raise UserError(f"{path}: slice_ends {list(plan.ends)} are not increasing boundaries ending at epoch {plan.epochs}")
+        raise UserError(f"{source}: slice_ends {list(plan.ends)} are not increasing boundaries ending at epoch {plan.epochs}")
     return plan
