@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ebd2n.cli import main
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.train.budget import Budget, budget_of
+from ebd2n.train.plan import SlicePlan, read_slice_plan
 
 PACKED_4 = ["decentralized.num_models=4", "training.micro_batch_size=8"]
 PACKED_8 = ["decentralized.num_models=8", "training.micro_batch_size=4"]
@@ -77,3 +81,26 @@ def test_epochs_shorter_than_a_block_refused() -> None:
     recipe = load_recipe("demo", ["training.epoch_tokens=16"])
     with pytest.raises(UserError, match="shorter than one block"):
         budget_of(recipe)
+
+
+def test_plan_command_cuts_the_budget_into_slices(tmp_path: Path) -> None:
+    output = tmp_path / "plan.json"
+    code = main(["plan", "demo", "--set", "training.max_tokens=9600", "--set", "training.epoch_tokens=3200",
+                 "--epochs-per-slice", "2", "--output", str(output)])
+    result = (code, read_slice_plan(output))
+    assert result == (0, SlicePlan(epochs=3, epochs_per_slice=2, ends=(2, 3)))
+
+
+def test_damaged_slice_plan_refused(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text('{"epochs": 3, "epochs_per_slice": 2, "slice_ends": [3, 2]}')
+    with pytest.raises(UserError, match="plan.json: slice_ends \\[3, 2\\] are not increasing"):
+        read_slice_plan(path)
+
+
+def test_plan_command_refuses_an_unexpected_chain(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    output = tmp_path / "plan.json"
+    code = main(["plan", "demo", "--epochs-per-slice", "1", "--expect", "2", "--output", str(output)])
+    result = (code, output.exists(), capsys.readouterr().err.strip())
+    assert result[:2] == (2, False)
+    assert result[2].startswith("ebd2n plan: error: --expect 2: this trainer cuts 2 epochs into slices ending at 1,2")

@@ -17,11 +17,12 @@ from ebd2n.campaign.collect import collect_campaign
 from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.campaign.freeze import freeze_base, freeze_trainer
 from ebd2n.campaign.resolve import resolve_run, run_recipe
-from ebd2n.campaign.runs import Run, parse_run_id, previous_end, slice_ends
-from ebd2n.campaign.spec import base_epochs, campaign_from_dict, load_campaign
+from ebd2n.campaign.runs import Run, parse_run_id
+from ebd2n.campaign.spec import base_plans, campaign_from_dict, load_campaign
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
+from ebd2n.train.plan import plan_slices, recipe_plan, slice_ends, write_slice_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGNS = REPO_ROOT / "config" / "campaigns"
@@ -112,7 +113,8 @@ def test_slice_ends(epochs: int, per_slice: int, expected: list[int]) -> None:
 
 
 def test_previous_end_chains_slices() -> None:
-    result = [previous_end(end, 5, 2) for end in (2, 4, 5)]
+    plan = plan_slices(5, 2)
+    result = [plan.previous(end) for end in (2, 4, 5)]
     assert result == [None, 2, 4]
 
 
@@ -123,7 +125,7 @@ def test_demo_campaign_grid() -> None:
     if shown.returncode != 0:
         pytest.skip(f"not a git checkout: {shown.stderr.strip()}")
     campaign = campaign_from_dict(yaml.safe_load(shown.stdout), source="HEAD:config/config.yaml")
-    slices = {base: len(slice_ends(epochs, campaign.epochs_per_slice)) for base, epochs in base_epochs(campaign).items()}
+    slices = {base: len(plan.ends) for base, plan in base_plans(campaign).items()}
     lrs = {mode: len(lrs) for mode, lrs in campaign.learning_rates.items()}
     result = (len(campaign.runs()), lrs, len(campaign.beta2), campaign.seeds, slices)
     assert result == (36, {"synchronous": 3, "packed-4": 3}, 2, (42, 43, 44), {"base": 2})
@@ -291,6 +293,21 @@ def test_started_campaign_may_grow(in_tmp: Path) -> None:
     assert result == 9
 
 
+def test_frozen_trainer_plans_the_slices(in_tmp: Path) -> None:
+    """Once frozen, the slices are the frozen trainer's (asked, then from its plan file), never this checkout's."""
+    campaign = campaign_from_dict(tiny(epochs_per_slice=1))
+    freeze_trainer(campaign)
+    freeze_base(campaign, "base")
+    planner = campaign.paths.frozen_package / "train/plan.py"  # a frozen trainer that cuts every run in one slice
+    planner.write_text(planner.read_text().replace("return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]",
+                                                   "return [epochs]"))
+    asked = base_plans(campaign)["base"].ends
+    live = recipe_plan(campaign.base_recipe("base"), 1).ends
+    write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))  # what `ebd2n plan` would have written
+    result = (asked, live, base_plans(campaign)["base"].ends)
+    assert result == ((2,), (1, 2), (1, 2))
+
+
 def test_collect_writes_a_table_analysis_reads(in_tmp: Path) -> None:
     campaign = campaign_from_dict(tiny())
     freeze_trainer(campaign)
@@ -319,7 +336,7 @@ def test_scaling_campaign_plan_has_the_seeds_slices() -> None:
     from ebd2n.campaign.status import campaign_plan
 
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    plan = campaign_plan(campaign, base_epochs(campaign))
+    plan = campaign_plan(campaign, base_plans(campaign))
     result = {entry["run"].split("-")[0]: len(entry["slices"]) for entry in plan["runs"]}
     assert result == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
 
@@ -370,9 +387,9 @@ def test_execution_record_has_concurrency_limits_and_versions() -> None:
 
 def test_scaling_campaign_is_the_seeds() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    epochs = base_epochs(campaign)
+    plans = base_plans(campaign)
     result = {
-        base: (epochs[base], len(slice_ends(epochs[base], campaign.slice_epochs(base))),
+        base: (plans[base].epochs, len(plans[base].ends),
                campaign.job_resources(base, "synchronous").gpus, campaign.job_resources(base, "synchronous").minutes)
         for base in campaign.bases
     }

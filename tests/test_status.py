@@ -20,7 +20,7 @@ import pytest
 from campaign_tree import RunSpec, grid_runs, write_campaign
 from offline_browser import CHROMIUM, launch
 
-from ebd2n.campaign.spec import base_epochs, campaign_from_dict
+from ebd2n.campaign.spec import base_plans, campaign_from_dict
 from ebd2n.campaign.status import campaign_status, format_status, write_plan
 from ebd2n.errors import UserError
 
@@ -60,7 +60,7 @@ def stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The campaign in its midway state; returns each run's role by run id."""
     monkeypatch.chdir(tmp_path)
     campaign = campaign_from_dict(json.loads(json.dumps(CAMPAIGN)))
-    write_plan(campaign, base_epochs(campaign))
+    write_plan(campaign, base_plans(campaign))
     runs = [spec.run_id for spec in _runs()]
     root = write_campaign(tmp_path, "sweep", _runs(), epochs=2, campaign_json=False, audit=None)
     roles = dict(zip(runs, ["done", "done", "done", "training", "validating", "failed", "pending", "pending"], strict=True))

@@ -293,3 +293,15 @@ def test_deterministic_recipe_fixes_cublas_workspace_unless_set(monkeypatch: pyt
     configure_torch(load_recipe("demo", ["runtime.deterministic=true"]))
     result = (after_nondeterministic, after_deterministic, os.environ["CUBLAS_WORKSPACE_CONFIG"])
     assert result == (None, ":4096:8", ":16:8")
+
+
+def test_checkpoint_is_the_assembly_of_the_trainer_parts(demo_cache: Path, tmp_path: Path) -> None:
+    """One entry per stateful part (engine, data position, RNG, counters, metrics writer) under the
+    provenance header; the job ids once, in the counters."""
+    run = tmp_path / "run"
+    train(_recipe(demo_cache, run), until_epoch=1, progress=False)
+    state = load_checkpoint(run / "checkpoints/epoch-1.pt")
+    result = (sorted(state), state["data"], state["progress"]["epoch"], len(state["progress"]["job_ids"]),
+              state["metrics"]["offset"] == (run / "metrics.jsonl").stat().st_size, state["tokens"])
+    assert result == (["cache_identity", "data", "engine", "format", "metrics", "progress", "recipe_identity", "rng",
+                       "run_id", "source_hash", "tokens"], {"step": 4}, 1, 1, True, 4096)

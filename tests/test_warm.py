@@ -43,9 +43,9 @@ def _env(sockets: Path, warm: bool, **extra: str) -> dict[str, str]:
     }
 
 
-def _command(cache: Path, run: Path, *overrides: str) -> list[str]:
+def _command(cache: Path, run: Path, *overrides: str, launcher: str = "ebd2n.warm") -> list[str]:
     settings = [f"data.cache_dir={cache}", f"runtime.output_dir={run}", *overrides]
-    return [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
+    return [sys.executable, "-m", launcher, "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
 
 
 def _processes() -> Iterator[tuple[int, int, list[str]]]:
@@ -99,6 +99,42 @@ def test_warm_job_runs_in_a_fork_and_matches_cold_bitwise(demo_cache: Path, tmp_
         assert pid not in (job.pid, server)  # trained in a child forked from the server, not the client
         assert_states_equal(_weights(tmp_path / name), _weights(tmp_path / "cold"))
     assert len(list(sockets.glob("*/*.sock"))) == 1  # both clients found the one server
+    cpu = {name: _cpu_seconds(tmp_path / name) for name in ("cold", "warm", "warm-again")}
+    assert cpu["warm"] < cpu["cold"] and cpu["warm-again"] < cpu["cold"], cpu  # the fork's own time, no torch import
+
+
+def _cpu_seconds(run: Path) -> float:
+    """The CPU time of the train.log's `job usage` line (one job)."""
+    (seconds,) = re.findall(r"job usage: cpu ([0-9.]+) s \(user [0-9.]+, system [0-9.]+\) \| peak rss [0-9]+ MiB", (run / "train.log").read_text())
+    return float(seconds)
+
+
+def test_plain_cli_never_starts_warm(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
+    """`python -m ebd2n` is the command line itself, whatever EBD2N_WARM says; the launcher is `-m ebd2n.warm`."""
+    run = tmp_path / "run"
+    client = subprocess.Popen(_command(demo_cache, run, *SHORT, launcher="ebd2n"), env=_env(sockets, True))
+    result = (client.wait(timeout=600), _job_pids(run / "train.log"))
+    assert result == (0, [client.pid])  # trained in the process that was started
+    assert _servers(sockets) == [] and not list(sockets.glob("*/*.sock"))
+
+
+def test_server_starts_with_the_clients_interpreter_flags() -> None:
+    code = "from ebd2n.warm import _interpreter_flags; print(_interpreter_flags())"
+    shown = subprocess.run([sys.executable, "-X", "dev", "-W", "ignore", "-B", "-c", code], env={**os.environ, "PYTHONPATH": SOURCE},
+                           capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "['-X', 'dev', '-W', 'ignore', '-B']"
+
+
+def test_launcher_is_not_part_of_the_source_hash(tmp_path: Path) -> None:
+    from ebd2n.provenance import PACKAGE_DIR, source_hash
+
+    copy = tmp_path / "ebd2n"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = source_hash(copy)
+    (copy / "warm.py").write_text((copy / "warm.py").read_text() + "\n# a launcher edit\n")
+    after_launcher = source_hash(copy)
+    (copy / "cli.py").write_text((copy / "cli.py").read_text() + "\n# a trainer edit\n")
+    assert (after_launcher == before, source_hash(copy) == before) == (True, False)
 
 
 def test_slurm_job_starts_cold_whatever_the_environment_says(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
@@ -113,7 +149,7 @@ def test_slurm_job_starts_cold_whatever_the_environment_says(demo_cache: Path, t
 
 def test_warm_errors_exit_status_and_streams_match_cold(tmp_path: Path, sockets: Path) -> None:
     missing = tmp_path / "missing.yaml"
-    command = [sys.executable, "-m", "ebd2n", "train", "--config", str(missing)]
+    command = [sys.executable, "-m", "ebd2n.warm", "train", "--config", str(missing)]
     cold = subprocess.run(command, env=_env(sockets, False), capture_output=True, text=True)
     warm = subprocess.run(command, env=_env(sockets, True), capture_output=True, text=True)
     assert _servers(sockets)  # the warm one did run in a fork of a server

@@ -115,6 +115,8 @@ def test_workflow_code_and_preset_edits_retrain_nothing(repo: Path) -> None:
     trainer.write_text(trainer.read_text() + "\n# edited after the campaign started\n")
     preset = repo / "src/ebd2n/config/recipes/demo.yaml"
     preset.write_text(preset.read_text().replace("log_every: 8", "log_every: 4"))
+    planner = repo / "src/ebd2n/train/plan.py"  # this checkout would now train a run in one job; the frozen trainer plans 2
+    planner.write_text(planner.read_text().replace("return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]", "return [epochs]"))
     dry = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
     raw = json.loads(json.dumps(TINY))
     raw["seeds"].append(43)
@@ -124,6 +126,8 @@ def test_workflow_code_and_preset_edits_retrain_nothing(repo: Path) -> None:
     assert "Nothing to be done" in dry.stdout + dry.stderr
     assert recorded == frozen_hash != source_hash(repo / "src/ebd2n")
     assert yaml.safe_load((new_run / "recipe.yaml").read_text())["training"]["log_every"] == 8
+    assert (new_run / "train.log").read_text().count("########## job ") == 2  # slices 1 and 2, as frozen/plans/ says
+    assert [run["slices"] for run in json.loads((repo / "results/tiny/status/plan.json").read_text())["runs"]] == [[1, 2]] * 2
     assert {key: value for key, value in tree_hashes(repo / "results/tiny/runs").items() if key in before} == before
 
 

@@ -67,6 +67,26 @@ def cmd_recipe(args: argparse.Namespace) -> None:
     print(f"recipe identity: {recipe_identity(recipe, cache_identity)}")
 
 
+def cmd_plan(args: argparse.Namespace) -> None:
+    from ebd2n.config import load_recipe
+    from ebd2n.train.plan import plan_json, recipe_plan, write_slice_plan
+
+    plan = recipe_plan(load_recipe(args.recipe, args.overrides), args.epochs_per_slice)
+    if args.expect is not None and list(plan.ends) != args.expect:
+        raise UserError(
+            f"--expect {','.join(map(str, args.expect))}: this trainer cuts {plan.epochs} epochs into slices ending at "
+            f"{','.join(map(str, plan.ends))} (was the checkout's budget edited while the campaign was being frozen? "
+            "run the workflow again: it plans with the frozen trainer)"
+        )
+    if args.output:
+        write_slice_plan(plan, args.output)
+    if args.json:
+        print(plan_json(plan), end="")
+    else:
+        where = f" -> {args.output}" if args.output else ""
+        print(f"{plan.epochs} epochs in {len(plan.ends)} slice(s) ending at epochs {', '.join(map(str, plan.ends))}{where}")
+
+
 def cmd_prepare(args: argparse.Namespace) -> None:
     from ebd2n.config import load_recipe
     from ebd2n.data import prepare_cache
@@ -82,6 +102,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.config import load_recipe, resolve_recipe_path
     from ebd2n.parallel.distributed import is_main_process
+    from ebd2n.provenance import job_usage
     from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
     from ebd2n.train.runlog import append_to_train_log
@@ -98,6 +119,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         return
     if (run_dir / FINAL).is_file():  # this slice completed the run
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
+    append_to_train_log(run_dir, job_usage())
     print(_train_summary(run_dir))
     kill_point("train.job-end", run_dir.name)
 
@@ -116,6 +138,7 @@ def _train_summary(run_dir: Path) -> str:
 
 def cmd_validate(args: argparse.Namespace) -> None:
     from ebd2n.evaluate import validate_run
+    from ebd2n.provenance import job_usage
 
     run_dir = Path(args.run_dir)
     trained = all((run_dir / name).is_file() for name in (FINAL, RUN_RECORD))
@@ -128,6 +151,7 @@ def cmd_validate(args: argparse.Namespace) -> None:
         print(f"{args.run_dir}: failed run: {results['reason']}")
     else:
         print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
+    print(job_usage())  # the job's log: results.json holds only what the checkpoint determines
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -224,6 +248,13 @@ these commands do one step each, e.g. `ebd2n train --config demo` trains one run
 its dashboard, `ebd2n report results/demo` rebuilds a campaign's report."""
 
 
+def _epoch_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected epochs like 2,4,5, got {text!r}") from None
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its refusals on one line like every other bad input."""
 
@@ -241,6 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("recipe", help="print a resolved recipe, its identity and parameter count")
     _add_recipe_args(p)
     p.set_defaults(func=cmd_recipe)
+
+    p = commands.add_parser("plan", help="the slices a run of the recipe trains in (a campaign's frozen trainer plans its runs)")
+    _add_recipe_args(p)
+    p.add_argument("--epochs-per-slice", type=int, required=True, help="epochs one job trains")
+    p.add_argument("--output", type=Path, help="also write the plan as JSON (the workflow reads it)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--expect", type=_epoch_list, metavar="E1,E2,...",
+                   help="refuse (exit 2, nothing written) unless the slices end at exactly these epochs")
+    p.set_defaults(func=cmd_plan)
 
     p = commands.add_parser("prepare", help="build (or reuse) the recipe's tokenized data cache")
     _add_recipe_args(p)

@@ -69,7 +69,7 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
         "cache_identity": cache.identity,
         "source_hash": state["source_hash"],
         "validator_source_hash": source_hash(),
-        "job_ids": list(state["job_ids"]),
+        "job_ids": list(state["progress"]["job_ids"]),
         "environment": environment(),
         "validated": timestamp(),
         "wall_seconds": time.time() - started,

@@ -9,7 +9,7 @@ use it.
 results/<campaign>/
   campaign.json  runs.csv  audit-runs.json  audit.json  audit.passed  audit-ledger.json  status.html
   status/plan.json
-  frozen/        SOURCE_HASH  freeze.json  src/ebd2n/  recipes/<base>.yaml
+  frozen/        SOURCE_HASH  freeze.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt
   report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
@@ -128,6 +128,7 @@ AUDIT_PASSED = "audit.passed"
 FROZEN = "frozen"
 SOURCE_HASH = "SOURCE_HASH"
 FREEZE_RECORD = "freeze.json"
+SLICE_PLANS = "plans"
 RUNS = "runs"
 REPORT = "report"
 LOGS = "logs"
@@ -214,6 +215,10 @@ class CampaignPaths:
     def base_recipe(self, base: str) -> Path:
         """Frozen base recipe `base` (a preset name, or `base` for a campaign without presets)."""
         return self.frozen_recipes / f"{base}.yaml"
+
+    def slice_plan(self, base: str) -> Path:
+        """The slice chain of base recipe `base`'s runs, as the frozen trainer plans it (`ebd2n plan`)."""
+        return self.frozen / SLICE_PLANS / f"{base}.json"
 
     @property
     def runs(self) -> Path:

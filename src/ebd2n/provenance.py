@@ -18,11 +18,15 @@ STACK = (
 _SOURCE_SUFFIXES = (".py", ".html", ".js", ".css", ".yaml", ".json")
 
 
+LAUNCHER = "warm.py"
+"""The warm-start launcher (ebd2n.warm): how a job starts, not what it computes; no part of the source hash."""
+
+
 def source_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     """The files whose content defines the trainer's behaviour, in a stable order."""
     return sorted(
         p for p in package_dir.rglob("*")
-        if p.is_file() and p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts
+        if p.is_file() and p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts and p != package_dir / LAUNCHER
     )
 
 
@@ -73,3 +77,15 @@ def software_versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
     return versions
+
+
+def job_usage() -> str:
+    """This process's CPU time and peak resident memory, as one log line. A job forked from the
+    warm-start server counts only its own CPU time (and, as a cold process would, the imported
+    modules' memory); Snakemake's benchmark file of such a job measures its client instead."""
+    import resource
+    import sys
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+    return f"job usage: cpu {usage.ru_utime + usage.ru_stime:.2f} s (user {usage.ru_utime:.2f}, system {usage.ru_stime:.2f}) | peak rss {peak / 2**20:.0f} MiB"

@@ -1,9 +1,10 @@
-"""Warm start: the jobs of a local campaign fork from one process that has already imported torch.
+"""Warm start, an opt-in launcher: the jobs of a local campaign fork from one process that has already imported torch.
 
 A laptop campaign runs a hundred short jobs, and each would spend seconds importing torch and
-torch._dynamo (which torch.optim imports) before a second of work. With EBD2N_WARM=1, which the
-workflow sets once it knows the campaign runs locally, `python -m ebd2n train|validate` hands its
-arguments, working directory, environment and standard streams to a server started the same way
+torch._dynamo (which torch.optim imports) before a second of work. The workflow's training and
+validation jobs run `python -m ebd2n.warm train|validate ...` (`python -m ebd2n` never goes
+through here). With EBD2N_WARM=1, which the workflow sets once it knows the campaign runs locally,
+the launcher hands its arguments, working directory, environment and standard streams to a server started the same way
 (same interpreter and flags, same code, same umask and environment variables read while Python and
 torch load). The server forks a child that runs the command on the client's streams and sends back
 its exit status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the
@@ -11,7 +12,16 @@ client receives is passed on to the child (one the client ignores, the child ign
 client dies (SIGKILL), the child is killed too, and so are the children of a server that dies. When
 no server can be reached before a job starts, the client runs the command itself, so warm start can
 only make a job start sooner, never change what it does. A process of a SLURM job always starts
-cold: a server started there would outlive the job and fork other jobs' trainers from it.
+cold: a server started there would outlive the job and fork other jobs' trainers from it. Without
+EBD2N_WARM=1 the launcher runs the command in its own process, as `python -m ebd2n` would.
+
+The launcher is not the trainer: it is left out of the frozen trainer's SOURCE_HASH
+(`ebd2n.provenance.source_files`), and a server serves only clients of its own launcher code. A
+forked job ends as a cold process does (every exit handler runs, its streams are flushed), but
+skips the interpreter's teardown of its modules (a second with torch loaded, and nothing a job
+leaves depends on it); its CPU
+time and peak memory are its own (`resource.getrusage` in the fork: the trainer writes them to
+train.log), while Snakemake's `benchmark:` file of a warm job measures the client.
 
 The sockets live in a private directory (mode 0700) under the temporary directory: only the
 user who started the server can hand it commands.
@@ -65,7 +75,22 @@ _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUS
 _FORWARDED_NUMBERS = frozenset(int(s) for s in _FORWARDED_SIGNALS)
 _HEADER = struct.Struct("!I")
 _STARTED = b"started"
+SERVE = "--serve"
+"""`python -m ebd2n.warm --serve SOCKET`: the server; any other arguments are a command to launch."""
 _MAX_SOCKET_PATH = 90  # bytes, with room for ".new-<pid>"; AF_UNIX allows 107 on Linux, 103 on macOS
+
+_child_status: int | None = None
+"""In a forked child, the status its command ended with (1 until it returns: an exception)."""
+
+
+def main(argv: list[str]) -> int:
+    """Run an `ebd2n` command line: forked from a warm server when allowed, else in this process."""
+    code = forwarded(argv)
+    if code is None:
+        from ebd2n.cli import main as cli
+
+        code = cli(argv)
+    return code
 
 
 def forwarded(argv: list[str]) -> int | None:
@@ -104,16 +129,25 @@ def _socket_path() -> Path:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise PermissionError(f"{directory} must be your own directory with mode 0700 (warm-start sockets)")
     environment = {k: v for k, v in os.environ.items() if k.startswith(_KEY_PREFIXES)}
+    launcher = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()  # not part of source_hash
     key = json.dumps(
-        [sys.executable, _interpreter_flags(), str(PACKAGE_DIR), source_hash(), _umask(), environment],
+        [sys.executable, _interpreter_flags(), str(PACKAGE_DIR), source_hash(), launcher, _umask(), environment],
         sort_keys=True,
     )
     return directory / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.sock"
 
 
 def _interpreter_flags() -> list[str]:
-    """This interpreter's command-line flags (-O, -X ..., -W ...), for the server to start with."""
-    return subprocess._args_from_interpreter_flags()  # what multiprocessing uses for the same purpose
+    """This interpreter's command-line flags (-O, -X dev, -W error, ...), for the server to start
+    with: the options of sys.orig_argv before the module (`-m ...`), command or script."""
+    flags, arguments = [], iter(sys.orig_argv[1:])
+    for argument in arguments:
+        if argument in ("-", "--") or not argument.startswith("-") or argument.startswith(("-m", "-c")):
+            break
+        flags.append(argument)
+        if argument in ("-W", "-X", "--check-hash-based-pycs"):  # their value follows
+            flags.append(next(arguments, ""))
+    return flags
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -135,7 +169,7 @@ def _start_server(path: Path) -> socket.socket | None:
             return connection
         with open(path.with_suffix(".log"), "ab") as log:
             server = subprocess.Popen(
-                [sys.executable, *_interpreter_flags(), "-m", "ebd2n.warm", str(path)],
+                [sys.executable, *_interpreter_flags(), "-m", "ebd2n.warm", SERVE, str(path)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )
         deadline = time.monotonic() + START_TIMEOUT
@@ -207,8 +241,10 @@ def _standard_streams() -> list[int]:
     return streams
 
 
-def serve(path: Path) -> None:
-    """Import the heavy modules once, then fork a child per request until idle."""
+def serve(path: Path) -> int:
+    """Import the heavy modules once, then fork a child per request until idle; the server returns
+    0, each forked child its job's exit status."""
+    atexit.register(_leave_child)  # before any other exit handler, so it runs after all of them
     import torch
     import torch._dynamo  # noqa: F401  torch.optim imports it at the first optimizer
 
@@ -229,7 +265,9 @@ def serve(path: Path) -> None:
         watched = [listener, *filter(None, jobs.values())]
         readable, _, _ = select.select(watched, [], [], 0.05 if jobs else min(1.0, idle))
         if listener in readable:
-            _accept(listener, jobs)
+            job = _accept(listener, jobs)
+            if job is not None:  # in the forked child
+                return _run_job(job)
         for pid, connection in list(jobs.items()):
             if connection is not None and connection in readable and not _relay_signals(pid, connection):
                 connection.close()
@@ -245,20 +283,24 @@ def serve(path: Path) -> None:
     log = path.with_suffix(".log")
     if log.exists() and not log.stat().st_size:
         log.unlink()
+    return 0
 
 
-def _accept(listener: socket.socket, jobs: dict[int, socket.socket | None]) -> None:
-    """Take one request: fork its child, or drop it. Nothing a client does may stop the server."""
+def _accept(listener: socket.socket, jobs: dict[int, socket.socket | None]) -> tuple[dict, list[int], int] | None:
+    """Take one request: fork its child, or drop it. Nothing a client does may stop the server.
+    Returns the job (request, descriptors, server pid) in the forked child, None in the server."""
     try:
         connection, _ = listener.accept()
     except OSError:
-        return
+        return None
     try:
         request, fds = _read_request(connection)
     except (OSError, ValueError, struct.error):
         connection.close()
-        return
+        return None
     server = os.getpid()
+    sys.stdout.flush()  # nothing buffered here may be written twice, by the server and by the child
+    sys.stderr.flush()
     try:
         pid = os.fork()
     except OSError:
@@ -269,12 +311,12 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket | None]) -> N
         for other in filter(None, jobs.values()):
             other.close()
         connection.close()
-        _run_child(request, fds, server)
+        return request, fds, server
     for fd in fds:
         os.close(fd)
     if pid < 0:
         connection.close()
-        return
+        return None
     try:
         connection.sendall(_STARTED + b"\n")
         jobs[pid] = connection
@@ -282,6 +324,7 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket | None]) -> N
         _kill(pid, signal.SIGKILL)
         connection.close()
         jobs[pid] = None
+    return None
 
 
 def _read_request(connection: socket.socket) -> tuple[dict, list[int]]:
@@ -308,38 +351,48 @@ def _read_request(connection: socket.socket) -> tuple[dict, list[int]]:
     return request, fds
 
 
-def _run_child(request: dict, fds: list[int], server: int) -> None:
-    """In the forked child: take over the client's streams, directory and environment, run, exit."""
-    code = 1
+def _run_job(job: tuple[dict, list[int], int]) -> int:
+    """The forked child's command, its status kept for `_leave_child`."""
+    global _child_status
+    _child_status = 1
     try:
-        try:
-            _die_with_parent(server)
-            for signum in _FORWARDED_SIGNALS:
-                if signum in request["ignored"]:
-                    signal.signal(signum, signal.SIG_IGN)
-                else:
-                    signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-            for target, fd in enumerate(fds):
-                os.dup2(fd, target)
-                os.close(fd)
-            _reopen_standard_streams()
-            os.chdir(request["cwd"])
-            os.environ.clear()
-            os.environ.update(request["env"])
-            sys.argv = [sys.argv[0], *request["argv"]]
-            from ebd2n.cli import main
+        _child_status = _run_child(*job)
+    except SystemExit as exit_:  # as the interpreter maps it
+        _child_status = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+        raise
+    return _child_status
 
-            code = main(request["argv"])
-        except SystemExit as exit_:
-            code = _exit_status(exit_)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        atexit._run_exitfuncs()
+
+def _leave_child() -> None:
+    """The last exit handler: a forked child, once every other handler ran (its own and those
+    registered while the server imported), flushes its streams and ends without the interpreter's
+    teardown, which takes a second with torch loaded. In the server it does nothing."""
+    if _child_status is not None:
         sys.stdout.flush()
         sys.stderr.flush()
-    finally:
-        os._exit(code)
+        os._exit(_child_status)
+
+
+def _run_child(request: dict, fds: list[int], server: int) -> int:
+    """In the forked child: take over the client's streams, directory and environment, and run the
+    command. Its status (or exception) goes up to the interpreter, which exits as a cold one would."""
+    _die_with_parent(server)
+    for signum in _FORWARDED_SIGNALS:
+        if signum in request["ignored"]:
+            signal.signal(signum, signal.SIG_IGN)
+        else:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    _reopen_standard_streams()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [sys.argv[0], *request["argv"]]
+    from ebd2n.cli import main as cli
+
+    return cli(request["argv"])
 
 
 def _reopen_standard_streams() -> None:
@@ -350,16 +403,6 @@ def _reopen_standard_streams() -> None:
         1, "w", buffering=1 if os.isatty(1) else -1, encoding=stdout.encoding, errors=stdout.errors, closefd=False
     )
     sys.stderr = open(2, "w", buffering=1, encoding=stderr.encoding, errors=stderr.errors, closefd=False)  # noqa: SIM115
-
-
-def _exit_status(exit_: SystemExit) -> int:
-    """The status Python exits with for this SystemExit (printing a message, as Python does)."""
-    if exit_.code is None:
-        return 0
-    if isinstance(exit_.code, int):
-        return exit_.code
-    print(exit_.code, file=sys.stderr)
-    return 1
 
 
 def _die_with_parent(server: int) -> None:
@@ -411,4 +454,6 @@ def _kill(pid: int, signum: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(Path(sys.argv[1]))
+    if sys.argv[1:2] == [SERVE]:
+        sys.exit(serve(Path(sys.argv[2])))
+    sys.exit(main(sys.argv[1:]))

@@ -31,10 +31,10 @@ def _campaign_file():
 SRC = Path(workflow.basedir).parent / "src"
 sys.path.insert(0, str(SRC))
 
-from ebd2n.campaign.runs import parse_run_id, previous_end
+from ebd2n.campaign.runs import parse_run_id
 from ebd2n.campaign.interrupted import settle_finished_jobs
 from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock, live_controllers
-from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
+from ebd2n.campaign.spec import base_plans, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
 from ebd2n.yamlio import read_yaml_mapping
@@ -50,7 +50,9 @@ try:
     # campaign_from_dict checks src/ebd2n/campaign/campaign.schema.yaml, the schema Snakemake's
     # validate() would check, and says what is wrong on one line.
     CAMPAIGN = campaign_from_dict(config, source=CAMPAIGN_FILE)
-    EPOCHS = base_epochs(CAMPAIGN)
+    # Each base recipe's slices as the frozen trainer plans them (ebd2n.campaign.spec.base_plans):
+    # every job's --until-epoch is one of them, whatever this checkout's budget code says now.
+    PLANS = base_plans(CAMPAIGN)
 except UserError as error:
     _refuse(error)
 # A controller killed earlier left its lock: clear it here, before Snakemake checks it (jobs run
@@ -64,15 +66,18 @@ if not workflow.remote_exec and not live_controllers(Path.cwd()):
     for output in settle_finished_jobs(Path.cwd(), CACHE, CAMPAIGN.checkpoint_policy):
         print(f"ebd2n: {output}: its job finished before the controller stopped; kept as done", file=sys.stderr)
 # `python -m ebd2n` of this checkout (prepare, freeze, collect) or, TRAINER, of the campaign's
-# frozen copy (resolve, train, validate): the trainer is passed by path, never as an input.
+# frozen copy (plan, resolve): the trainer is passed by path, never as an input. Training and
+# validation jobs start through the warm-start launcher, LAUNCHED_TRAINER (`-m ebd2n.warm`), or
+# torchrun (get_launcher).
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"PYTHONPATH={shlex.quote(str(SRC))} {PYTHON} -m ebd2n"
 FROZEN_SRC = named_campaign("{wildcards.campaign}").frozen_src
 TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} -m ebd2n"
-LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}} -m ebd2n"
-# Local runs: training and validation jobs fork from one process that has torch imported already
-# (ebd2n.warm), which saves seconds per job on a laptop. EBD2N_WARM=0 in the environment turns it
-# off. Cluster jobs always start cold: the job's own Snakemake (remote mode) turns it off for the
+LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}}"
+WARM = "-m ebd2n.warm"
+# Local runs: the launcher forks training and validation jobs from one process that has torch
+# imported already, which saves seconds per job on a laptop. EBD2N_WARM=0 in the environment turns
+# it off. Cluster jobs always start cold: the job's own Snakemake (remote mode) turns it off for the
 # commands it runs, whatever environment the controller exported, and the controller turns it on
 # only in onstart, once the executor is known (while the Snakefile is parsed it is not yet).
 if workflow.remote_exec:
@@ -86,7 +91,7 @@ onstart:
 
     if workflow.local_exec:
         os.environ.setdefault("EBD2N_WARM", "1")
-    write_plan(CAMPAIGN, EPOCHS)
+    write_plan(CAMPAIGN, PLANS)
 
 
 # How many jobs run at once: --jobs on a cluster, else the local cores (campaign.json records it).
@@ -137,11 +142,22 @@ def get_frozen_base(wildcards):
     return named_campaign(wildcards.campaign).base_recipe(_run(wildcards).base)
 
 
+def get_plan_file(wildcards):
+    return str(named_campaign(wildcards.campaign).slice_plan(_run(wildcards).base))
+
+
+def get_expected_ends(wildcards):
+    """The slice ends this workflow planned for a base recipe, which the frozen trainer must confirm."""
+    return ",".join(map(str, PLANS[wildcards.base].ends))
+
+
 def get_resume_checkpoint(wildcards):
     """The checkpoint the slice ending at {epoch} (the final slice: the whole budget) resumes from."""
-    epochs = EPOCHS[_run(wildcards).base]
-    end = int(wildcards.epoch) if "epoch" in wildcards.keys() else epochs
-    previous = previous_end(end, epochs, CAMPAIGN.slice_epochs(_run(wildcards).base))
+    plan = PLANS[_run(wildcards).base]
+    try:
+        previous = plan.previous(int(wildcards.epoch) if "epoch" in wildcards.keys() else plan.epochs)
+    except UserError as error:
+        raise WorkflowError(f"{wildcards.run}: {error}") from None
     return [] if previous is None else [str(named_campaign(wildcards.campaign).run(wildcards.run).checkpoint(previous))]
 
 
@@ -192,9 +208,9 @@ PROCESSES = {
 
 
 def get_launcher(wildcards):
-    """`-m torch.distributed.run ...` before `-m ebd2n` for a multi-process run, else nothing."""
+    """`-m torch.distributed.run ... -m ebd2n` for a multi-process run, else the warm-start launcher."""
     processes = PROCESSES[_run(wildcards).base]
-    return f"-m torch.distributed.run --standalone --nproc-per-node {processes}" if processes > 1 else ""
+    return f"-m torch.distributed.run --standalone --nproc-per-node {processes} -m ebd2n" if processes > 1 else WARM
 
 
 def _run(wildcards):
@@ -202,7 +218,7 @@ def _run(wildcards):
         run = parse_run_id(wildcards.run)
     except UserError as error:
         raise WorkflowError(str(error)) from None
-    if run.base not in EPOCHS:
+    if run.base not in CAMPAIGN.bases:
         raise WorkflowError(f"run {wildcards.run}: preset {run.preset} is not in grid.presets of {CAMPAIGN_FILE}")
     return run
 

@@ -22,6 +22,25 @@ rule freeze_recipe:
         "{EBD2N} freeze {CAMPAIGN_FILE:q} --base {wildcards.base} > {log} 2>&1"
 
 
+# The slice chain of a base recipe's runs, written by the frozen trainer (the code the jobs run).
+# The workflow planned the same chain already (common.smk: PLANS); the trainer refuses to write a
+# different one, so no job runs under a plan the frozen trainer does not share.
+rule plan_slices:
+    input:
+        recipe=str(C.base_recipe("{base}")),
+        trainer=str(C.source_hash),
+    output:
+        str(C.slice_plan("{base}")),
+    log:
+        log_of(C.slice_plan("{base}")),
+    params:
+        epochs_per_slice=lambda wildcards: CAMPAIGN.slice_epochs(wildcards.base),
+        expect=get_expected_ends,
+    shell:
+        TRAINER + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
+        " --output {output} > {log} 2>&1"
+
+
 rule resolve_recipe:
     input:
         base=get_frozen_base,
@@ -40,6 +59,8 @@ rule train_slice:
         # cache identities; the trainer refuses a mismatch): a newer time alone never retrains a run
         recipe=ancient(str(R.recipe)),
         cache=ancient(str(CACHE)),
+        # the frozen trainer's confirmation of the slice chain (written once; its time never retrains)
+        plan=lambda wildcards: ancient(get_plan_file(wildcards)),
         resume=get_resume_input,
     output:
         slice_output(),
@@ -61,6 +82,8 @@ rule train_final:
     input:
         recipe=ancient(str(R.recipe)),
         cache=ancient(str(CACHE)),
+        # the frozen trainer's confirmation of the slice chain (written once; its time never retrains)
+        plan=lambda wildcards: ancient(get_plan_file(wildcards)),
         resume=get_resume_input,
     output:
         final=str(R.final),

@@ -12,11 +12,13 @@ rule validate_run:
         log_of(R.results),
     benchmark:
         benchmark_of(R.results)
+    params:
+        launcher=WARM,
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
     shell:
-        TRAINER + " validate " + RUN_DIR + " > {log} 2>&1"
+        LAUNCHED_TRAINER + " validate " + RUN_DIR + " > {log} 2>&1"
 
 
 rule collect_runs:

@@ -10,7 +10,7 @@ import polars as pl
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.results import RUN_COLUMNS, read_results, run_directories
-from ebd2n.campaign.spec import Campaign, base_epochs, current_bases
+from ebd2n.campaign.spec import Campaign, base_plans, current_bases
 from ebd2n.campaign.status import campaign_plan
 from ebd2n.config import recipe_identity
 from ebd2n.faults import kill_point
@@ -25,7 +25,7 @@ def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
     record = {
         **campaign_record(campaign, finished),
         "execution": campaign.execution_record(max_jobs),
-        "plan": campaign_plan(campaign, base_epochs(campaign)),  # what the report's costs are priced from
+        "plan": campaign_plan(campaign, base_plans(campaign)),  # what the report's costs are priced from
     }
     atomic_write_text(paths.campaign_json, json.dumps(record, indent=2) + "\n")
     kill_point("collect.campaign-written")

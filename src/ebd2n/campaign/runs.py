@@ -67,20 +67,6 @@ def parse_run_id(run_id: str) -> Run:
     return run
 
 
-def slice_ends(epochs: int, epochs_per_slice: int) -> list[int]:
-    """Epoch boundary reached by each slice: k, 2k, ... and finally the whole budget."""
-    return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]
-
-
-def previous_end(end: int, epochs: int, epochs_per_slice: int) -> int | None:
-    """Boundary the slice ending at `end` resumes from (None: the first slice starts fresh)."""
-    ends = slice_ends(epochs, epochs_per_slice)
-    if end not in ends:
-        raise UserError(f"epoch {end} is not a slice boundary of {epochs} epochs in slices of {epochs_per_slice}")
-    index = ends.index(end)
-    return ends[index - 1] if index else None
-
-
 def point_learning_rates(learning_rates: Mapping[str, Sequence[float]], preset: str | None, mode: str) -> Sequence[float]:
     """The learning rates of one preset's runs in one mode: its `<preset>-<mode>` list, else the mode's."""
     return (learning_rates.get(f"{preset}-{mode}") if preset else None) or learning_rates[mode]

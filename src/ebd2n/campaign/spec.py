@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
@@ -17,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.campaign.resolve import run_recipe
-from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates, slice_ends
+from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
+from ebd2n.train.plan import SlicePlan, parse_plan, read_slice_plan, recipe_plan
 from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
 SCHEMA_PATH = files(__package__) / "campaign.schema.yaml"
@@ -318,17 +322,38 @@ def _plain(value: Any) -> Any:
 
 
 
-def base_epochs(campaign: Campaign) -> dict[str, int]:
-    """Epochs of every run, per base recipe (the budget depends on the base, not the grid point)."""
-    return {base: budget_of(recipe).epochs for base, recipe in current_bases(campaign).items()}
+def base_plans(campaign: Campaign) -> dict[str, SlicePlan]:
+    """The slices of every run, per base recipe (the budget depends on the base, not the grid point),
+    as the campaign's frozen trainer plans them: its plan file (frozen/plans/<base>.json) once
+    written, else the frozen trainer asked (`ebd2n plan --json`), else, before the campaign is
+    frozen, this checkout's plan (the trainer about to be frozen is this checkout)."""
+    return {base: _base_plan(campaign, base, recipe) for base, recipe in current_bases(campaign).items()}
+
+
+def _base_plan(campaign: Campaign, base: str, recipe: Recipe) -> SlicePlan:
+    paths = campaign.paths
+    plan = read_slice_plan(paths.slice_plan(base))
+    if plan is not None:
+        return plan
+    if not (paths.source_hash.is_file() and paths.base_recipe(base).is_file()):
+        return recipe_plan(recipe, campaign.slice_epochs(base))
+    command = [sys.executable, "-m", "ebd2n", "plan", str(paths.base_recipe(base)),
+               "--epochs-per-slice", str(campaign.slice_epochs(base)), "--json"]
+    shown = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(paths.frozen_src)}, capture_output=True, text=True)
+    if shown.returncode:
+        raise UserError(f"{paths.frozen_src}: the frozen trainer could not plan base recipe {base}: {shown.stderr.strip()}")
+    try:
+        return parse_plan(json.loads(shown.stdout), f"the frozen trainer's plan of {base}")
+    except json.JSONDecodeError:
+        raise UserError(f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}") from None
 
 
 def describe_campaign(campaign: Campaign) -> str:
     """A few lines saying what the campaign will train."""
     runs = campaign.runs()
     lines = [f"campaign {campaign.name}: {len(runs)} runs -> {campaign.directory}"]
-    for base, epochs in base_epochs(campaign).items():
-        slices = len(slice_ends(epochs, campaign.slice_epochs(base)))
+    for base, plan in base_plans(campaign).items():
+        epochs, slices = plan.epochs, len(plan.ends)
         for mode in campaign.modes:
             count = sum(1 for run in runs if run.base == base and run.mode == mode)
             resources = campaign.job_resources(base, mode)

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.runs import slice_ends
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import FINAL, RESULTS_JSON, CampaignPaths, slice_checkpoint
 
 if TYPE_CHECKING:  # the Snakefile imports this module; keep it free of the recipe machinery
     from ebd2n.campaign.spec import Campaign
+    from ebd2n.train.plan import SlicePlan
 
 REFRESH_S = 30
 """How often the page reloads itself."""
@@ -82,20 +82,21 @@ class CampaignStatus:
     eta_s: float | None
 
 
-def campaign_plan(campaign: Campaign, epochs: dict[str, int]) -> dict[str, Any]:
-    """Every run of a campaign with its slice boundaries and job resources, and the GPU-hour price."""
+def campaign_plan(campaign: Campaign, plans: dict[str, SlicePlan]) -> dict[str, Any]:
+    """Every run of a campaign with its slice boundaries (`plans`: per base recipe) and job resources,
+    and the GPU-hour price."""
     runs = []
     for run in campaign.runs():
         resources = campaign.job_resources(run.base, run.mode)
-        runs.append({"run": run.id, "slices": slice_ends(epochs[run.base], campaign.slice_epochs(run.base)),
+        runs.append({"run": run.id, "slices": list(plans[run.base].ends),
                      "gpus": resources.gpus, "cpus": resources.cpus})
     return {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, "runs": runs}
 
 
-def write_plan(campaign: Campaign, epochs: dict[str, int]) -> Path:
+def write_plan(campaign: Campaign, plans: dict[str, SlicePlan]) -> Path:
     """status/plan.json of a campaign (the workflow's onstart): what `ebd2n status` expects to run."""
     path = campaign.paths.status_plan
-    text = json.dumps(campaign_plan(campaign, epochs), indent=1) + "\n"
+    text = json.dumps(campaign_plan(campaign, plans), indent=1) + "\n"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         atomic_write_text(path, text)
     return path

@@ -1,5 +1,9 @@
-"""Checkpoints: atomic writes, a hash ledger per run, verified and safe loads.
+"""Checkpoints: the assembly of the trainer's stateful parts; atomic writes, a hash ledger per run,
+verified and safe loads.
 
+A checkpoint holds a provenance header (run, recipe, cache and trainer source, tokens trained)
+and the `state_dict()` of every stateful part of the trainer under its own key (engine, data
+position, RNG, counters, metrics writer); `Checkpointer` saves and restores them together.
 Every checkpoint's SHA-256 is recorded in the run's `checkpoints.json` when it is written; a load
 recomputes the hash and refuses a file that is truncated or altered, and refuses one written for
 another recipe, cache or trainer source (resuming it would silently mix two experiments).
@@ -9,17 +13,21 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
 from ebd2n.errors import UserError
+from ebd2n.faults import kill_point
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER as LEDGER
-FORMAT = 1
+
+FORMAT = 2
+"""2: one entry per stateful part (1 kept the counters, RNG and metrics offset in loose keys)."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,47 @@ class Provenance:
     cache_identity: str
     source_hash: str | None
     """None accepts any trainer source (validation reads weights; it records who wrote them)."""
+
+
+class Stateful(Protocol):
+    """A part of the trainer whose state a checkpoint carries (torch's convention)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Checkpointer:
+    """Saves and restores a run's checkpoints: the provenance header and every part's state.
+
+    Every process of a job assembles the parts (a distributed engine's state_dict is collective);
+    only the process that `writes` (the job's main process) saves the file.
+    """
+
+    def __init__(self, run_dir: Path, provenance: Provenance, parts: Mapping[str, Stateful], writes: bool) -> None:
+        self.run_dir, self.provenance, self.parts, self.writes = run_dir, provenance, parts, writes
+
+    def save(self, relative: str, tokens: int) -> str | None:
+        """Write `relative` (in the run directory) holding `tokens` trained; its SHA-256 (None where this process does not write)."""
+        states = {key: part.state_dict() for key, part in self.parts.items()}
+        if not self.writes:
+            return None
+        header = {
+            "run_id": self.run_dir.name,
+            "recipe_identity": self.provenance.recipe_identity,
+            "cache_identity": self.provenance.cache_identity,
+            "source_hash": self.provenance.source_hash,
+            "tokens": tokens,
+        }
+        kill_point("train.checkpoint", self.run_dir.name, relative)
+        digest = save_checkpoint(self.run_dir, relative, {**header, **states})
+        kill_point("train.checkpoint-written", self.run_dir.name, relative)
+        return digest
+
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        """Every part from a checkpoint `load_checkpoint` read."""
+        for key, part in self.parts.items():
+            part.load_state_dict(checkpoint[key])
 
 
 def read_checkpoint_ledger(run_dir: Path) -> dict[str, str]:

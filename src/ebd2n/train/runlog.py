@@ -45,25 +45,39 @@ def _stamped(line: str) -> str:
 
 
 class MetricsLog:
-    """Appends JSON records to metrics.jsonl; `offset` is what a checkpoint records."""
+    """Appends JSON records to metrics.jsonl; its state is the file's length, which a checkpoint
+    records and a resumed slice cuts the file back to (a fresh start: to nothing)."""
 
-    def __init__(self, run_dir: Path, resume_offset: int) -> None:
+    def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / METRICS
-        with open(self.path, "ab") as handle:
-            handle.truncate(resume_offset)
-        self.handle = open(self.path, "a", encoding="utf-8")
+        self.offset = 0
+        self.handle = None  # opened (and cut to `offset`) at the first record
 
     def append(self, record: dict[str, Any]) -> None:
-        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._open().write(json.dumps(record, separators=(",", ":")) + "\n")
 
-    def sync(self) -> int:
+    def state_dict(self) -> dict[str, Any]:
         """Flush to disk (before a checkpoint records the offset) and return the file length."""
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        return self.path.stat().st_size
+        handle = self._open()
+        handle.flush()
+        os.fsync(handle.fileno())
+        return {"offset": self.path.stat().st_size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.handle is not None:
+            raise RuntimeError(f"{self.path} is already being written; restore its state before the first record")
+        self.offset = int(state["offset"])
+
+    def _open(self):
+        if self.handle is None:
+            with open(self.path, "ab") as handle:
+                handle.truncate(self.offset)
+            self.handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        return self.handle
 
     def close(self) -> None:
-        self.handle.close()
+        if self.handle is not None:
+            self.handle.close()
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -1,77 +1,79 @@
 """Train one run, or one slice of it, resuming exactly at an epoch boundary.
 
-Everything a slice needs to continue is in its checkpoint: model and optimizer states, the step
-counter (which fixes the LR-schedule position and the data position, since the training order
-is a pure function of seed and position), RNG states, best-epoch statistics and the length of
-metrics.jsonl. N slices therefore give the same result as one job (bitwise on CPU when
-deterministic).
+The trainer is made of stateful parts: the engine (model and optimizer), the data position, the
+random number generators, the counters and the metrics writer. A checkpoint is their assembly
+(`ebd2n.train.checkpoint.Checkpointer`), and the training order is a pure function of the seed and
+the data position, so N slices give the same result as one job (bitwise on CPU when deterministic).
+
+Every process of a torchrun job runs this same code: the distributed engine does the collectives
+(its state_dict and evaluation model are assembled on the main process) and the process context
+says which process writes the run directory (`ebd2n.train.output`).
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from ebd2n.atomic import atomic_write_text
-from ebd2n.config import Recipe, dump_recipe, hf_identity, load_recipe, recipe_identity, save_recipe
-from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache, train_block_indices
+from ebd2n.config import Recipe, dump_recipe, hf_identity, recipe_identity
+from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import RunFailed, UserError
-from ebd2n.faults import kill_point
-from ebd2n.layout import FINAL, RECIPE, RunPaths, checkpoint_epoch, slice_checkpoint
+from ebd2n.layout import FINAL, RECIPE, RunPaths, slice_checkpoint
 from ebd2n.parallel import distributed
+from ebd2n.parallel.distributed import Context
 from ebd2n.provenance import environment, job_id, source_hash, timestamp
 from ebd2n.train.accounting import unit_table
-from ebd2n.train.budget import budget_of
-from ebd2n.train.checkpoint import (
-    Provenance,
-    forget_checkpoint,
-    load_checkpoint,
-    read_checkpoint_ledger,
-    run_dir_of,
-    save_checkpoint,
-)
+from ebd2n.train.budget import Budget, budget_of
+from ebd2n.train.checkpoint import Checkpointer, Provenance, Stateful, load_checkpoint, run_dir_of
 from ebd2n.train.engine import build_engine, configure_torch
-from ebd2n.train.lease import take_lease
-from ebd2n.train.runlog import MetricsLog, TrainLog, format_memory
+from ebd2n.train.output import KEEPS_EPOCHS, RunOutput, SilentOutput
+from ebd2n.train.runlog import format_memory
 from ebd2n.train.schedule import learning_rate
+from ebd2n.train.state import DataPosition, Progress, RandomState
+from ebd2n.train.step import Engine, StepResult
 from ebd2n.train.validation import block_batches, evaluate_sequences
 
-KEEPS_EPOCHS = ("epoch", "all")
-"""Checkpoint policies that keep a checkpoint at every epoch boundary (`all` also keeps epoch 0)."""
+
+@dataclass(frozen=True)
+class Slice:
+    """What this job trains: the run, its budget and provenance, and the epochs of the slice."""
+
+    recipe: Recipe
+    budget: Budget
+    provenance: Provenance
+    context: Context
+    config_path: Path | None
+    resume: Path | None
+    start_epoch: int
+    end_epoch: int
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.recipe.runtime.output_dir)
+
+    @property
+    def policy(self) -> str:
+        return self.recipe.training.checkpoint_policy
 
 
-@dataclass
-class Progress:
-    """Counters carried across slices in the checkpoint."""
+@dataclass(frozen=True)
+class Parts:
+    """The trainer's stateful parts, by their key in a checkpoint."""
 
-    step: int = 0
-    epoch: int = 0
-    skipped_steps: int = 0
-    consecutive_skips: int = 0
-    best: dict | None = None
-    job_ids: list[str] = field(default_factory=list)
-    started: float = field(default_factory=time.time)
+    engine: Engine
+    data: DataPosition
+    progress: Progress
+    rng: RandomState
+    metrics: Stateful
+    """The metrics writer (a MetricsLog on the main process)."""
 
-
-class _Muted:
-    """parallel: train.log and metrics.jsonl of ranks other than 0, which write nothing."""
-
-    def write(self, line: str) -> None:
-        pass
-
-    def append(self, record: dict) -> None:
-        pass
-
-    def sync(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
+    def checkpointer(self, job: Slice, writes: bool) -> Checkpointer:
+        parts = {"engine": self.engine, "data": self.data, "progress": self.progress, "rng": self.rng, "metrics": self.metrics}
+        return Checkpointer(job.run_dir, job.provenance, parts, writes=writes)
 
 
 def train(
@@ -87,101 +89,96 @@ def train(
     the report layer builds on this one.
     """
     run_dir = Path(recipe.runtime.output_dir)
-    policy = recipe.training.checkpoint_policy
     budget = budget_of(recipe)
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
     configure_torch(recipe)
-    context = distributed.init(recipe)  # parallel: rank, device and placement (one process: the recipe's device)
-    device = context.device
+    context = distributed.init(recipe)
 
-    state = load_checkpoint(resume, provenance) if resume else None
+    checkpoint = load_checkpoint(resume, provenance) if resume else None
     if resume is not None and run_dir_of(Path(resume)).resolve() != run_dir.resolve():
         raise UserError(
             f"--resume {resume}: a checkpoint of run directory {run_dir_of(Path(resume))}, not of runtime.output_dir "
             f"{run_dir}; a run resumes in its own directory"
         )
-    start_epoch = int(state["epoch"]) if state else 0
+    start_epoch = int(checkpoint["progress"]["epoch"]) if checkpoint else 0
     end_epoch = budget.epochs if until_epoch is None else until_epoch
     if not start_epoch < end_epoch <= budget.epochs:
         raise UserError(
             f"--until-epoch {end_epoch}: must be after the resume point (epoch {start_epoch}) "
             f"and at most the budget's {budget.epochs} epochs"
         )
+    job = Slice(recipe, budget, provenance, context, config_path, resume, start_epoch, end_epoch)
 
     torch.manual_seed(recipe.runtime.seed)
-    engine = build_engine(recipe, budget, device, context)
-    counters = Progress()
-    if state:
-        engine.load_state_dict(state["engine"])
-        counters = Progress(**state["progress"])
-        _restore_rng(state["rng"])
-    blocks = _Blocks(recipe, cache)
+    engine = build_engine(recipe, budget, context.device, context)
+    block_len = recipe.model.context_length + 1
+    data = DataPosition(BlockReader(cache, "train", block_len), budget, recipe.runtime.seed, context.device)
+    eval_blocks = _eval_subset(recipe, cache)
+    this_job = job_id()
     # every check has passed: only now is anything written to the run directory, under a lease that
     # keeps any other trainer out of it
-    lease = take_lease(run_dir) if context.is_main else None  # parallel: rank 0 owns the run directory
-    this_job = job_id()
-    counters.job_ids.append(this_job)
+    output = RunOutput.open(recipe, provenance, this_job, end_epoch, resumed=checkpoint is not None, context=context)
     try:
-        if lease:
-            _claim_run_dir(run_dir, recipe, provenance, resumed=state is not None, end_epoch=end_epoch)
-        log = TrainLog(run_dir, this_job) if context.is_main else _Muted()  # parallel: only rank 0 writes records
-        metrics = MetricsLog(run_dir, int(state["metrics_offset"]) if state else 0) if context.is_main else _Muted()
-    except BaseException:
-        if lease:
-            lease.release()
-        raise
-    try:
-        _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch)
-        loop = _Loop(recipe, budget, engine, blocks, context, log, metrics, counters, progress and context.is_main)
-        if policy == "all" and state is None:  # the initial weights, kept with every later state
-            _write_checkpoint(run_dir, slice_checkpoint(0), engine, counters, provenance, metrics, log, context)
-        for epoch in range(start_epoch, end_epoch):
-            loop.run_epoch(epoch)
-            if policy in KEEPS_EPOCHS and epoch + 1 < budget.epochs:
-                _write_checkpoint(run_dir, slice_checkpoint(epoch + 1), engine, counters, provenance, metrics, log, context)
-        if end_epoch == budget.epochs:
-            _finish(run_dir, recipe, engine, counters, provenance, metrics, log, context)
-            if context.is_main:  # parallel
-                _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, context)
-        elif policy == "final":
-            _write_checkpoint(run_dir, slice_checkpoint(end_epoch), engine, counters, provenance, metrics, log, context)
-        if resume and policy == "final" and context.is_main:  # parallel: rank 0 deletes
-            forget_checkpoint(run_dir, Path(resume).resolve().relative_to(run_dir.resolve()).as_posix())
-            log.write(f"removed consumed slice checkpoint {Path(resume).name} (policy final)")
-            kill_point("train.consumed", run_dir.name)
-        log.write(f"slice done: epochs {start_epoch}..{end_epoch} of {budget.epochs}")
+        parts = Parts(engine, data, Progress(), RandomState(), output.metrics)
+        checkpoints = parts.checkpointer(job, writes=output.writes)
+        if checkpoint:
+            checkpoints.restore(checkpoint)
+        parts.progress.job_ids.append(this_job)
+        _run_slice(job, parts, checkpoints, output, eval_blocks, progress and output.writes)
     finally:
-        metrics.close()
-        log.close()
-        context.close()  # parallel: leaves the process group it joined
-        if lease:
-            lease.release()
+        try:
+            output.close()
+        finally:
+            context.close()  # leaves the process group it joined
     return run_dir
 
 
-class _Blocks:
-    """What a slice reads: the training blocks and the fixed validation subset (read before the run starts)."""
+def _run_slice(job: Slice, parts: Parts, checkpoints: Checkpointer, output: RunOutput | SilentOutput,
+               eval_blocks: torch.Tensor, progress: bool) -> None:
+    """The slice's epochs, its checkpoints and, at the end of the budget, the run's final records."""
+    budget = job.budget
+    _log_header(output, job)
 
-    def __init__(self, recipe: Recipe, cache: Cache) -> None:
-        block_len = recipe.model.context_length + 1
-        self.train = BlockReader(cache, "train", block_len)
-        validation = BlockReader(cache, "validation", block_len)
-        subset = eval_subset_indices(validation.num_blocks, recipe.evaluation.subset_blocks, recipe.evaluation.seed)
-        self.eval = validation.read(subset)
+    def save(relative: str) -> None:
+        digest = checkpoints.save(relative, budget.tokens_after(parts.data.step))
+        output.write(f"checkpoint {relative} written, sha256 {digest}")
+
+    loop = _Loop(job, parts, output, eval_blocks, progress)
+    if job.policy == "all" and job.resume is None:  # the initial weights, kept with every later state
+        save(slice_checkpoint(0))
+    for epoch in range(job.start_epoch, job.end_epoch):
+        loop.run_epoch(epoch)
+        if job.policy in KEEPS_EPOCHS and epoch + 1 < budget.epochs:
+            save(slice_checkpoint(epoch + 1))
+    if job.end_epoch == budget.epochs:
+        save(FINAL)
+        _write_best(job, parts.progress, output)
+        _write_run_record(job, parts, output)
+    elif job.policy == "final":
+        save(slice_checkpoint(job.end_epoch))
+    if job.resume and job.policy == "final":
+        output.forget(job.resume)
+    output.write(f"slice done: epochs {job.start_epoch}..{job.end_epoch} of {budget.epochs}")
+
+
+def _eval_subset(recipe: Recipe, cache: Cache) -> torch.Tensor:
+    """The fixed validation subset every epoch is measured on (read before the run starts)."""
+    validation = BlockReader(cache, "validation", recipe.model.context_length + 1)
+    subset = eval_subset_indices(validation.num_blocks, recipe.evaluation.subset_blocks, recipe.evaluation.seed)
+    return validation.read(subset)
 
 
 class _Loop:
     """The epoch loop of one slice: steps, per-step records, subset validation, epoch records."""
 
-    def __init__(self, recipe, budget, engine, blocks, context, log, metrics, counters, progress) -> None:
-        self.recipe, self.budget, self.engine, self.device = recipe, budget, engine, context.device
-        self.context = context  # parallel
-        self.log, self.metrics, self.counters, self.progress = log, metrics, counters, progress
-        self.train_blocks, self.eval_blocks = blocks.train, blocks.eval
+    def __init__(self, job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_blocks: torch.Tensor,
+                 progress: bool) -> None:
+        self.job, self.parts, self.output, self.eval_blocks, self.progress = job, parts, output, eval_blocks, progress
+        self.recipe, self.budget, self.engine, self.device = job.recipe, job.budget, parts.engine, job.context.device
 
     def run_epoch(self, epoch: int) -> None:
-        budget, counters = self.budget, self.counters
+        budget, counters = self.budget, self.parts.progress
         started = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -193,47 +190,45 @@ class _Loop:
             losses.append(result.loss)
             bar.set_postfix(loss=f"{result.loss:.4f}")
         elapsed = time.perf_counter() - started
-        evaluation_model = self.engine.evaluation_model()  # parallel: collective; the whole model on rank 0 only
         counters.epoch = epoch + 1
-        if not self.context.is_main:  # parallel: the other ranks only join rank 0's memory gather
-            distributed.gather_memory(self.context)
-            return
-        val_loss, val_accuracy, _ = evaluate_sequences(
+        evaluation_model = self.engine.evaluation_model()  # the whole model on the main process only
+        subset = None if evaluation_model is None else evaluate_sequences(
             evaluation_model, block_batches(self.eval_blocks, self.recipe.evaluation.batch_size),
             self.device, self.recipe.runtime.amp,
         )
-        memory = distributed.gather_memory(self.context)  # parallel: every device of the job
+        memory = distributed.gather_memory(self.job.context)  # every device of the job, on the main process
+        if subset is None:
+            return  # another process of the job: nothing to measure or record
+        val_loss, val_accuracy, _ = subset
+        step = self.parts.data.step
         record = {
-            "type": "epoch", "epoch": epoch + 1, "step": counters.step, "tokens": budget.tokens_after(counters.step),
+            "type": "epoch", "epoch": epoch + 1, "step": step, "tokens": budget.tokens_after(step),
             "train_loss": sum(losses) / len(losses), "val_loss": val_loss, "val_accuracy": val_accuracy,
-            "lr": learning_rate(budget.tokens_after(counters.step), budget.total_tokens, self.recipe.optimizer),
+            "lr": learning_rate(budget.tokens_after(step), budget.total_tokens, self.recipe.optimizer),
             "tokens_per_s": budget.epoch_blocks(epoch) * budget.context_length / elapsed,
             "batches_per_s": len(steps) / elapsed, "wall_s": elapsed, "memory": memory,
             "skipped_steps": counters.skipped_steps, **self.engine.epoch_metrics(),
         }
-        self.metrics.append(record)
+        self.output.append(record)
         if counters.best is None or val_loss < counters.best["val_loss"]:
-            counters.best = {"epoch": epoch + 1, "step": counters.step, "tokens": record["tokens"],
+            counters.best = {"epoch": epoch + 1, "step": step, "tokens": record["tokens"],
                              "val_loss": val_loss, "val_accuracy": val_accuracy}
         extra = "".join(f" | {k.replace('_', ' ')} {v:.4g}" for k, v in self.engine.epoch_metrics().items())
-        self.log.write(
-            f"epoch {epoch + 1}/{budget.epochs} | step {counters.step} | {record['tokens_per_s']:,.0f} tok/s | "
+        self.output.write(
+            f"epoch {epoch + 1}/{budget.epochs} | step {step} | {record['tokens_per_s']:,.0f} tok/s | "
             f"mem {format_memory(memory)}{distributed.most_loaded(memory)} | train loss {record['train_loss']:.4f} | "
             f"val loss {val_loss:.4f} acc {100 * val_accuracy:.2f}% | lr {record['lr']:.3e}{extra}"
         )
 
-    def _step(self, step: int):
-        budget, counters = self.budget, self.counters
-        start, count = budget.step_span(step)  # an epoch's last step may be shortened
-        indices = train_block_indices(self.train_blocks.num_blocks, self.recipe.runtime.seed, start, count)
-        sequences = self.train_blocks.read(indices).to(self.device, non_blocking=True)
+    def _step(self, step: int) -> StepResult:
+        budget, counters = self.budget, self.parts.progress
+        sequences = self.parts.data.next_batch()  # an epoch's last step may be shortened
         lr = learning_rate(budget.tokens_after(step + 1), budget.total_tokens, self.recipe.optimizer)
         result = self.engine.train_step(sequences, lr)
-        counters.step = step + 1
         if result.skipped:
             counters.skipped_steps += 1
             counters.consecutive_skips += 1
-            self.log.write(f"step {step + 1}: non-finite gradient norm ({result.grad_norm}); step skipped")
+            self.output.write(f"step {step + 1}: non-finite gradient norm ({result.grad_norm}); step skipped")
             if counters.consecutive_skips >= self.recipe.training.max_consecutive_skips:
                 raise RunFailed(
                     f"{counters.consecutive_skips} consecutive steps had non-finite gradients (last at step {step + 1}); "
@@ -241,58 +236,48 @@ class _Loop:
                 )
         else:
             counters.consecutive_skips = 0
-        self.metrics.append({
+        self.output.append({
             "type": "step", "step": step + 1, "loss": result.loss, "accuracy": result.accuracy, "lr": lr,
             "grad_norm": result.grad_norm, "skipped": result.skipped,
         })
         if (step + 1) % self.recipe.training.log_every == 0:
-            self.log.write(f"step {step + 1}/{budget.total_steps} | loss {result.loss:.4f} | lr {lr:.3e}")
+            self.output.write(f"step {step + 1}/{budget.total_steps} | loss {result.loss:.4f} | lr {lr:.3e}")
         return result
 
 
-def _claim_run_dir(run_dir: Path, recipe: Recipe, provenance: Provenance, resumed: bool, end_epoch: int) -> None:
-    """Refuse a directory holding another run, a finished run, or a run that should be resumed."""
-    existing = RunPaths(run_dir).recipe
-    if existing.is_file():
-        other = load_recipe(existing)
-        if recipe_identity(other, provenance.cache_identity) != provenance.recipe_identity:
-            raise UserError(
-                f"runtime.output_dir {run_dir}: holds a different run (its {existing.name} differs); "
-                "choose another runtime.output_dir"
-            )
-    if RunPaths(run_dir).final.exists():
-        raise UserError(f"runtime.output_dir {run_dir}: the run is already complete ({FINAL} exists)")
-    # a job killed after writing a checkpoint has it deleted by Snakemake: only existing files count.
-    # Under the epoch and all policies a fresh start may rewrite checkpoints before its own end (a
-    # first slice killed midway left them; it writes them again, bit for bit), never later ones.
-    kept = [name for name in read_checkpoint_ledger(run_dir) if (run_dir / name).exists()]
-    own = recipe.training.checkpoint_policy in KEEPS_EPOCHS
-    later = [name for name in kept if not own or checkpoint_epoch(name) is None or checkpoint_epoch(name) >= end_epoch]
-    if not resumed and later:
-        raise UserError(
-            f"runtime.output_dir {run_dir}: holds slice checkpoints ({', '.join(later)}); "
-            f"resume from the latest with --resume {run_dir}/<checkpoint>"
-        )
-    if not existing.is_file():  # an audited artifact: written once, never rewritten by later slices
-        save_recipe(recipe, existing)
+def _write_best(job: Slice, counters: Progress, output: RunOutput | SilentOutput) -> None:
+    """best.json, whose `weights` name the kept checkpoint of the best epoch (null under the final
+    policy, which keeps none)."""
+    if counters.best is None:  # another process of the job: it measured no epoch
+        return
+    best = dict(counters.best)
+    if job.policy not in KEEPS_EPOCHS:
+        best["weights"] = None
+    else:
+        best["weights"] = FINAL if best["epoch"] == job.budget.epochs else slice_checkpoint(best["epoch"])
+    path = RunPaths(job.run_dir).best
+    output.write_json(path, best)
+    output.write(f"best subset epoch {best['epoch']}: val loss {best['val_loss']:.4f} ({path.name})")
 
 
-def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path, context) -> None:
+def _write_run_record(job: Slice, parts: Parts, output: RunOutput | SilentOutput) -> None:
     """run.json: who trained what, where and how, unit by unit (the dashboard's source)."""
+    recipe, context, counters, provenance = job.recipe, job.context, parts.progress, job.provenance
+    steps = parts.data.step
     env = environment()
     device = context.device
-    units = unit_table(recipe, str(device), counters.step, counters.skipped_steps)
-    devices = context.unit_devices()  # parallel: the device(s) holding each unit
+    units = unit_table(recipe, str(device), steps, counters.skipped_steps)
+    devices = context.unit_devices()  # the device(s) holding each unit
     for unit in units:
         unit["device"] = devices[unit["name"]]
     record = {
-        "run_id": run_dir.name, "purpose": recipe.runtime.purpose, "config_path": str(config_path or ""),
+        "run_id": job.run_dir.name, "purpose": recipe.runtime.purpose, "config_path": str(job.config_path or ""),
         "recipe_identity": provenance.recipe_identity, "cache_identity": provenance.cache_identity,
         "source_hash": provenance.source_hash, "mode": recipe.mode, "host": env["host"], "devices": env["devices"],
         "python": env["python"], "torch": env["torch"], "cuda": env["cuda"], "job_ids": counters.job_ids,
         "started": timestamp(counters.started), "ended": timestamp(),
         "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
-        "steps": counters.step, "skipped_steps": counters.skipped_steps, "tokens": budget.tokens_after(counters.step),
+        "steps": steps, "skipped_steps": counters.skipped_steps, "tokens": job.budget.tokens_after(steps),
         "numerics": {"dtype": "bf16" if device.type == "cuda" and recipe.runtime.amp else "fp32",
                      "compile": recipe.runtime.compile, "deterministic": recipe.runtime.deterministic},
         "placement": context.placement_record(),
@@ -300,80 +285,27 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
     }
     if recipe.model.source == "huggingface":  # which model was fine-tuned, for the dashboard's identity section
         record["model"] = {"path": recipe.model.path, **hf_identity(recipe.model)}
-    atomic_write_text(RunPaths(run_dir).record, json.dumps(record, indent=2) + "\n")
+    output.write_json(RunPaths(job.run_dir).record, record)
 
 
-def _log_header(log, recipe, budget, provenance, config_path, context, resume, start_epoch, end_epoch) -> None:
+def _log_header(output: RunOutput | SilentOutput, job: Slice) -> None:
+    recipe, budget, provenance, device = job.recipe, job.budget, job.provenance, job.context.device
     env = environment()
-    device = context.device
-    log.write(f"config {config_path or '-'} | purpose: {recipe.runtime.purpose or '-'}")
-    log.write(f"host {env['host']} | python {env['python']} | torch {env['torch']} | cuda {env['cuda'] or '-'} | devices {', '.join(env['devices'])}")
-    log.write(f"recipe identity {provenance.recipe_identity} | cache {provenance.cache_identity} | source {provenance.source_hash}")
-    log.write(
+    output.write(f"config {job.config_path or '-'} | purpose: {recipe.runtime.purpose or '-'}")
+    output.write(f"host {env['host']} | python {env['python']} | torch {env['torch']} | cuda {env['cuda'] or '-'} | devices {', '.join(env['devices'])}")
+    output.write(f"recipe identity {provenance.recipe_identity} | cache {provenance.cache_identity} | source {provenance.source_hash}")
+    output.write(
         f"mode {recipe.mode} | parameters {budget.parameters:,} | budget {budget.total_tokens:,} tokens in {budget.epochs} "
         f"epochs, {budget.total_steps:,} steps of up to {budget.tokens_per_step:,} tokens | lr {recipe.optimizer.lr} beta2 {recipe.optimizer.beta2} | seed {recipe.runtime.seed}"
     )
     dtype = "bf16 autocast" if device.type == "cuda" and recipe.runtime.amp else "fp32"
-    log.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
-    if resume is None:  # the whole recipe once; later slices resume the same recipe (same identity)
+    output.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
+    if job.resume is None:  # the whole recipe once; later slices resume the same recipe (same identity)
         for line in dump_recipe(recipe).splitlines():
-            log.write(f"  {line}")
+            output.write(f"  {line}")
     else:
-        log.write(f"recipe as in the first slice ({RECIPE}, identity {provenance.recipe_identity})")
-    for line in context.placement_lines():  # parallel: one line per stage in multi-process jobs
-        log.write(line)
-    action = f"resume from {resume} at epoch {start_epoch}" if resume else "start"
-    log.write(f"slice: {action}, train to epoch {end_epoch}")
-
-
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _restore_rng(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, log, context) -> None:
-    engine_state = engine.state_dict()  # parallel: collective in multi-process jobs, assembled on rank 0
-    if not context.is_main:  # parallel: only rank 0 writes
-        return
-    payload = {
-        "run_id": run_dir.name,
-        "recipe_identity": provenance.recipe_identity,
-        "cache_identity": provenance.cache_identity,
-        "source_hash": provenance.source_hash,
-        "epoch": counters.epoch,
-        "step": counters.step,
-        "tokens": engine.budget.tokens_after(counters.step),
-        "engine": engine_state,
-        "progress": vars(counters),
-        "rng": _rng_state(),
-        "metrics_offset": metrics.sync(),
-        "job_ids": list(counters.job_ids),
-    }
-    kill_point("train.checkpoint", run_dir.name, relative)
-    digest = save_checkpoint(run_dir, relative, payload)
-    kill_point("train.checkpoint-written", run_dir.name, relative)
-    log.write(f"checkpoint {relative} written, sha256 {digest}")
-
-
-def _finish(run_dir, recipe, engine, counters, provenance, metrics, log, context) -> None:
-    """End of the budget: the final checkpoint and best.json, whose `weights` name the kept
-    checkpoint of the best epoch (null under the final policy, which keeps none)."""
-    _write_checkpoint(run_dir, FINAL, engine, counters, provenance, metrics, log, context)
-    if not context.is_main:  # parallel
-        return
-    best = dict(counters.best)
-    if recipe.training.checkpoint_policy not in KEEPS_EPOCHS:
-        best["weights"] = None
-    else:
-        best["weights"] = FINAL if best["epoch"] == engine.budget.epochs else slice_checkpoint(best["epoch"])
-    path = RunPaths(run_dir).best
-    atomic_write_text(path, json.dumps(best, indent=2) + "\n")
-    log.write(f"best subset epoch {best['epoch']}: val loss {best['val_loss']:.4f} ({path.name})")
+        output.write(f"recipe as in the first slice ({RECIPE}, identity {provenance.recipe_identity})")
+    for line in job.context.placement_lines():  # one line per stage in multi-process jobs
+        output.write(line)
+    action = f"resume from {job.resume} at epoch {job.start_epoch}" if job.resume else "start"
+    output.write(f"slice: {action}, train to epoch {job.end_epoch}")
