@@ -38,7 +38,7 @@ RUNS = [f"synchronous-lr0.003-beta20.99-seed{seed}" for seed in (42, 43)]
 HEADER = re.compile(r"########## job (\S+) ##########")
 RESUMED = re.compile(r"resume from \S+/checkpoints/epoch-1\.pt at epoch 1\b")
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ", re.MULTILINE)  # train.log's line times
-STEP = re.compile(r" step \d+/\d+ \|")  # every 8 steps; a slice is 64
+STEP = re.compile(r" step (\d+)/\d+ \|")  # train.log's step lines: every 8 steps; a slice is 64
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +195,7 @@ def test_slurm_campaign_as_in_readme_survives_requeue_cancel_and_time_out(cluste
     repo, env = _campaign_repo(tmp_path)
     first, second = (repo / "results/slurm-tiny/runs" / name for name in RUNS)
     jobs: dict[str, str] = {}
+    cancelled_at: list[float] = []
     with _Controller(repo, env) as controller:
 
         def requeue(job: str) -> None:
@@ -211,13 +212,13 @@ def test_slurm_campaign_as_in_readme_survives_requeue_cancel_and_time_out(cluste
         def cancel(job: str) -> None:
             jobs["cancelled"] = job
             subprocess.run(["scancel", job], check=True)
-            jobs["cancelled at"] = time.monotonic()
+            cancelled_at.append(time.monotonic())
 
         _midway(controller, {(first, 1): requeue, (second, 2): time_out, (first, 3): cancel})
         assert controller.wait() != 0
     output = controller.output()
     requeued, cancelled, timed_out = jobs["requeued"], jobs["cancelled"], jobs["timed out"]
-    assert controller.first(f"SLURM-job '{cancelled}' failed") - jobs["cancelled at"] < 240, output  # noticed
+    assert controller.first(f"SLURM-job '{cancelled}' failed") - cancelled_at[0] < 240, output  # noticed
     assert f"SLURM-job '{timed_out}' failed, SLURM status is: 'TIMEOUT'" in output
     assert f"SLURM-job '{requeued}'" not in output  # the requeued job is waited for, not failed
     assert _sacct(requeued, cancelled, timed_out) == {
@@ -266,7 +267,7 @@ def test_lease_of_a_slurm_job_is_broken_only_once_the_job_ended(cluster: None, t
             take_lease(tmp_path)
     finally:
         subprocess.run(["scancel", job], check=True)
-    _wait_until(lambda: _squeue_state(job) in ("", "CANCELLED"))
+    _wait_until(lambda: _squeue_state(job) == "CANCELLED")
     lease = take_lease(tmp_path)
     assert json.loads((tmp_path / LEASE).read_text())["pid"] == os.getpid()
     lease.release()
@@ -297,10 +298,11 @@ def test_slurm_without_accounting_killed_controller_and_its_orphaned_job(
         holder = f"another trainer holds it (host {os.uname().nodename}, pid {trainer}, SLURM job {orphan},"
         resubmitted = [job for job, log in _slurm_logs(repo).items() if "rule_train_slice" in log.parts and job != orphan]
         assert len(resubmitted) == 1 and holder in refused.stdout + refused.stderr
+        assert _squeue_state(resubmitted[0], "%a") == "ebd2n"  # the account, submitted though nothing can check it
         assert _job_ids(run_dir) == [orphan]  # the refused trainer wrote nothing in the run directory
     finally:
         os.kill(trainer, signal.SIGCONT)
-    _wait_until(lambda: _squeue_state(orphan) in ("", "COMPLETED"))
+    _wait_until(lambda: _squeue_state(orphan) == "COMPLETED")
     assert "slice done" in _blocks(run_dir)[0]
 
     _snakemake(repo, env, COMMAND)  # the orphan's slice counts: the last slice resumes from its checkpoint
@@ -319,7 +321,11 @@ def _assert_complete_like_local(repo: Path, local: Path, runs: list[str]) -> Non
         records = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
         steps = [record["step"] for record in records if record["type"] == "step"]
         assert steps == list(range(1, len(steps) + 1))  # no interleaved or repeated records
-        spans = [STAMP.findall(block) for block in _blocks(run_dir)]
+        blocks = _blocks(run_dir)
+        for block in blocks:  # each block one trainer's: its logged steps rise
+            logged = [int(step) for step in STEP.findall(block)]
+            assert logged == sorted(set(logged))
+        spans = [STAMP.findall(block) for block in blocks]
         assert all(earlier[-1] <= later[0] for earlier, later in zip(spans, spans[1:]))  # blocks never overlap in time
     audit = subprocess.run(
         [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"], cwd=repo,
@@ -332,8 +338,11 @@ def _assert_complete_like_local(repo: Path, local: Path, runs: list[str]) -> Non
         assert_states_equal(_weights(repo, name), _weights(local, name))
 
 
-def _squeue_state(job: str) -> str:
-    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+def _squeue_state(job: str, field: str = "%T") -> str:
+    """A job's state (or another field) as squeue shows it, finished jobs too (for MinJobAge, 300 s)."""
+    return subprocess.run(
+        ["squeue", "-h", "--states=all", "-j", job, "-o", field], capture_output=True, text=True,
+    ).stdout.strip()
 
 
 def _wait_until(condition, timeout: float = 120.0) -> None:
