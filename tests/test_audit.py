@@ -191,6 +191,20 @@ def test_audit_catches_duplicated_steps_from_two_trainers(campaign: Path) -> Non
     assert mentions(failed(campaign), RUNS[0], "steps are not 1..N once each in order")
 
 
+def test_audit_catches_train_log_blocks_overlapping_in_time(campaign: Path) -> None:
+    """Two trainers resuming the last slice at once: the second one's block opens while the first
+    still writes, and their lines alternate from there on."""
+    path = run(campaign) / "train.log"
+    lines = path.read_text().splitlines(keepends=True)
+    last = max(i for i, line in enumerate(lines) if "########## job " in line)
+    first_job = lines[last].split()[-2]
+    second = [line.replace(first_job, "local-20260101T000000-99999") for line in lines[last:]]
+    opened = 3  # the first trainer's header and two more lines, then the second opens its block
+    mixed = [line for pair in zip(second, lines[last + opened:]) for line in pair] + second[len(lines) - last - opened:]
+    path.write_text("".join(lines[: last + opened] + mixed))
+    assert mentions(failed(campaign), RUNS[0], "train.log: the block of job local-20260101T000000-99999 overlaps another trainer's in time")
+
+
 @pytest.mark.parametrize("name", ["campaign.json", "audit-ledger.json", "audit.json"])
 def test_audit_reports_corrupt_campaign_file_as_violation(campaign: Path, name: str) -> None:
     (campaign / name).write_text("{not json")

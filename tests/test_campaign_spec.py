@@ -324,10 +324,25 @@ def test_scaling_campaign_plan_has_the_seeds_slices() -> None:
     assert result == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
 
 
-def test_shipped_campaign_files_pass_the_schema() -> None:
+def test_shipped_campaign_files_pass_the_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fine-tune campaigns read their model's config.json: Qwen1.5-MoE's from a hub cache, the demo's
+    # tiny model (built by `ebd2n hf-init`) from results/models/ under the working directory.
+    from ebd2n.model.hf import TINY_CONFIGS
+
+    snapshot = tmp_path / "hub/models--Qwen--Qwen1.5-MoE-A2.7B/snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs/main").write_text("0" * 40)
+    (snapshot / "config.json").write_text((REPO_ROOT / "config/models/qwen1.5-moe-a2.7b/config.json").read_text())
+    tiny = tmp_path / "results/models/tiny-qwen2-moe"
+    tiny.mkdir(parents=True)
+    (tiny / "config.json").write_text(json.dumps({**TINY_CONFIGS["qwen2_moe"], "vocab_size": 512}))
+    (tmp_path / "config").symlink_to(REPO_ROOT / "config")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
     paths = [REPO_ROOT / "config" / "config.yaml", *sorted(CAMPAIGNS.glob("*.yaml"))]
     result = [load_campaign(path).name for path in paths]
-    assert result == ["demo", "recipe-sweep-20m", "scaling-minipile"]
+    assert result == ["demo", "finetune-qwen-moe", "finetune-sql-demo", "recipe-sweep-20m", "scaling-minipile"]
 
 
 def test_campaign_file_yaml_error(tmp_path: Path) -> None:

@@ -61,6 +61,20 @@ def _steps(engine, recipe, rows: tuple[int, ...] = ROWS) -> list[dict]:
     return results
 
 
+def _supervised_steps(engine, recipe) -> list[dict]:
+    """Steps on supervised blocks: prompt prefixes of varying length masked (~id); in the short step two rows
+    carry no loss at all, so a data-parallel replica gets none (its rows add nothing)."""
+    generator = torch.Generator().manual_seed(1)
+    results = []
+    for count in (16, 5):
+        sequences = torch.randint(0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator)
+        for row in range(count):
+            prompt = recipe.model.context_length + 1 if count == 5 and row >= 3 else 3 + 7 * row % recipe.model.context_length
+            sequences[row, :prompt] = ~sequences[row, :prompt]
+        results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
+    return results
+
+
 def _layout_worker(rank: int, port: int, out_dir: Path) -> None:
     """One of two processes: every layout of LAYOUTS in turn, the steps of ROWS and then one step made non-finite on
     rank 1 only; rank 0 saves the results and the assembled weights."""
@@ -72,7 +86,7 @@ def _layout_worker(rank: int, port: int, out_dir: Path) -> None:
         context = distributed.init(recipe)
         torch.manual_seed(recipe.runtime.seed)
         engine = build_engine(recipe, budget_of(recipe), context.device, context)
-        results = _steps(engine, recipe)
+        results = _steps(engine, recipe) + _supervised_steps(engine, recipe)
         if rank == 1:
             next(engine.model.parameters()).register_hook(lambda grad: grad * float("nan"))
         poisoned = _steps(engine, recipe, rows=(16,))[0]
@@ -87,7 +101,7 @@ def reference() -> dict:
     recipe = _recipe()
     torch.manual_seed(recipe.runtime.seed)
     engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
-    results = _steps(engine, recipe)
+    results = _steps(engine, recipe) + _supervised_steps(engine, recipe)
     return {"results": results, "model": engine.state_dict()["model"]}
 
 

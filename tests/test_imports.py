@@ -11,12 +11,12 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ebd2n"
 
 LAYERS = (
-    {"ebd2n", "layout", "errors", "atomic", "yamlio", "jsonio", "targets", "provenance"},
+    {"ebd2n", "layout", "errors", "atomic", "yamlio", "jsonio", "targets", "provenance", "faults"},
     {"config"},
     {"data", "model"},
     {"parallel"},
     {"train"},
-    {"evaluate"},
+    {"evaluate", "export"},
     {"campaign"},
     {"report"},
     {"audit"},

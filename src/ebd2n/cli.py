@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ebd2n.errors import AuditFailed, RunFailed, UserError
+from ebd2n.faults import kill_point
 from ebd2n.layout import (
     AUDIT_JSON,
     AUDIT_RUNS,
@@ -71,8 +72,11 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     from ebd2n.data import prepare_cache
 
     recipe = load_recipe(args.recipe, args.overrides)
-    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet and sys.stderr.isatty())
+    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet and sys.stderr.isatty(),
+                          context_length=recipe.model.context_length)
     print(f"cache {cache.directory}  identity {cache.identity}")
+    for line in cache.record_counts():
+        print(line)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -95,6 +99,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if (run_dir / FINAL).is_file():  # this slice completed the run
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
     print(_train_summary(run_dir))
+    kill_point("train.job-end", run_dir.name)
 
 
 def _train_summary(run_dir: Path) -> str:
@@ -112,11 +117,30 @@ def _train_summary(run_dir: Path) -> str:
 def cmd_validate(args: argparse.Namespace) -> None:
     from ebd2n.evaluate import validate_run
 
-    results = validate_run(args.run_dir, device=args.device)
+    run_dir = Path(args.run_dir)
+    trained = all((run_dir / name).is_file() for name in (FINAL, RUN_RECORD))
+    if trained and not (run_dir / DASHBOARD).is_file():  # its training job was killed just before writing it
+        from ebd2n.report.dashboard import write_dashboard
+
+        write_dashboard(run_dir)
+    results = validate_run(run_dir, device=args.device)
     if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
         print(f"{args.run_dir}: failed run: {results['reason']}")
     else:
         print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from ebd2n.export import export_run
+
+    print(f"exported {export_run(args.run_dir, args.out_dir)} (adapters merged)")
+
+
+def cmd_hf_init(args: argparse.Namespace) -> None:
+    from ebd2n.train.hf_init import tiny_hf_model
+
+    out = tiny_hf_model(args.family, args.out_dir, args.vocab_size, seed=args.seed, tokenizer=args.tokenizer)
+    print(f"wrote a random {args.family} model to {out}")
 
 
 def cmd_campaign(args: argparse.Namespace) -> None:
@@ -234,6 +258,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--device", default=None, help="override the recipe's device")
     p.set_defaults(func=cmd_validate)
+
+    p = commands.add_parser("export", help="write a Hugging Face run's final model, adapters merged, in the HF layout")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("out_dir", type=Path)
+    p.set_defaults(func=cmd_export)
+
+    p = commands.add_parser("hf-init", help="write a tiny random-weights Hugging Face model (llama, qwen2, qwen2_moe)")
+    p.add_argument("family", choices=["llama", "qwen2", "qwen2_moe"])
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--tokenizer", type=Path,
+                   help="tokenizer.json: its vocabulary size, copied into the model (default: a BPE trained on the "
+                        "embedded text-to-SQL set)")
+    p.add_argument("--vocab-size", type=int, default=512, help="vocabulary of the trained BPE (default 512)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.set_defaults(func=cmd_hf_init)
 
     p = commands.add_parser("campaign", help="check a campaign file (say what it trains), or prepare its data cache")
     p.add_argument("action", choices=["check", "prepare"])

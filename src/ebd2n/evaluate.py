@@ -15,14 +15,14 @@ from ebd2n.atomic import atomic_write_text, sha256_file
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.data import iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
+from ebd2n.faults import kill_point
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
-from ebd2n.model import GPT
 from ebd2n.provenance import environment, source_hash, timestamp
 from ebd2n.parallel.distributed import resolve_device
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.validation import evaluate_sequences
-from ebd2n.train.weights import evaluation_state_dict
+from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
 
 def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
@@ -47,8 +47,7 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
     started = time.time()
     state = load_checkpoint(paths.final, provenance)
     target = resolve_device(device or recipe.runtime.device)
-    model = GPT(recipe.model)
-    model.load_state_dict(evaluation_state_dict(recipe, state["engine"]))
+    model = model_with_weights(recipe, evaluation_state_dict(recipe, state["engine"]))
     model.to(target)
     batches = iter_full_validation(cache, recipe.model.context_length, recipe.evaluation.batch_size)
     loss, accuracy, targets = evaluate_sequences(model, batches, target, recipe.runtime.amp)
@@ -79,7 +78,9 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
     if not math.isfinite(loss):  # a diverged model: a failed run, never a silently missing one
         results |= {"status": "failed", "reason": f"non-finite full-validation loss ({loss})",
                     "loss": None, "perplexity": None, "accuracy": None}
+    kill_point("validate.results", run_dir.name)
     atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
+    kill_point("validate.results-written", run_dir.name)
     return results
 
 

@@ -32,7 +32,8 @@ SRC = Path(workflow.basedir).parent / "src"
 sys.path.insert(0, str(SRC))
 
 from ebd2n.campaign.runs import parse_run_id, previous_end
-from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock
+from ebd2n.campaign.interrupted import settle_finished_jobs
+from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock, live_controllers
 from ebd2n.campaign.spec import base_epochs, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
@@ -57,6 +58,11 @@ except UserError as error:
 if not workflow.remote_exec and clear_stale_lock(Path.cwd()):
     print(f"ebd2n: removed the stale Snakemake lock {LOCKS} (no Snakemake runs in this directory)", file=sys.stderr)
 CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
+# Jobs that finished before a killed controller recorded them: kept as done (see
+# ebd2n.campaign.interrupted), so no rerun forces a job that cannot run again or stops short.
+if not workflow.remote_exec and not live_controllers(Path.cwd()):
+    for output in settle_finished_jobs(Path.cwd(), CACHE, CAMPAIGN.checkpoint_policy):
+        print(f"ebd2n: {output}: its job finished before the controller stopped; kept as done", file=sys.stderr)
 # `python -m ebd2n` of this checkout (prepare, freeze, collect) or, TRAINER, of the campaign's
 # frozen copy (resolve, train, validate): the trainer is passed by path, never as an input.
 PYTHON = shlex.quote(sys.executable)

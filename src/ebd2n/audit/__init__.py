@@ -26,6 +26,7 @@ from ebd2n.audit.ledger import Ledger, accepted, compare, protected, read_ledger
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import grid_runs, parse_run_id
 from ebd2n.errors import UserError
+from ebd2n.faults import kill_point
 from ebd2n.layout import CAMPAIGN_JSON, FINAL, RUNS_CSV, CampaignPaths
 from ebd2n.provenance import timestamp
 
@@ -86,6 +87,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         "checks": [check.record() for check in result],
         "ledger_sha256": (previous_audit or {}).get("ledger_sha256"),
     }
+    kill_point("audit.record", stage)
     if stage == "runs":
         atomic_write_text(paths.audit_runs, json.dumps(record, indent=2) + "\n")
         return record
@@ -96,6 +98,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     atomic_write_text(paths.audit, text)
     if passed:  # the workflow's target: present only while the last full audit passed
         atomic_write_text(paths.audit_passed, sha256_bytes(text.encode("utf-8")) + "\n")
+        kill_point("audit.sealed")
     else:
         paths.audit_passed.unlink(missing_ok=True)
     return record

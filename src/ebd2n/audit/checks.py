@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import filecmp
 import math
+import re
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from ebd2n.train.budget import budget_of
 GRID_AXES = {"optimizer.lr": "learning rate", "optimizer.beta2": "beta2", "runtime.seed": "seed", "decentralized.num_models": "mode"}
 """Recipe keys a run id fixes: a difference there contradicts the run id, not the frozen base."""
 _JOB_HEADER = "########## job "
+_COUNTED = re.compile(r"(step|epoch) (\d+)[/:]")
+"""A train.log line counting steps (`step 8/64 | ...`, `step 9: non-finite ...`) or epochs (`epoch 1/2 | ...`)."""
 
 
 @dataclass
@@ -226,13 +229,53 @@ def check_history(views: list[RunView]) -> Check:
         if steps and len(steps) != budget.total_steps:
             yield f"{METRICS}: {len(steps)} step records, the budget has {budget.total_steps}"
         if TRAIN_LOG in view.hashes:
-            headers = {line.split()[-2] for line in view.paths.train_log.read_text(encoding="utf-8", errors="replace").splitlines()
-                       if _JOB_HEADER in line}
-            missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in headers]
+            blocks = _log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
+            missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in blocks]
             if missing:
                 yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
+            for job, lines in blocks.items():
+                if (foreign := _foreign_line(lines)) is not None:
+                    yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
 
     return each_run(f"{METRICS} and {TRAIN_LOG} hold one consistent history", views, problem)
+
+
+def _log_blocks(text: str) -> dict[str, list[str]]:
+    """Job id -> the messages of its train.log block (without their time stamps), in file order."""
+    blocks: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in text.splitlines():
+        message = line.split(" ", 2)[-1]  # after `YYYY-mm-dd HH:MM:SS`
+        if message.startswith(_JOB_HEADER):
+            lines = blocks.setdefault(message.split()[-2], [])
+        else:
+            lines.append(message)
+    return blocks
+
+
+def _foreign_line(lines: list[str]) -> str | None:
+    """The first line one trainer cannot have written after the lines before it, None if none.
+
+    A trainer appends its block in one order: its `slice:` line, steps and epochs counting up,
+    checkpoints, then `slice done` (after which only its job adds the dashboard line). Two trainers
+    appending to one train.log at once mix two such sequences in the later block."""
+    sliced = done = False
+    last = {"step": 0, "epoch": 0}
+    for line in lines:
+        if done and not line.startswith("dashboard "):
+            return f"{line.split(' |')[0]!r} after slice done"
+        if line.startswith("slice: "):
+            if sliced:
+                return "a second slice line"
+            sliced = True
+        elif line.startswith("slice done: "):
+            done = True
+        elif (match := _COUNTED.match(line)) is not None:
+            kind, number = match.group(1), int(match.group(2))
+            if not sliced or number < last[kind]:  # equal: a skipped step's line, then its progress line
+                return f"{kind} {number} after {kind} {last[kind]}" if sliced else f"{kind} {number} before the slice line"
+            last[kind] = number
+    return None
 
 
 def _span(values: list) -> str:

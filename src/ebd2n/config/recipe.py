@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from ebd2n.atomic import atomic_write_text
+from ebd2n.config.hf import Architecture, locate_model_dir, model_identity, read_architecture
 from ebd2n.config.schema import ModelConfig, Recipe
 from ebd2n.config.tinyllm import from_tiny_llm, is_tiny_llm
 from ebd2n.errors import UserError
@@ -105,9 +106,29 @@ def load_recipe(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Reci
         raise UserError(f"{source}: {_describe(error)}") from None
 
 
+_ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "model": {"source": "gpt", "path": None, "name": None, "revision": None},
+    "lora": {"train_norms": False},
+    "data": {"supervised": None},
+}
+"""Fields added after recipes were first identified: left out of dumps and identities at their
+default, so every earlier recipe keeps its recipe.yaml and its identity."""
+
+
+def _recipe_data(recipe: Recipe) -> dict[str, Any]:
+    """The resolved recipe as plain data, without added fields at their default."""
+    data = recipe.model_dump(mode="json")
+    sections = {"model": data["model"], "lora": data["parallel"].get("lora"), "data": data["data"]}
+    for section, defaults in _ADDED_DEFAULTS.items():
+        for key, default in defaults.items():
+            if sections[section] is not None and sections[section].get(key, default) == default:
+                sections[section].pop(key, None)
+    return data
+
+
 def dump_recipe(recipe: Recipe) -> str:
     """The resolved recipe as YAML, in schema order."""
-    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(_recipe_data(recipe), sort_keys=False, allow_unicode=True)
 
 
 def save_recipe(recipe: Recipe, path: str | Path) -> None:
@@ -116,8 +137,15 @@ def save_recipe(recipe: Recipe, path: str | Path) -> None:
 
 
 def recipe_identity(recipe: Recipe, cache_identity: str | None) -> str:
-    """SHA-256 of the canonical resolved recipe without result-neutral fields, plus the cache identity."""
-    data = recipe.model_dump(mode="json")
+    """SHA-256 of the canonical resolved recipe without result-neutral fields, plus the cache identity.
+
+    A Hugging Face model is identified by its name, revision and config and weights hashes, not
+    by where its directory is.
+    """
+    data = _recipe_data(recipe)
+    if recipe.model.source == "huggingface":
+        data["model"].pop("path")
+        data["model"]["identity"] = hf_identity(recipe.model)
     for dotted in RESULT_NEUTRAL_FIELDS:
         section, _, field = dotted.partition(".")
         if isinstance(data.get(section), dict):
@@ -127,10 +155,28 @@ def recipe_identity(recipe: Recipe, cache_identity: str | None) -> str:
 
 
 def count_parameters(model: ModelConfig) -> int:
-    """Parameter count from the shapes: tied embedding, per block two norms, attention, SwiGLU; final norm."""
+    """Parameter count from the shapes: tied embedding, per block two norms, attention, SwiGLU; final norm
+    (huggingface: of the architecture in its config.json)."""
+    if model.source == "huggingface":
+        return hf_architecture(model).parameters()
     d, f = model.width, model.ffn_width
     per_block = 2 * d + 4 * d * d + 3 * d * f
     return model.vocab_size * d + model.layers * per_block + d
+
+
+def hf_model_dir(model: ModelConfig) -> Path:
+    """The directory of a huggingface model section (model.path, or model.name in the local hub cache)."""
+    return locate_model_dir(model.path, model.name, model.revision)
+
+
+def hf_identity(model: ModelConfig) -> dict:
+    """Name, revision, config and weights SHA-256 of a huggingface model section."""
+    return model_identity(hf_model_dir(model), model.name, model.revision)
+
+
+def hf_architecture(model: ModelConfig) -> Architecture:
+    """The architecture of a huggingface model section, from its config.json."""
+    return read_architecture(hf_model_dir(model))
 
 
 def _set_dotted(data: dict, key: str, value: Any, source: str) -> None:

@@ -20,18 +20,27 @@ class Section(BaseModel):
 
 
 class ModelConfig(Section):
-    """Llama-style decoder shape."""
+    """Llama-style decoder shape, or a Hugging Face causal LM whose config.json gives the shape."""
 
-    vocab_size: int = Field(gt=0)
+    source: Literal["gpt", "huggingface"] = "gpt"
+    """gpt: ebd2n's own decoder of the shape below; huggingface: a Llama, Qwen2 or Qwen2-MoE model
+    (model.path, or model.name + model.revision) whose config.json sets the shape fields."""
+    path: str | None = None
+    """huggingface: a local model directory in the Hugging Face layout (config.json, *.safetensors)."""
+    name: str | None = None
+    """huggingface: hub model name (Qwen/Qwen1.5-MoE-A2.7B), read from the local hub cache only."""
+    revision: str | None = None
+    """huggingface: the pinned hub revision (commit hash, or a ref the local cache resolves) of model.name."""
+    vocab_size: int | None = Field(default=None, gt=0)
     """Vocabulary size (tokenizer trained to this size for the embedded corpus)."""
-    layers: int = Field(gt=0)
+    layers: int | None = Field(default=None, gt=0)
     """Number of transformer blocks."""
-    width: int = Field(gt=0)
+    width: int | None = Field(default=None, gt=0)
     """Residual stream width (d_model)."""
-    heads: int = Field(gt=0)
+    heads: int | None = Field(default=None, gt=0)
     """Attention heads; width must divide by heads, and head_dim must be even for rotary."""
-    ffn_width: int = Field(gt=0)
-    """Hidden width of the SwiGLU MLP."""
+    ffn_width: int | None = Field(default=None, gt=0)
+    """Hidden width of the SwiGLU MLP (huggingface: intermediate_size, of the dense layers)."""
     context_length: int = Field(gt=0)
     """Tokens of context per sequence; blocks hold context_length + 1 tokens."""
     rope_theta: float = Field(default=10000.0, gt=0)
@@ -41,8 +50,33 @@ class ModelConfig(Section):
     init_std: float = Field(default=0.02, gt=0)
     """Std of the normal init; residual projections are scaled by 1/sqrt(2 * layers) (GPT-2)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _shape_from_config_json(cls, data: Any) -> Any:
+        """huggingface: the shape fields come from the model's config.json (a recipe may repeat them, not change them)."""
+        if not isinstance(data, dict) or data.get("source") != "huggingface":
+            return data
+        from ebd2n.config.hf import locate_model_dir, read_architecture
+        from ebd2n.errors import UserError
+
+        arch = read_architecture(locate_model_dir(data.get("path"), data.get("name"), data.get("revision")))
+        shape = {"vocab_size": arch.vocab_size, "layers": arch.layers, "width": arch.width, "heads": arch.heads,
+                 "ffn_width": arch.ffn_width, "rope_theta": arch.rope_theta, "norm_eps": arch.norm_eps}
+        for key, value in shape.items():
+            if data.get(key) is not None and data[key] != value:
+                raise UserError(f"model.{key}: {data[key]} differs from the model's config.json ({value}); leave it out")
+        return {**data, **shape}
+
     @model_validator(mode="after")
     def _heads_divide_width(self) -> ModelConfig:
+        if self.source == "huggingface":
+            return self
+        for key in ("vocab_size", "layers", "width", "heads", "ffn_width"):
+            if getattr(self, key) is None:
+                raise ValueError(f"model.{key}: required for model.source gpt")
+        for key in ("path", "name", "revision"):
+            if getattr(self, key) is not None:
+                raise ValueError(f"model.{key}: only for model.source huggingface")
         if self.width % self.heads:
             raise ValueError(f"model.width ({self.width}) must be divisible by model.heads ({self.heads})")
         if (self.width // self.heads) % 2:
@@ -50,11 +84,27 @@ class ModelConfig(Section):
         return self
 
 
+class SupervisedConfig(Section):
+    """Prompt/completion records (supervised fine-tuning): the prompt's tokens carry no loss."""
+
+    prompt_field: str = "prompt"
+    """Column holding the prompt (JSONL, Parquet, Hub; for text-to-SQL: the question and the schema)."""
+    completion_field: str = "completion"
+    """Column holding the completion the model learns (text-to-SQL: the query)."""
+    format: Literal["plain", "chat"] = "plain"
+    """plain: prompt, a newline, completion, EOS; chat: the tokenizer's chat template (a user turn,
+    then an assistant turn), from the tokenizer_config.json beside data.tokenizer."""
+    packing: bool = False
+    """true: records follow each other in the token stream (blocks cut across them); false: each
+    record fills one block, padded (masked) to model.context_length + 1 tokens or truncated to it."""
+
+
 class DataConfig(Section):
     """Where the token cache comes from and where it lives."""
 
-    source: Literal["synthetic", "huggingface", "local"] = "synthetic"
-    """synthetic: the embedded corpus; huggingface: a Hub data set by revision; local: files."""
+    source: Literal["synthetic", "huggingface", "local", "sql-synthetic"] = "synthetic"
+    """synthetic: the embedded corpus; huggingface: a Hub data set by revision; local: files;
+    sql-synthetic: the embedded text-to-SQL records (needs data.supervised)."""
     cache_dir: str = "results/caches/synthetic"
     """Directory of the prepared cache (shared by every run of a campaign)."""
     dataset: str | None = None
@@ -70,7 +120,8 @@ class DataConfig(Section):
     validation_fraction: float = Field(default=0.05, gt=0, lt=1)
     """Share of documents held out for validation when the source has no validation split."""
     tokenizer: str | None = None
-    """Hub tokenizer name or local tokenizer.json; None trains a BPE tokenizer on the train split."""
+    """Hub tokenizer name, local tokenizer.json, or a model directory holding one; None trains a BPE tokenizer
+    on the train split. Supervised records also read its tokenizer_config.json (chat template, EOS)."""
     tokenizer_revision: str | None = None
     """Pinned Hub revision of the tokenizer."""
     dataset_copy: str | None = None
@@ -94,6 +145,20 @@ class DataConfig(Section):
     """Documents per tokenizer batch call."""
     shard_tokens: int = Field(default=16_777_216, gt=0)
     """Tokens per shard file."""
+    supervised: SupervisedConfig | None = None
+    """Prompt/completion records instead of documents (None: language modelling on documents)."""
+
+    @model_validator(mode="after")
+    def _records_need_supervised(self) -> DataConfig:
+        if self.source == "sql-synthetic" and self.supervised is None:
+            raise ValueError(
+                "data.supervised: data.source sql-synthetic holds prompt/completion records; set data.supervised"
+            )
+        if self.source == "synthetic" and self.supervised is not None:
+            raise ValueError(
+                "data.supervised: data.source synthetic holds documents; use sql-synthetic or files of records"
+            )
+        return self
 
 
 class OptimizerConfig(Section):
@@ -203,8 +268,11 @@ class LoraConfig(Section):
     """Scale numerator: the adapter output is multiplied by alpha / rank."""
     dropout: float = Field(default=0.0, ge=0, lt=1)
     """Dropout on the adapter input."""
-    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down"]] = ["q", "k", "v", "o", "gate", "up", "down"]
-    """Which projections get adapters."""
+    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]] = ["q", "k", "v", "o", "gate", "up", "down"]
+    """Which projections get adapters (huggingface: q_proj ... down_proj of the attention, the dense MLP
+    and the shared expert; experts: each routed expert's fused gate_up and down projections, Qwen2-MoE only)."""
+    train_norms: bool = False
+    """huggingface: also train the RMSNorm gains of the trainable layers and the final norm, full rank."""
 
 
 FROZEN_PREFIX = "frozen by the prefix"
@@ -251,6 +319,13 @@ class Recipe(Section):
             raise ValueError(
                 f"parallel.freeze_prefix ({self.parallel.freeze_prefix}) exceeds model.layers ({self.model.layers})"
             )
+        if self.model.source == "huggingface" and (self.decentralized is not None or self.parallel.data_parallel > 1):
+            raise ValueError("model.source: a huggingface model trains synchronously over pipeline stages "
+                             "(no decentralized, data_parallel 1)")
+        if self.model.source == "gpt" and self.parallel.lora is not None and self.parallel.lora.train_norms:
+            raise ValueError("parallel.lora.train_norms: only for model.source huggingface (a GPT unit holds its norm)")
+        if self.model.source == "gpt" and self.parallel.lora is not None and "experts" in self.parallel.lora.targets:
+            raise ValueError("parallel.lora.targets: experts only for a huggingface mixture-of-experts model")
         if self.decentralized is not None and self.parallel.lora is not None:
             raise ValueError("parallel.lora: LoRA fine-tuning is for synchronous runs; remove decentralized or lora")
         if self.training.max_tokens is None and self.training.tokens_per_parameter is None:

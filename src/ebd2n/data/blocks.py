@@ -14,7 +14,7 @@ import torch
 
 from ebd2n.data.cache import Cache
 from ebd2n.errors import UserError
-from ebd2n.targets import IGNORE_INDEX
+from ebd2n.targets import IGNORE_INDEX, split_block
 
 
 class TokenStream:
@@ -47,6 +47,13 @@ class BlockReader:
     """Non-overlapping blocks of block_len = context_length + 1 tokens of one split's stream."""
 
     def __init__(self, cache: Cache, split: str, block_len: int) -> None:
+        padded = cache.padded_block_len
+        if padded is not None and padded != block_len:
+            raise UserError(
+                f"model.context_length {block_len - 1}: the supervised cache {cache.directory} pads each record to "
+                f"{padded} tokens (model.context_length {padded - 1}); prepare a cache for this context length "
+                "in a new data.cache_dir"
+            )
         self._stream = TokenStream(cache, split)
         self.block_len = block_len
         self.num_blocks = len(self._stream) // block_len
@@ -90,19 +97,24 @@ def iter_full_validation(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(inputs, targets) LongTensors (B, context_length) covering every validation target exactly once.
 
-    Window i holds inputs tokens[i*c : i*c+c] and targets tokens[i*c+1 : i*c+c+1]; positions past
+    Window i holds inputs tokens[i*c : i*c+c] and targets tokens[i*c+1 : i*c+c+1], decoded by
+    split_block (masked tokens of supervised caches are IGNORE_INDEX targets); positions past
     the end of the stream (only in the last window) carry the EOS id as input and IGNORE_INDEX as
-    target, so the non-ignored targets number cache.validation_targets.
+    target, so the non-ignored targets number cache.validation_targets. A padded supervised cache
+    is read block by block instead (one record each, never a window across two).
     """
+    if cache.padded_block_len is not None:
+        reader = BlockReader(cache, "validation", context_length + 1)
+        for first in range(0, reader.num_blocks, batch_size):
+            yield split_block(reader.read(np.arange(first, min(first + batch_size, reader.num_blocks))))
+        return
     stream = TokenStream(cache, "validation")
     c = context_length
-    windows = -(-cache.validation_targets // c)
+    windows = -(-(len(stream) - 1) // c)
     for first in range(0, windows, batch_size):
         rows = min(batch_size, windows - first)
         start = first * c
         real = stream.read(start, min(start + rows * c + 1, len(stream)))
-        buffer = np.full(rows * c + 1, cache.eos_id, dtype=np.int64)
+        buffer = np.full(rows * c + 1, ~cache.eos_id, dtype=np.int64)  # masked EOS past the end
         buffer[: len(real)] = real
-        targets = buffer[1:].copy()
-        targets[len(real) - 1 :] = IGNORE_INDEX
-        yield torch.from_numpy(buffer[:-1].reshape(rows, c)), torch.from_numpy(targets.reshape(rows, c))
+        yield split_block(torch.from_numpy(buffer).unfold(0, c + 1, c))

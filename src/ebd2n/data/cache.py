@@ -4,7 +4,10 @@ A cache directory holds
     manifest.json           request, provenance, seeds, per-split counts and shard hashes
     tokenizer.json          the tokenizer that produced the tokens
     <split>-00000.bin ...   raw little-endian uint16 (vocabulary <= 65,536) or uint32 token ids
-Every document is followed by EOS; a split's shards are consecutive pieces of one stream. The
+Every document is followed by EOS; a split's shards are consecutive pieces of one stream.
+Supervised caches (data.supervised) hold prompt/completion records instead, as int32 ids where a
+token that carries no loss is stored as ~id (see ebd2n.data.supervised); their manifest says how
+(its `supervised` section) and how many records were truncated. The
 cache identity is the SHA-256 of the canonical manifest, so equal inputs give equal identities
 in any directory and any process.
 
@@ -24,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
@@ -43,9 +47,11 @@ from tqdm import tqdm
 
 from ebd2n.atomic import fsync_dir, atomic_write_text, sha256_bytes, sha256_file
 from ebd2n.config.schema import DataConfig
-from ebd2n.data.sources import SPLITS, open_source
+from ebd2n.data import supervised
+from ebd2n.data.sources import SPLITS, Item, open_source
 from ebd2n.data.tokenizer import eos_id, obtain_tokenizer
 from ebd2n.errors import UserError
+from ebd2n.faults import kill_point
 
 FORMAT_VERSION = 1
 """Version of the cache layout; caches of another version are refused, never reinterpreted."""
@@ -103,8 +109,25 @@ class Cache:
 
     @property
     def validation_targets(self) -> int:
-        """Prediction targets of full validation: every validation token after the first."""
+        """Prediction targets of full validation: every validation token after the first (supervised
+        caches: those that carry loss)."""
         return self.manifest["splits"]["validation"]["targets"]
+
+    def record_counts(self) -> list[str]:
+        """One line per split of a supervised cache: its records, and how many were cut to a block."""
+        lines = []
+        for split, counts in self.manifest["splits"].items() if self.manifest.get("supervised") else ():
+            if self.padded_block_len is None:
+                lines.append(f"{split}: {counts['documents']:,} records, packed")
+            else:
+                lines.append(f"{split}: {counts['documents']:,} records, {counts['truncated']:,} truncated to "
+                             f"{self.padded_block_len} tokens, {counts['without_completion']:,} without a completion token")
+        return lines
+
+    @property
+    def padded_block_len(self) -> int | None:
+        """Tokens of every block of a padded supervised cache (one record each); None for a stream."""
+        return (self.manifest.get("supervised") or {}).get("block_len")
 
 
 def cache_identity(manifest: Mapping[str, Any]) -> str:
@@ -112,12 +135,14 @@ def cache_identity(manifest: Mapping[str, Any]) -> str:
     return sha256_bytes(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8"))
 
 
-def prepare_cache(data: DataConfig, vocab_size: int, progress: bool = True) -> Cache:
+def prepare_cache(data: DataConfig, vocab_size: int, progress: bool = True, context_length: int | None = None) -> Cache:
     """Build the cache `data` asks for at data.cache_dir, or return the one already there.
 
     vocab_size is the recipe's model.vocab_size: the size a trained tokenizer gets, and a bound
-    on a given one. Concurrent callers wait for one builder and reuse its cache.
+    on a given one; context_length (model.context_length) sizes the blocks of padded supervised
+    records. Concurrent callers wait for one builder and reuse its cache.
     """
+    block_len = _padded_block_len(data, context_length)
     directory = Path(data.cache_dir)
     if _absent(directory):
         made = [parent for parent in directory.parents if not parent.exists()]  # deepest first
@@ -125,7 +150,7 @@ def prepare_cache(data: DataConfig, vocab_size: int, progress: bool = True) -> C
         try:
             with _build_lock(directory):
                 if _absent(directory):
-                    _build(directory, data, vocab_size, progress)
+                    _build(directory, data, vocab_size, progress, block_len)
                     log.info("built cache %s", directory)
         except BaseException:
             for parent in made:  # a failed build leaves no folders behind either (only empty ones go)
@@ -133,7 +158,7 @@ def prepare_cache(data: DataConfig, vocab_size: int, progress: bool = True) -> C
                     parent.rmdir()
             raise
     cache = open_cache(directory)
-    _check_request(cache, data, vocab_size)
+    _check_request(cache, data, vocab_size, block_len)
     log.info("cache %s identity %s", directory, cache.identity)
     return cache
 
@@ -190,33 +215,52 @@ def verify_cache(cache_dir: str | os.PathLike) -> Cache:
 
 def build_cache(
     directory: Path,
-    documents: Mapping[str, Iterable[str]],
+    documents: Mapping[str, Iterable[Item]],
     tokenizer: Tokenizer,
     data: DataConfig,
     progress: bool = False,
+    records: Callable[[], supervised.RecordEncoder] | None = None,
 ) -> dict[str, Any]:
     """Write the tokenizer and every split's shards into `directory`; return their manifest parts.
 
     Everything a cache costs once the tokenizer exists (tokenization, sharding, hashing, fsync),
     apart from obtaining the tokenizer, so the throughput benchmark measures exactly this.
+    `records` makes the encoder of each split of supervised records (None: documents).
     """
     vocab = tokenizer.get_vocab_size()
-    dtype = np.dtype("<u2" if vocab <= 1 << 16 else "<u4")
+    eos = eos_id(tokenizer)
+    dtype = supervised.DTYPE if records else np.dtype("<u2" if vocab <= 1 << 16 else "<u4")
     tokenizer_file = directory / TOKENIZER
     atomic_write_text(tokenizer_file, tokenizer.to_str())
     limits = {"train": data.prepare_train_tokens, "validation": data.prepare_validation_tokens}
-    splits = {
-        split: _write_split(directory, split, documents[split], tokenizer, dtype, data, limits[split], progress)
-        for split in documents
-    }
-    splits["validation"]["targets"] = splits["validation"]["tokens"] - 1
-    eos = eos_id(tokenizer)
-    return {
+    splits, encoder = {}, None
+    for split in documents:
+        encoder = records() if records else functools.partial(_encode, tokenizer, eos=eos, dtype=dtype)
+        splits[split] = _write_split(directory, split, documents[split], encoder, dtype, data, limits[split], progress)
+        if records:
+            splits[split] |= encoder.cut_counts(splits[split]["documents"])
+    parts = {
         "tokenizer": {"file": TOKENIZER, "sha256": sha256_file(tokenizer_file), "vocab_size": vocab,
                       "eos_id": eos, "eos_token": tokenizer.id_to_token(eos)},
         "dtype": dtype.name,
         "splits": splits,
     }
+    if records:
+        parts["supervised"] = encoder.provenance()
+        splits["validation"]["targets"] = _counted_targets(directory, splits["validation"], encoder.block_len)
+    else:
+        splits["validation"]["targets"] = splits["validation"]["tokens"] - 1
+    return parts
+
+
+def _counted_targets(directory: Path, split: dict[str, Any], block_len: int | None) -> int:
+    """Targets that carry loss in full validation: after the first token of the stream, or of each
+    whole block of a padded cache."""
+    stream = np.concatenate([np.fromfile(directory / shard["file"], dtype=supervised.DTYPE) for shard in split["shards"]])
+    if block_len is None:
+        return int((stream[1:] >= 0).sum())
+    blocks = stream[: len(stream) // block_len * block_len].reshape(-1, block_len)
+    return int((blocks[:, 1:] >= 0).sum())
 
 
 def _absent(directory: Path) -> bool:
@@ -262,7 +306,10 @@ def _check_file(cache: Cache, path: Path, digest: str) -> None:
         while chunk := handle.read(_CHUNK):
             hasher.update(chunk)
             if path != cache.tokenizer_path:
-                largest = max(largest, int(np.frombuffer(chunk, dtype=cache.dtype).max()))
+                ids = np.frombuffer(chunk, dtype=cache.dtype)
+                if ids.dtype.kind == "i":  # supervised: ~id for a token without loss
+                    ids = np.where(ids < 0, ~ids, ids)
+                largest = max(largest, int(ids.max()))
     if hasher.hexdigest() != digest:
         raise UserError(
             f"{path}: does not match its recorded SHA-256 in {MANIFEST} (changed after the cache was built); "
@@ -308,13 +355,20 @@ def _check_vocab_size(cache: Cache, vocab_size: int) -> None:
         )
 
 
-def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -> None:
+def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool, block_len: int | None) -> None:
     """Read the source, obtain the tokenizer, build in a staging directory, rename into place."""
     source = open_source(data)
     tokenizer, tokenizer_provenance = obtain_tokenizer(
-        data.tokenizer, data.tokenizer_revision, lambda: source.documents("train"), vocab_size, progress,
+        data.tokenizer, data.tokenizer_revision, lambda: map(_text, source.documents("train")), vocab_size, progress,
         copy=data.tokenizer_copy,
     )
+    records = None
+    if data.supervised is not None:
+        config = supervised.tokenizer_config(data.tokenizer, data.tokenizer_revision, data.tokenizer_copy)
+        records = functools.partial(
+            supervised.RecordEncoder, tokenizer, data.supervised, config, eos_id(tokenizer), block_len
+        )
+        records()  # a missing chat template is an error before any work
     if tokenizer.get_vocab_size() > vocab_size:
         raise UserError(
             f"model.vocab_size {vocab_size} is smaller than the vocabulary of data.tokenizer {data.tokenizer} "
@@ -322,11 +376,12 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -
         )
     staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=_staging_prefix(directory)))
     try:
-        parts = build_cache(staging, {split: source.documents(split) for split in SPLITS}, tokenizer, data, progress)
+        documents = {split: source.documents(split) for split in SPLITS}
+        parts = build_cache(staging, documents, tokenizer, data, progress, records)
         parts["tokenizer"] |= tokenizer_provenance
         manifest = {
             "format": FORMAT_VERSION,
-            "request": _request(data, vocab_size),
+            "request": _request(data, vocab_size, block_len),
             "source": source.provenance,
             "seeds": {
                 "shuffle": data.shuffle_seed,
@@ -337,6 +392,7 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -
         atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         built = Cache(staging, manifest)  # every file was hashed as it was written
         _write_stamp(built, {path.name: _file_key(path) for path, _, _ in _recorded_files(built)})
+        kill_point("prepare.building")
         fsync_dir(staging)
         os.rename(staging, directory)
     except BaseException:
@@ -348,20 +404,20 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool) -
 def _write_split(
     directory: Path,
     split: str,
-    documents: Iterable[str],
-    tokenizer: Tokenizer,
+    documents: Iterable[Item],
+    encode: Callable[[list], tuple[np.ndarray, np.ndarray]],
     dtype: np.dtype,
     data: DataConfig,
     limit: int | None,
     progress: bool,
 ) -> dict[str, Any]:
-    """Tokenize documents in batches (EOS after each) into shards, stopping at `limit` tokens."""
-    eos = eos_id(tokenizer)
+    """Tokenize documents (or records) in batches into shards, stopping at `limit` tokens; `encode`
+    gives a batch's tokens and where each item ends."""
     writer = _ShardWriter(directory, split, dtype, data.shard_tokens)
     count = 0
     with tqdm(total=limit, desc=f"tokenize {split}", unit="tok", unit_scale=True, disable=not progress) as bar:
         for batch in _batches(documents, data.tokenize_batch_size):
-            tokens, ends = _encode(tokenizer, batch, eos, dtype)
+            tokens, ends = encode(batch)
             if limit is not None and writer.tokens + len(tokens) >= limit:
                 keep = limit - writer.tokens
                 writer.write(tokens[:keep])
@@ -426,26 +482,45 @@ class _ShardWriter:
         self._file, self._digest, self._count = None, hashlib.sha256(), 0
 
 
-def _batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
+def _text(item: Item) -> str:
+    """What a trained tokenizer learns from: a document, or a record in the plain format."""
+    return item if isinstance(item, str) else f"{item[0]}\n{item[1]}"
+
+
+def _batches(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
 
 
-def _request(data: DataConfig, vocab_size: int) -> dict[str, Any]:
-    """The settings that decide a cache's bytes, by recipe key (model.vocab_size only when trained)."""
+def _padded_block_len(data: DataConfig, context_length: int | None) -> int | None:
+    """Tokens per block of padded supervised records (model.context_length + 1); None otherwise."""
+    if data.supervised is None or data.supervised.packing:
+        return None
+    if context_length is None:
+        raise ValueError("padded supervised records need the model's context_length")
+    return context_length + 1
+
+
+def _request(data: DataConfig, vocab_size: int, block_len: int | None) -> dict[str, Any]:
+    """The settings that decide a cache's bytes, by recipe key (model.vocab_size only when trained,
+    data.supervised only when set, model.context_length only for padded records)."""
     settings = data.model_dump(mode="json")
     request = {f"data.{key}": value for key, value in settings.items() if key not in _CONTENT_NEUTRAL}
+    if data.supervised is None:
+        del request["data.supervised"]  # a key added later: earlier caches keep their identity
     if data.tokenizer is None:
         request["model.vocab_size"] = vocab_size
+    if block_len is not None:
+        request["model.context_length"] = block_len - 1
     return request
 
 
-def _check_request(cache: Cache, data: DataConfig, vocab_size: int) -> None:
+def _check_request(cache: Cache, data: DataConfig, vocab_size: int, block_len: int | None) -> None:
     """An existing cache serves a recipe only if it was prepared from the same settings."""
     _check_vocab_size(cache, vocab_size)
     recorded = cache.manifest["request"]
-    for key, value in _request(data, vocab_size).items():
+    for key, value in _request(data, vocab_size, block_len).items():
         if recorded.get(key) != value:
             raise UserError(
                 f"{key}: the cache at data.cache_dir {cache.directory} was prepared with {recorded.get(key)!r}, "

@@ -1,10 +1,14 @@
 """Where a cache's text comes from: one iterator of document strings per split, whatever the source.
 
 - synthetic: the embedded corpus (its own train and validation splits), shuffled fully.
+- sql-synthetic: the embedded text-to-SQL records (ebd2n.data.sql_synthetic), the same way.
 - huggingface: a Hub data set streamed through `datasets` at a pinned revision; shuffled with
   `datasets`' buffer shuffle (SHUFFLE_BUFFER documents), since a streamed split cannot be held whole.
 - local: text, JSONL or Parquet files through the same `datasets` loaders, read whole and shuffled
   fully. A text file holds one document per blank-line-separated paragraph.
+
+With data.supervised, a source yields (prompt, completion) records instead of documents: the
+columns data.supervised.prompt_field and completion_field of JSONL, Parquet or Hub rows.
 
 A source without a validation split (local files, or a Hub set with data.validation_split null)
 holds out validation_fraction of its shuffled documents: document i goes to validation when
@@ -27,7 +31,7 @@ import numpy as np
 
 from ebd2n.atomic import sha256_file
 from ebd2n.config.schema import DataConfig
-from ebd2n.data import synthetic
+from ebd2n.data import sql_synthetic, synthetic
 from ebd2n.errors import UserError
 
 SPLITS = ("train", "validation")
@@ -42,6 +46,8 @@ _LOCAL_BUILDERS = {
 """`datasets` loader for each local file suffix."""
 
 _T = TypeVar("_T")
+Item = str | tuple[str, str]
+"""A document, or a supervised (prompt, completion) record."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +58,10 @@ class Source:
     """How error messages name it: the recipe key and value."""
     provenance: dict[str, Any]
     """Kind, data set, configuration, resolved revision, text field, validation rule."""
-    _documents: Callable[[str], Iterator[str]]
+    _documents: Callable[[str], Iterator[Item]]
 
-    def documents(self, split: str) -> Iterator[str]:
-        """A fresh iterator over the split's shuffled documents; UserError once it proves empty."""
+    def documents(self, split: str) -> Iterator[Item]:
+        """A fresh iterator over the split's shuffled documents (or records); UserError once it proves empty."""
         return _non_empty(self._documents(split), self.label, split)
 
 
@@ -63,6 +69,8 @@ def open_source(data: DataConfig) -> Source:
     """Resolve `data` into a Source (pinning the Hub revision now, so the manifest records it)."""
     if data.source == "synthetic":
         return _synthetic(data)
+    if data.source == "sql-synthetic":
+        return _sql_synthetic(data)
     if data.dataset is None:
         raise UserError(f"data.dataset: required for data.source {data.source} (a Hub name or a local file pattern)")
     if data.source == "local":
@@ -151,6 +159,19 @@ def _synthetic(data: DataConfig) -> Source:
     return Source("data.source synthetic", provenance, lambda split: iter(split_documents(split)))
 
 
+def _sql_synthetic(data: DataConfig) -> Source:
+    sizes = {"train": data.synthetic_train_bytes, "validation": data.synthetic_validation_bytes}
+
+    @functools.cache
+    def split_records(split: str) -> list[tuple[str, str]]:
+        records = sql_synthetic.iter_records(sql_synthetic.split_seed(data.synthetic_seed, split), sizes[split])
+        return _shuffled([(record.prompt, record.completion) for record in records], data.shuffle_seed)
+
+    provenance = {"kind": "sql-synthetic", "dataset": None, "config": None, "revision": None, "text_field": None,
+                  "validation": {"split": "validation"}}
+    return Source("data.source sql-synthetic", provenance, lambda split: iter(split_records(split)))
+
+
 def _local(data: DataConfig) -> Source:
     if data.validation_split is not None:
         raise UserError(
@@ -171,7 +192,7 @@ def _local(data: DataConfig) -> Source:
     def all_documents() -> list[str]:
         rows = _load(builder, label, data_files=files, split="train", **options)
         try:
-            documents = list(_texts(rows, text_field, label))
+            documents = list(_items(rows, data, text_field, label))
         except UnicodeDecodeError:
             raise UserError(f"data.dataset {_first_non_utf8(files)}: not UTF-8 text; convert it to UTF-8") from None
         return _shuffled(documents, data.shuffle_seed)
@@ -201,7 +222,7 @@ def _huggingface(data: DataConfig) -> Source:
 
     def stream(split: str) -> Iterator[str]:
         rows = _load(location, label, name=data.dataset_config, revision=pinned, split=split)
-        return _texts(rows.shuffle(seed=data.shuffle_seed, buffer_size=SHUFFLE_BUFFER), data.text_field, label)
+        return _items(rows.shuffle(seed=data.shuffle_seed, buffer_size=SHUFFLE_BUFFER), data, data.text_field, label)
 
     def documents(split: str) -> Iterator[str]:
         if data.validation_split is None:
@@ -256,6 +277,30 @@ def _first_non_utf8(files: list[str]) -> str:
     return ", ".join(files)
 
 
+def _items(rows: Iterable[dict[str, Any]], data: DataConfig, text_field: str, label: str) -> Iterator[Item]:
+    """Documents, or (prompt, completion) records with data.supervised."""
+    if data.supervised is None:
+        return _texts(rows, text_field, label)
+    return _records(rows, data.supervised.prompt_field, data.supervised.completion_field, label)
+
+
+def _records(rows: Iterable[dict[str, Any]], prompt_field: str, completion_field: str, label: str) -> Iterator[tuple[str, str]]:
+    """(prompt, completion) of each row; rows with an empty completion are skipped (nothing to learn)."""
+    keys = (("prompt_field", prompt_field), ("completion_field", completion_field))
+    for row in rows:
+        for key, field in keys:
+            if field not in row:
+                raise UserError(
+                    f"data.supervised.{key} {field}: no such column in {label} (columns: {', '.join(row)})"
+                )
+            if row[field] is not None and not isinstance(row[field], str):
+                raise UserError(
+                    f"data.supervised.{key} {field}: column of {label} holds {type(row[field]).__name__}, not text"
+                )
+        if row[completion_field] and not row[completion_field].isspace():
+            yield row[prompt_field] or "", row[completion_field]
+
+
 def _texts(rows: Iterable[dict[str, Any]], text_field: str, label: str) -> Iterator[str]:
     """The text column of each row; empty and whitespace-only documents are skipped."""
     for row in rows:
@@ -268,11 +313,11 @@ def _texts(rows: Iterable[dict[str, Any]], text_field: str, label: str) -> Itera
             yield text
 
 
-def _shuffled(documents: list[str], seed: int) -> list[str]:
+def _shuffled(documents: list[_T], seed: int) -> list[_T]:
     return [documents[i] for i in np.random.default_rng(seed).permutation(len(documents))]
 
 
-def _held_out(documents: Iterator[str], fraction: float, split: str) -> Iterator[str]:
+def _held_out(documents: Iterator[_T], fraction: float, split: str) -> Iterator[_T]:
     """The documents of `split` under the deterministic hold-out rule of the module docstring."""
     want_validation = split == "validation"
     for i, document in enumerate(documents):
@@ -280,7 +325,7 @@ def _held_out(documents: Iterator[str], fraction: float, split: str) -> Iterator
             yield document
 
 
-def _non_empty(documents: Iterator[str], label: str, split: str) -> Iterator[str]:
+def _non_empty(documents: Iterator[_T], label: str, split: str) -> Iterator[_T]:
     empty = True
     for document in documents:
         empty = False

@@ -47,7 +47,8 @@ def obtain_tokenizer(
 ) -> tuple[Tokenizer, dict[str, Any]]:
     """The tokenizer a cache asks for and its provenance (name, resolved revision) for the manifest.
 
-    name None trains on `train_documents()`; an existing file is loaded; anything else is a Hub
+    name None trains on `train_documents()`; an existing file is loaded, and so is the tokenizer.json
+    of an existing directory (a model in the Hugging Face layout); anything else is a Hub
     repository whose tokenizer.json is downloaded at `revision` (resolved to a commit when None),
     or read from `copy` / the Hugging Face cache offline (see ebd2n.data.sources.hub_snapshot).
     """
@@ -55,6 +56,10 @@ def obtain_tokenizer(
         return train_bpe(train_documents(), vocab_size, progress), {"name": None, "revision": None}
     if Path(name).is_file():
         return _from_file(name), {"name": name, "revision": None}
+    if Path(name).is_dir():  # a model directory in the Hugging Face layout
+        if not (Path(name) / "tokenizer.json").is_file():
+            raise UserError(f"data.tokenizer {name}: a directory without tokenizer.json")
+        return _from_file(Path(name) / "tokenizer.json"), {"name": name, "revision": None}
     if name.endswith(".json"):
         raise UserError(f"data.tokenizer {name}: no such file; give an existing tokenizer.json or a Hub name")
     path, resolved = hub_file(name, "tokenizer.json", revision, "data.tokenizer", copy)

@@ -181,7 +181,7 @@ class PackedGPT(nn.Module):
         flat_targets = targets.reshape(K * B * T)
         per_token = ReplicaCrossEntropy.apply(logits.view(K * B * T, V), flat_targets).view(K, B * T)
         counts = (flat_targets != IGNORE_INDEX).view(K, B * T).sum(dim=1)  # (K,)
-        losses = per_token.sum(dim=1) / counts  # (K,)
+        losses = per_token.sum(dim=1) / counts.clamp(min=1)  # (K,); 0 for a replica without targets
         return logits.view(K, B, T, V), losses
 
     def replica_param_groups(self, weight_decay: float) -> list[dict]:

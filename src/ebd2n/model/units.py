@@ -1,4 +1,5 @@
-"""The model as a sequence of units: embedding, each block's attention and MLP, final norm + head.
+"""The model as a sequence of units: embedding, each block's attention and MLP, final norm + head
+(a Hugging Face model's finer units come from ebd2n.model.hf_units).
 
 Placement assigns contiguous units to devices and the run dashboard reports each unit's state;
 both need the units' sizes and costs from the shapes alone, before any model is built.
@@ -6,38 +7,21 @@ both need the units' sizes and costs from the shapes alone, before any model is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
+from ebd2n.config import hf_architecture
 from ebd2n.config.schema import ModelConfig
+from ebd2n.model.hf_units import hf_units
+from ebd2n.model.unit import Unit, UnitKind
 
-UnitKind = Literal["embedding", "attention", "mlp", "head"]
+__all__ = ["Unit", "UnitKind", "model_units", "ties_head", "unit_of_parameter"]
 
 _WRAPPER_PREFIXES = ("_orig_mod.", "module.")
 """Prefixes that torch.compile and DDP put in front of parameter names; unit_of_parameter drops them."""
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One unit of the model, described from the shapes."""
-
-    name: str
-    """'embedding', 'block0.attention', 'block0.mlp', ..., 'head'."""
-    kind: UnitKind
-    """What the unit computes."""
-    block: int | None
-    """Block index of attention and MLP units; None for the embedding and the head."""
-    parameters: int
-    """Parameters the unit owns (the tied embedding/head matrix is owned by the embedding)."""
-    flops_per_token: int
-    """Forward FLOPs per token (2 per multiply-add) of the matrix products; norms, rotary and
-    softmax are left out. Attention counts QK^T and AV over the full context length."""
-    param_prefixes: tuple[str, ...]
-    """Prefixes of the unit's names in GPT's state_dict."""
-
-
 def model_units(cfg: ModelConfig) -> list[Unit]:
-    """The units of a GPT of this shape, in forward order; their parameters sum to count_parameters(cfg)."""
+    """The units of the model, in forward order; their parameters sum to count_parameters(cfg)."""
+    if cfg.source == "huggingface":
+        return hf_units(hf_architecture(cfg), cfg.context_length)
     d, f, v, t = cfg.width, cfg.ffn_width, cfg.vocab_size, cfg.context_length
     units = [Unit("embedding", "embedding", None, v * d, 0, ("embed.",))]
     for i in range(cfg.layers):
@@ -49,6 +33,7 @@ def model_units(cfg: ModelConfig) -> list[Unit]:
                 parameters=d + 4 * d * d,  # attn_norm gain; q, k, v, o
                 flops_per_token=2 * 4 * d * d + 2 * 2 * t * d,  # projections; QK^T and AV over t positions
                 param_prefixes=(f"blocks.{i}.attn_norm.", f"blocks.{i}.attn."),
+                projections=tuple((p, d, d) for p in ("q", "k", "v", "o")),
             )
         )
         units.append(
@@ -59,12 +44,18 @@ def model_units(cfg: ModelConfig) -> list[Unit]:
                 parameters=d + 3 * d * f,  # mlp_norm gain; gate, up, down
                 flops_per_token=2 * 3 * d * f,
                 param_prefixes=(f"blocks.{i}.mlp_norm.", f"blocks.{i}.mlp."),
+                projections=(("gate", d, f), ("up", d, f), ("down", f, d)),
             )
         )
     # The head owns only the final norm: its projection is the embedding matrix (tied), but it
     # does compute the logits.
     units.append(Unit("head", "head", None, d, 2 * v * d, ("norm.",)))
     return units
+
+
+def ties_head(cfg: ModelConfig) -> bool:
+    """Whether the output head is the embedding matrix (GPT always; a Hugging Face model per its config)."""
+    return cfg.source != "huggingface" or hf_architecture(cfg).tied
 
 
 def unit_of_parameter(name: str) -> str:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ebd2n.config import Recipe
 from ebd2n.errors import UserError
-from ebd2n.model.units import model_units
+from ebd2n.model.units import model_units, ties_head
 from ebd2n.parallel.placement import Placement, plan_placement
 
 
@@ -150,7 +150,7 @@ def init(recipe: Recipe) -> Context:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     groups = _groups(stages, replicas)
     memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
-    placement = plan_placement(model_units(recipe.model), stages, memory)
+    placement = plan_placement(model_units(recipe.model), stages, memory, tied_head=ties_head(recipe.model))
     label = str(device) if device.type == "cuda" else f"cpu:{rank}"
     labels: list[tuple[str, str]] = [("", "")] * world
     dist.all_gather_object(labels, (socket.gethostname(), label), group=groups.objects)

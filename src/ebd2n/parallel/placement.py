@@ -51,18 +51,22 @@ class Placement:
 
 
 def plan_placement(
-    units: list[Unit], stages: int, memory_per_device: int | None = None, bytes_per_parameter: int = 16
+    units: list[Unit], stages: int, memory_per_device: int | None = None, bytes_per_parameter: int = 16,
+    tied_head: bool = True,
 ) -> Placement:
     """Split `units` into `stages` contiguous non-empty stages minimising the largest stage FLOPs.
 
     Memory per stage is parameters x bytes_per_parameter (16: FP32 weight, gradient and two AdamW
-    moments; activations are not counted). With more than one stage the head's stage also holds a
-    copy of the tied embedding matrix.
+    moments; activations are not counted). With more than one stage and a tied head the head's
+    stage also holds a copy of the embedding matrix. Stages split only between unit segments.
     """
     n = len(units)
-    if not 1 <= stages <= n:
-        raise UserError(f"parallel.pipeline_stages ({stages}) must be between 1 and the model's {n} units")
-    tied = sum(u.parameters for u in units if u.kind == "embedding") if stages > 1 else 0
+    splits = [j for j in range(1, n) if units[j].segment is None or units[j].segment != units[j - 1].segment]
+    if not 1 <= stages <= len(splits) + 1:
+        groups = f"{n} units" if len(splits) + 1 == n else f"{len(splits) + 1} unit segments ({n} units)"
+        raise UserError(f"parallel.pipeline_stages ({stages}) must be between 1 and the model's {groups}")
+    tied = sum(u.parameters for u in units if u.kind == "embedding") if stages > 1 and tied_head else 0
+    allowed = set(splits)
     cost_prefix, param_prefix = [0], [0]
     for unit in units:
         cost_prefix.append(cost_prefix[-1] + unit.flops_per_token)
@@ -72,6 +76,8 @@ def plan_placement(
         """FLOPs of units[i:j] as one stage, or infinity when its parameters do not fit."""
         params = param_prefix[j] - param_prefix[i] + (tied if j == n else 0)
         if memory_per_device is not None and params * bytes_per_parameter > memory_per_device:
+            return _INFEASIBLE
+        if j < n and j not in allowed:
             return _INFEASIBLE
         return cost_prefix[j] - cost_prefix[i]
 

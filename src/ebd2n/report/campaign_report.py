@@ -25,6 +25,7 @@ import polars as pl
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text
 from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
 from ebd2n.config import Recipe, dump_recipe
+from ebd2n.faults import kill_point
 from ebd2n.layout import (
     CURVES_CSV,
     HISTORY,
@@ -39,6 +40,7 @@ from ebd2n.layout import (
     selected_recipe,
 )
 from ebd2n.report import figures
+from ebd2n.train.lease import pid_alive
 from ebd2n.campaign.results import CampaignResults, read_results
 from ebd2n.report.cost import campaign_cost
 from ebd2n.report.page import render_page
@@ -65,10 +67,24 @@ def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
     if out is not None:
         return _write_report(campaign, Path(out))
     published = campaign.directory / REPORT
-    with tempfile.TemporaryDirectory(prefix=".report-", dir=campaign.directory) as staging:
+    _remove_killed_stagings(campaign.directory)
+    with tempfile.TemporaryDirectory(prefix=f"{_STAGING}{os.getpid()}-", dir=campaign.directory) as staging:
         _write_report(campaign, Path(staging))
+        kill_point("report.staged")
         _publish(Path(staging), published)
     return published / REPORT_INDEX
+
+
+_STAGING = ".report-"
+"""Where a report is built before it is published: `.report-<pid>-<random>` in the campaign directory."""
+
+
+def _remove_killed_stagings(directory: Path) -> None:
+    """Staging folders of report builds whose process is gone (killed before it cleaned up)."""
+    for path in directory.glob(f"{_STAGING}*"):
+        pid = path.name.removeprefix(_STAGING).split("-")[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _write_report(campaign: CampaignResults, out: Path) -> Path:

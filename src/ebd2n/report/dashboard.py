@@ -26,7 +26,7 @@ from markupsafe import Markup
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.status import format_duration
-from ebd2n.config import Recipe, count_parameters, load_recipe
+from ebd2n.config import Recipe, count_parameters, hf_architecture, load_recipe
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_jsonl
@@ -125,6 +125,7 @@ def _identity(run: dict[str, Any]) -> list[tuple[str, str]]:
         ("Recipe identity", run["recipe_identity"]),
         ("Cache identity", run["cache_identity"]),
         ("Trainer source hash", run["source_hash"]),
+        *_model_identity(run.get("model")),
         ("Host", run["host"]),
         ("Devices", _devices(run)),
         ("Python", run["python"]),
@@ -133,6 +134,37 @@ def _identity(run: dict[str, Any]) -> list[tuple[str, str]]:
         ("Started", _time(run["started"])),
         ("Ended", f"{_time(run['ended'])} ({_duration(run['started'], run['ended'])})"),
     ]
+
+
+def _model_identity(model: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The fine-tuned Hugging Face model: name and revision (or its directory), config and weights hashes."""
+    if model is None:
+        return []
+    return [
+        ("Hugging Face model", model["name"] or model["path"]),
+        ("Model revision", model["revision"] or DASH),
+        ("Model config SHA-256", model["config_sha256"]),
+        ("Model weights SHA-256", model["weights_sha256"]),
+    ]
+
+
+def _architecture(model) -> list[tuple[str, str]]:
+    """A Hugging Face model's family, attention heads and experts, from its config.json."""
+    if model.source != "huggingface":
+        return []
+    arch = hf_architecture(model)
+    rows = [("Family", arch.family), ("Key/value heads", str(arch.kv_heads))]
+    if arch.experts:
+        rows.append(("Experts", f"{arch.experts}, {arch.experts_per_token} per token, MLP width {arch.expert_ffn_width:,}; "
+                                f"shared expert {arch.shared_ffn_width:,}; {len(arch.sparse_layers)} sparse layers"))
+    return rows
+
+
+def _pretrained(model) -> str | None:
+    """A Hugging Face model's name@revision (or directory): where a fine-tune's weights start."""
+    if model.source != "huggingface":
+        return None
+    return f"{model.name}@{model.revision}" if model.name else model.path
 
 
 def job_label(job_ids: list[str]) -> str:
@@ -183,6 +215,7 @@ def _settings(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list[tuple
             ("Blocks", str(model.layers)), ("Width", str(model.width)), ("Heads", str(model.heads)),
             ("MLP width", str(model.ffn_width)), ("Context length", str(model.context_length)),
             ("Vocabulary", f"{model.vocab_size:,}"), ("Parameters (one model)", f"{count_parameters(model):,}"),
+            *_architecture(model),
         ]),
         ("Optimisation", [
             ("Optimizer", f"AdamW, beta1 {optimizer.beta1:g}, beta2 {optimizer.beta2:g}, eps {optimizer.eps:g}"),
@@ -190,7 +223,8 @@ def _settings(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list[tuple
             ("Schedule", f"{optimizer.warmup_fraction:g} warm-up, cosine to {optimizer.min_lr_ratio:g} of peak"),
             ("Weight decay", f"{optimizer.weight_decay:g}"), ("Gradient clip", f"{optimizer.grad_clip:g}"),
             ("Tokens per step", f"{training.batch_tokens:,}"), ("Token budget", _budget(recipe)),
-            ("Seed", str(recipe.runtime.seed)), ("Initial weights", training.init_from or "random initialisation"),
+            ("Seed", str(recipe.runtime.seed)),
+            ("Initial weights", training.init_from or _pretrained(model) or "random initialisation"),
         ]),
         ("Numerics", [
             ("Compute dtype", numerics["dtype"]), ("torch.compile", _yes(numerics["compile"])),
@@ -224,7 +258,8 @@ def _lora(recipe: Recipe) -> str:
     lora = recipe.parallel.lora
     if lora is None:
         return "none (full-rank training)"
-    return f"rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g}, on {', '.join(lora.targets)}"
+    norms = "; norms full rank" if lora.train_norms else ""
+    return f"rank {lora.rank}, alpha {lora.alpha:g}, dropout {lora.dropout:g}, on {', '.join(lora.targets)}{norms}"
 
 
 def _decentralized(recipe: Recipe) -> list[tuple[str, str]]:

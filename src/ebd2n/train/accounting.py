@@ -10,15 +10,6 @@ from ebd2n.config import Recipe
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.model.units import Unit, model_units
 
-_PROJECTIONS = {"attention": ("q", "k", "v", "o"), "mlp": ("gate", "up", "down")}
-
-
-def _projection_shapes(recipe: Recipe) -> dict[str, tuple[int, int]]:
-    """(in, out) features of every projection of a block."""
-    d, f = recipe.model.width, recipe.model.ffn_width
-    return {"q": (d, d), "k": (d, d), "v": (d, d), "o": (d, d), "gate": (d, f), "up": (d, f), "down": (f, d)}
-
-
 def unit_state(unit: Unit, recipe: Recipe) -> tuple[str, int]:
     """(state, trainable parameters of one local model) of a unit under the recipe."""
     parallel = recipe.parallel
@@ -26,11 +17,12 @@ def unit_state(unit: Unit, recipe: Recipe) -> tuple[str, int]:
         return FROZEN_PREFIX, 0
     if parallel.lora is None:
         return FULL_RANK, unit.parameters
-    targets = [p for p in _PROJECTIONS.get(unit.kind, ()) if p in parallel.lora.targets]
+    if parallel.lora.train_norms and unit.kind == "norm":
+        return FULL_RANK, unit.parameters
+    targets = [(fan_in, fan_out) for p, fan_in, fan_out in unit.projections if p in parallel.lora.targets]
     if not targets:
         return FROZEN_BASE, 0
-    shapes = _projection_shapes(recipe)
-    return LORA, sum(parallel.lora.rank * (shapes[p][0] + shapes[p][1]) for p in targets)
+    return LORA, sum(parallel.lora.rank * (fan_in + fan_out) for fan_in, fan_out in targets)
 
 
 def unit_table(recipe: Recipe, device: str, steps: int, skipped: int) -> list[dict]:

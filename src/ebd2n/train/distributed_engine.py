@@ -17,15 +17,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ebd2n.config import Recipe
+from ebd2n.config import Recipe, hf_model_dir
 from ebd2n.errors import UserError
 from ebd2n.model import GPT
+from ebd2n.model.units import model_units, ties_head
 from ebd2n.parallel.distributed import Context, to_cpu
 from ebd2n.parallel.pipeline import StageModule, TokenLoss, bubble_fraction, pipeline_rounds, pipeline_schedule
-from ebd2n.targets import IGNORE_INDEX
+from ebd2n.targets import IGNORE_INDEX, split_block, target_counts
 from ebd2n.train.budget import Budget
 from ebd2n.train.step import Engine, StepResult
-from ebd2n.train.weights import fine_tuning_model, initial_model
+from ebd2n.train.weights import fine_tuning_model, hf_with_state, initial_model
 
 
 class DistributedEngine(Engine):
@@ -41,8 +42,7 @@ class DistributedEngine(Engine):
                 "(training.batch_tokens / model.context_length)"
             )
         self.replica_sequences = budget.sequences_per_step // replicas
-        gpt = fine_tuning_model(recipe, initial_model(recipe))  # every rank draws the same whole model
-        local = gpt if stages == 1 else StageModule(gpt, context.placement.stages[context.stage], self.autocast)
+        local = self._local_model(recipe, context)
         self.model = local.to(self.device)
         if recipe.runtime.compile:
             self.model.compile()  # in place: parameter names stay the GPT's
@@ -65,9 +65,29 @@ class DistributedEngine(Engine):
                 recipe.model.vocab_size, self.use_amp, self.loss, recipe.parallel.schedule, depth,
             )
 
+    def _local_model(self, recipe: Recipe, context: Context) -> nn.Module:
+        """This rank's model: the whole model (S = 1) or its stage's units.
+
+        Every GPT rank draws the same whole model. A Hugging Face stage reads only its own units'
+        weights from the safetensors files (the rest stays on the meta device).
+        """
+        if context.stages == 1:
+            return fine_tuning_model(recipe, initial_model(recipe))
+        names = context.placement.stages[context.stage]
+        if recipe.model.source != "huggingface":
+            return StageModule(fine_tuning_model(recipe, initial_model(recipe)), names, self.autocast)
+        from ebd2n.model.hf import HFStageModule, load_model
+
+        if ties_head(recipe.model):
+            raise UserError("parallel.pipeline_stages: a Hugging Face model with tied embeddings trains in one stage")
+        units = [unit for unit in model_units(recipe.model) if unit.name in set(names)]
+        prefixes = tuple(prefix for unit in units for prefix in unit.param_prefixes)
+        whole = fine_tuning_model(recipe, load_model(hf_model_dir(recipe.model), keep=lambda n: n.startswith(prefixes)))
+        return HFStageModule(whole, units, self.autocast)
+
     def _tied_weight(self) -> nn.Parameter | None:
         """This stage's copy of the tied embedding matrix when the other copy is on another stage."""
-        if self.context.stages == 1:
+        if self.context.stages == 1 or self.recipe.model.source == "huggingface":
             return None
         if self.context.stage == 0:
             return self.model.embed.weight
@@ -80,7 +100,7 @@ class DistributedEngine(Engine):
         self._set_lr(lr)
         # Equal contiguous shares; a shortened step (an epoch's last) may leave them one row apart.
         share = torch.tensor_split(sequences, self.context.replicas)[self.context.replica]
-        step_tokens = sequences.shape[0] * (sequences.shape[1] - 1)
+        step_tokens = max(sum(target_counts(split_block(sequences)[1])), 1)  # the step's counted targets
         if self.context.stages > 1:
             loss_sum, correct = self._pipeline(share, -(-sequences.shape[0] // self.context.replicas), step_tokens)
         else:
@@ -109,25 +129,28 @@ class DistributedEngine(Engine):
     def _data_parallel(self, share: torch.Tensor, sequences: torch.Tensor, step_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """S = 1: DDP over the whole GPT, accumulating micro-batches; gradients all-reduce on the last.
 
-        Each chunk's mean loss is weighted by its share of the step's tokens times the replicas
-        (DDP averages them), so uneven shares still give the gradient of the step's mean loss. A
-        replica left without rows (a shortened step with fewer rows than replicas) joins the
-        all-reduce with one row weighted zero.
+        Each chunk's mean loss is weighted by its share of the step's counted targets times the
+        replicas (DDP averages them), so uneven shares still give the gradient of the step's mean
+        loss. A replica left without rows (a shortened step with fewer rows than replicas), or a
+        chunk without counted targets, joins the all-reduce weighted zero.
         """
         empty = share.shape[0] == 0
         chunks = sequences[:1].split(1) if empty else share.split(self.budget.micro_batch_size)
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         for index, chunk in enumerate(chunks):
-            inputs, targets = chunk[:, :-1], chunk[:, 1:]
+            inputs, targets = split_block(chunk)
+            counted = 0 if empty else sum(target_counts(targets))
             sync = contextlib.nullcontext() if index == len(chunks) - 1 else self.ddp.no_sync()
             with sync:
                 with self.autocast():
                     logits, loss = self.ddp(inputs, targets)
-                weight = 0.0 if empty else targets.numel() * self.context.replicas / step_tokens
-                (loss * weight).backward()
-            if not empty:
-                loss_sum += loss.detach() * targets.numel()
+                if counted:
+                    (loss * (counted * self.context.replicas / step_tokens)).backward()
+                else:  # joins the all-reduce adding nothing (a mean over no targets is NaN)
+                    (loss.nan_to_num() * 0.0).backward()
+            if counted:
+                loss_sum += loss.detach() * counted
                 correct += (logits.detach().argmax(-1) == targets).sum()
         return loss_sum, correct
 
@@ -144,7 +167,7 @@ class DistributedEngine(Engine):
             padding = torch.zeros(missing, share.shape[1], dtype=share.dtype, device=share.device)
             share = torch.cat([share, padding])
         for index, chunk in enumerate(share.split(self.round_size)):
-            inputs, targets = chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()  # static metadata: dense strides
+            inputs, targets = (part.contiguous() for part in split_block(chunk))  # static metadata: dense strides
             kept = real - index * self.round_size
             if kept < self.round_size:
                 targets[max(kept, 0) :] = IGNORE_INDEX
@@ -189,6 +212,8 @@ class DistributedEngine(Engine):
         state = self._gathered_model()
         if state is None:
             return None
+        if self.recipe.model.source == "huggingface":
+            return hf_with_state(self.recipe, state).to(self.device)
         with torch.device("meta"):
             model = fine_tuning_model(self.recipe, GPT(self.recipe.model))
         model.to_empty(device=self.device)

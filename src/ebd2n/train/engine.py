@@ -17,6 +17,7 @@ from ebd2n.config import Recipe
 from ebd2n.model import GPT, PackedGPT
 from ebd2n.model.gossip import clip_per_replica_, mix_
 from ebd2n.parallel.distributed import Context
+from ebd2n.targets import split_block, target_counts
 from ebd2n.train.budget import Budget
 from ebd2n.train.step import Engine, StepResult
 from ebd2n.train.weights import fine_tuning_model, initial_model
@@ -64,31 +65,37 @@ class SynchronousEngine(Engine):
         self.optimizer = self._make_optimizer(self.model.param_groups(recipe.optimizer.weight_decay))
 
     def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
-        """Forward/backward over micro-batches of (S, T+1) sequences, clip, then step or skip."""
+        """Forward/backward over micro-batches of (S, T+1) sequences, clip, then step or skip.
+
+        Each micro-batch's mean loss is weighted by its share of the step's counted targets, so the
+        step's gradient is that of its mean loss per counted target (for language-model caches,
+        every target: the share of rows); a micro-batch without one adds nothing and is not run.
+        """
         self._set_lr(lr)
-        rows = sequences.shape[0]  # fewer than a full batch at the end of some epochs
+        inputs, targets = split_block(sequences)
+        counts = target_counts(targets)
+        total = max(sum(counts), 1)
+        size = self.budget.micro_batch_size
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
-        for chunk in sequences.split(self.budget.micro_batch_size):
-            inputs, targets = chunk[:, :-1], chunk[:, 1:]
+        for start in range(0, len(counts), size):
+            counted = sum(counts[start : start + size])
+            if not counted:
+                continue
+            chunk_targets = targets[start : start + size]
             with self.autocast():
-                logits, loss = self.forward(inputs, targets)
-            share = chunk.shape[0] / rows  # the step's gradient is that of its mean token loss
+                logits, loss = self.forward(inputs[start : start + size], chunk_targets)
+            share = counted / total
             (loss * share).backward()
             loss_sum += loss.detach() * share
-            correct += (logits.detach().argmax(-1) == targets).sum()
+            correct += (logits.detach().argmax(-1) == chunk_targets).sum()
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.recipe.optimizer.grad_clip))
         skipped = not math.isfinite(grad_norm)
         if not skipped:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepResult(
-            loss=float(loss_sum),
-            accuracy=float(correct) / (sequences.shape[0] * (sequences.shape[1] - 1)),
-            grad_norm=grad_norm,
-            skipped=skipped,
-        )
+        return StepResult(loss=float(loss_sum), accuracy=float(correct) / total, grad_norm=grad_norm, skipped=skipped)
 
     def evaluation_model(self) -> GPT:
         return self.model
@@ -112,20 +119,27 @@ class PackedEngine(Engine):
         self._eval_model = GPT(recipe.model).to(device)
 
     def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
-        """Replica i takes every K-th sequence; the driving loss is the sum of replica mean losses."""
+        """Replica i takes every K-th sequence; the driving loss is the sum of replica mean losses,
+        each micro-batch weighted by its share of the replica's counted targets in the step."""
         self._set_lr(lr)
         shares = torch.stack([sequences[i :: self.k] for i in range(self.k)])  # (K, S/K, T+1); K divides S
-        rows = shares.shape[1]  # fewer than a full share at the end of some epochs
+        inputs, targets = split_block(shares)
+        counts = target_counts(targets)  # per replica, per row
+        totals = [max(sum(rows), 1) for rows in counts]
+        size = self.budget.micro_batch_size
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
-        for chunk in shares.split(self.budget.micro_batch_size, dim=1):
-            inputs, targets = chunk[..., :-1], chunk[..., 1:]
+        for start in range(0, len(counts[0]), size):
+            weights = [sum(rows[start : start + size]) / total for rows, total in zip(counts, totals, strict=True)]
+            if not any(weights):
+                continue
+            chunk_targets = targets[:, start : start + size]
             with self.autocast():
-                logits, losses = self.forward(inputs, targets)
-            share = chunk.shape[1] / rows
-            (losses.sum() * share).backward()
-            loss_sum += losses.detach().mean() * share
-            correct += (logits.detach().argmax(-1) == targets).sum()
+                logits, losses = self.forward(inputs[:, start : start + size], chunk_targets)
+            weight = torch.tensor(weights, device=self.device)
+            (losses * weight).sum().backward()
+            loss_sum += (losses.detach() * weight).mean()
+            correct += (logits.detach().argmax(-1) == chunk_targets).sum()
         params = [p for p in self.model.parameters() if p.requires_grad]
         norms = clip_per_replica_([p.grad for p in params], self.recipe.optimizer.grad_clip)
         skipped = not bool(torch.isfinite(norms).all())
@@ -134,7 +148,7 @@ class PackedEngine(Engine):
         self.optimizer.zero_grad(set_to_none=True)
         return StepResult(
             loss=float(loss_sum),
-            accuracy=float(correct) / (sequences.shape[0] * (sequences.shape[1] - 1)),
+            accuracy=float(correct) / sum(totals),
             grad_norm=float(norms.mean()),
             skipped=skipped,
         )

@@ -91,6 +91,21 @@ def take_lease(run_dir: Path) -> Lease:
     )
 
 
+def clear_stale_lease(run_dir: Path) -> bool:
+    """Remove run_dir's lease if its holder is provably gone (a trainer killed after its last
+    act, whose job no trainer will run again); True if removed."""
+    path = run_dir / LEASE
+    with _serialized(run_dir):
+        try:
+            holder = _read(path)
+        except FileNotFoundError:
+            return False
+        if holder is None or not _gone(holder, path, Holder.this_process()):
+            return False
+        path.unlink(missing_ok=True)
+    return True
+
+
 def _create(path: Path, me: Holder) -> Lease | None:
     temporary = path.with_name(f".{LEASE}.{me.host}.{me.pid}")
     temporary.write_text(json.dumps(asdict(me)) + "\n")
@@ -116,7 +131,7 @@ def _read(path: Path) -> Holder | None:
 
 def _gone(holder: Holder, path: Path, me: Holder) -> bool:
     if holder.host == me.host:
-        return holder.boot != me.boot or not (_locked(path) or _alive(holder.pid))
+        return holder.boot != me.boot or not (_locked(path) or pid_alive(holder.pid))
     if holder.job and holder.job == me.job:
         return holder.restarts < me.restarts  # this job, requeued: SLURM ended the earlier run first
     return bool(holder.job) and _slurm_job_ended(holder.job)
@@ -133,7 +148,8 @@ def _locked(path: Path) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """A process with this pid exists on this host (possibly another user's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

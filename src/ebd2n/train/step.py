@@ -50,7 +50,7 @@ class Engine:
         opt = self.recipe.optimizer
         fused = self.device.type == "cuda"
         return torch.optim.AdamW(
-            [g for g in groups if g["params"]], lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+            [g for g in groups if g["params"]] or groups[:1], lr=opt.lr,  # a pipeline stage may train nothing betas=(opt.beta1, opt.beta2), eps=opt.eps,
             fused=fused, foreach=None if fused else True,
         )
 

@@ -18,9 +18,10 @@ import torch
 from tqdm import tqdm
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.config import Recipe, dump_recipe, load_recipe, recipe_identity, save_recipe
+from ebd2n.config import Recipe, dump_recipe, hf_identity, load_recipe, recipe_identity, save_recipe
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache, train_block_indices
 from ebd2n.errors import RunFailed, UserError
+from ebd2n.faults import kill_point
 from ebd2n.layout import FINAL, RECIPE, RunPaths, checkpoint_epoch, slice_checkpoint
 from ebd2n.parallel import distributed
 from ebd2n.provenance import environment, job_id, source_hash, timestamp
@@ -148,6 +149,7 @@ def train(
         if resume and policy == "final" and context.is_main:  # parallel: rank 0 deletes
             forget_checkpoint(run_dir, Path(resume).resolve().relative_to(run_dir.resolve()).as_posix())
             log.write(f"removed consumed slice checkpoint {Path(resume).name} (policy final)")
+            kill_point("train.consumed", run_dir.name)
         log.write(f"slice done: epochs {start_epoch}..{end_epoch} of {budget.epochs}")
     finally:
         metrics.close()
@@ -296,6 +298,8 @@ def _write_run_record(run_dir, recipe, budget, counters, provenance, config_path
         "placement": context.placement_record(),
         "units": units,
     }
+    if recipe.model.source == "huggingface":  # which model was fine-tuned, for the dashboard's identity section
+        record["model"] = {"path": recipe.model.path, **hf_identity(recipe.model)}
     atomic_write_text(RunPaths(run_dir).record, json.dumps(record, indent=2) + "\n")
 
 
@@ -353,7 +357,9 @@ def _write_checkpoint(run_dir, relative, engine, counters, provenance, metrics, 
         "metrics_offset": metrics.sync(),
         "job_ids": list(counters.job_ids),
     }
+    kill_point("train.checkpoint", run_dir.name, relative)
     digest = save_checkpoint(run_dir, relative, payload)
+    kill_point("train.checkpoint-written", run_dir.name, relative)
     log.write(f"checkpoint {relative} written, sha256 {digest}")
 
 

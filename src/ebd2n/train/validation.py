@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ebd2n.errors import UserError
-from ebd2n.targets import IGNORE_INDEX
+from ebd2n.targets import IGNORE_INDEX, split_block
 
 
 @torch.inference_mode()
@@ -20,7 +20,8 @@ def evaluate_sequences(
 ) -> tuple[float, float, int]:
     """Mean loss (nats), token accuracy and target count over (inputs, targets) batches.
 
-    Targets of IGNORE_INDEX are padding and are not counted.
+    Targets of IGNORE_INDEX (padding, and the prompt tokens of supervised caches) are not counted:
+    on supervised data these are the completion tokens' loss and accuracy.
     """
     was_training = model.training
     model.eval()
@@ -46,7 +47,6 @@ def evaluate_sequences(
 
 
 def block_batches(blocks: torch.Tensor, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(inputs, targets) batches of (N, T+1) blocks."""
+    """(inputs, targets) batches of (N, T+1) blocks (masked tokens of supervised caches: IGNORE_INDEX targets)."""
     for start in range(0, blocks.shape[0], batch_size):
-        chunk = blocks[start : start + batch_size]
-        yield chunk[:, :-1], chunk[:, 1:]
+        yield split_block(blocks[start : start + batch_size])

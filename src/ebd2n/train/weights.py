@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from ebd2n.config import Recipe, load_recipe
+from ebd2n.config import Recipe, hf_model_dir, load_recipe
 from ebd2n.errors import UserError
 from ebd2n.layout import run_paths
 from ebd2n.model import GPT, PackedGPT
@@ -15,9 +16,15 @@ from ebd2n.model.lora import apply_lora_, freeze_prefix_, merged_state_dict
 from ebd2n.train.checkpoint import load_checkpoint, run_dir_of
 
 
-def initial_model(recipe: Recipe) -> GPT:
-    """A fresh GPT from the current torch seed, or the weights of training.init_from."""
-    model = GPT(recipe.model)
+def initial_model(recipe: Recipe) -> nn.Module:
+    """A fresh GPT from the current torch seed, or the Hugging Face model's weights; or the weights
+    of training.init_from."""
+    if recipe.model.source == "huggingface":
+        from ebd2n.model.hf import load_model
+
+        model = load_model(hf_model_dir(recipe.model))
+    else:
+        model = GPT(recipe.model)
     if recipe.training.init_from:
         model.load_state_dict(checkpoint_weights(Path(recipe.training.init_from)))
     return model
@@ -31,7 +38,39 @@ def checkpoint_weights(path: Path) -> dict:
     return evaluation_state_dict(load_recipe(recipe_path), load_checkpoint(path)["engine"])
 
 
-def fine_tuning_model(recipe: Recipe, model: GPT) -> GPT:
+def model_skeleton(recipe: Recipe) -> nn.Module:
+    """The recipe's model with every tensor on the meta device (the shapes, nothing allocated)."""
+    if recipe.model.source == "huggingface":
+        from ebd2n.model.hf import skeleton
+
+        return skeleton(hf_model_dir(recipe.model))
+    with torch.device("meta"):
+        return GPT(recipe.model)
+
+
+def model_with_weights(recipe: Recipe, weights: dict) -> nn.Module:
+    """The recipe's plain model (no adapters) holding `weights` (from evaluation_state_dict)."""
+    if recipe.model.source == "huggingface":
+        return hf_with_state(recipe, weights, adapters=False)
+    model = GPT(recipe.model)
+    model.load_state_dict(weights)
+    return model
+
+
+def hf_with_state(recipe: Recipe, state: dict, adapters: bool = True) -> nn.Module:
+    """A Hugging Face recipe's model, with its adapters (an engine's state) or plain, holding `state`."""
+    model = model_skeleton(recipe)
+    if adapters:
+        with torch.device("meta"):
+            model = fine_tuning_model(recipe, model)
+    model.load_state_dict(state, assign=True)
+    if model.config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.reset_rotary()
+    return model
+
+
+def fine_tuning_model(recipe: Recipe, model: nn.Module) -> nn.Module:
     """Apply the recipe's frozen prefix and LoRA adapters (no-ops for plain training)."""
     lora, prefix = recipe.parallel.lora, recipe.parallel.freeze_prefix
     if lora is not None:
@@ -46,8 +85,9 @@ def evaluation_state_dict(recipe: Recipe, state: dict) -> dict:
     if recipe.decentralized is None:
         if recipe.parallel.lora is None:
             return state["model"]
+        model = model_skeleton(recipe)
         with torch.device("meta"):
-            model = fine_tuning_model(recipe, GPT(recipe.model))
+            model = fine_tuning_model(recipe, model)
         model.load_state_dict(state["model"], assign=True)
         return merged_state_dict(model)
     packed = PackedGPT(recipe.model, recipe.decentralized.num_models, init=False)
