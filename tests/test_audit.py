@@ -205,6 +205,18 @@ def test_audit_catches_train_log_blocks_overlapping_in_time(campaign: Path) -> N
     assert mentions(failed(campaign), RUNS[0], "train.log: the block of job local-20260101T000000-99999 overlaps another trainer's in time")
 
 
+def test_audit_takes_a_requeued_jobs_blocks_for_one_trainer_after_another(campaign: Path) -> None:
+    """A requeued SLURM job opens a block per attempt under one id: the killed attempt's block, then
+    the next attempt's, overlap nothing."""
+    path = run(campaign) / "train.log"
+    lines = path.read_text().splitlines(keepends=True)
+    last = max(i for i, line in enumerate(lines) if "########## job " in line)
+    sliced = next(i for i in range(last, len(lines)) if lines[i].split(" ", 2)[-1].startswith("slice: "))
+    killed = lines[last : sliced + 2]  # the attempt killed after its slice line and one more
+    path.write_text("".join(lines[:last] + killed + lines[last:]))
+    assert not mentions(failed(campaign), "overlaps another trainer's")
+
+
 @pytest.mark.parametrize("name", ["campaign.json", "audit-ledger.json", "audit.json"])
 def test_audit_reports_corrupt_campaign_file_as_violation(campaign: Path, name: str) -> None:
     (campaign / name).write_text("{not json")

@@ -219,7 +219,7 @@ def test_faults_final_written_before_snakemake_recorded_is_done(campaign: dict) 
     repo = fresh(campaign, "finished")
     before = tree_bytes(repo / PATHS.runs)
     run = PATHS.run(RUNS[0])
-    for path in (run.final, run.best, run.metrics):
+    for path in (run.final, run.best):
         (repo / ".snakemake/incomplete" / base64url(path.as_posix())).write_text("{}")
     result = rerun(repo)
     assert f"{run.final.as_posix()}: its job finished before the controller stopped" in result.stderr

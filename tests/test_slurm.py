@@ -3,7 +3,9 @@
 Each test copies the repository to tmp_path, puts tests/slurm/campaign.yaml there as
 config/campaigns/slurm-tiny.yaml and types the README's command, `snakemake --profile slurm
 --configfile config/campaigns/slurm-tiny.yaml`. The cluster must start: a test that cannot
-reach it fails, it is never skipped (CI starts it first, in .ci/run).
+reach it fails, it is never skipped (CI starts it first, in .ci/run). A campaign on this cluster
+costs minutes (job start-up and the plugin's status checks), so each test brings several faults
+to one campaign: the file stays under ten minutes.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from workflow_support import REPO, TIMEOUT, assert_states_equal, copy_repo, environment
 
 from ebd2n.errors import UserError
@@ -31,11 +36,32 @@ CAMPAIGN = "config/campaigns/slurm-tiny.yaml"
 COMMAND = ["snakemake", "--profile", "slurm", "--configfile", CAMPAIGN]
 RUNS = [f"synchronous-lr0.003-beta20.99-seed{seed}" for seed in (42, 43)]
 HEADER = re.compile(r"########## job (\S+) ##########")
+RESUMED = re.compile(r"resume from \S+/checkpoints/epoch-1\.pt at epoch 1\b")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ", re.MULTILINE)  # train.log's line times
+STEP = re.compile(r" step (\d+)/\d+ \|")  # train.log's step lines: every 8 steps; a slice is 64
 
 
 @pytest.fixture(scope="module")
 def cluster() -> None:
-    started = subprocess.run([REPO / "tests/slurm/start-cluster.sh"], capture_output=True, text=True, timeout=600)
+    """The cluster as .ci/run starts it, with accounting (this also restores it after a test
+    session that stopped while the cluster ran without)."""
+    _start_cluster()
+
+
+@pytest.fixture
+def no_accounting(cluster: None):
+    """The same cluster without slurmdbd for one test, then with accounting again."""
+    _start_cluster("--no-accounting")
+    try:
+        yield
+    finally:
+        _start_cluster()
+
+
+def _start_cluster(*options: str) -> None:
+    started = subprocess.run(
+        [REPO / "tests/slurm/start-cluster.sh", *options], capture_output=True, text=True, timeout=600,
+    )
     if started.returncode:
         pytest.fail(f"no SLURM cluster: {started.stderr.strip()}")
 
@@ -50,17 +76,20 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def _campaign_repo(directory: Path) -> tuple[Path, dict[str, str]]:
-    """A repository copy with the test campaign, and its environment (a private TMPDIR)."""
+def _campaign_repo(directory: Path, seeds: list[int] | None = None) -> tuple[Path, dict[str, str]]:
+    """A repository copy with the test campaign (only `seeds` when given), and its environment (a private TMPDIR)."""
     repo = copy_repo(directory)
     shutil.copy(REPO / "tests/slurm/campaign.yaml", repo / CAMPAIGN)
+    if seeds:
+        campaign = yaml.safe_load((repo / CAMPAIGN).read_text())
+        (repo / CAMPAIGN).write_text(yaml.safe_dump(campaign | {"seeds": seeds}, sort_keys=False))
     (repo / "tmp").mkdir()
     return repo, environment() | {"TMPDIR": str(repo / "tmp")}
 
 
-def _snakemake(repo: Path, env: dict[str, str], command: list[str]) -> subprocess.CompletedProcess:
+def _snakemake(repo: Path, env: dict[str, str], command: list[str], check: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    if result.returncode:
+    if check and result.returncode:
         raise AssertionError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
 
@@ -69,8 +98,14 @@ def _weights(repo: Path, run: str) -> dict:
     return torch.load(repo / "results/slurm-tiny/runs" / run / "final.pt", weights_only=True, map_location="cpu")["engine"]
 
 
-def _job_ids(repo: Path, run: str) -> list[str]:
-    return HEADER.findall((repo / "results/slurm-tiny/runs" / run / "train.log").read_text())
+def _blocks(run_dir: Path) -> list[str]:
+    """train.log's blocks, one per trainer that held the run directory, each opened by its job id."""
+    log = run_dir / "train.log"
+    return ["########## job " + block for block in log.read_text().split("########## job ")[1:]] if log.exists() else []
+
+
+def _job_ids(run_dir: Path) -> list[str]:
+    return [HEADER.search(block).group(1) for block in _blocks(run_dir)]
 
 
 def _sacct(*job_ids: str, fields: str = "State") -> dict[str, str]:
@@ -81,91 +116,142 @@ def _sacct(*job_ids: str, fields: str = "State") -> dict[str, str]:
     return {line.split("|", 1)[0]: line.split("|", 1)[1] for line in out.splitlines()}
 
 
-def test_slurm_campaign_as_in_readme_survives_a_cancelled_slice(cluster: None, local: Path, tmp_path: Path) -> None:
-    """The README's command; `scancel` of a training job midway through its slice is noticed, and
-    the same command again finishes the campaign, bitwise as the local run."""
+def _slurm_logs(repo: Path) -> dict[str, Path]:
+    """Every job log the plugin kept, by job id."""
+    return {path.stem: path for path in (repo / ".snakemake/slurm_logs").rglob("*.log")}
+
+
+class _Controller:
+    """The README's command running in the background; its output lines with the time each came."""
+
+    def __init__(self, repo: Path, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+        self.lines: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line))
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def output(self) -> str:
+        return "".join(line for _, line in self.lines)
+
+    def first(self, text: str) -> float:
+        """When the first line holding `text` came."""
+        return next((when for when, line in self.lines if text in line), float("inf"))
+
+    def wait(self) -> int:
+        self.process.wait(timeout=TIMEOUT)
+        self.reader.join(timeout=60)
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL to the controller's process group (the jobs it submitted run on)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.wait()
+
+    def __enter__(self) -> _Controller:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.running():
+            self.kill()
+        self.process.stdout.close()
+
+
+def _midway(controller: _Controller, actions: dict[tuple[Path, int], Callable[[str], None]]) -> None:
+    """Call each action with the SLURM job id of its run's block (1: the first trainer) once that
+    block is midway through its slice, in whatever order the runs get there."""
+    deadline = time.monotonic() + TIMEOUT
+    pending = dict(actions)
+    while pending:
+        assert controller.running() and time.monotonic() < deadline, f"{list(pending)} never came:\n{controller.output()}"
+        for (run_dir, number), action in list(pending.items()):
+            blocks = _blocks(run_dir)
+            if len(blocks) >= number and len(STEP.findall(blocks[number - 1])) >= 2:  # 16 steps into its slice
+                del pending[(run_dir, number)]
+                action(HEADER.search(blocks[number - 1]).group(1))
+        time.sleep(0.02)
+
+
+def _trainer_pid(run_dir: Path) -> int:
+    """The pid of the trainer holding the run directory (its lease names it)."""
+    return json.loads((run_dir / LEASE).read_text())["pid"]
+
+
+def test_slurm_campaign_as_in_readme_survives_requeue_cancel_and_time_out(cluster: None, local: Path, tmp_path: Path) -> None:
+    """The README's command while SLURM requeues the first run's first slice midway (the controller
+    waits for it), `scancel` ends its last slice midway, and the second run's last slice hits its
+    time limit (its trainer stopped, a slow step; the job's limit lowered to one minute). The
+    controller reports both failures and exits non-zero; the same command again resumes both runs
+    from the checkpoint their failed slice started from and completes the campaign, bitwise as the
+    local run."""
     repo, env = _campaign_repo(tmp_path)
-    run = repo / "results/slurm-tiny/runs" / RUNS[0]
-    with subprocess.Popen(COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as controller:
-        cancelled = _wait_for_training(run, controller)
-        subprocess.run(["scancel", cancelled], check=True)
-        since = time.monotonic()
-        output, _ = controller.communicate(timeout=TIMEOUT)
-    noticed = time.monotonic() - since
-    assert controller.returncode != 0, output
-    assert _sacct(cancelled)[cancelled] == "CANCELLED by 0"  # what the plugin's sacct status check cannot read
-    assert f"SLURM-job '{cancelled}' failed" in output and noticed < 240
-    block = (run / "train.log").read_text().split("########## job ")[1]
-    assert " step 16/" in block and "checkpoint checkpoints/" not in block  # cancelled mid-slice
+    first, second = (repo / "results/slurm-tiny/runs" / name for name in RUNS)
+    jobs: dict[str, str] = {}
+    cancelled_at: list[float] = []
+    with _Controller(repo, env) as controller:
+
+        def requeue(job: str) -> None:
+            jobs["requeued"] = job
+            subprocess.run(["scontrol", "requeue", job], check=True)
+            _wait_until(lambda: _squeue_state(job) == "PENDING")
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)  # not in 2 minutes
+
+        def time_out(job: str) -> None:
+            jobs["timed out"] = job
+            os.kill(_trainer_pid(second), signal.SIGSTOP)
+            subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], check=True)
+
+        def cancel(job: str) -> None:
+            jobs["cancelled"] = job
+            subprocess.run(["scancel", job], check=True)
+            cancelled_at.append(time.monotonic())
+
+        _midway(controller, {(first, 1): requeue, (second, 2): time_out, (first, 3): cancel})
+        assert controller.wait() != 0
+    output = controller.output()
+    requeued, cancelled, timed_out = jobs["requeued"], jobs["cancelled"], jobs["timed out"]
+    assert controller.first(f"SLURM-job '{cancelled}' failed") - cancelled_at[0] < 240, output  # noticed
+    assert f"SLURM-job '{timed_out}' failed, SLURM status is: 'TIMEOUT'" in output
+    assert f"SLURM-job '{requeued}'" not in output  # the requeued job is waited for, not failed
+    assert _sacct(requeued, cancelled, timed_out) == {
+        requeued: "COMPLETED",
+        cancelled: "CANCELLED by 0",  # what the plugin's sacct status check cannot read
+        timed_out: "TIMEOUT",
+    }
+    assert "DUE TO TIME LIMIT" in _slurm_logs(repo)[timed_out].read_text()
+    # what the killed trainers left: their blocks in train.log, midway; the checkpoint their slice
+    # started from (under checkpoint_policy final a slice writes one only at its end); their leases
+    assert _job_ids(first)[:2] == [requeued, requeued] and _job_ids(second)[1] == timed_out
+    for run_dir, killed in ((first, [0, 2]), (second, [1])):
+        blocks = _blocks(run_dir)
+        assert len(blocks) == len(killed) + 1 and all("slice done" not in blocks[k] for k in killed)
+        assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch-1.pt"]
+        assert (run_dir / "metrics.jsonl").is_file()  # the controller deleted no record of the kept slices
+        assert json.loads((run_dir / LEASE).read_text())["job"] == _job_ids(run_dir)[-1]
 
     _snakemake(repo, env, COMMAND)
-    logs = {path.stem: path for path in (repo / ".snakemake/slurm_logs").rglob("*.log")}
-    jobs = {name: _job_ids(repo, name) for name in RUNS}
-    assert [len(ids) for ids in jobs.values()] == [3, 2] and jobs[RUNS[0]][0] == cancelled  # then two slices each
-    for name, ids in jobs.items():
-        assert all(job.isdigit() and name in logs[job].parent.name for job in ids)  # real ids, SLURM logs kept
-    accounting = _sacct(*logs, fields="State,Account,Partition,Timelimit,ReqMem")
-    assert len(logs) == 2 + 3 * len(RUNS)  # the cache, the cancelled slice, 3 jobs a run
-    assert {job: state.split("|", 1)[0] for job, state in accounting.items() if job != cancelled} == dict.fromkeys(
-        set(logs) - {cancelled}, "COMPLETED"
-    )
-    assert {state.split("|", 1)[1] for state in accounting.values()} == {"ebd2n|debug|00:10:00|1500M"}
-    _assert_complete_like_local(repo, local)
-
-
-def test_slurm_requeued_slice_runs_again_under_its_job_id(cluster: None, local: Path, tmp_path: Path) -> None:
-    """`scontrol requeue` of a training job midway: SLURM runs it again under the same id, the
-    controller waits for it, and the one command completes the campaign."""
-    repo, env = _campaign_repo(tmp_path)
-    run = repo / "results/slurm-tiny/runs" / RUNS[0]
-    with subprocess.Popen(COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as controller:
-        requeued = _wait_for_training(run, controller)
-        subprocess.run(["scontrol", "requeue", requeued], check=True)
-        _wait_until(lambda: _squeue_state(requeued) == "PENDING")
-        subprocess.run(["scontrol", "update", f"JobId={requeued}", "StartTime=now"], check=True)  # not in 2 minutes
-        output, _ = controller.communicate(timeout=TIMEOUT)
-    assert controller.returncode == 0, output
-    ids = _job_ids(repo, RUNS[0])
-    assert len(ids) == 3 and ids[0] == ids[1] == requeued  # the killed attempt, its rerun, the final slice
-    block = (run / "train.log").read_text().split("########## job ")[1]
-    assert " step 16/" in block and "checkpoint checkpoints/" not in block  # requeued mid-slice
-    assert _sacct(requeued)[requeued] == "COMPLETED"
-    _assert_complete_like_local(repo, local)
-
-
-def test_slurm_killed_controller_then_the_same_command_finishes(cluster: None, local: Path, tmp_path: Path) -> None:
-    """The controller SIGKILLed while a slice trains (a dropped SSH session): its jobs keep
-    running, and the same command again clears Snakemake's stale lock and finishes the campaign."""
-    repo, env = _campaign_repo(tmp_path)
-    run = repo / "results/slurm-tiny/runs" / RUNS[0]
-    with subprocess.Popen(
-        COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    ) as controller:
-        orphan = _wait_for_training(run, controller)
-        os.killpg(controller.pid, signal.SIGKILL)
-        controller.communicate()
-    assert _squeue_state(orphan) in ("RUNNING", "COMPLETING", "COMPLETED")  # the job outlived its controller
-    result = _snakemake(repo, env, COMMAND)
-    assert "ebd2n: removed the stale Snakemake lock .snakemake/locks" in result.stderr
+    for run_dir, attempts in ((first, 4), (second, 3)):
+        blocks = _blocks(run_dir)
+        assert len(blocks) == attempts and RESUMED.search(blocks[-1]) and "slice done" in blocks[-1]
+    logs = _slurm_logs(repo)
     for name in RUNS:
-        records = map(json.loads, (repo / "results/slurm-tiny/runs" / name / "metrics.jsonl").read_text().splitlines())
-        steps = [record["step"] for record in records if record["type"] == "step"]
-        assert steps == list(range(1, len(steps) + 1))  # one trainer at a time: no interleaved records
-    _assert_complete_like_local(repo, local)
-
-
-def _assert_complete_like_local(repo: Path, local: Path) -> None:
-    """No slice checkpoint left, the audit passes, no job started warm, weights bitwise the local run's."""
-    assert not list((repo / "results/slurm-tiny/runs").glob("*/checkpoints/*.pt"))
-    audit = subprocess.run(
-        [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"], cwd=repo,
-        env=environment() | {"PYTHONPATH": str(repo / "src")}, capture_output=True, text=True,
-    )
-    assert audit.returncode == 0, audit.stdout + audit.stderr
-    assert (repo / "results/slurm-tiny/report/index.html").is_file()
-    assert not (repo / "tmp" / f"ebd2n-warm-{os.getuid()}").exists()  # no job under SLURM started warm
-    for name in RUNS:
-        assert_states_equal(_weights(repo, name), _weights(local, name))
+        assert all(job.isdigit() and name in logs[job].parent.name for job in _job_ids(repo / "results/slurm-tiny/runs" / name))
+    assert len(logs) == 1 + 4 * len(RUNS)  # the cache; per run: 3 slice jobs (one failed), validation
+    accounting = _sacct(*logs, fields="State,Account,Partition,ReqMem,Timelimit")
+    assert {job: fields.split("|") for job, fields in accounting.items()} == {
+        job: ["COMPLETED", "ebd2n", "debug", "1500M", "00:10:00"] for job in logs
+    } | {cancelled: ["CANCELLED by 0", "ebd2n", "debug", "1500M", "00:10:00"]} | {
+        timed_out: ["TIMEOUT", "ebd2n", "debug", "1500M", "00:01:00"]
+    }
+    _assert_complete_like_local(repo, local, RUNS)
 
 
 def test_lease_of_a_slurm_job_is_broken_only_once_the_job_ended(cluster: None, tmp_path: Path) -> None:
@@ -181,15 +267,82 @@ def test_lease_of_a_slurm_job_is_broken_only_once_the_job_ended(cluster: None, t
             take_lease(tmp_path)
     finally:
         subprocess.run(["scancel", job], check=True)
-    _wait_until(lambda: _squeue_state(job) in ("", "CANCELLED"))
+    _wait_until(lambda: _squeue_state(job) == "CANCELLED")
     lease = take_lease(tmp_path)
     assert json.loads((tmp_path / LEASE).read_text())["pid"] == os.getpid()
     lease.release()
     assert not (tmp_path / LEASE).exists()
 
 
-def _squeue_state(job: str) -> str:
-    return subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+def test_slurm_without_accounting_killed_controller_and_its_orphaned_job(
+    no_accounting: None, local: Path, tmp_path: Path,
+) -> None:
+    """On a cluster without slurmdbd, the README's command (one run): the controller SIGKILLed
+    while a slice trains (a dropped SSH session), its job orphaned and still training (stopped
+    here, so that it outlasts what follows). The same command clears the stale lock and resubmits
+    the slice, whose trainer the lease refuses: the run directory is never written by two
+    trainers. Once the orphan has finished, the same command completes the campaign."""
+    sacct = subprocess.run(["sacct"], capture_output=True, text=True)
+    assert "accounting storage is disabled" in sacct.stdout + sacct.stderr  # this cluster has no accounting
+    repo, env = _campaign_repo(tmp_path, seeds=[42])
+    run_dir = repo / "results/slurm-tiny/runs" / RUNS[0]
+    with _Controller(repo, env) as controller:
+        _midway(controller, {(run_dir, 1): lambda job: os.kill(_trainer_pid(run_dir), signal.SIGSTOP)})
+        controller.kill()
+    orphan, trainer = _job_ids(run_dir)[0], _trainer_pid(run_dir)
+    try:
+        assert _squeue_state(orphan) == "RUNNING"  # the job outlived its controller
+        refused = _snakemake(repo, env, COMMAND, check=False)
+        assert "ebd2n: removed the stale Snakemake lock .snakemake/locks" in refused.stderr
+        assert refused.returncode != 0 and _squeue_state(orphan) == "RUNNING"
+        holder = f"another trainer holds it (host {os.uname().nodename}, pid {trainer}, SLURM job {orphan},"
+        resubmitted = [job for job, log in _slurm_logs(repo).items() if "rule_train_slice" in log.parts and job != orphan]
+        assert len(resubmitted) == 1 and holder in refused.stdout + refused.stderr
+        assert _squeue_state(resubmitted[0], "%a") == "ebd2n"  # the account, submitted though nothing can check it
+        assert _job_ids(run_dir) == [orphan]  # the refused trainer wrote nothing in the run directory
+    finally:
+        os.kill(trainer, signal.SIGCONT)
+    _wait_until(lambda: _squeue_state(orphan) == "COMPLETED")
+    assert "slice done" in _blocks(run_dir)[0]
+
+    _snakemake(repo, env, COMMAND)  # the orphan's slice counts: the last slice resumes from its checkpoint
+    blocks = _blocks(run_dir)
+    assert _job_ids(run_dir)[0] == orphan and len(blocks) == 2 and RESUMED.search(blocks[1])
+    _assert_complete_like_local(repo, local, RUNS[:1])
+
+
+def _assert_complete_like_local(repo: Path, local: Path, runs: list[str]) -> None:
+    """No slice checkpoint or lease left, one trainer at a time in every run directory, the audit
+    passes, no job started warm, weights bitwise the local run's."""
+    assert not list((repo / "results/slurm-tiny/runs").glob("*/checkpoints/*.pt"))
+    assert not list((repo / "results/slurm-tiny/runs").glob(f"*/{LEASE}"))
+    for name in runs:
+        run_dir = repo / "results/slurm-tiny/runs" / name
+        records = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+        steps = [record["step"] for record in records if record["type"] == "step"]
+        assert steps == list(range(1, len(steps) + 1))  # no interleaved or repeated records
+        blocks = _blocks(run_dir)
+        for block in blocks:  # each block one trainer's: its logged steps rise
+            logged = [int(step) for step in STEP.findall(block)]
+            assert logged == sorted(set(logged))
+        spans = [STAMP.findall(block) for block in blocks]
+        assert all(earlier[-1] <= later[0] for earlier, later in zip(spans, spans[1:]))  # blocks never overlap in time
+    audit = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"], cwd=repo,
+        env=environment() | {"PYTHONPATH": str(repo / "src")}, capture_output=True, text=True,
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert (repo / "results/slurm-tiny/report/index.html").is_file()
+    assert not (repo / "tmp" / f"ebd2n-warm-{os.getuid()}").exists()  # no job under SLURM started warm
+    for name in runs:
+        assert_states_equal(_weights(repo, name), _weights(local, name))
+
+
+def _squeue_state(job: str, field: str = "%T") -> str:
+    """A job's state (or another field) as squeue shows it, finished jobs too (for MinJobAge, 300 s)."""
+    return subprocess.run(
+        ["squeue", "-h", "--states=all", "-j", job, "-o", field], capture_output=True, text=True,
+    ).stdout.strip()
 
 
 def _wait_until(condition, timeout: float = 120.0) -> None:
@@ -197,15 +350,3 @@ def _wait_until(condition, timeout: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.2)
-
-
-def _wait_for_training(run: Path, controller: subprocess.Popen) -> str:
-    """The SLURM job id of the run's first slice, once it has trained a few steps."""
-    deadline = time.monotonic() + TIMEOUT
-    log = run / "train.log"
-    while time.monotonic() < deadline and controller.poll() is None:
-        text = log.read_text() if log.exists() else ""
-        if " step 16/" in text:
-            return HEADER.findall(text)[0]
-        time.sleep(0.02)
-    raise AssertionError(f"{run.name} never started training:\n{controller.communicate()[0]}")

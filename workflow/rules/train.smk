@@ -85,11 +85,13 @@ rule train_final:
         # the frozen trainer's confirmation of the slice chain (written once; its time never retrains)
         plan=lambda wildcards: ancient(get_plan_file(wildcards)),
         resume=get_resume_input,
+    # metrics.jsonl is no output: every slice appends to it, and the trainer cuts it back to the
+    # checkpoint it resumes from. Snakemake deletes a failed job's outputs, and a cluster
+    # controller cannot restore an update() output (its backup is made only where a job runs
+    # locally): a cancelled or timed-out last slice would lose every earlier slice's records.
     output:
         final=str(R.final),
         best=str(R.best),
-        # every slice appends to it; update(): not deleted before the last slice runs
-        metrics=update(str(R.metrics)),
     log:
         log_of(R.final),
     benchmark:

@@ -230,24 +230,27 @@ def check_history(views: list[RunView]) -> Check:
             yield f"{METRICS}: {len(steps)} step records, the budget has {budget.total_steps}"
         if TRAIN_LOG in view.hashes:
             blocks = _log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
-            missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in blocks]
+            jobs = {job for job, _ in blocks}
+            missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in jobs]
             if missing:
                 yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
-            for job, lines in blocks.items():
+            for job, lines in blocks:
                 if (foreign := _foreign_line(lines)) is not None:
                     yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
 
     return each_run(f"{METRICS} and {TRAIN_LOG} hold one consistent history", views, problem)
 
 
-def _log_blocks(text: str) -> dict[str, list[str]]:
-    """Job id -> the messages of its train.log block (without their time stamps), in file order."""
-    blocks: dict[str, list[str]] = {}
+def _log_blocks(text: str) -> list[tuple[str, list[str]]]:
+    """train.log's blocks in file order: each one's job id and messages (without their time
+    stamps). A requeued SLURM job opens a block per attempt, under the same id."""
+    blocks: list[tuple[str, list[str]]] = []
     lines: list[str] = []
     for line in text.splitlines():
         message = line.split(" ", 2)[-1]  # after `YYYY-mm-dd HH:MM:SS`
         if message.startswith(_JOB_HEADER):
-            lines = blocks.setdefault(message.split()[-2], [])
+            lines = []
+            blocks.append((message.split()[-2], lines))
         else:
             lines.append(message)
     return blocks

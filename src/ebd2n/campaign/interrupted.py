@@ -25,7 +25,7 @@ from pathlib import Path
 from ebd2n.atomic import sha256_file
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
-from ebd2n.layout import BEST, CHECKPOINT_DIR, FINAL, METRICS, RECIPE, checkpoint_epoch, run_paths
+from ebd2n.layout import BEST, CHECKPOINT_DIR, FINAL, RECIPE, checkpoint_epoch, run_paths
 
 INCOMPLETE = Path(".snakemake/incomplete")
 """Snakemake's marks (file persistence): one file per output, named by its path in URL-safe
@@ -63,7 +63,7 @@ def _finished(path: Path, cache_dir: Path, policy: str) -> bool:
         return path.is_file()  # written atomically, the resolve job's last act
     run_dir = path.parent.parent if path.parent.name == CHECKPOINT_DIR else path.parent
     relative = path.relative_to(run_dir).as_posix()
-    if relative in (FINAL, BEST, METRICS):  # train_final's outputs: settled together
+    if relative in (FINAL, BEST):  # train_final's outputs: settled together
         done = policy == "final" and _final_complete(run_dir)
     elif checkpoint_epoch(relative) is not None:
         done = _slice_complete(run_dir, relative, policy)
