@@ -308,6 +308,16 @@ def test_frozen_trainer_plans_the_slices(in_tmp: Path) -> None:
     assert result == ((2,), (1, 2), (1, 2))
 
 
+def test_campaign_frozen_by_an_older_ebd2n_is_refused(in_tmp: Path) -> None:
+    """A copy frozen before `ebd2n plan` and the launcher: one line saying what to do, not a job that trains nothing."""
+    campaign = campaign_from_dict(tiny())
+    digest = freeze_trainer(campaign)
+    freeze_base(campaign, "base")
+    (campaign.paths.frozen_package / "train/plan.py").unlink()
+    with pytest.raises(UserError, match=f"frozen by an older ebd2n \\(source {digest}, frozen .*finish the campaign with the ebd2n checkout that froze it"):
+        base_plans(campaign)
+
+
 def test_collect_writes_a_table_analysis_reads(in_tmp: Path) -> None:
     campaign = campaign_from_dict(tiny())
     freeze_trainer(campaign)

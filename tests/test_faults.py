@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,10 +32,13 @@ import torch
 from workflow_support import TIMEOUT, TINY, assert_states_equal, copy_repo, environment, snakemake, write_campaign
 
 from ebd2n.campaign.interrupted import INCOMPLETE, settle_finished_jobs
-from ebd2n.faults import KILL_AT, KILL_TARGET, POINTS
+from ebd2n.errors import UserError
+from ebd2n.faults import KILL_AT, KILL_TARGET, POINTS, kill_point
 from ebd2n.layout import CHECKPOINT_DIR, FINAL, LEASE, named_campaign, slice_checkpoint
+from ebd2n.provenance import PACKAGE_DIR
 from ebd2n.train.checkpoint import forget_checkpoint, save_checkpoint
 from ebd2n.train.lease import Holder
+from ebd2n.train.plan import plan_slices, write_slice_plan
 
 RAW = json.loads(json.dumps(TINY)) | {"seeds": [42, 43]}
 RAW["overrides"] = RAW["overrides"] | {"training.max_tokens": 8192, "training.epoch_tokens": 4096}  # 2 epochs x 4 steps
@@ -166,6 +170,7 @@ SCENARIOS = [
     # (id, snapshot, kill point, target)
     ("prepare.building", "bare", "prepare.building", "group"),
     ("resolve.written", "bare", "resolve.written", "group"),
+    ("plan.written", "bare", "plan.written", "group"),
     ("train.checkpoint@slice", "resolved", f"train.checkpoint@{FIRST_SLICE}", "group"),
     ("train.checkpoint-written@slice", "resolved", f"train.checkpoint-written@{FIRST_SLICE}", "group"),
     ("train.checkpoint@final", "sliced", f"train.checkpoint@{FINAL}", "group"),
@@ -189,6 +194,19 @@ SCENARIOS = [
 def test_faults_cover_every_kill_point() -> None:
     covered = {kill.split("@")[0] for _, _, kill, _ in SCENARIOS}
     assert sorted(set(POINTS) - covered) == []
+
+
+def test_every_kill_point_is_called_and_every_call_is_a_point() -> None:
+    calls = {match for path in PACKAGE_DIR.rglob("*.py")
+             for match in re.findall(r'kill_point\(\s*"([^"]+)"', path.read_text())}
+    assert sorted(calls ^ set(POINTS)) == []
+
+
+def test_unknown_kill_point_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misspelt point would kill nothing and let a fault test pass without its fault."""
+    monkeypatch.setenv(KILL_AT, "plan.writen@base")
+    with pytest.raises(UserError, match="EBD2N_KILL_AT=plan.writen@base: plan.writen is not a kill point"):
+        kill_point("plan.written")
 
 
 @pytest.mark.slow
@@ -226,6 +244,40 @@ def test_faults_final_written_before_snakemake_recorded_is_done(campaign: dict) 
     assert "Nothing to be done" in result.stdout + result.stderr
     assert tree_bytes(repo / PATHS.runs) == before
     assert_recovered(repo, campaign, result)
+
+
+@pytest.mark.slow
+def test_faults_plan_written_before_snakemake_recorded_is_done_and_dry_run_changes_nothing(campaign: dict) -> None:
+    """The plan job wrote frozen/plans/base.json (its last act) and the controller died before it
+    recorded the job: training jobs read the plan only through ancient(), so forced again it would
+    run alone and Snakemake would end "done" with the campaign unfinished. A dry run leaves the mark
+    (it changes nothing); the rerun keeps the job as done and finishes the campaign."""
+    repo = fresh(campaign, "sliced")
+    plan = PATHS.slice_plan("base").as_posix()
+    mark = repo / ".snakemake/incomplete" / base64url(plan)
+    mark.write_text("{}")
+    dry = snakemake(repo, "-n", *COMMAND, env=env_for())
+    assert mark.is_file() and "kept as done" not in dry.stderr, dry.stderr
+    result = rerun(repo)
+    assert f"{plan}: its job finished before the controller stopped; kept as done" in result.stderr
+    assert "plan_slices" not in result.stdout + result.stderr
+    assert_recovered(repo, campaign, result)
+
+
+@pytest.mark.parametrize(("content", "settled"), [("plan", True), ("{}", False), ("", False)], ids=["whole", "not-a-plan", "empty"])
+def test_settle_slice_plan_only_when_it_parses(tmp_path: Path, content: str, settled: bool) -> None:
+    path = tmp_path / PATHS.slice_plan("base")
+    path.parent.mkdir(parents=True)
+    if content == "plan":
+        write_slice_plan(plan_slices(2, 1), path)
+    else:
+        path.write_text(content)
+    output = PATHS.slice_plan("base").as_posix()
+    mark = tmp_path / INCOMPLETE / base64url(output)
+    mark.parent.mkdir(parents=True)
+    mark.write_text("{}")
+    result = settle_finished_jobs(tmp_path, Path("results/caches/c"), "final")
+    assert (result, mark.exists()) == ([output] if settled else [], not settled)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from workflow_support import TIMEOUT, TINY, copy_repo, environment, snakemake, write_campaign
 
-from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock, live_controllers
+from ebd2n.campaign import snakemake_lock
+from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock, live_controllers, no_other_controller
 
 
 @pytest.mark.slow
@@ -38,3 +39,15 @@ def test_lock_of_a_killed_controller_is_cleared_by_the_same_command(tmp_path: Pa
     result = snakemake(repo, *command)
     assert f"ebd2n: removed the stale Snakemake lock {LOCKS} (no Snakemake runs in this directory)" in result.stderr
     assert (repo / "results/tiny/report/index.html").is_file() and not list((repo / LOCKS).glob("*.lock"))
+
+
+def test_without_proc_no_controller_is_proven_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS has no /proc: a lock is never cleared there, and the workflow settles no job."""
+    (tmp_path / LOCKS).mkdir(parents=True)
+    (tmp_path / LOCKS / "0.input.lock").write_text("")
+    assert no_other_controller(tmp_path) and clear_stale_lock(tmp_path)  # this machine: /proc shows nobody
+    (tmp_path / LOCKS).mkdir(parents=True)
+    (tmp_path / LOCKS / "0.input.lock").write_text("")
+    monkeypatch.setattr(snakemake_lock, "PROC", tmp_path / "no-proc")
+    assert not no_other_controller(tmp_path) and not clear_stale_lock(tmp_path)
+    assert list((tmp_path / LOCKS).glob("*.lock"))

@@ -340,3 +340,22 @@ def test_package_bad_campaign_same_error(raw: dict, message: str, tmp_path: Path
     with pytest.raises(UserError, match=re.escape(message)):
         load_campaign(path)
     assert not (tmp_path / "results").exists()
+
+
+def test_workflow_refuses_a_campaign_frozen_by_an_older_ebd2n(tmp_path: Path) -> None:
+    """Its frozen trainer has no `ebd2n plan` and its warm.py no launcher (jobs would exit 0 having
+    trained nothing): the workflow refuses at parse, one line, exit status 2."""
+    repo = copy_repo(tmp_path / "repo")
+    campaign = write_campaign(repo, TINY)
+    for extra in ([], ["--base", "base"]):
+        subprocess.run([sys.executable, "-m", "ebd2n", "freeze", campaign, *extra], cwd=repo, check=True,
+                       env=environment() | {"PYTHONPATH": str(repo / "src")}, capture_output=True, timeout=TIMEOUT)
+    frozen = repo / "results/tiny/frozen/src/ebd2n"
+    (frozen / "train/plan.py").unlink()
+    warm = frozen / "warm.py"
+    warm.write_text(warm.read_text().split('\nif __name__ == "__main__":')[0])
+    result = snakemake(repo, "--configfile", campaign, check=False)
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("Using workflow specific profile")]
+    assert (result.returncode, len(lines)) == (2, 1), result.stderr
+    assert "frozen by an older ebd2n" in lines[0] and "finish the campaign with the ebd2n checkout that froze it" in lines[0]
+    assert not (repo / "results/tiny/frozen/plans").exists() and not (repo / "results/tiny/runs").exists()

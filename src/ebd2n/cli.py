@@ -80,6 +80,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
         )
     if args.output:
         write_slice_plan(plan, args.output)
+        kill_point("plan.written")
     if args.json:
         print(plan_json(plan), end="")
     else:

@@ -6,7 +6,8 @@ there: a process group id (the test's controller session: controller and jobs), 
 trainer's server) or nothing. The process that reaches the point then SIGKILLs itself too, so a
 trainer forked from the warm-start server (whose process group is not the controller's) dies with
 the campaign. `term:<pid>` instead sends SIGTERM to that process (the controller) and carries on.
-Outside tests the variable is unset and `kill_point` only reads it.
+Outside tests the variable is unset and `kill_point` only reads it; a name that is no point
+of `POINTS` is refused (a misspelt point would otherwise kill nothing and the test pass).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from __future__ import annotations
 import os
 import signal
 
+from ebd2n.errors import UserError
+
 KILL_AT = "EBD2N_KILL_AT"
 KILL_TARGET = "EBD2N_KILL_TARGET"
 
 POINTS = (
     "prepare.building",  # the cache's shards written, not yet renamed into place
     "resolve.written",  # recipe.yaml written, before the job ends
+    "plan.written",  # a base recipe's slice plan (frozen/plans/<base>.json) written, before the job ends
     "train.checkpoint",  # a slice checkpoint or final.pt about to be written (scope: run id, checkpoint)
     "train.checkpoint-written",  # ... written and recorded in the ledger
     "train.consumed",  # the consumed slice checkpoint deleted, before the job ends
@@ -39,6 +43,8 @@ def kill_point(point: str, *scope: str) -> None:
     if not wanted:
         return
     name, *where = wanted.split("@")
+    if name not in POINTS:
+        raise UserError(f"{KILL_AT}={wanted}: {name} is not a kill point (one of {', '.join(POINTS)})")
     if name != point or not set(where) <= set(scope):
         return
     target = os.environ.get(KILL_TARGET, "")

@@ -33,7 +33,7 @@ sys.path.insert(0, str(SRC))
 
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.campaign.interrupted import settle_finished_jobs
-from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock, live_controllers
+from ebd2n.campaign.snakemake_lock import LOCKS, clear_stale_lock, no_other_controller
 from ebd2n.campaign.spec import base_plans, campaign_from_dict, current_bases
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
@@ -55,14 +55,43 @@ try:
     PLANS = base_plans(CAMPAIGN)
 except UserError as error:
     _refuse(error)
+NO_JOBS = (
+    "dryrun", "lint", "list_target_rules", "list_rules", "print_compilation", "containerize",
+    "generate_unit_tests", "dag", "rulegraph", "filegraph", "d3dag", "unlock", "cleanup_metadata",
+    "conda_cleanup_envs", "conda_create_envs_only", "list_conda_envs", "cleanup_shadow",
+    "container_cleanup_images", "list_changes", "list_input_changes", "list_params_changes",
+    "list_untracked", "summary", "detailed_summary", "archive", "delete_all_output", "delete_temp_output",
+    "report",
+)
+"""Snakemake's command-line options (argparse names) that run no job: a dry run, reports, records."""
+
+
+def _runs_jobs():
+    """Whether this Snakemake may run jobs: not a job itself, not a dry run (-n), not a command that
+    only reports or edits Snakemake's records (--summary, --unlock, --cleanup-metadata, --dag ...),
+    which must change nothing. The Snakefile is parsed before Snakemake acts on its command line
+    (workflow.dryrun is False until jobs execute, and onstart comes after the jobs to run are
+    chosen), so the command line is read here with Snakemake's own parser."""
+    if workflow.remote_exec or workflow.output_settings.dryrun:
+        return False
+    if not (Path(sys.argv[0]).name == "snakemake" or sys.argv[0].endswith("snakemake/__main__.py")):
+        return True  # Snakemake's API: the caller chose to execute the workflow
+    from snakemake.cli import get_argument_parser
+
+    args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
+    return all(getattr(args, name, None) in (None, False) for name in NO_JOBS)
+
+
+RUNS_JOBS = _runs_jobs()
 # A controller killed earlier left its lock: clear it here, before Snakemake checks it (jobs run
 # with --nolock and never touch it).
-if not workflow.remote_exec and clear_stale_lock(Path.cwd()):
+if RUNS_JOBS and clear_stale_lock(Path.cwd()):
     print(f"ebd2n: removed the stale Snakemake lock {LOCKS} (no Snakemake runs in this directory)", file=sys.stderr)
 CACHE = Path(next(iter(current_bases(CAMPAIGN).values())).data.cache_dir)
 # Jobs that finished before a killed controller recorded them: kept as done (see
-# ebd2n.campaign.interrupted), so no rerun forces a job that cannot run again or stops short.
-if not workflow.remote_exec and not live_controllers(Path.cwd()):
+# ebd2n.campaign.interrupted), so no rerun forces a job that cannot run again or stops short. Only
+# where no other controller provably runs here (without /proc, as on macOS, nothing is settled).
+if RUNS_JOBS and no_other_controller(Path.cwd()):
     for output in settle_finished_jobs(Path.cwd(), CACHE, CAMPAIGN.checkpoint_policy):
         print(f"ebd2n: {output}: its job finished before the controller stopped; kept as done", file=sys.stderr)
 # `python -m ebd2n` of this checkout (prepare, freeze, collect) or, TRAINER, of the campaign's

@@ -9,8 +9,9 @@ complete, and the next run forces those jobs again. Two kinds of forced job neve
 - a job whose output the next jobs read through ancient() (a run's recipe, the data cache, kept
   slice checkpoints): Snakemake 9 runs the forced job, skips everything after it and ends "done"
   with the campaign unfinished.
-Their outputs prove by themselves that the job finished: the recipe and the cache are put in place
-whole as the job's last act (an atomic write, a rename); a training output matches the hash its
+Their outputs prove by themselves that the job finished: the recipe, a base recipe's slice plan
+(frozen/plans/<base>.json, which every training job reads through ancient()) and the cache are put
+in place whole as the job's last act (an atomic write, a rename); a training output matches the hash its
 run's ledger recorded and, under `final`, the checkpoint it consumed is gone (the trainer deletes
 it last, after best.json and run.json). For those, the marks go (with the dead trainer's lease) and
 nothing else changes; any other marked output is left to Snakemake, which redoes its job.
@@ -25,7 +26,8 @@ from pathlib import Path
 from ebd2n.atomic import sha256_file
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
-from ebd2n.layout import BEST, CHECKPOINT_DIR, FINAL, RECIPE, checkpoint_epoch, run_paths
+from ebd2n.layout import BEST, CHECKPOINT_DIR, FINAL, FROZEN, RECIPE, SLICE_PLANS, checkpoint_epoch, run_paths
+from ebd2n.train.plan import read_slice_plan
 
 INCOMPLETE = Path(".snakemake/incomplete")
 """Snakemake's marks (file persistence): one file per output, named by its path in URL-safe
@@ -61,6 +63,8 @@ def _finished(path: Path, cache_dir: Path, policy: str) -> bool:
         return _cache_complete(path)
     if path.name == RECIPE:
         return path.is_file()  # written atomically, the resolve job's last act
+    if (path.parent.name, path.parent.parent.name, path.suffix) == (SLICE_PLANS, FROZEN, ".json"):
+        return read_slice_plan(path) is not None  # written atomically, the plan job's last act
     run_dir = path.parent.parent if path.parent.name == CHECKPOINT_DIR else path.parent
     relative = path.relative_to(run_dir).as_posix()
     if relative in (FINAL, BEST):  # train_final's outputs: settled together

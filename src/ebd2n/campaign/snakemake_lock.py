@@ -5,7 +5,8 @@ every later run stops with "Directory cannot be locked" until `snakemake --unloc
 stale when no other Snakemake controller runs in the working directory on this machine (jobs
 started with --nolock do not count): the workflow then removes it, as --unlock would, and says
 so. A live controller's lock is left alone, and Snakemake refuses as usual. Controllers on other
-machines cannot be seen from here: run a campaign's controller from one machine (README).
+machines cannot be seen from here: run a campaign's controller from one machine (README). Without
+Linux's /proc (macOS) no process can be seen, so no controller is ever proven gone.
 """
 
 from __future__ import annotations
@@ -15,24 +16,30 @@ import shutil
 from pathlib import Path
 
 LOCKS = Path(".snakemake/locks")
+PROC = Path("/proc")
+"""Linux's view of the live processes; absent on macOS."""
 
 
 def clear_stale_lock(workdir: Path) -> bool:
     """Remove workdir's Snakemake lock when no Snakemake controller runs there; True if removed."""
     locks = workdir / LOCKS
-    if not Path("/proc/self").is_dir():  # no way to see the live processes: never clear
-        return False
-    if not any(locks.glob("*.lock")) or live_controllers(workdir):
+    if not any(locks.glob("*.lock")) or not no_other_controller(workdir):
         return False
     shutil.rmtree(locks)
     return True
+
+
+def no_other_controller(workdir: Path) -> bool:
+    """True when provably no other Snakemake controller runs in workdir on this machine; False
+    also where the live processes cannot be seen (no /proc)."""
+    return (PROC / "self").is_dir() and not live_controllers(workdir)
 
 
 def live_controllers(workdir: Path) -> list[int]:
     """Pids of the other Snakemake processes that may hold workdir's lock (Linux /proc)."""
     workdir = workdir.resolve()
     pids = []
-    for entry in Path("/proc").iterdir():
+    for entry in PROC.iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:

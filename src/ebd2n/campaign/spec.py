@@ -23,6 +23,7 @@ from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
@@ -337,6 +338,7 @@ def _base_plan(campaign: Campaign, base: str, recipe: Recipe) -> SlicePlan:
         return plan
     if not (paths.source_hash.is_file() and paths.base_recipe(base).is_file()):
         return recipe_plan(recipe, campaign.slice_epochs(base))
+    _refuse_older_frozen_trainer(paths)
     command = [sys.executable, "-m", "ebd2n", "plan", str(paths.base_recipe(base)),
                "--epochs-per-slice", str(campaign.slice_epochs(base)), "--json"]
     shown = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(paths.frozen_src)}, capture_output=True, text=True)
@@ -346,6 +348,21 @@ def _base_plan(campaign: Campaign, base: str, recipe: Recipe) -> SlicePlan:
         return parse_plan(json.loads(shown.stdout), f"the frozen trainer's plan of {base}")
     except json.JSONDecodeError:
         raise UserError(f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}") from None
+
+
+def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:
+    """A campaign frozen before its trainer could plan slices (`ebd2n plan`, train/plan.py): that
+    copy also predates the launcher the jobs start through (`python -m ebd2n.warm train ...`; both
+    came in one change), and run by this workflow it would plan nothing and train nothing."""
+    if (paths.frozen_package / "train" / "plan.py").is_file():
+        return
+    record = read_json(paths.freeze_record)
+    when = f", frozen {record.get('created')}" if isinstance(record, dict) else ""
+    raise UserError(
+        f"{paths.frozen_src}: frozen by an older ebd2n (source {paths.source_hash.read_text().strip()}{when}), "
+        "whose trainer cannot plan slices nor run under this workflow's launcher: finish the campaign with "
+        f"the ebd2n checkout that froze it (its source hash is in {paths.freeze_record}), or start a new campaign"
+    )
 
 
 def describe_campaign(campaign: Campaign) -> str:
