@@ -15,6 +15,7 @@ import pytest
 import torch
 from workflow_support import assert_states_equal, comparable_metrics
 
+from ebd2n.audit.checks import log_blocks, overlapping_blocks
 from ebd2n.config import load_recipe
 from ebd2n.data import open_cache
 from ebd2n.errors import RunFailed, UserError
@@ -183,6 +184,16 @@ def test_cli_train_piped_prints_summaries_and_no_progress_bars(demo_cache: Path,
               f"validation loss {loss:.4f}," in second.stdout)
     assert result == ([0, 0], False, f"slice done: resume with --resume {run}/checkpoints/epoch-1.pt",
                       f"done: {run}/final.pt, dashboard {run}/report.html", True)
+    # the lines the jobs appended after their trainers' (dashboard, CPU time) are the audit's one trainer's
+    blocks = log_blocks((run / "train.log").read_text())
+    assert (len(blocks), overlapping_blocks(blocks)) == (2, [])
+
+
+def test_optimizer_takes_the_recipes_betas_and_eps(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run", "optimizer.beta1=0.8", "optimizer.beta2=0.95", "optimizer.eps=1e-6")
+    engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
+    group = engine.optimizer.param_groups[0]
+    assert (group["betas"], group["eps"]) == ((0.8, 0.95), 1e-6)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
