@@ -259,6 +259,37 @@ def test_hf_init_cli_writes_a_model_of_the_tokenizers_vocabulary(tmp_path: Path)
     assert json.loads((tmp_path / "m/config.json").read_text())["model_type"] == "qwen2_moe"  # left as it was
 
 
+def test_a_published_model_directory_is_on_disk_before_it_appears(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    init_model("llama", tmp_path / "m", vocab_size=64)
+    staged = [str(tmp_path / ".m.partial" / path.relative_to(tmp_path / "m")) for path in (tmp_path / "m").rglob("*")]
+    assert staged and set(staged) <= set(synced)  # every file save_pretrained wrote, before the rename
+    assert str(tmp_path / ".m.partial") in synced and synced[-1] == str(tmp_path)  # the staging dir, then the rename
+
+
+def test_publishing_never_replaces_a_directory_that_appeared_meanwhile(tmp_path: Path) -> None:
+    from ebd2n.model.hf import _publish
+
+    def write_while_another_process_creates_it(staging: Path) -> None:
+        staging.mkdir()
+        (staging / "config.json").write_text("{}")
+        (tmp_path / "m").mkdir()  # empty: a plain rename would replace it
+
+    with pytest.raises(UserError, match=r"OUT_DIR .*/m: appeared while") as refused:
+        _publish(tmp_path / "m", write_while_another_process_creates_it)
+    assert "\n" not in str(refused.value)
+    assert list((tmp_path / "m").iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
 # --- a 2-stage gloo pipeline of the tiny MoE against one process ---
 
 PIPELINE = ("parallel.pipeline_stages=2", "parallel.pipeline_depth=3", "parallel.schedule=1f1b")
