@@ -21,7 +21,7 @@ from ebd2n.config.hf import architecture
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
 from ebd2n.model.hf import init_model, load_model
-from ebd2n.model.hf_units import hf_units, unit_of_hf_parameter
+from ebd2n.model.hf_units import hf_units
 from ebd2n.model.units import model_units
 from ebd2n.train import train
 from ebd2n.train.checkpoint import load_checkpoint
@@ -57,10 +57,20 @@ def test_units_sum_to_the_live_model_unit_by_unit(hf_models: dict[str, Path], fa
     units = hf_units(architecture(json.loads((hf_models[family] / "config.json").read_text())), 32)
     live: dict[str, int] = {}
     for name, parameter in model.named_parameters():  # a tied head is listed once, as the embedding
-        unit = unit_of_hf_parameter(units, name)
+        unit = _unit_of_parameter(units, name)
         live[unit] = live.get(unit, 0) + parameter.numel()
     assert live == {u.name: u.parameters for u in units if u.parameters}
     assert sum(p.numel() for p in model.parameters()) == sum(u.parameters for u in units)
+
+
+def _unit_of_parameter(units: list, name: str) -> str:
+    """The unit whose longest parameter prefix the name has ('model.layers.3.mlp.experts.down_proj'
+    -> 'block3.experts'); a tied lm_head.weight belongs to the embedding."""
+    if name == "lm_head.weight" and not any(u.param_prefixes == ("lm_head.",) for u in units):
+        return "embedding"
+    owners = [(len(p), u.name) for u in units for p in u.param_prefixes if name.startswith(p)]
+    assert owners, f"parameter {name!r} belongs to no unit of the model"
+    return max(owners)[1]
 
 
 def test_real_qwen_moe_config_has_the_seed_216_decoder_units() -> None:
