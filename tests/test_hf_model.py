@@ -391,7 +391,7 @@ def test_moe_fine_tune_on_the_sql_set_resumes_bitwise_and_validates_completions(
     """The two halves together: the model's own tokenizer and chat template, prompts masked, LoRA."""
     from ebd2n.data import BlockReader, open_cache, prepare_cache
     from ebd2n.evaluate import validate_run
-    from ebd2n.train.hf_init import tiny_hf_model
+    from ebd2n.hf_init import tiny_hf_model
 
     model_dir = tiny_hf_model("qwen2_moe", tmp_path / "model", vocab_size=384)
     supervised = ["data.source=sql-synthetic", f"data.tokenizer={model_dir}", "data.supervised={format: chat}",
