@@ -21,7 +21,7 @@ from ebd2n.config.hf import architecture
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
 from ebd2n.model.hf import init_model, load_model
-from ebd2n.model.hf_units import hf_units, unit_of_hf_parameter
+from ebd2n.model.hf_units import hf_units
 from ebd2n.model.units import model_units
 from ebd2n.train import train
 from ebd2n.train.checkpoint import load_checkpoint
@@ -57,10 +57,20 @@ def test_units_sum_to_the_live_model_unit_by_unit(hf_models: dict[str, Path], fa
     units = hf_units(architecture(json.loads((hf_models[family] / "config.json").read_text())), 32)
     live: dict[str, int] = {}
     for name, parameter in model.named_parameters():  # a tied head is listed once, as the embedding
-        unit = unit_of_hf_parameter(units, name)
+        unit = _unit_of_parameter(units, name)
         live[unit] = live.get(unit, 0) + parameter.numel()
     assert live == {u.name: u.parameters for u in units if u.parameters}
     assert sum(p.numel() for p in model.parameters()) == sum(u.parameters for u in units)
+
+
+def _unit_of_parameter(units: list, name: str) -> str:
+    """The unit whose longest parameter prefix the name has ('model.layers.3.mlp.experts.down_proj'
+    -> 'block3.experts'); a tied lm_head.weight belongs to the embedding."""
+    if name == "lm_head.weight" and not any(u.param_prefixes == ("lm_head.",) for u in units):
+        return "embedding"
+    owners = [(len(p), u.name) for u in units for p in u.param_prefixes if name.startswith(p)]
+    assert owners, f"parameter {name!r} belongs to no unit of the model"
+    return max(owners)[1]
 
 
 def test_real_qwen_moe_config_has_the_seed_216_decoder_units() -> None:
@@ -259,6 +269,37 @@ def test_hf_init_cli_writes_a_model_of_the_tokenizers_vocabulary(tmp_path: Path)
     assert json.loads((tmp_path / "m/config.json").read_text())["model_type"] == "qwen2_moe"  # left as it was
 
 
+def test_a_published_model_directory_is_on_disk_before_it_appears(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    init_model("llama", tmp_path / "m", vocab_size=64)
+    staged = [str(tmp_path / ".m.partial" / path.relative_to(tmp_path / "m")) for path in (tmp_path / "m").rglob("*")]
+    assert staged and set(staged) <= set(synced)  # every file save_pretrained wrote, before the rename
+    assert str(tmp_path / ".m.partial") in synced and synced[-1] == str(tmp_path)  # the staging dir, then the rename
+
+
+def test_publishing_never_replaces_a_directory_that_appeared_meanwhile(tmp_path: Path) -> None:
+    from ebd2n.model.hf import _publish
+
+    def write_while_another_process_creates_it(staging: Path) -> None:
+        staging.mkdir()
+        (staging / "config.json").write_text("{}")
+        (tmp_path / "m").mkdir()  # empty: a plain rename would replace it
+
+    with pytest.raises(UserError, match=r"OUT_DIR .*/m: appeared while") as refused:
+        _publish(tmp_path / "m", write_while_another_process_creates_it)
+    assert "\n" not in str(refused.value)
+    assert list((tmp_path / "m").iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
 # --- a 2-stage gloo pipeline of the tiny MoE against one process ---
 
 PIPELINE = ("parallel.pipeline_stages=2", "parallel.pipeline_depth=3", "parallel.schedule=1f1b")
@@ -350,7 +391,7 @@ def test_moe_fine_tune_on_the_sql_set_resumes_bitwise_and_validates_completions(
     """The two halves together: the model's own tokenizer and chat template, prompts masked, LoRA."""
     from ebd2n.data import BlockReader, open_cache, prepare_cache
     from ebd2n.evaluate import validate_run
-    from ebd2n.train.hf_init import tiny_hf_model
+    from ebd2n.hf_init import tiny_hf_model
 
     model_dir = tiny_hf_model("qwen2_moe", tmp_path / "model", vocab_size=384)
     supervised = ["data.source=sql-synthetic", f"data.tokenizer={model_dir}", "data.supervised={format: chat}",

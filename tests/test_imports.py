@@ -14,7 +14,7 @@ LAYERS = (
     {"ebd2n", "layout", "errors", "atomic", "yamlio", "jsonio", "targets", "provenance", "faults"},
     {"config"},
     {"data", "model"},
-    {"parallel"},
+    {"parallel", "hf_init"},
     {"train"},
     {"evaluate", "export"},
     {"campaign"},

@@ -465,9 +465,12 @@ def test_supervised_keys_need_records(tmp_path: Path) -> None:
 
 
 def test_truncation_counts_only_the_records_kept(tmp_path: Path, model_dir: Path) -> None:
-    """data.prepare_validation_tokens stops mid-batch: records past the stop are not counted."""
+    """data.prepare_validation_tokens stops mid-batch and mid-record: the padded cache keeps whole
+    blocks, and counts only the records in them, as many as the reader reads."""
     data = _sql_data(tmp_path, packing=False).model_copy(
         update={"tokenizer": str(model_dir), "prepare_validation_tokens": 41 * 3 + 5}
     )
-    split = prepare_cache(data, 400, progress=False, context_length=40).manifest["splits"]["validation"]
-    assert split["documents"] == 4 and split["truncated"] == 4 and split["tokens"] == 41 * 3 + 5
+    cache = prepare_cache(data, 400, progress=False, context_length=40)
+    split = cache.manifest["splits"]["validation"]
+    assert (split["documents"], split["truncated"], split["tokens"]) == (3, 3, 41 * 3)
+    assert BlockReader(cache, "validation", 41).num_blocks == 3

@@ -15,13 +15,14 @@ import pytest
 import torch
 from workflow_support import assert_states_equal, comparable_metrics
 
+from ebd2n.audit.checks import log_blocks, overlapping_blocks
 from ebd2n.config import load_recipe
 from ebd2n.data import open_cache
 from ebd2n.errors import RunFailed, UserError
 from ebd2n.evaluate import validate_run
 from ebd2n.train import train
 from ebd2n.train.budget import budget_of
-from ebd2n.train.checkpoint import load_checkpoint
+from ebd2n.train.checkpoint import is_recorded, load_checkpoint, save_checkpoint
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import read_metrics
 from ebd2n.train.schedule import learning_rate
@@ -183,6 +184,16 @@ def test_cli_train_piped_prints_summaries_and_no_progress_bars(demo_cache: Path,
               f"validation loss {loss:.4f}," in second.stdout)
     assert result == ([0, 0], False, f"slice done: resume with --resume {run}/checkpoints/epoch-1.pt",
                       f"done: {run}/final.pt, dashboard {run}/report.html", True)
+    # the lines the jobs appended after their trainers' (dashboard, CPU time) are the audit's one trainer's
+    blocks = log_blocks((run / "train.log").read_text())
+    assert (len(blocks), overlapping_blocks(blocks)) == (2, [])
+
+
+def test_optimizer_takes_the_recipes_betas_and_eps(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run", "optimizer.beta1=0.8", "optimizer.beta2=0.95", "optimizer.eps=1e-6")
+    engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
+    group = engine.optimizer.param_groups[0]
+    assert (group["betas"], group["eps"]) == ((0.8, 0.95), 1e-6)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -194,9 +205,11 @@ def test_corrupt_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
     recipe = _recipe(demo_cache, tmp_path / "run")
     train(recipe, until_epoch=2, progress=False)
     checkpoint = tmp_path / "run/checkpoints/epoch-2.pt"
+    whole = is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt")
     checkpoint.write_bytes(checkpoint.read_bytes()[:-100])
     with pytest.raises(UserError, match=r"epoch-2\.pt: SHA-256 .* does not match"):
         train(recipe, resume=checkpoint, progress=False)
+    assert (whole, is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt"), is_recorded(tmp_path / "run", "final.pt")) == (True, False, False)
 
 
 def test_foreign_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
@@ -305,3 +318,41 @@ def test_checkpoint_is_the_assembly_of_the_trainer_parts(demo_cache: Path, tmp_p
               state["metrics"]["offset"] == (run / "metrics.jsonl").stat().st_size, state["tokens"])
     assert result == (["cache_identity", "data", "engine", "format", "metrics", "progress", "recipe_identity", "rng",
                        "run_id", "source_hash", "tokens"], {"step": 4}, 1, 1, True, 4096)
+
+
+
+def _as_format_1(state: dict) -> dict:
+    """A format-2 checkpoint as an older ebd2n wrote it: counters, RNG and metrics offset in loose keys."""
+    progress = {**state["progress"], "step": state["data"]["step"]}
+    header = {key: state[key] for key in ("run_id", "recipe_identity", "cache_identity", "source_hash", "tokens")}
+    return {**header, "format": 1, "epoch": progress["epoch"], "step": progress["step"], "engine": state["engine"],
+            "progress": progress, "rng": state["rng"], "metrics_offset": state["metrics"]["offset"],
+            "job_ids": progress["job_ids"]}
+
+
+def test_older_checkpoint_format_is_refused_for_resume_in_one_line(demo_cache: Path, tmp_path: Path) -> None:
+    recipe = _recipe(demo_cache, tmp_path / "run")
+    train(recipe, until_epoch=1, progress=False)
+    checkpoint = tmp_path / "run/checkpoints/epoch-1.pt"
+    save_checkpoint(tmp_path / "run", "checkpoints/epoch-1.pt", _as_format_1(load_checkpoint(checkpoint)))
+    with pytest.raises(UserError, match=r"epoch-1\.pt: format 1, written by an older ebd2n; .* training\.init_from") as refused:
+        train(recipe, resume=checkpoint, progress=False)
+    assert "\n" not in str(refused.value)
+
+
+def test_older_final_checkpoint_still_validates_and_initialises(demo_cache: Path, tmp_path: Path) -> None:
+    """Validation and training.init_from read the weights and job ids, which format 1 holds alike;
+    a format this ebd2n does not know is refused."""
+    from ebd2n.train.weights import checkpoint_weights
+
+    run = tmp_path / "run"
+    train(_recipe(demo_cache, run, "training.max_tokens=4096"), progress=False)
+    current, state = validate_run(run), load_checkpoint(run / "final.pt")
+    weights = checkpoint_weights(run / "final.pt")
+    save_checkpoint(run, "final.pt", _as_format_1(state))
+    older = validate_run(run)
+    assert (older["loss"], older["job_ids"]) == (current["loss"], current["job_ids"])
+    assert_states_equal(checkpoint_weights(run / "final.pt"), weights)
+    save_checkpoint(run, "final.pt", {**state, "format": 3})
+    with pytest.raises(UserError, match=r"final\.pt: format 3, not one this ebd2n reads .* the ebd2n version that wrote it"):
+        checkpoint_weights(run / "final.pt")

@@ -6,12 +6,15 @@ is fsynced, then renamed over the target (rename is atomic on POSIX file systems
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 _CHUNK = 1 << 20
+_AT_FDCWD, _RENAME_NOREPLACE = -100, 1  # Linux's renameat2: paths relative to the working directory; fail if the target exists
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -55,7 +58,39 @@ def sha256_bytes(data: bytes) -> str:
 
 def fsync_dir(directory: Path) -> None:
     """Persist the rename itself (the directory entry), not only the file's bytes."""
-    fd = os.open(directory, os.O_RDONLY)
+    _fsync_path(directory)
+
+
+def fsync_tree(directory: Path) -> None:
+    """Persist every file and directory entry under `directory`: a tree another library wrote
+    (without fsync) must be on disk before it is renamed into place."""
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            _fsync_path(Path(root) / name)
+        fsync_dir(Path(root))
+
+
+def rename_new(source: Path, target: Path) -> None:
+    """Rename `source` to `target`, which must not exist: FileExistsError rather than replacing
+    one that appeared meanwhile (a plain rename silently replaces an empty directory).
+
+    Atomic through Linux's renameat2(RENAME_NOREPLACE); where the C library or the file system
+    lacks it, the check and the rename are two steps.
+    """
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS):  # those two: no RENAME_NOREPLACE here
+            raise OSError(code, os.strerror(code), os.fspath(target))
+    if os.path.lexists(target):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(target))
+    os.rename(source, target)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -162,7 +162,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_hf_init(args: argparse.Namespace) -> None:
-    from ebd2n.train.hf_init import tiny_hf_model
+    from ebd2n.hf_init import tiny_hf_model
 
     out = tiny_hf_model(args.family, args.out_dir, args.vocab_size, seed=args.seed, tokenizer=args.tokenizer)
     print(f"wrote a random {args.family} model to {out}")

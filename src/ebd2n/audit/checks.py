@@ -39,6 +39,7 @@ from ebd2n.layout import (
 from ebd2n.provenance import source_hash
 from ebd2n.report.campaign_report import build_report, report_files
 from ebd2n.train.budget import budget_of
+from ebd2n.train.runlog import CLOSING_LINES
 
 GRID_AXES = {"optimizer.lr": "learning rate", "optimizer.beta2": "beta2", "runtime.seed": "seed", "decentralized.num_models": "mode"}
 """Recipe keys a run id fixes: a difference there contradicts the run id, not the frozen base."""
@@ -229,19 +230,18 @@ def check_history(views: list[RunView]) -> Check:
         if steps and len(steps) != budget.total_steps:
             yield f"{METRICS}: {len(steps)} step records, the budget has {budget.total_steps}"
         if TRAIN_LOG in view.hashes:
-            blocks = _log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
+            blocks = log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
             jobs = {job for job, _ in blocks}
             missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in jobs]
             if missing:
                 yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
-            for job, lines in blocks:
-                if (foreign := _foreign_line(lines)) is not None:
-                    yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
+            for job, foreign in overlapping_blocks(blocks):
+                yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
 
     return each_run(f"{METRICS} and {TRAIN_LOG} hold one consistent history", views, problem)
 
 
-def _log_blocks(text: str) -> list[tuple[str, list[str]]]:
+def log_blocks(text: str) -> list[tuple[str, list[str]]]:
     """train.log's blocks in file order: each one's job id and messages (without their time
     stamps). A requeued SLURM job opens a block per attempt, under the same id."""
     blocks: list[tuple[str, list[str]]] = []
@@ -256,16 +256,21 @@ def _log_blocks(text: str) -> list[tuple[str, list[str]]]:
     return blocks
 
 
+def overlapping_blocks(blocks: list[tuple[str, list[str]]]) -> list[tuple[str, str]]:
+    """(job, first foreign line) of each train.log block that one trainer cannot have written alone."""
+    return [(job, foreign) for job, lines in blocks if (foreign := _foreign_line(lines)) is not None]
+
+
 def _foreign_line(lines: list[str]) -> str | None:
     """The first line one trainer cannot have written after the lines before it, None if none.
 
     A trainer appends its block in one order: its `slice:` line, steps and epochs counting up,
-    checkpoints, then `slice done` (after which only its job adds the dashboard line). Two trainers
+    checkpoints, then `slice done` (after which only its job adds its CLOSING_LINES). Two trainers
     appending to one train.log at once mix two such sequences in the later block."""
     sliced = done = False
     last = {"step": 0, "epoch": 0}
     for line in lines:
-        if done and not line.startswith("dashboard "):
+        if done and not line.startswith(CLOSING_LINES):
             return f"{line.split(' |')[0]!r} after slice done"
         if line.startswith("slice: "):
             if sliced:

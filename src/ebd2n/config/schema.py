@@ -138,9 +138,11 @@ class DataConfig(Section):
     synthetic_validation_bytes: int = Field(default=400_000, gt=0)
     """Size of the embedded validation text in bytes."""
     prepare_train_tokens: int | None = Field(default=None, gt=0)
-    """Stop preparing the train split after this many tokens (None: the whole split)."""
+    """Stop preparing the train split after this many tokens (None: the whole split); a padded
+    supervised cache stops at the last whole block before it."""
     prepare_validation_tokens: int | None = Field(default=None, gt=0)
-    """Stop preparing the validation split after this many tokens (None: the whole split)."""
+    """Stop preparing the validation split after this many tokens (None: the whole split); a padded
+    supervised cache stops at the last whole block before it."""
     tokenize_batch_size: int = Field(default=256, gt=0)
     """Documents per tokenizer batch call."""
     shard_tokens: int = Field(default=16_777_216, gt=0)

@@ -236,7 +236,9 @@ def build_cache(
     splits, encoder = {}, None
     for split in documents:
         encoder = records() if records else functools.partial(_encode, tokenizer, eos=eos, dtype=dtype)
-        splits[split] = _write_split(directory, split, documents[split], encoder, dtype, data, limits[split], progress)
+        block_len = encoder.block_len if records else None
+        splits[split] = _write_split(directory, split, documents[split], encoder, dtype, data, limits[split], progress,
+                                     block_len)
         if records:
             splits[split] |= encoder.cut_counts(splits[split]["documents"])
     parts = {
@@ -410,9 +412,11 @@ def _write_split(
     data: DataConfig,
     limit: int | None,
     progress: bool,
+    block_len: int | None = None,
 ) -> dict[str, Any]:
     """Tokenize documents (or records) in batches into shards, stopping at `limit` tokens; `encode`
-    gives a batch's tokens and where each item ends."""
+    gives a batch's tokens and where each item ends. With `block_len` (padded records, one per
+    block) the stop falls on a whole block: a cut record would be counted but never read."""
     writer = _ShardWriter(directory, split, dtype, data.shard_tokens)
     count = 0
     with tqdm(total=limit, desc=f"tokenize {split}", unit="tok", unit_scale=True, disable=not progress) as bar:
@@ -420,8 +424,12 @@ def _write_split(
             tokens, ends = encode(batch)
             if limit is not None and writer.tokens + len(tokens) >= limit:
                 keep = limit - writer.tokens
+                if block_len is not None:
+                    keep -= keep % block_len
+                    count += keep // block_len
+                else:
+                    count += int(np.searchsorted(ends, keep)) + 1
                 writer.write(tokens[:keep])
-                count += int(np.searchsorted(ends, keep)) + 1
                 bar.update(keep)
                 break
             writer.write(tokens)

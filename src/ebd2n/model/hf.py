@@ -249,8 +249,8 @@ def save_model(state: dict[str, torch.Tensor], source: Path, out_dir: Path) -> N
 
 def _publish(out_dir: Path, write: Callable[[Path], None]) -> None:
     """`write` a model directory into a staging directory beside `out_dir`, then rename it into place:
-    `out_dir` appears whole or not at all."""
-    from ebd2n.atomic import fsync_dir
+    `out_dir` appears whole or not at all, and never replaces a directory that appeared meanwhile."""
+    from ebd2n.atomic import fsync_dir, fsync_tree, rename_new
 
     _quiet_transformers()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -258,7 +258,11 @@ def _publish(out_dir: Path, write: Callable[[Path], None]) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         write(staging)
-        staging.rename(out_dir)
+        fsync_tree(staging)
+        rename_new(staging, out_dir)
+    except FileExistsError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UserError(f"OUT_DIR {out_dir}: appeared while the model was written; nothing replaced, choose a new directory") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -57,13 +57,3 @@ def _mlp(name: str, kind: str, block: int, arch: Architecture, ffn: int, prefixe
         tuple((p, fan_in, fan_out) for p, (fan_in, fan_out, _) in shapes.items()), segment,
     )
 
-
-def unit_of_hf_parameter(units: list[Unit], name: str) -> str:
-    """The unit owning a parameter of the model ('model.layers.3.mlp.experts.down_proj' -> 'block3.experts');
-    a tied lm_head.weight belongs to the embedding."""
-    if name == "lm_head.weight" and not any(u.param_prefixes == ("lm_head.",) for u in units):
-        return "embedding"
-    owners = [(len(p), u.name) for u in units for p in u.param_prefixes if name.startswith(p)]
-    if not owners:
-        raise ValueError(f"parameter {name!r} belongs to no unit of the model")
-    return max(owners)[1]

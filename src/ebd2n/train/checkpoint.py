@@ -28,6 +28,9 @@ from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER as LEDGER
 
 FORMAT = 2
 """2: one entry per stateful part (1 kept the counters, RNG and metrics offset in loose keys)."""
+WEIGHT_FORMATS = (1, 2)
+"""Formats whose provenance header, `engine` and `progress.job_ids` read alike: validation,
+export and training.init_from read these; resuming needs FORMAT."""
 
 
 @dataclass(frozen=True)
@@ -107,25 +110,55 @@ def forget_checkpoint(run_dir: Path, relative: str) -> None:
         atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
 
 
-def load_checkpoint(path: Path, expected: Provenance | None = None, map_location: str = "cpu") -> dict[str, Any]:
-    """Load a checkpoint after checking its hash against the ledger beside it and its provenance."""
+def is_recorded(run_dir: Path, relative: str) -> bool:
+    """The file is there and is the one the run's ledger recorded (written whole, then recorded)."""
+    return _ledger_problem(run_dir, relative) is None
+
+
+def _ledger_problem(run_dir: Path, relative: str) -> str | None:
+    """Why `relative` is not the file the ledger recorded; None when it is."""
+    path = run_dir / relative
+    if not path.is_file():
+        return "no such file"
+    recorded = read_checkpoint_ledger(run_dir).get(relative)
+    if recorded is None:
+        return f"not recorded in {run_dir / LEDGER}; refusing an unverifiable file"
+    actual = sha256_file(path)
+    if actual != recorded:
+        return f"SHA-256 {actual[:16]}… does not match the recorded {recorded[:16]}… (truncated or altered)"
+    return None
+
+
+def load_checkpoint(path: Path, expected: Provenance | None = None, map_location: str = "cpu",
+                    resume: bool = False) -> dict[str, Any]:
+    """Load a checkpoint after checking its hash against the ledger beside it, its format (FORMAT
+    to `resume` from it, else one of WEIGHT_FORMATS) and its provenance."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint {path}: no such file")
     run_dir = run_dir_of(path)
-    recorded = read_checkpoint_ledger(run_dir).get(path.resolve().relative_to(run_dir.resolve()).as_posix())
-    if recorded is None:
-        raise UserError(f"checkpoint {path}: not recorded in {run_dir / LEDGER}; refusing an unverifiable file")
-    actual = sha256_file(path)
-    if actual != recorded:
-        raise UserError(f"checkpoint {path}: SHA-256 {actual[:16]}… does not match the recorded {recorded[:16]}… (truncated or altered)")
+    if (problem := _ledger_problem(run_dir, path.resolve().relative_to(run_dir.resolve()).as_posix())) is not None:
+        raise UserError(f"checkpoint {path}: {problem}")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True, mmap=True)  # ranks share pages
     except Exception as error:  # noqa: BLE001 - any unpickling failure means a bad file
         raise UserError(f"checkpoint {path}: unreadable ({type(error).__name__})") from None
+    _check_format(path, state.get("format"), resume)
     if expected is not None:
         _check_provenance(path, state, expected)
     return state
+
+
+def _check_format(path: Path, have: object, resume: bool) -> None:
+    if have == FORMAT or (not resume and have in WEIGHT_FORMATS):
+        return
+    if resume and have in WEIGHT_FORMATS:
+        raise UserError(
+            f"checkpoint {path}: format {have}, written by an older ebd2n; this one resumes only format {FORMAT}: "
+            "start the run again, or a new run from it with training.init_from"
+        )
+    raise UserError(f"checkpoint {path}: format {have}, not one this ebd2n reads ({FORMAT} to resume, "
+                    f"{', '.join(map(str, WEIGHT_FORMATS))} for weights); use the ebd2n version that wrote it")
 
 
 def _check_provenance(path: Path, state: dict[str, Any], expected: Provenance) -> None:

@@ -33,9 +33,16 @@ class TrainLog:
         self.handle.close()
 
 
+CLOSING_LINES = ("dashboard ", "job usage: ")
+"""How the only lines a training job appends after its trainer's `slice done` begin: the dashboard
+its caller wrote and the job's own CPU time and memory (the audit reads anything else there as
+another trainer's)."""
+
+
 def append_to_train_log(run_dir: Path, line: str) -> None:
-    """One more line in the last job's block of train.log, after the trainer closed it (the
-    dashboard its caller wrote)."""
+    """One of the job's CLOSING_LINES in the last block of train.log, after the trainer closed it."""
+    if not line.startswith(CLOSING_LINES):
+        raise ValueError(f"not a closing line of a training job: {line!r}")
     with open(run_dir / TRAIN_LOG, "a", encoding="utf-8") as handle:
         handle.write(_stamped(line))
 

@@ -49,9 +49,9 @@ class Engine:
         """AdamW (fused on CUDA, foreach on CPU); groups carry their own weight decay."""
         opt = self.recipe.optimizer
         fused = self.device.type == "cuda"
+        trained = [g for g in groups if g["params"]] or groups[:1]  # a pipeline stage may train nothing
         return torch.optim.AdamW(
-            [g for g in groups if g["params"]] or groups[:1], lr=opt.lr,  # a pipeline stage may train nothing betas=(opt.beta1, opt.beta2), eps=opt.eps,
-            fused=fused, foreach=None if fused else True,
+            trained, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, fused=fused, foreach=None if fused else True,
         )
 
     def _set_lr(self, lr: float) -> None:

@@ -95,7 +95,7 @@ def train(
     configure_torch(recipe)
     context = distributed.init(recipe)
 
-    checkpoint = load_checkpoint(resume, provenance) if resume else None
+    checkpoint = load_checkpoint(resume, provenance, resume=True) if resume else None
     if resume is not None and run_dir_of(Path(resume)).resolve() != run_dir.resolve():
         raise UserError(
             f"--resume {resume}: a checkpoint of run directory {run_dir_of(Path(resume))}, not of runtime.output_dir "

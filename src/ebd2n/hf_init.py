@@ -1,6 +1,6 @@
 """Tiny Hugging Face models for tests and the demo fine-tune, built offline: random weights of a
 tiny family configuration and, unless one is given, a tokenizer trained on the embedded
-text-to-SQL set (here, above both the data and the model layers)."""
+text-to-SQL set (its own unit, one layer above the data and the model it joins)."""
 
 from __future__ import annotations
 
