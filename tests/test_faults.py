@@ -250,14 +250,15 @@ def test_faults_final_written_before_snakemake_recorded_is_done(campaign: dict) 
 def test_faults_plan_written_before_snakemake_recorded_is_done_and_dry_run_changes_nothing(campaign: dict) -> None:
     """The plan job wrote frozen/plans/base.json (its last act) and the controller died before it
     recorded the job: training jobs read the plan only through ancient(), so forced again it would
-    run alone and Snakemake would end "done" with the campaign unfinished. A dry run leaves the mark
-    (it changes nothing); the rerun keeps the job as done and finishes the campaign."""
+    run alone and Snakemake would end "done" with the campaign unfinished. A dry run, --summary and
+    --unlock leave the mark (they change nothing); the rerun keeps the job as done and finishes the campaign."""
     repo = fresh(campaign, "sliced")
     plan = PATHS.slice_plan("base").as_posix()
     mark = repo / ".snakemake/incomplete" / base64url(plan)
     mark.write_text("{}")
-    dry = snakemake(repo, "-n", *COMMAND, env=env_for())
-    assert mark.is_file() and "kept as done" not in dry.stderr, dry.stderr
+    for inspecting in (["-n"], ["--summary"], ["--unlock"]):
+        shown = snakemake(repo, *inspecting, *COMMAND, env=env_for())
+        assert mark.is_file() and "kept as done" not in shown.stderr, (inspecting, shown.stderr)
     result = rerun(repo)
     assert f"{plan}: its job finished before the controller stopped; kept as done" in result.stderr
     assert "plan_slices" not in result.stdout + result.stderr
