@@ -23,7 +23,6 @@ import base64
 import os
 from pathlib import Path
 
-from ebd2n.atomic import sha256_file
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import BEST, CHECKPOINT_DIR, FINAL, FROZEN, RECIPE, SLICE_PLANS, checkpoint_epoch, run_paths
@@ -87,11 +86,9 @@ def _cache_complete(path: Path) -> bool:
 
 
 def _recorded(run_dir: Path, relative: str) -> bool:
-    """The file is there and is the one the run's ledger recorded (written whole, then recorded)."""
-    from ebd2n.train.checkpoint import read_checkpoint_ledger
+    from ebd2n.train.checkpoint import is_recorded  # imports torch: only when a job was interrupted
 
-    path = run_dir / relative
-    return path.is_file() and read_checkpoint_ledger(run_dir).get(relative) == sha256_file(path)
+    return is_recorded(run_dir, relative)
 
 
 def _earlier_checkpoints(run_dir: Path, epoch: int | None) -> list[Path]:
