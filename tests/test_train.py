@@ -155,6 +155,23 @@ def test_first_slice_killed_midway_reruns_bitwise(demo_cache: Path, tmp_path: Pa
         train(killed, until_epoch=2, progress=False)
 
 
+def test_temporaries_of_killed_writes_are_removed_by_the_next_writer(demo_cache: Path, tmp_path: Path) -> None:
+    """A job killed inside an atomic write leaves `.<name>.<random>.tmp`: the next trainer of the run
+    (under its lease) and the run's validation remove it, so the run holds only what its policy keeps."""
+    run = tmp_path / "run"
+    recipe = _recipe(demo_cache, run)
+    train(recipe, until_epoch=1, progress=False)
+    in_checkpoints, in_run = run / "checkpoints/.epoch-2.pt.k1ll3d.tmp", run / ".run.json.k1ll3d.tmp"
+    in_checkpoints.write_bytes(b"half a checkpoint")
+    in_run.write_text("{")
+    train(recipe, resume=run / "checkpoints/epoch-1.pt", progress=False)
+    removed = [line for line in (run / "train.log").read_text().splitlines() if "temporary file of a write" in line]
+    in_results = run / ".results.json.k1ll3d.tmp"
+    in_results.write_text("{")
+    validate_run(run)
+    assert ([p.exists() for p in (in_checkpoints, in_run, in_results)], len(removed)) == ([False, False, False], 2)
+
+
 def test_best_json_has_null_weights_under_final(demo_cache: Path, tmp_path: Path) -> None:
     train(_recipe(demo_cache, tmp_path / "run"), progress=False)
     best = json.loads((tmp_path / "run/best.json").read_text())

@@ -37,6 +37,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def remove_temporaries(directory: Path) -> list[Path]:
+    """Delete the temporary files that killed `atomic_write_bytes` calls left in `directory` (not
+    below it) and return them. Only the directory's one writer may call this (a trainer under its
+    lease, a run's validation job): another process's write in progress would lose its file."""
+    leftovers = [path for path in sorted(Path(directory).glob(".*.tmp")) if path.is_file()]
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Text flavour of `atomic_write_bytes` (UTF-8)."""
     atomic_write_bytes(path, text.encode("utf-8"))

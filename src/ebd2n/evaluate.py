@@ -11,7 +11,7 @@ import math
 import time
 from pathlib import Path
 
-from ebd2n.atomic import atomic_write_text, sha256_file
+from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_file
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.data import iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
@@ -39,6 +39,7 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
     recipe = load_recipe(paths.recipe)
     configure_torch(recipe)
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
+    remove_temporaries(run_dir)  # of a killed write (results.json, the dashboard): no artifact of the run
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
     previous = _unchanged_results(paths, provenance)
     if previous is not None:

@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ebd2n.atomic import atomic_write_text
+from ebd2n.atomic import atomic_write_text, remove_temporaries
 from ebd2n.config import Recipe, load_recipe, recipe_identity, save_recipe
 from ebd2n.errors import UserError
 from ebd2n.faults import kill_point
-from ebd2n.layout import FINAL, RunPaths, checkpoint_epoch
+from ebd2n.layout import CHECKPOINT_DIR, FINAL, RunPaths, checkpoint_epoch
 from ebd2n.parallel.distributed import Context
 from ebd2n.train.checkpoint import Provenance, forget_checkpoint, read_checkpoint_ledger
 from ebd2n.train.lease import Lease, take_lease
@@ -35,6 +35,8 @@ class RunOutput:
         self.paths, self.lease = RunPaths(run_dir), lease
         self.log = TrainLog(run_dir, job_id)
         self.metrics = MetricsLog(run_dir)
+        for leftover in remove_temporaries(run_dir) + remove_temporaries(run_dir / CHECKPOINT_DIR):
+            self.log.write(f"removed {leftover.relative_to(run_dir)}, the temporary file of a write a killed job never finished")
 
     @classmethod
     def open(cls, recipe: Recipe, provenance: Provenance, job_id: str, end_epoch: int, resumed: bool,
