@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from engine_steps import fixed_steps
 import torch.multiprocessing as mp
 from workflow_support import comparable_metrics
 
@@ -52,13 +53,7 @@ def _free_port() -> int:
 
 
 def _steps(engine, recipe, rows: tuple[int, ...] = ROWS) -> list[dict]:
-    """Optimizer steps of `rows` fixed random sequences each, as plain dicts of StepResult."""
-    generator = torch.Generator().manual_seed(0)
-    results = []
-    for count in rows:
-        sequences = torch.randint(0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator)
-        results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
-    return results
+    return fixed_steps(engine, recipe, rows)
 
 
 def _supervised_steps(engine, recipe) -> list[dict]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from engine_steps import fixed_steps
 from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import count_parameters, dump_recipe, load_recipe, recipe_from_dict, recipe_identity
@@ -312,17 +313,6 @@ def _pipeline_recipe(model_dir: Path, freeze: int, *layout: str):
     return _recipe(model_dir, Path("unused-cache"), Path("unused-run"), *layout, freeze_prefix=freeze, lora=lora)
 
 
-def _pipeline_steps(engine, recipe) -> list[dict]:
-    import dataclasses
-
-    generator = torch.Generator().manual_seed(0)
-    results = []
-    for count in ROWS:
-        sequences = torch.randint(0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator)
-        results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
-    return results
-
-
 def _pipeline_worker(rank: int, port: int, model_dir: Path, freeze: int, out_dir: Path) -> None:
     import os
 
@@ -341,7 +331,7 @@ def _pipeline_worker(rank: int, port: int, model_dir: Path, freeze: int, out_dir
     engine = build_engine(recipe, budget_of(recipe), context.device, context)
     held = {"parameters": sum(p.numel() for p in engine.model.parameters()),
             "meta": sum(p.is_meta for p in engine.model.parameters()), "units": context.placement.stages[rank]}
-    results = _pipeline_steps(engine, recipe)
+    results = fixed_steps(engine, recipe, ROWS)
     state = engine.state_dict()
     torch.save({"results": results, "model": state.get("model"), "held": held}, out_dir / f"rank{rank}.pt")
     dist.destroy_process_group()
@@ -365,7 +355,7 @@ def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(hf_models: dict[
     recipe = _pipeline_recipe(hf_models["qwen2_moe"], freeze)
     torch.manual_seed(recipe.runtime.seed)
     engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
-    expected = _pipeline_steps(engine, recipe)
+    expected = fixed_steps(engine, recipe, ROWS)
     keys = ("loss", "accuracy", "grad_norm")
     assert [r[k] for r in ranks[0]["results"] for k in keys] == pytest.approx([r[k] for r in expected for k in keys], rel=1e-5)
     torch.testing.assert_close(ranks[0]["model"], engine.state_dict()["model"], rtol=0, atol=1e-5)
