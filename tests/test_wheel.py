@@ -24,6 +24,9 @@ WHEEL_INPUTS = ("pyproject.toml", "README.md", "src")
 
 
 def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """Run with `env`, by default this environment without PYTHONPATH (through which pip would take the
+    checkout's package for one already installed)."""
+    env = env or {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     result = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
     return result
@@ -44,7 +47,7 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path: Path) -> None
     python = venv / "bin" / "python"
     site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=tmp_path).stdout.strip())
     (site / "shared-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    _run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", wheel, cwd=tmp_path)
+    _run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "--force-reinstall", wheel, cwd=tmp_path)
 
     empty = tmp_path / "empty"
     empty.mkdir()
