@@ -24,6 +24,24 @@ def runnable_blocks(text: str) -> list[str]:
     return re.findall(re.escape(MARK) + r"\s*```bash\n(.*?)```", text, re.S)
 
 
+def test_readme_is_a_page() -> None:
+    """The README stays a page (install, quick start, one campaign); the rest lives in docs/."""
+    result = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert result <= 150
+
+
+def test_docs_links_name_existing_files() -> None:
+    """Every relative link of the README, config/README.md and docs/ names a file that exists."""
+    pages = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    result = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in pages
+        for target in re.findall(r"\]\(([^)#]+)[^)]*\)", page.read_text(encoding="utf-8"))
+        if "://" not in target and not (page.parent / target).exists()
+    ]
+    assert result == []
+
+
 def test_readme_marks_the_everyday_commands() -> None:
     blocks = runnable_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
     result = (len(blocks), [line.split()[:2] for line in blocks[0].splitlines() if line.startswith("ebd2n")][:3])
