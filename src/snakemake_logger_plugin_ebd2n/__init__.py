@@ -1,7 +1,8 @@
 """A quiet console for ebd2n campaigns: Snakemake's `--logger ebd2n` (the repository's profiles set it).
 
 One line per finished job (time, jobs done of all, rule, run), every error in full with the
-failed job's log, warnings, and Snakemake's job table at the start. The full record stays in
+failed job's log, warnings, and Snakemake's job table at the start. A dry run (`-n`) shows the plan
+instead (dryrun.py): per rule its jobs, the runs that would train or validate and those reused. The full record stays in
 .snakemake/log/. As jobs finish it also rewrites each campaign's status page (`ebd2n status`),
 at most every STATUS_EVERY_S seconds. Snakemake finds this module by its name
 (snakemake_logger_plugin_<name>), so it is a top-level package of its own; it imports ebd2n only
@@ -33,6 +34,11 @@ class LogHandler(LogHandlerBase):
         self.finished: list[str] = []
         self.campaigns: set[str] = set()
         self.status_written = 0.0
+        self.plan = None
+        if self.common_settings.dryrun:
+            from snakemake_logger_plugin_ebd2n.dryrun import DryRun
+
+            self.plan = DryRun()
 
     @property
     def writes_to_stream(self) -> bool:
@@ -67,6 +73,8 @@ class LogHandler(LogHandlerBase):
     def line(self, record: logging.LogRecord) -> str | None:
         """What the console shows for one record, or None."""
         event = getattr(record, "event", None)
+        if self.plan is not None and event in (LogEvent.JOB_INFO, LogEvent.RUN_INFO):
+            return self.plan_line(record)
         if event == LogEvent.JOB_INFO:
             self.jobs[record.jobid] = job_label(record.rule_name, record.wildcards)
             if "campaign" in (record.wildcards or {}):
@@ -86,6 +94,15 @@ class LogHandler(LogHandlerBase):
         elif event is None and (record.levelno >= logging.WARNING or record.getMessage() in _SAID):
             return record.getMessage()
         return None
+
+    def plan_line(self, record: logging.LogRecord) -> str | None:
+        """A dry run: count each job; Snakemake's job table after the jobs becomes the plan."""
+        if record.event == LogEvent.JOB_INFO:
+            self.plan.add(record)
+            return None
+        if not self.plan.jobs:  # the table before the jobs are listed
+            return None
+        return self.plan.text(commands=bool(self.common_settings.printshellcmds))
 
     def refresh_status(self, last: bool) -> None:
         """Rewrite the status page of every campaign seen, unless one was written moments ago."""
