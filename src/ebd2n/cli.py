@@ -223,12 +223,12 @@ def cmd_dashboard(args: argparse.Namespace) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.status import campaign_status, format_status, write_status_page
+    from ebd2n.campaign.status import campaign_status, finished, format_status, write_status_page
 
     status = campaign_status(args.campaign_dir)
     page = write_status_page(args.campaign_dir, status)
     print(format_status(status, colour=sys.stdout.isatty()))
-    print(f"page {page} (reloads itself; run ebd2n status again to refresh it)")
+    print(f"page {page}" + ("" if finished(status) else " (reloads itself while runs are left; run ebd2n status again to refresh it)"))
 
 
 def cmd_audit(args: argparse.Namespace) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from markupsafe import Markup
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.status import format_duration
+from ebd2n.quantities import format_duration
 from ebd2n.config import Recipe, count_parameters, hf_architecture, load_recipe
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
@@ -195,8 +195,8 @@ def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, 
     busiest = memory["busiest"]
     where = f" ({busiest['device']})" if busiest else ""
     return [
-        (percent(last["val_accuracy"]) if last else DASH, "validation token accuracy (epoch subset, final)"),
-        (_fixed(last["val_loss"], 4) if last else DASH, "validation loss, nats (epoch subset, final)"),
+        (percent(last["val_accuracy"]) if last else DASH, f"validation token accuracy (epoch subset, epoch {last['epoch'] if last else DASH})"),
+        (_fixed(last["val_loss"], 4) if last else DASH, f"validation loss, nats (epoch subset, epoch {last['epoch'] if last else DASH})"),
         (f"{run['steps']:,}", f"batches (optimizer steps); {run['skipped_steps']:,} skipped"),
         (f"{run['tokens']:,}", "training tokens"),
         (f"{run['tokens'] / wall:,.0f}" if wall else DASH, "tokens/s (training time)"),
@@ -275,7 +275,7 @@ def _decentralized(recipe: Recipe) -> list[tuple[str, str]]:
 def _epoch_table(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every epoch record; a consensus-distance column only for runs that record it."""
     consensus = any("consensus_distance" in epoch for epoch in epochs)
-    columns = ["Epoch", "Step", "Tokens", "Train loss", "Val loss", "Val acc.", "LR", "Tokens/s", "Batches/s",
+    columns = ["Epoch", "Step", "Tokens", "Train loss", "Subset val loss", "Subset val acc.", "LR", "Tokens/s", "Batches/s",
                "Wall (s)", "Skipped"] + (["Consensus dist."] if consensus else [])
     rows = [
         [str(e["epoch"]), f"{e['step']:,}", f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4),
@@ -392,7 +392,7 @@ def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": "train loss (epoch mean)", "x": x,
          "y": [_finite_or_none(e["train_loss"]) for e in epochs], "line": {"color": "#9ecae1", "dash": "dot"}},
-        {"type": "scatter", "mode": "lines+markers", "name": "validation loss", "x": x,
+        {"type": "scatter", "mode": "lines+markers", "name": "subset validation loss", "x": x,
          "y": [_finite_or_none(e["val_loss"]) for e in epochs], "line": {"color": "#1f77b4"}},
         {"type": "scatter", "mode": "lines+markers", "name": "validation accuracy", "x": x, "yaxis": "y2",
          "y": [100 * e["val_accuracy"] for e in epochs], "line": {"color": "#2ca02c"}},
@@ -405,7 +405,7 @@ def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
             for e in epochs]
     return _figure("epoch-validation", "Validation after each epoch",
                    "Loss and token accuracy on the fixed validation subset, after each epoch.", data, layout,
-                   ["Epoch", "Tokens", "Train loss", "Val loss", "Val accuracy"], rows)
+                   ["Epoch", "Tokens", "Train loss", "Subset val loss", "Subset val accuracy"], rows)
 
 
 def _throughput_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
