@@ -33,7 +33,7 @@ from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import DASHBOARD, METRICS, RECIPE, RUN_RECORD, campaign_of_run
 from ebd2n.report import html
 from ebd2n.report.html import DASH, percent
-from ebd2n.report.plotly_embed import figure_json, plotly_tag
+from ebd2n.report.plotly_embed import MODEBAR_BAND, figure_json, plotly_tag
 
 MAX_POINTS = 2000
 """Most points a per-batch curve draws; more would slow the page without showing more."""
@@ -309,8 +309,9 @@ def _memory(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 def _figure(key: str, title: str, note: str, data: list[dict[str, Any]], layout: dict[str, Any],
             columns: list[str], rows: list[list[str]], packed: bool = False) -> dict[str, Any]:
     """A figure and its table view; `packed` tables (one row per batch) travel compressed, see `pack_rows`."""
-    base = {"height": 360, "margin": {"l": 70, "r": 70, "t": 40, "b": 50}, "hovermode": "x unified",
-            "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}}
+    # the legend goes under the plot: the band above it is the toolbar's (MODEBAR_BAND)
+    base = {"height": 400, "margin": {"l": 70, "r": 70, "t": MODEBAR_BAND, "b": 50}, "hovermode": "x unified",
+            "legend": {"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"}}
     return {"id": key, "title": title, "note": note, "json": figure_json({"data": data, "layout": base | layout}),
             "columns": columns, "rows": [] if packed else rows, "packed": pack_rows(rows) if packed else None}
 
@@ -394,7 +395,7 @@ def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
          "y": [_finite_or_none(e["train_loss"]) for e in epochs], "line": {"color": "#9ecae1", "dash": "dot"}},
         {"type": "scatter", "mode": "lines+markers", "name": "subset validation loss", "x": x,
          "y": [_finite_or_none(e["val_loss"]) for e in epochs], "line": {"color": "#1f77b4"}},
-        {"type": "scatter", "mode": "lines+markers", "name": "validation accuracy", "x": x, "yaxis": "y2",
+        {"type": "scatter", "mode": "lines+markers", "name": "subset validation accuracy", "x": x, "yaxis": "y2",
          "y": [100 * e["val_accuracy"] for e in epochs], "line": {"color": "#2ca02c"}},
     ]
     layout = {"xaxis": {"title": {"text": "epoch"}, "dtick": 1},
