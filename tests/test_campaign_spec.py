@@ -18,7 +18,7 @@ from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.campaign.freeze import freeze_base, freeze_trainer
 from ebd2n.campaign.resolve import resolve_run, run_recipe
 from ebd2n.campaign.runs import Run, parse_run_id
-from ebd2n.campaign.spec import base_plans, campaign_from_dict, load_campaign
+from ebd2n.campaign.spec import base_plans, campaign_from_dict, campaign_warnings, load_campaign
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
@@ -424,3 +424,19 @@ def test_per_preset_epochs_per_slice_must_name_every_preset() -> None:
                    "learning_rates": {"synchronous": [0.003]}}
     with pytest.raises(UserError, match=r"epochs_per_slice: one value per preset needs exactly grid.presets \['demo', '20m'\]"):
         campaign_from_dict(raw)
+
+
+def test_campaign_warnings_name_a_null_slurm_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    result = campaign_warnings(load_campaign("config/campaigns/recipe-sweep-20m.yaml"))
+    expected = [
+        "config/campaigns/recipe-sweep-20m.yaml: resources.default.account is null, so its SLURM jobs go to your default "
+        "account; a cluster that requires an account refuses them at submission: set it (sbatch --account) or remove the key"
+    ]
+    assert result == expected
+
+
+@pytest.mark.parametrize("default", [{"gpus": 0, "minutes": 5}, {"gpus": 1, "account": "proj42"}])
+def test_campaign_warnings_none_without_a_null_account(default: dict[str, Any]) -> None:
+    result = campaign_warnings(campaign_from_dict(tiny(resources={"default": default})))
+    assert result == []
