@@ -360,7 +360,7 @@ def test_shipped_campaign_files_pass_the_schema(tmp_path: Path, monkeypatch: pyt
     snapshot.mkdir(parents=True)
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs/main").write_text("0" * 40)
-    (snapshot / "config.json").write_text((REPO_ROOT / "config/models/qwen1.5-moe-a2.7b/config.json").read_text())
+    (snapshot / "config.json").write_text((REPO_ROOT / "resources/models/qwen1.5-moe-a2.7b/config.json").read_text())
     tiny = tmp_path / "results/models/tiny-qwen2-moe"
     tiny.mkdir(parents=True)
     (tiny / "config.json").write_text(json.dumps({**TINY_CONFIGS["qwen2_moe"], "vocab_size": 512}))

@@ -110,14 +110,19 @@ def _dry_run(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_console_dry_run_shows_the_plan(tmp_path: Path) -> None:
+    """Snakemake's job table once, then which runs would train or validate, which are reused, and that nothing ran."""
     completed = _dry_run(tmp_path)
-    result = completed.stderr.splitlines()[-9:]
+    result = completed.stderr.split("Job stats:\n", 1)[-1].splitlines()
     expected = [
+        "job             count",
+        "------------  -------",
+        "all                 1",
+        "collect_runs        1",
+        "train_final         6",
+        "validate_run        6",
+        "total              14",
+        "",
         "Dry run of campaign sweep: 14 jobs would run.",
-        "  train_final      6  (6 runs)",
-        "  validate_run     6  (6 runs)",
-        "  collect_runs     1",
-        "  all              1",
         "would train: 6 runs: r1, r2, r3, r4, r5 and 1 more",
         "would validate: 6 runs: r1, r2, r3, r4, r5 and 1 more",
         "reused untouched: 1 run: old",
@@ -128,8 +133,10 @@ def test_console_dry_run_shows_the_plan(tmp_path: Path) -> None:
 
 def test_console_dry_run_with_p_shows_each_rules_command(tmp_path: Path) -> None:
     completed = _dry_run(tmp_path, "-p")
-    result = [re.sub(r"/r[0-9]/", "/R/", line.strip()) for line in completed.stderr.splitlines() if line.startswith("      $ ")]
-    expected = ["$ touch results/sweep/runs/R/final.pt", "$ touch results/sweep/runs/R/results.json", "$ touch results/sweep/runs.csv"]
+    text = completed.stderr.split("The first job's command of each rule:\n", 1)[-1]
+    result = [re.sub(r"/r[0-9]/", "/R/", line) for line in text.splitlines()[:3]]
+    expected = ["  train_final: touch results/sweep/runs/R/final.pt", "  validate_run: touch results/sweep/runs/R/results.json",
+                "  collect_runs: touch results/sweep/runs.csv"]
     assert result == expected
 
 

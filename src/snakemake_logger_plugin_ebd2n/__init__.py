@@ -102,7 +102,7 @@ class LogHandler(LogHandlerBase):
             return None
         if not self.plan.jobs:  # the table before the jobs are listed
             return None
-        return self.plan.text(commands=bool(self.common_settings.printshellcmds))
+        return self.plan.text(record.getMessage(), commands=bool(self.common_settings.printshellcmds))
 
     def refresh_status(self, last: bool) -> None:
         """Rewrite the status page of every campaign seen, unless one was written moments ago."""

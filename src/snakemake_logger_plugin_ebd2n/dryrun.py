@@ -1,5 +1,5 @@
-"""The plan a dry run (`snakemake -n`) shows: per rule how many jobs, which runs would train or
-validate, which are reused untouched, and that nothing ran.
+"""The plan a dry run (`snakemake -n`) shows: Snakemake's table of jobs per rule, then which runs
+would train or validate, which are reused untouched, and that nothing ran.
 
 Built only from Snakemake's log records: one JOB_INFO record per job it would run (rule, wildcards,
 inputs, shell command). The runs reused are those the campaign's table collects (the inputs of
@@ -49,17 +49,15 @@ class DryRun:
         if rule == COLLECT_RULE:
             self.collected = [Path(path).parent.name for path in record.input or [] if Path(path).name == RESULTS_JSON]
 
-    def text(self, commands: bool) -> str:
-        """The plan; `commands`: each rule's first shell command too (Snakemake's -p)."""
+    def text(self, table: str, commands: bool) -> str:
+        """The plan under Snakemake's job table (`table`, as Snakemake words it, so what reads it still
+        can); `commands`: each rule's first shell command too (Snakemake's -p)."""
         total = sum(self.jobs.values())
         where = f" of campaign {', '.join(sorted(self.campaigns))}" if self.campaigns else ""
-        width = max(len(rule) for rule in self.jobs)
-        lines = [f"Dry run{where}: {total} job{'s' * (total != 1)} would run."]
-        for rule, count in self.jobs.items():
-            runs = self.runs.get(rule)
-            lines.append(f"  {rule.ljust(width)} {count:5d}" + (f"  ({_count(len(runs), 'run')})" if runs else ""))
-            if commands and rule in self.commands:
-                lines.append(f"      $ {self.commands[rule]}")
+        lines = [table.rstrip("\n"), "", f"Dry run{where}: {_count(total, 'job')} would run."]
+        if commands:
+            lines.append("The first job's command of each rule:")
+            lines.extend(f"  {rule}: {command}" for rule, command in self.commands.items())
         lines.append(_listed("would train", self._runs(TRAIN_RULES)))
         lines.append(_listed("would validate", self._runs(VALIDATE_RULES)))
         if self.collected is not None:
