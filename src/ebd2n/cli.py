@@ -151,7 +151,7 @@ def cmd_validate(args: argparse.Namespace) -> None:
     if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
         print(f"{args.run_dir}: failed run: {results['reason']}")
     else:
-        print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
+        print(f"{args.run_dir}: full-validation loss {results['loss']:.6f} nats over {results['targets']:,} targets")
     print(job_usage())  # the job's log: results.json holds only what the checkpoint determines
 
 
