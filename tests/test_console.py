@@ -151,3 +151,15 @@ def test_console_dry_run_of_the_demo_matches_the_readme(tmp_path: Path) -> None:
     claimed = re.search(r"([0-9]+) runs, ([0-9]+) jobs", (REPO / "README.md").read_text(encoding="utf-8"))
     result = (trained and trained.group(1), planned and planned.group(1))
     assert result == (claimed and claimed.group(1), claimed and claimed.group(2))
+
+
+def test_dry_run_warns_of_a_null_slurm_account(tmp_path: Path) -> None:
+    """The 324-run campaign leaves `account: null`: its dry run says so, before the plan."""
+    repo = copy_repo(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    completed = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "--configfile",
+                                "config/campaigns/recipe-sweep-20m.yaml"], cwd=repo, env=env, capture_output=True,
+                               text=True, timeout=300)
+    warning = "config/campaigns/recipe-sweep-20m.yaml: resources.default.account is null"
+    result = (completed.returncode, warning in completed.stderr.split("Job stats:")[0])
+    assert result == (0, True)

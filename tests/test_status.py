@@ -231,5 +231,5 @@ def test_browser_status_page_of_a_finished_campaign_stops_reloading(finished_pag
 @pytest.mark.browser
 def test_browser_status_page_names_each_loss(page) -> None:
     result = (page.evaluate("[...document.querySelectorAll('#runs th')].map(th => th.textContent)")[3:6],
-              "the loss the report ranks runs by" in page.locator("body").inner_text())
+              "which the report ranks runs by" in page.locator("body").inner_text())
     assert result == (["subset val loss", "subset acc.", "full val loss"], True)

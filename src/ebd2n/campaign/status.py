@@ -265,8 +265,8 @@ def _failure(campaign_dir: Path, run: str) -> str | None:
 # --- output ---
 
 COLUMNS = ("run", "state", "epochs", "subset val loss", "subset acc.", "full val loss", "wall", "note")
-LOSSES = ("subset val loss: the last finished epoch's loss on the validation subset the trainer checks each epoch; "
-          "full val loss: the whole validation split, the loss the report ranks runs by.")
+LOSSES = ("subset val loss: the last epoch's check on a fixed validation subset; "
+          "full val loss: the whole validation split, which the report ranks runs by.")
 """What the two loss columns are, under the table."""
 _COLOURS = {"done": "32", "training": "36", "validating": "36", "failed": "31", "pending": "2"}
 
