@@ -140,6 +140,13 @@ def test_console_dry_run_with_p_shows_each_rules_command(tmp_path: Path) -> None
     assert result == expected
 
 
+def test_console_quiet_dry_run_shows_the_table_alone(tmp_path: Path) -> None:
+    """Under --quiet Snakemake lists no job and ends after its table: the table is all there is to show."""
+    completed = _dry_run(tmp_path, "--quiet")
+    result = (completed.stderr.count("Job stats:"), "total              14" in completed.stderr, "would train" in completed.stderr)
+    assert result == (1, True, False)
+
+
 def test_console_dry_run_of_the_demo_matches_the_readme(tmp_path: Path) -> None:
     """The README's "36 runs, 153 jobs" of the demo is what its own dry run plans."""
     repo = copy_repo(tmp_path)

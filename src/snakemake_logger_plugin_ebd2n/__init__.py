@@ -6,7 +6,7 @@ instead (dryrun.py): per rule its jobs, the runs that would train or validate an
 .snakemake/log/. As jobs finish it also rewrites each campaign's status page (`ebd2n status`),
 at most every STATUS_EVERY_S seconds. Snakemake finds this module by its name
 (snakemake_logger_plugin_<name>), so it is a top-level package of its own; it imports ebd2n only
-to write status pages, when the first job finishes.
+to write status pages, when the first job finishes, and in a dry run.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ import sys
 import time
 from typing import Any
 
+from snakemake.settings.enums import Quietness
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
 
 _ERRORS = {LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR, LogEvent.ERROR}
 STATUS_EVERY_S = 20
 """Least time between two rewrites of a campaign's status page."""
+_TABLE_ONLY = {Quietness.RULES, Quietness.PROGRESS}
+"""Snakemake's quiet setting under which a dry run ends after its job table, listing no job."""
 _SAID = {"Nothing to be done (all requested files are present and up to date)."}
 """Plain INFO messages still worth a line."""
 
@@ -100,8 +103,8 @@ class LogHandler(LogHandlerBase):
         if record.event == LogEvent.JOB_INFO:
             self.plan.add(record)
             return None
-        if not self.plan.jobs:  # the table before the jobs are listed
-            return None
+        if not self.plan.jobs:  # the table before the jobs are listed: the last one under --quiet
+            return record.getMessage() if set(self.common_settings.quiet or ()) == _TABLE_ONLY else None
         return self.plan.text(record.getMessage(), commands=bool(self.common_settings.printshellcmds))
 
     def refresh_status(self, last: bool) -> None:
