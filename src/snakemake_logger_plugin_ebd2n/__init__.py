@@ -1,9 +1,9 @@
 """A quiet console for ebd2n campaigns: Snakemake's `--logger ebd2n` (the repository's profiles set it).
 
 One line per finished job (time, jobs done of all, rule, run), every error in full with the
-failed job's log, warnings, and Snakemake's job table at the start. A dry run (`-n`) shows the plan
-instead (dryrun.py): per rule its jobs, the runs that would train or validate and those reused. The full record stays in
-.snakemake/log/. As jobs finish it also rewrites each campaign's status page (`ebd2n status`),
+failed job's log, warnings, and Snakemake's job table at the start. A dry run (`-n`) shows the
+table once, then the plan (dryrun.py): the runs that would train or validate, those reused, and
+with -p each rule's first command. The full record stays in .snakemake/log/. As jobs finish it also rewrites each campaign's status page (`ebd2n status`),
 at most every STATUS_EVERY_S seconds. Snakemake finds this module by its name
 (snakemake_logger_plugin_<name>), so it is a top-level package of its own; it imports ebd2n only
 to write status pages, when the first job finishes, and in a dry run.
