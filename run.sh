@@ -19,28 +19,41 @@ key() {  # what an install for extras "$1" depends on
 }
 extras=""
 if [ "$what" = test ]; then extras="[test]"; fi
+say() { echo "run.sh: $*" >&2; }  # run.sh's own lines, on stderr like Snakemake's console
 # the stamp lists one key per install it covers (a test install covers the demo's too)
 if ! { [ -x "$py" ] && grep -qsx "$(key "$extras")" "$stamp"; }; then
-  [ -x "$py" ] || python3 -m venv "$venv"
+  started=$SECONDS
+  tools=""; if [ "$what" = test ]; then tools=" and the test tools (pytest, Playwright)"; fi
+  say "setting up $venv (once): PyTorch, Snakemake and ebd2n's other dependencies$tools;" \
+      "this usually takes about 4 minutes on a fresh machine (most of it downloads)"
+  if [ -x "$py" ]; then say "[1/4] $venv exists: reusing its Python"; else say "[1/4] creating $venv"; python3 -m venv "$venv"; fi
   rm -f "$stamp"
+  say "[2/4] upgrading pip"
   "$py" -m pip install -q --upgrade pip
   # Install PyTorch first so the package's torch range is already satisfied: a machine without a
   # GPU gets the CPU build instead of a multi-GB CUDA build. GPU users: install your CUDA torch
   # into .venv before running this script (or use environment.yml).
-  if ! "$py" -c "import torch" 2>/dev/null; then
-    if [ "$torch_choice" = cuda ]; then
-      "$py" -m pip install -q torch
-    else
-      "$py" -m pip install -q "torch==2.13.0" 2>/dev/null \
-        || "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
-    fi
+  if "$py" -c "import torch" 2>/dev/null; then
+    say "[3/4] PyTorch is installed in $venv already: kept"
+  elif [ "$torch_choice" = cuda ]; then
+    say "[3/4] installing PyTorch (a GPU is present: the default CUDA build, several GB)"
+    "$py" -m pip install -q torch
+  else
+    say "[3/4] installing PyTorch 2.13.0, CPU build (no GPU here)"
+    "$py" -m pip install -q "torch==2.13.0" 2>/dev/null \
+      || "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
   fi
+  say "[4/4] installing ebd2n and its dependencies$tools"
   "$py" -m pip install -q -e ".$extras"
   if [ "$what" = test ]; then printf '%s\n%s\n' "$(key "")" "$(key "[test]")"; else key ""; fi > "$stamp"
+  say "$venv is ready ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s)"
+else
+  say "$venv is up to date: nothing to install"
 fi
 export PATH="$PWD/$venv/bin:$PATH"
 
 if [ "$what" = demo ]; then
+  say "running the embedded demo campaign: snakemake --cores all (results in results/demo/)"
   exec snakemake --cores all
 fi
 
@@ -52,4 +65,5 @@ if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
     echo "warning: no chromium at /usr/bin/chromium; browser tests will be skipped (apt install chromium)" >&2
   fi
 fi
+say "running the test suite: python -m pytest $*"
 exec "$py" -m pytest "$@"

@@ -1,6 +1,6 @@
 """Qwen1.5-MoE-A2.7B fine-tune stages on one GPU: the seed dashboard's run, stage by stage.
 
-The real model's shape (config/models/qwen1.5-moe-a2.7b/config.json, or --config), random
+The real model's shape (resources/models/qwen1.5-moe-a2.7b/config.json, or --config), random
 weights: the model is built on the meta device and only one pipeline stage's units are
 materialised on the device at a time (as each GPU of a pipeline holds them), with the seed's
 recipe (first --freeze layers frozen, rank --rank LoRA on the others' attention and shared expert,
@@ -38,7 +38,7 @@ from ebd2n.model.hf_units import hf_units  # noqa: E402
 from ebd2n.model.lora import apply_lora_  # noqa: E402
 from ebd2n.parallel.placement import plan_placement  # noqa: E402
 
-REFERENCE = ROOT / "config/models/qwen1.5-moe-a2.7b/config.json"
+REFERENCE = ROOT / "resources/models/qwen1.5-moe-a2.7b/config.json"
 SEED = {"batches_per_s": 1.87, "peak_gb": 47.8}
 SHRUNK = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
           "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 8,

@@ -18,6 +18,18 @@ MARKS = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} not installed (apt-get install chromium)"),
 ]
 """pytestmark of every browser test module."""
+WIDTH = 1400
+"""The window's width, in CSS pixels: a laptop's browser window, where nothing may overlap or overflow."""
+_TOOLBAR_OVERLAPS = """() => {
+  const box = element => element.getBoundingClientRect();
+  const hit = (a, b) => a.width > 0 && b.width > 0 && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  return [...document.querySelectorAll('[data-figure]')].flatMap(plot => {
+    const bar = plot.querySelector('.modebar');
+    if (!bar) return [];
+    return [...plot.querySelectorAll('.gtitle, .legend, .cbtitle, .g-xtitle, .g-ytitle, .g-y2title')]
+      .filter(element => hit(box(bar), box(element))).map(element => `${plot.id}: ${element.getAttribute('class')}`);
+  });
+}"""
 
 
 @dataclass
@@ -36,7 +48,7 @@ def launch(playwright: Any) -> Any:
 
 def open_offline(browser: Any, path: Path) -> tuple[Any, Loaded]:
     """(context, Loaded) for `path` from file:// with every other request aborted; waits for the figures."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
     context.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
     loaded = Loaded(context.new_page())
     loaded.page.on("console", lambda message: loaded.errors.append(message.text) if message.type == "error" else None)
@@ -57,3 +69,23 @@ def toggle_states(page: Any) -> list[tuple[bool, bool]]:
         button.click()
         states.append((shown, view.is_visible()))
     return states
+
+
+def toolbar_overlaps(page: Any) -> list[str]:
+    """'<plot id>: <class>' for every title or legend that the Plotly toolbar's box overlaps (shown or
+    not: the toolbar appears when the pointer is on the plot, and in screenshots of it)."""
+    return page.evaluate(_TOOLBAR_OVERLAPS)
+
+
+def overflowing(page: Any) -> list[str]:
+    """Every scrolling table wrapper, and the page itself, that is wider than the window lets it be,
+    measured with every <details> open (and closed again after): '<section id>: <content> > <room>'."""
+    return page.evaluate("""() => {
+      const closed = [...document.querySelectorAll('details:not([open])')];
+      closed.forEach(details => details.open = true);
+      const wide = [document.documentElement, ...document.querySelectorAll('.scroll, .table-view')]
+        .filter(box => box.clientWidth > 0 && box.scrollWidth > box.clientWidth)
+        .map(box => `${box.closest('section')?.id ?? 'page'}: ${box.scrollWidth} > ${box.clientWidth}`);
+      closed.forEach(details => details.open = false);
+      return wide;
+    }""")

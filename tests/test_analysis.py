@@ -207,15 +207,25 @@ def test_select_mode_without_eligible_point_is_absent() -> None:
 
 def test_lr_response_reference_cell(reference_groups: pl.DataFrame) -> None:
     table = lr_response(reference_groups, 0.999)
-    result = table.filter(pl.col("lr") == 0.0028)["synchronous"].item()
-    expected = "3.5644 ± 0.0036"
+    row = table.filter(pl.col("lr") == 0.0028).row(0, named=True)
+    result = (round(row["synchronous mean_loss"], 4), round(row["synchronous std_loss"], 4), row["synchronous seeds_completed"])
+    expected = (3.5644, 0.0036, 3)
     assert result == expected
 
 
-def test_lr_response_reference_dash_for_untested(reference_groups: pl.DataFrame) -> None:
+def test_lr_response_reference_untested_is_empty(reference_groups: pl.DataFrame) -> None:
     table = lr_response(reference_groups, 0.999)
-    result = table.filter(pl.col("lr") == 0.0008)["packed-4"].item()
-    expected = "—"
+    row = table.filter(pl.col("lr") == 0.0008).row(0, named=True)
+    result = [row[f"packed-4 {field}"] for field in ("mean_loss", "std_loss", "seeds_completed")]
+    expected = [None, None, None]
+    assert result == expected
+
+
+def test_lr_response_csv_holds_numbers(reference_groups: pl.DataFrame) -> None:
+    """Written and read back, every column is numeric: no "mean ± sd" text, no dash."""
+    table = pl.read_csv(lr_response(reference_groups, 0.999).write_csv().encode())
+    result = {name: dtype.is_numeric() for name, dtype in table.schema.items()}
+    expected = {name: True for name in table.columns}
     assert result == expected
 
 

@@ -18,7 +18,7 @@ from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.campaign.freeze import freeze_base, freeze_trainer
 from ebd2n.campaign.resolve import resolve_run, run_recipe
 from ebd2n.campaign.runs import Run, parse_run_id
-from ebd2n.campaign.spec import base_plans, campaign_from_dict, load_campaign
+from ebd2n.campaign.spec import base_plans, campaign_from_dict, campaign_warnings, load_campaign
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
@@ -360,7 +360,7 @@ def test_shipped_campaign_files_pass_the_schema(tmp_path: Path, monkeypatch: pyt
     snapshot.mkdir(parents=True)
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs/main").write_text("0" * 40)
-    (snapshot / "config.json").write_text((REPO_ROOT / "config/models/qwen1.5-moe-a2.7b/config.json").read_text())
+    (snapshot / "config.json").write_text((REPO_ROOT / "resources/models/qwen1.5-moe-a2.7b/config.json").read_text())
     tiny = tmp_path / "results/models/tiny-qwen2-moe"
     tiny.mkdir(parents=True)
     (tiny / "config.json").write_text(json.dumps({**TINY_CONFIGS["qwen2_moe"], "vocab_size": 512}))
@@ -424,3 +424,19 @@ def test_per_preset_epochs_per_slice_must_name_every_preset() -> None:
                    "learning_rates": {"synchronous": [0.003]}}
     with pytest.raises(UserError, match=r"epochs_per_slice: one value per preset needs exactly grid.presets \['demo', '20m'\]"):
         campaign_from_dict(raw)
+
+
+def test_campaign_warnings_name_a_null_slurm_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    result = campaign_warnings(load_campaign("config/campaigns/recipe-sweep-20m.yaml"))
+    expected = [
+        "config/campaigns/recipe-sweep-20m.yaml: resources.default.account is null, so its SLURM jobs go to your default "
+        "account; a cluster that requires an account refuses them at submission: set it (sbatch --account) or remove the key"
+    ]
+    assert result == expected
+
+
+@pytest.mark.parametrize("default", [{"gpus": 0, "minutes": 5}, {"gpus": 1, "account": "proj42"}])
+def test_campaign_warnings_none_without_a_null_account(default: dict[str, Any]) -> None:
+    result = campaign_warnings(campaign_from_dict(tiny(resources={"default": default})))
+    assert result == []

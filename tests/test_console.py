@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from workflow_support import REPO, copy_repo
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SNAKEFILE = """
@@ -62,3 +64,109 @@ def test_console_rewrites_the_status_page(console) -> None:
     _, workdir = console
     page = (workdir / "results/sweep/status.html").read_text()
     assert "campaign sweep: 2 runs: 1 done, 0 running, 1 failed, 0 pending" in page
+
+
+DRY_SNAKEFILE = """
+RUNS = ["old", "r1", "r2", "r3", "r4", "r5", "r6"]
+
+rule all:
+    input:
+        "results/sweep/runs.csv",
+
+rule train_final:
+    output:
+        "results/{campaign}/runs/{run}/final.pt",
+    shell:
+        "touch {output}"
+
+rule validate_run:
+    input:
+        "results/{campaign}/runs/{run}/final.pt",
+    output:
+        "results/{campaign}/runs/{run}/results.json",
+    shell:
+        "touch {output}"
+
+rule collect_runs:
+    input:
+        expand("results/{{campaign}}/runs/{run}/results.json", run=RUNS),
+    output:
+        "results/{campaign}/runs.csv",
+    shell:
+        "touch {output}"
+"""
+
+
+def _dry_run(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "Snakefile").write_text(DRY_SNAKEFILE)
+    old = tmp_path / "results/sweep/runs/old"
+    old.mkdir(parents=True)
+    (old / "final.pt").touch()
+    os.utime(old / "final.pt", (1, 1))  # older than its results.json: the run is complete
+    (old / "results.json").touch()
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run([sys.executable, "-m", "snakemake", "-n", *flags, "--cores", "1", "--logger", "ebd2n"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_console_dry_run_shows_the_plan(tmp_path: Path) -> None:
+    """Snakemake's job table once, then which runs would train or validate, which are reused, and that nothing ran."""
+    completed = _dry_run(tmp_path)
+    result = completed.stderr.split("Job stats:\n", 1)[-1].splitlines()
+    expected = [
+        "job             count",
+        "------------  -------",
+        "all                 1",
+        "collect_runs        1",
+        "train_final         6",
+        "validate_run        6",
+        "total              14",
+        "",
+        "Dry run of campaign sweep: 14 jobs would run.",
+        "would train: 6 runs: r1, r2, r3, r4, r5 and 1 more",
+        "would validate: 6 runs: r1, r2, r3, r4, r5 and 1 more",
+        "reused untouched: 1 run: old",
+        "dry run: nothing was executed",
+    ]
+    assert (completed.returncode, result) == (0, expected)
+
+
+def test_console_dry_run_with_p_shows_each_rules_command(tmp_path: Path) -> None:
+    completed = _dry_run(tmp_path, "-p")
+    text = completed.stderr.split("The first job's command of each rule:\n", 1)[-1]
+    result = [re.sub(r"/r[0-9]/", "/R/", line) for line in text.splitlines()[:3]]
+    expected = ["  train_final: touch results/sweep/runs/R/final.pt", "  validate_run: touch results/sweep/runs/R/results.json",
+                "  collect_runs: touch results/sweep/runs.csv"]
+    assert result == expected
+
+
+def test_console_quiet_dry_run_shows_the_table_alone(tmp_path: Path) -> None:
+    """Under --quiet Snakemake lists no job and ends after its table: the table is all there is to show."""
+    completed = _dry_run(tmp_path, "--quiet")
+    result = (completed.stderr.count("Job stats:"), "total              14" in completed.stderr, "would train" in completed.stderr)
+    assert result == (1, True, False)
+
+
+def test_console_dry_run_of_the_demo_matches_the_readme(tmp_path: Path) -> None:
+    """The README's "36 runs, 153 jobs" of the demo is what its own dry run plans."""
+    repo = copy_repo(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    completed = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=repo, env=env, capture_output=True,
+                               text=True, timeout=300)
+    planned = re.search(r"^Dry run of campaign demo: ([0-9]+) jobs would run\.$", completed.stderr, re.M)
+    trained = re.search(r"^would train: ([0-9]+) runs:", completed.stderr, re.M)
+    claimed = re.search(r"([0-9]+) runs, ([0-9]+) jobs", (REPO / "README.md").read_text(encoding="utf-8"))
+    result = (trained and trained.group(1), planned and planned.group(1))
+    assert result == (claimed and claimed.group(1), claimed and claimed.group(2))
+
+
+def test_dry_run_warns_of_a_null_slurm_account(tmp_path: Path) -> None:
+    """The 324-run campaign leaves `account: null`: its dry run says so, before the plan."""
+    repo = copy_repo(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    completed = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "--configfile",
+                                "config/campaigns/recipe-sweep-20m.yaml"], cwd=repo, env=env, capture_output=True,
+                               text=True, timeout=300)
+    warning = "config/campaigns/recipe-sweep-20m.yaml: resources.default.account is null"
+    result = (completed.returncode, warning in completed.stderr.split("Job stats:")[0])
+    assert result == (0, True)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from offline_browser import MARKS, launch, open_offline, toggle_states
+from offline_browser import MARKS, launch, open_offline, overflowing, toggle_states, toolbar_overlaps
 from run_dir_factory import HOSTILE, fabricate_run
 
 from ebd2n.config import load_recipe
@@ -173,3 +173,9 @@ def test_browser_dashboard_per_batch_tables_unpack(page, runs: dict[str, Path]) 
         page.locator(f'button[aria-controls="table-{figure}"]').click()
     result = (page.evaluate(counts), seventh[4] if page.kind in ("fabricated", "campaign", "exported") else "skipped")
     assert result == ([steps, steps], "skipped")
+
+
+def test_browser_dashboard_toolbar_covers_no_legend(page) -> None:
+    """At 1,400 px the legends sit under the plots, clear of the Plotly toolbar's band above them."""
+    result = (toolbar_overlaps(page), overflowing(page))
+    assert result == ([], [])

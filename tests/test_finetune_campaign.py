@@ -27,7 +27,7 @@ CAMPAIGN = "config/campaigns/finetune-sql-demo.yaml"
 MODEL = "results/models/tiny-qwen2-moe"
 RUN = "results/finetune-sql-demo/runs/synchronous-lr0.02-beta20.99-seed42"
 
-REFERENCE = Path(__file__).resolve().parents[1] / "config/models/qwen1.5-moe-a2.7b/config.json"
+REFERENCE = Path(__file__).resolve().parents[1] / "resources/models/qwen1.5-moe-a2.7b/config.json"
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from ebd2n.train.checkpoint import load_checkpoint
 
 FAMILIES = ("llama", "qwen2", "qwen2_moe")
 DEMO_VOCAB = 512
-REFERENCE = Path(__file__).resolve().parents[1] / "config/models/qwen1.5-moe-a2.7b/config.json"
+REFERENCE = Path(__file__).resolve().parents[1] / "resources/models/qwen1.5-moe-a2.7b/config.json"
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 

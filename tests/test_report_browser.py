@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from campaign_tree import HOSTILE, report_runs, write_campaign
-from offline_browser import MARKS, Loaded, launch, open_offline, toggle_states
+from offline_browser import MARKS, Loaded, launch, open_offline, overflowing, toggle_states, toolbar_overlaps
 from run_dir_factory import fabricate_run
 
 from ebd2n.report import build_report
@@ -120,4 +120,16 @@ def test_browser_run_links_open_dashboards(browser, loaded: Loaded, campaign: Pa
 
 def test_browser_console_has_no_errors(loaded: Loaded) -> None:
     result = loaded.errors
+    assert result == []
+
+
+def test_browser_toolbar_covers_no_title_or_legend(loaded: Loaded) -> None:
+    """At 1,400 px the Plotly toolbar's band is clear of every heatmap title, colour-bar title and legend."""
+    result = toolbar_overlaps(loaded.page)
+    assert result == []
+
+
+def test_browser_no_table_overflows(loaded: Loaded) -> None:
+    """At 1,400 px every table fits its section, "All runs" included, and the page has no sideways scroll."""
+    result = overflowing(loaded.page)
     assert result == []

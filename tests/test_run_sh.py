@@ -68,3 +68,32 @@ def test_run_sh_test_extras_install_covers_the_demo(tmp_path: Path) -> None:
     demo = _run(checkout, "demo")
     result = ("python -m pip install -q -e .[test]" in tests, tests[-1], demo)
     assert result == (True, "python -m pytest -q", ["snakemake --cores all"])
+
+
+def _said(checkout: Path, *args: str) -> list[str]:
+    """run.sh's own lines (on stderr) of one ./run.sh, the set-up's duration blanked out."""
+    env = {**os.environ, "PATH": f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin"}
+    completed = subprocess.run(["bash", "run.sh", *args], cwd=checkout, env=env, check=True, timeout=60, capture_output=True, text=True)
+    lines = [line for line in completed.stderr.splitlines() if line.startswith("run.sh: ")]
+    return [line.split(" (")[0] if line.startswith("run.sh: .venv is ready") else line for line in lines]
+
+
+def test_run_sh_says_what_it_installs_and_each_stage(tmp_path: Path) -> None:
+    """Before the minutes of installing: what, and how long it usually takes; then one line per stage."""
+    checkout = _checkout(tmp_path)
+    result = (_said(checkout, "demo"), _said(checkout, "demo"))
+    demo = "run.sh: running the embedded demo campaign: snakemake --cores all (results in results/demo/)"
+    expected = (
+        [
+            "run.sh: setting up .venv (once): PyTorch, Snakemake and ebd2n's other dependencies; this usually takes"
+            " about 4 minutes on a fresh machine (most of it downloads)",
+            "run.sh: [1/4] .venv exists: reusing its Python",
+            "run.sh: [2/4] upgrading pip",
+            "run.sh: [3/4] PyTorch is installed in .venv already: kept",
+            "run.sh: [4/4] installing ebd2n and its dependencies",
+            "run.sh: .venv is ready",
+            demo,
+        ],
+        ["run.sh: .venv is up to date: nothing to install", demo],
+    )
+    assert result == expected

@@ -132,14 +132,32 @@ def test_cli_status_piped_is_plain_text_and_writes_the_page(stopped: dict[str, s
     lines = completed.stdout.splitlines()
     result = (completed.returncode, "\033[" in completed.stdout, len(lines), lines[0].split(), lines[-2].split(":")[1],
               (tmp_path / "results/sweep/status.html").is_file())
-    assert result == (0, False, 1 + 8 + 2, ["run", "state", "epochs", "val", "loss", "val", "acc.", "wall", "note"],
-                      " 8 runs", True)
+    assert result == (0, False, 1 + 8 + 3, ["run", "state", "epochs", "subset", "val", "loss", "subset", "acc.", "full",
+                                            "val", "loss", "wall", "note"], " 8 runs", True)
 
 
 def test_status_in_a_terminal_is_coloured(stopped: dict[str, str]) -> None:
     text = format_status(campaign_status(Path("results/sweep"), now=NOW), colour=True)
     result = [line.startswith("\033[") for line in text.splitlines()]
-    assert result == [False] + [True] * 8 + [False]
+    assert result == [False] + [True] * 8 + [False, False]
+
+
+def test_status_names_each_loss(stopped: dict[str, str]) -> None:
+    """A done run shows its last epoch's subset loss, saying which epoch, and its full-validation loss."""
+    text = format_status(campaign_status(Path("results/sweep"), now=NOW))
+    done = next(run for run, role in stopped.items() if role == "done")
+    row = next(line for line in text.splitlines() if line.startswith(done))
+    full = json.loads(Path(f"results/sweep/runs/{done}/results.json").read_text())["loss"]
+    subset = [json.loads(line) for line in Path(f"results/sweep/runs/{done}/metrics.jsonl").read_text().splitlines()][-1]
+    result = (f"{subset['val_loss']:.4f} at epoch 2" in row, f"{full:.4f}" in row.split("at epoch 2")[1], full != subset["val_loss"])
+    assert result == (True, True, True)
+
+
+def test_status_hours_keep_their_digits(stopped: dict[str, str]) -> None:
+    """185 GPU-seconds are 0.0514 GPU-hours, not 0.05 (or 0.00 for a shorter run)."""
+    line = format_status(campaign_status(Path("results/sweep"), now=NOW)).splitlines()[-1]
+    result = line.split("; ")[1]
+    assert result == "0.0514 GPU-hours, 0.206 CPU-hours so far"
 
 
 def test_status_without_a_plan_is_a_user_error(tmp_path: Path) -> None:
@@ -147,8 +165,8 @@ def test_status_without_a_plan_is_a_user_error(tmp_path: Path) -> None:
         campaign_status(tmp_path / "results" / "nothing")
 
 
-@pytest.fixture
-def page(stopped: dict[str, str], tmp_path: Path) -> Iterator[object]:
+def _open_status_page(tmp_path: Path) -> Iterator[object]:
+    """The campaign's status page in headless Chromium at 1,400 px, offline."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not installed")
     sync_api = pytest.importorskip("playwright.sync_api")
@@ -157,7 +175,7 @@ def page(stopped: dict[str, str], tmp_path: Path) -> Iterator[object]:
     path = write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW))
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
-        context = browser.new_context()
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
         context.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
         loaded = context.new_page()
         errors: list[str] = []
@@ -166,6 +184,23 @@ def page(stopped: dict[str, str], tmp_path: Path) -> Iterator[object]:
         loaded.errors = errors
         yield loaded
         browser.close()
+
+
+@pytest.fixture
+def page(stopped: dict[str, str], tmp_path: Path) -> Iterator[object]:
+    yield from _open_status_page(tmp_path)
+
+
+@pytest.fixture
+def finished_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """The page of the same campaign once every run is done."""
+    monkeypatch.chdir(tmp_path)
+    campaign = campaign_from_dict(json.loads(json.dumps(CAMPAIGN)))
+    write_plan(campaign, base_plans(campaign))
+    root = write_campaign(tmp_path, "sweep", _runs(), epochs=2, campaign_json=False, audit=None)
+    for run in (root / "runs").iterdir():
+        (run / "final.pt").write_bytes(b"weights")
+    yield from _open_status_page(tmp_path)
 
 
 @pytest.mark.browser
@@ -180,3 +215,21 @@ def test_browser_status_page(page) -> None:
     )
     assert result == (8, ["done"] * 3 + ["training", "validating", "failed", "pending", "pending"],
                       "campaign sweep: 8 runs: 3 done, 2 running, 1 failed, 2 pending", "30", [])
+
+
+@pytest.mark.browser
+def test_browser_status_page_of_a_finished_campaign_stops_reloading(finished_page) -> None:
+    result = (
+        finished_page.evaluate("document.querySelectorAll('meta[http-equiv=refresh]').length"),
+        "no longer reloads" in finished_page.locator("p.muted").first.inner_text(),
+        "reloads every" in finished_page.content(),
+        finished_page.locator("#campaign").inner_text().split(";")[0],
+    )
+    assert result == (0, True, False, "campaign sweep: 8 runs: 8 done, 0 running, 0 failed, 0 pending")
+
+
+@pytest.mark.browser
+def test_browser_status_page_names_each_loss(page) -> None:
+    result = (page.evaluate("[...document.querySelectorAll('#runs th')].map(th => th.textContent)")[3:6],
+              "which the report ranks runs by" in page.locator("body").inner_text())
+    assert result == (["subset val loss", "subset acc.", "full val loss"], True)

@@ -151,7 +151,7 @@ def cmd_validate(args: argparse.Namespace) -> None:
     if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
         print(f"{args.run_dir}: failed run: {results['reason']}")
     else:
-        print(f"{args.run_dir}: loss {results['loss']:.6f} nats over {results['targets']:,} targets")
+        print(f"{args.run_dir}: full-validation loss {results['loss']:.6f} nats over {results['targets']:,} targets")
     print(job_usage())  # the job's log: results.json holds only what the checkpoint determines
 
 
@@ -223,12 +223,12 @@ def cmd_dashboard(args: argparse.Namespace) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.status import campaign_status, format_status, write_status_page
+    from ebd2n.campaign.status import campaign_status, finished, format_status, write_status_page
 
     status = campaign_status(args.campaign_dir)
     page = write_status_page(args.campaign_dir, status)
     print(format_status(status, colour=sys.stdout.isatty()))
-    print(f"page {page} (reloads itself; run ebd2n status again to refresh it)")
+    print(f"page {page}" + ("" if finished(status) else " (reloads itself while runs are left; run ebd2n status again to refresh it)"))
 
 
 def cmd_audit(args: argparse.Namespace) -> None:

@@ -1,11 +1,12 @@
 """A quiet console for ebd2n campaigns: Snakemake's `--logger ebd2n` (the repository's profiles set it).
 
 One line per finished job (time, jobs done of all, rule, run), every error in full with the
-failed job's log, warnings, and Snakemake's job table at the start. The full record stays in
-.snakemake/log/. As jobs finish it also rewrites each campaign's status page (`ebd2n status`),
+failed job's log, warnings, and Snakemake's job table at the start. A dry run (`-n`) shows the
+table once, then the plan (dryrun.py): the runs that would train or validate, those reused, and
+with -p each rule's first command. The full record stays in .snakemake/log/. As jobs finish it also rewrites each campaign's status page (`ebd2n status`),
 at most every STATUS_EVERY_S seconds. Snakemake finds this module by its name
 (snakemake_logger_plugin_<name>), so it is a top-level package of its own; it imports ebd2n only
-to write status pages, when the first job finishes.
+to write status pages, when the first job finishes, and in a dry run.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import sys
 import time
 from typing import Any
 
+from snakemake.settings.enums import Quietness
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
 
 _ERRORS = {LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR, LogEvent.ERROR}
 STATUS_EVERY_S = 20
 """Least time between two rewrites of a campaign's status page."""
+_TABLE_ONLY = {Quietness.RULES, Quietness.PROGRESS}
+"""Snakemake's quiet setting under which a dry run ends after its job table, listing no job."""
 _SAID = {"Nothing to be done (all requested files are present and up to date)."}
 """Plain INFO messages still worth a line."""
 
@@ -33,6 +37,11 @@ class LogHandler(LogHandlerBase):
         self.finished: list[str] = []
         self.campaigns: set[str] = set()
         self.status_written = 0.0
+        self.plan = None
+        if self.common_settings.dryrun:
+            from snakemake_logger_plugin_ebd2n.dryrun import DryRun
+
+            self.plan = DryRun()
 
     @property
     def writes_to_stream(self) -> bool:
@@ -67,6 +76,8 @@ class LogHandler(LogHandlerBase):
     def line(self, record: logging.LogRecord) -> str | None:
         """What the console shows for one record, or None."""
         event = getattr(record, "event", None)
+        if self.plan is not None and event in (LogEvent.JOB_INFO, LogEvent.RUN_INFO):
+            return self.plan_line(record)
         if event == LogEvent.JOB_INFO:
             self.jobs[record.jobid] = job_label(record.rule_name, record.wildcards)
             if "campaign" in (record.wildcards or {}):
@@ -86,6 +97,15 @@ class LogHandler(LogHandlerBase):
         elif event is None and (record.levelno >= logging.WARNING or record.getMessage() in _SAID):
             return record.getMessage()
         return None
+
+    def plan_line(self, record: logging.LogRecord) -> str | None:
+        """A dry run: count each job; Snakemake's job table after the jobs becomes the plan."""
+        if record.event == LogEvent.JOB_INFO:
+            self.plan.add(record)
+            return None
+        if not self.plan.jobs:  # the table before the jobs are listed: the last one under --quiet
+            return record.getMessage() if set(self.common_settings.quiet or ()) == _TABLE_ONLY else None
+        return self.plan.text(record.getMessage(), commands=bool(self.common_settings.printshellcmds))
 
     def refresh_status(self, last: bool) -> None:
         """Rewrite the status page of every campaign seen, unless one was written moments ago."""

@@ -35,7 +35,8 @@ _GROUP_COLUMNS = [*_POINT, "seeds_completed", "eligible", "mean_loss", "std_loss
 _SELECTION_KEYS = ["lr", "beta2", "mean_loss", "std_loss", "seeds_completed"]
 _ALPHA = 0.05  # Welch t-test level below which a margin is called more than seed noise
 _NOT_ESTABLISHED = "the ranking alone does not establish a reliable improvement"
-_DASH = "—"
+RESPONSE_FIELDS = {"mean_loss": pl.Float64, "std_loss": pl.Float64, "seeds_completed": pl.Int64}
+"""The LR-response table's columns per mode (`<mode> <field>`), from the grouped table."""
 
 Edge = Literal["lower", "upper"]
 
@@ -111,15 +112,20 @@ def select(groups: pl.DataFrame) -> dict[str, dict]:
 
 
 def lr_response(groups: pl.DataFrame, beta2: float) -> pl.DataFrame:
-    """LR × mode table at one beta2: "mean ± sd" per cell, a dash where a mode skipped an LR."""
+    """LR x mode table at one beta2, numbers only: per mode `<mode> mean_loss`, `<mode> std_loss` and
+    `<mode> seeds` (seeds completed) columns; all empty where a mode skipped an LR."""
     at = groups.filter(pl.col("beta2") == beta2)
     if at.is_empty():
         tested = ", ".join(f"{b:g}" for b in sorted(groups["beta2"].unique().to_list()))
         raise UserError(f"beta2 {beta2:g} is not in the grid; choose one of: {tested}")
-    cells = {(row["mode"], row["lr"]): _cell(row) for row in at.iter_rows(named=True)}
+    cells = {(row["mode"], row["lr"]): row for row in at.iter_rows(named=True)}
     lrs = sorted(at["lr"].unique().to_list())
-    columns = {mode: [cells.get((mode, lr), _DASH) for lr in lrs] for mode in _modes(groups)}
-    return pl.DataFrame({"lr": lrs, **columns})
+    columns: dict[str, pl.Series] = {"lr": pl.Series(lrs, dtype=pl.Float64)}
+    for mode in _modes(groups):
+        for field, dtype in RESPONSE_FIELDS.items():
+            values = [cells[(mode, lr)][field] if (mode, lr) in cells else None for lr in lrs]
+            columns[f"{mode} {field}"] = pl.Series(values, dtype=dtype)
+    return pl.DataFrame(columns)
 
 
 def winner_notes(
@@ -213,19 +219,6 @@ def _ranked_eligible(groups: pl.DataFrame, mode: str) -> pl.DataFrame:
     return groups.filter((pl.col("mode") == mode) & pl.col("eligible")).sort(
         ["mean_loss", "lr", "beta2"]
     )
-
-
-def _cell(row: dict[str, Any]) -> str:
-    """Format one LR-response cell; an incomplete point says how few seeds it rests on."""
-    if row["mean_loss"] is None:
-        return _DASH
-    text = f"{row['mean_loss']:.4f}"
-    if row["std_loss"] is not None:
-        text += f" ± {row['std_loss']:.4f}"
-    if not row["eligible"]:
-        count = row["seeds_completed"]
-        text += f" (only {count} seed{'' if count == 1 else 's'})"
-    return text
 
 
 def _notes(ranked: pl.DataFrame, lrs: list[float], done: pl.DataFrame) -> dict[str, Any]:

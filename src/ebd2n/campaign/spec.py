@@ -271,6 +271,18 @@ def _check(campaign: Campaign) -> None:
             _check_resources(campaign, base, mode, recipe, where)
 
 
+def campaign_warnings(campaign: Campaign) -> list[str]:
+    """What a campaign file may mean to set but leaves empty: one line each, for the workflow to print
+    before it plans (dry runs included). A scope that names `account: null` is written for SLURM,
+    where many clusters refuse a job without an account, and a dry run cannot tell."""
+    return [
+        f"{campaign.source}: resources.{scope}.account is null, so its SLURM jobs go to your default account; "
+        f"a cluster that requires an account refuses them at submission: set it (sbatch --account) or remove the key"
+        for scope, fields in campaign.resources.items()
+        if "account" in fields and fields["account"] is None
+    ]
+
+
 def _check_frozen(campaign: Campaign) -> None:
     """A started campaign may grow along its grid axes and seeds; its fixed settings must not change."""
     record_path = campaign.paths.freeze_record

@@ -29,6 +29,7 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import FINAL, RESULTS_JSON, CampaignPaths, slice_checkpoint
+from ebd2n.quantities import format_amount, format_duration
 
 if TYPE_CHECKING:  # the Snakefile imports this module; keep it free of the recipe machinery
     from ebd2n.campaign.spec import Campaign
@@ -55,7 +56,11 @@ class RunStatus:
     slices_done: int
     slices: int
     loss: float | None = None
+    """Epoch-subset validation loss of the last finished epoch (`loss_epoch`)."""
     accuracy: float | None = None
+    loss_epoch: int | None = None
+    full_loss: float | None = None
+    """Full-validation loss (results.json), the one the report ranks by; a done run's only."""
     wall_s: float = 0.0
     gpus: int = 0
     cpus: int = 1
@@ -188,6 +193,7 @@ def _run_status(
                     slices_done=slices_done, slices=len(ends), gpus=entry["gpus"], cpus=entry["cpus"])
     if epochs:
         row.loss, row.accuracy = epochs[-1].get("val_loss"), epochs[-1].get("val_accuracy")
+        row.loss_epoch = epochs[-1].get("epoch", done_epochs)
         row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs)
         starts = [0, *ends]
         for start, end in zip(starts, ends):
@@ -198,6 +204,7 @@ def _run_status(
     mine = [started for output, started in running.items() if output.startswith(f"{run}/")]
     if files.results.is_file():
         row.state = "done"
+        row.full_loss = (read_json(files.results) or {}).get("loss")
         row.validation_seconds = records.seconds(f"{run}/{RESULTS_JSON}")
     elif mine:  # the running job's epochs so far are in its elapsed time
         finished = ends[slices_done - 1] if slices_done else 0
@@ -257,7 +264,10 @@ def _failure(campaign_dir: Path, run: str) -> str | None:
 
 # --- output ---
 
-COLUMNS = ("run", "state", "epochs", "val loss", "val acc.", "wall", "note")
+COLUMNS = ("run", "state", "epochs", "subset val loss", "subset acc.", "full val loss", "wall", "note")
+LOSSES = ("subset val loss: the last epoch's check on a fixed validation subset; "
+          "full val loss: the whole validation split, which the report ranks runs by.")
+"""What the two loss columns are, under the table."""
 _COLOURS = {"done": "32", "training": "36", "validating": "36", "failed": "31", "pending": "2"}
 
 
@@ -269,6 +279,7 @@ def format_status(status: CampaignStatus, colour: bool = False) -> str:
     for row, cells in zip(status.runs, rows, strict=True):
         text = _joined(cells, widths)
         lines.append(f"\033[{_COLOURS[row.state]}m{text}\033[0m" if colour else text)
+    lines.append(LOSSES)
     lines.append(campaign_line(status))
     return "\n".join(lines)
 
@@ -281,45 +292,46 @@ def campaign_line(status: CampaignStatus) -> str:
     counts = status.counts
     eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
     return (f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
-            f"{counts['failed']} failed, {counts['pending']} pending; {status.gpu_hours:.2f} GPU-hours, "
-            f"{status.cpu_hours:.2f} CPU-hours so far; ETA {eta}")
+            f"{counts['failed']} failed, {counts['pending']} pending; {format_amount(status.gpu_hours)} GPU-hours, "
+            f"{format_amount(status.cpu_hours)} CPU-hours so far; ETA {eta}")
+
+
+def finished(status: CampaignStatus) -> bool:
+    """Whether no run trains, validates or waits any more: the page has nothing left to follow."""
+    return status.counts["running"] == status.counts["pending"] == 0
 
 
 def _cells(row: RunStatus) -> list[str]:
     training = row.state == "training"
     return [
         row.run, f"training {row.detail}" if training else row.state, f"{row.epochs_done}/{row.epochs}",
-        f"{row.loss:.4f}" if row.loss is not None else "-",
+        f"{row.loss:.4f} at epoch {row.loss_epoch}" if row.loss is not None else "-",
         f"{100 * row.accuracy:.2f} %" if row.accuracy is not None else "-",
+        f"{row.full_loss:.4f}" if row.full_loss is not None else "-",
         format_duration(row.wall_s) if row.wall_s else "-",
         "" if training else row.detail,
     ]
 
 
-def format_duration(seconds: float) -> str:
-    """`1 h 05 min`, or `4 min 07 s` under an hour (the status lines and the run dashboard)."""
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min {rest % 60:02d} s"
-
-
 def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
-    """results/<campaign>/status.html: the same table, reloading itself every REFRESH_S seconds."""
+    """results/<campaign>/status.html: the same table, reloading itself every REFRESH_S seconds until
+    the campaign has finished."""
     rows = "\n".join(
         f'<tr class="{row.state}">' + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(row)) + "</tr>"
         for row in status.runs
     )
     header = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
+    reloads = "no run is left to train or validate, so this page no longer reloads" if finished(status) else f"this page reloads every {REFRESH_S} s"
     page = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="refresh" content="{REFRESH_S}">
+{"" if finished(status) else f'<meta http-equiv="refresh" content="{REFRESH_S}">'}
 <title>{html.escape(status.campaign)} — ebd2n campaign status</title>
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 1.5rem; color: #1d232b; }}
 table {{ border-collapse: collapse; }} th, td {{ padding: 0.2rem 0.7rem; text-align: left; border-bottom: 1px solid #e3e7ec; }}
-td:nth-child(n+3):nth-child(-n+6) {{ text-align: right; font-variant-numeric: tabular-nums; }}
+td:nth-child(n+3):nth-child(-n+7) {{ text-align: right; font-variant-numeric: tabular-nums; }}
 tr.done td:nth-child(2) {{ color: #1e7a3c; }} tr.failed td {{ color: #b3261e; }}
 tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; font-weight: 600; }} tr.pending {{ color: #6b7480; }}
 </style>
@@ -327,11 +339,12 @@ tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; fo
 <body>
 <h1>{html.escape(status.campaign)}</h1>
 <p id="campaign">{html.escape(campaign_line(status))}</p>
-<p class="muted">Written {time.strftime('%Y-%m-%d %H:%M:%S')} by <code>ebd2n status</code>; this page reloads every {REFRESH_S} s.
+<p class="muted">Written {time.strftime('%Y-%m-%d %H:%M:%S')} by <code>ebd2n status</code>; {reloads}.
 The report, once the campaign is done: <a href="report/index.html">report/index.html</a>.</p>
 <table id="runs"><thead><tr>{header}</tr></thead><tbody>
 {rows}
 </tbody></table>
+<p class="muted">{html.escape(LOSSES)}</p>
 </body>
 </html>
 """

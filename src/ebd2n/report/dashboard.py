@@ -25,7 +25,7 @@ from typing import Any
 from markupsafe import Markup
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.status import format_duration
+from ebd2n.quantities import format_duration
 from ebd2n.config import Recipe, count_parameters, hf_architecture, load_recipe
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
@@ -33,7 +33,7 @@ from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import DASHBOARD, METRICS, RECIPE, RUN_RECORD, campaign_of_run
 from ebd2n.report import html
 from ebd2n.report.html import DASH, percent
-from ebd2n.report.plotly_embed import figure_json, plotly_tag
+from ebd2n.report.plotly_embed import MODEBAR_BAND, figure_json, plotly_tag
 
 MAX_POINTS = 2000
 """Most points a per-batch curve draws; more would slow the page without showing more."""
@@ -195,8 +195,8 @@ def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, 
     busiest = memory["busiest"]
     where = f" ({busiest['device']})" if busiest else ""
     return [
-        (percent(last["val_accuracy"]) if last else DASH, "validation token accuracy (epoch subset, final)"),
-        (_fixed(last["val_loss"], 4) if last else DASH, "validation loss, nats (epoch subset, final)"),
+        (percent(last["val_accuracy"]) if last else DASH, f"validation token accuracy (epoch subset, epoch {last['epoch'] if last else DASH})"),
+        (_fixed(last["val_loss"], 4) if last else DASH, f"validation loss, nats (epoch subset, epoch {last['epoch'] if last else DASH})"),
         (f"{run['steps']:,}", f"batches (optimizer steps); {run['skipped_steps']:,} skipped"),
         (f"{run['tokens']:,}", "training tokens"),
         (f"{run['tokens'] / wall:,.0f}" if wall else DASH, "tokens/s (training time)"),
@@ -275,7 +275,7 @@ def _decentralized(recipe: Recipe) -> list[tuple[str, str]]:
 def _epoch_table(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every epoch record; a consensus-distance column only for runs that record it."""
     consensus = any("consensus_distance" in epoch for epoch in epochs)
-    columns = ["Epoch", "Step", "Tokens", "Train loss", "Val loss", "Val acc.", "LR", "Tokens/s", "Batches/s",
+    columns = ["Epoch", "Step", "Tokens", "Train loss", "Subset val loss", "Subset val acc.", "LR", "Tokens/s", "Batches/s",
                "Wall (s)", "Skipped"] + (["Consensus dist."] if consensus else [])
     rows = [
         [str(e["epoch"]), f"{e['step']:,}", f"{e['tokens']:,}", _fixed(e["train_loss"], 4), _fixed(e["val_loss"], 4),
@@ -309,8 +309,9 @@ def _memory(epochs: list[dict[str, Any]]) -> dict[str, Any]:
 def _figure(key: str, title: str, note: str, data: list[dict[str, Any]], layout: dict[str, Any],
             columns: list[str], rows: list[list[str]], packed: bool = False) -> dict[str, Any]:
     """A figure and its table view; `packed` tables (one row per batch) travel compressed, see `pack_rows`."""
-    base = {"height": 360, "margin": {"l": 70, "r": 70, "t": 40, "b": 50}, "hovermode": "x unified",
-            "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}}
+    # the legend goes under the plot: the band above it is the toolbar's (MODEBAR_BAND)
+    base = {"height": 400, "margin": {"l": 70, "r": 70, "t": MODEBAR_BAND, "b": 50}, "hovermode": "x unified",
+            "legend": {"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"}}
     return {"id": key, "title": title, "note": note, "json": figure_json({"data": data, "layout": base | layout}),
             "columns": columns, "rows": [] if packed else rows, "packed": pack_rows(rows) if packed else None}
 
@@ -392,9 +393,9 @@ def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": "train loss (epoch mean)", "x": x,
          "y": [_finite_or_none(e["train_loss"]) for e in epochs], "line": {"color": "#9ecae1", "dash": "dot"}},
-        {"type": "scatter", "mode": "lines+markers", "name": "validation loss", "x": x,
+        {"type": "scatter", "mode": "lines+markers", "name": "subset validation loss", "x": x,
          "y": [_finite_or_none(e["val_loss"]) for e in epochs], "line": {"color": "#1f77b4"}},
-        {"type": "scatter", "mode": "lines+markers", "name": "validation accuracy", "x": x, "yaxis": "y2",
+        {"type": "scatter", "mode": "lines+markers", "name": "subset validation accuracy", "x": x, "yaxis": "y2",
          "y": [100 * e["val_accuracy"] for e in epochs], "line": {"color": "#2ca02c"}},
     ]
     layout = {"xaxis": {"title": {"text": "epoch"}, "dtick": 1},
@@ -405,7 +406,7 @@ def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
             for e in epochs]
     return _figure("epoch-validation", "Validation after each epoch",
                    "Loss and token accuracy on the fixed validation subset, after each epoch.", data, layout,
-                   ["Epoch", "Tokens", "Train loss", "Val loss", "Val accuracy"], rows)
+                   ["Epoch", "Tokens", "Train loss", "Subset val loss", "Subset val accuracy"], rows)
 
 
 def _throughput_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from ebd2n.layout import (
     SELECTION_JSON,
     CampaignPaths,
 )
+from ebd2n.quantities import format_amount
 from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_tag
 from ebd2n.report import html
 from ebd2n.report.html import DASH, percent
@@ -79,7 +80,7 @@ def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, An
         "inside": [w["mode"] for w in winners if not w["edge"]],
         "on_edge": [w for w in winners if w["edge"]],
         "grid_rows": _grid_rows(campaign, groups),
-        "response": _response(grid["response"], grid["response_beta2"], selection),
+        "response": _response(groups, grid["response"], grid["response_beta2"], selection),
         "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
         "curves": _curves(grid["curves"]),
     }
@@ -135,14 +136,24 @@ def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame) -> list[dict[str
     return rows
 
 
-def _response(table: pl.DataFrame, beta2: float, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """LR-response rows; the winner's cell is flagged so the page can set it in bold."""
-    modes = [name for name in table.columns if name != "lr"]
+def _response(groups: pl.DataFrame, table: pl.DataFrame, beta2: float, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """LR-response rows as text ("mean ± sd", a dash where untested, how few seeds an incomplete
+    point rests on); the winner's cell is flagged so the page can set it in bold."""
+    modes = [name.removesuffix(" mean_loss") for name in table.columns if name.endswith(" mean_loss")]
+    eligible = {(row["mode"], row["lr"]) for row in groups.filter((pl.col("beta2") == beta2) & pl.col("eligible")).iter_rows(named=True)}
+
+    def text(row: dict[str, Any], mode: str) -> str:
+        mean, seeds = row[f"{mode} mean_loss"], row[f"{mode} seeds_completed"]
+        if mean is None:
+            return DASH
+        few = "" if (mode, row["lr"]) in eligible else f" (only {seeds} seed{'' if seeds == 1 else 's'})"
+        return _pm(mean, row[f"{mode} std_loss"], 4) + few
+
     rows = [
         {
             "lr": f"{row['lr']:g}",
             "cells": [
-                {"text": row[mode], "winner": mode in selection and selection[mode]["lr"] == row["lr"]
+                {"text": text(row, mode), "winner": mode in selection and selection[mode]["lr"] == row["lr"]
                  and selection[mode]["beta2"] == beta2}
                 for mode in modes
             ],
@@ -209,7 +220,7 @@ def _scaling(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "accuracy": [percent(acc) for acc in row["val_accuracy"]] + [DASH] * (epochs - len(row["val_accuracy"])),
                 "tokens_per_s": f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] is not None else DASH,
                 "peak_memory": f"{row['peak_memory_bytes'] / 1e9:.1f} GB" if row["peak_memory_bytes"] else DASH,
-                "gpu_hours": f"{row['gpu_hours']:.2f}" if row["gpu_hours"] is not None else DASH,
+                "gpu_hours": format_amount(row["gpu_hours"]) if row["gpu_hours"] is not None else DASH,
                 "loss": f"{row['loss']:.4f}" if row["loss"] is not None else DASH,
                 "job_ids": ", ".join(row["job_ids"]) or DASH,
             }
@@ -238,8 +249,8 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
 def _cost(cost: dict[str, Any]) -> dict[str, Any]:
     """The cost section: one row per mode and the campaign's, one per grid point; money only with a price."""
     def texts(entry: dict[str, Any]) -> dict[str, str]:
-        return {"runs": str(entry["runs"]), "gpu_hours": f"{entry['gpu_hours']:,.2f}", "cpu_hours": f"{entry['cpu_hours']:,.2f}",
-                "cost": f"{entry['cost']:,.2f}" if entry["cost"] is not None else DASH}
+        return {"runs": str(entry["runs"]), "gpu_hours": format_amount(entry["gpu_hours"]), "cpu_hours": format_amount(entry["cpu_hours"]),
+                "cost": format_amount(entry["cost"]) if entry["cost"] is not None else DASH}
 
     return {
         "price": f"{cost['cost_per_gpu_hour']:g}" if cost["cost_per_gpu_hour"] is not None else None,
@@ -254,8 +265,8 @@ def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, An
     dashboard = f"{row['directory']}/{DASHBOARD}"
     return {
         **row,
-        "gpu_hours": f"{hours['gpu_hours']:,.3f}",
-        "cpu_hours": f"{hours['cpu_hours']:,.3f}",
+        "gpu_hours": format_amount(hours["gpu_hours"]),
+        "cpu_hours": format_amount(hours["cpu_hours"]),
         "href": f"../{dashboard}" if (campaign.directory / dashboard).is_file() else f"../{row['directory']}/",
         "lr": f"{row['lr']:g}",
         "beta2": f"{row['beta2']:g}",

@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # the run dashboard (written by every `ebd2n train` that ends
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 """Line colours shared by the interactive and the static figures, so a mode looks the same in both."""
 
+MODEBAR_BAND = 32
+"""Pixels at the top of every figure kept for Plotly's toolbar: titles and legends sit below it,
+so the toolbar, when it shows, covers neither."""
 _FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 12}
 _UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
@@ -116,12 +119,13 @@ def heatmap_figure(
             "colorbar": {"title": {"text": "mean loss (nats)", "side": "right"}, "thickness": 12, "nticks": 8},
         }],
         "layout": {
-            "title": {"text": mode},
+            # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
+            "title": {"text": mode, "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
             "xaxis": {"title": {"text": "beta2"}, "type": "category"},
             "yaxis": {"title": {"text": "peak learning rate"}, "type": "category"},
             "shapes": shapes,
             "height": max(280, 160 + 30 * len(lrs)),
-            "margin": {"l": 80, "r": 20, "t": 50, "b": 50},
+            "margin": {"l": 80, "r": 20, "t": MODEBAR_BAND + 36, "b": 50},
             "font": _FONT,
         },
     }
@@ -153,7 +157,7 @@ def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
             "yaxis": {"title": {"text": "subset validation loss (nats)"}, "zeroline": False},
             "legend": {"orientation": "h", "y": -0.2},
             "height": 440,
-            "margin": {"l": 70, "r": 20, "t": 20, "b": 60},
+            "margin": {"l": 70, "r": 20, "t": MODEBAR_BAND, "b": 60},
             "font": _FONT,
         },
     }

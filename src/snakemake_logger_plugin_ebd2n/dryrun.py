@@ -1,0 +1,83 @@
+"""The plan a dry run (`snakemake -n`) shows: Snakemake's table of jobs per rule, then which runs
+would train or validate, which are reused untouched, and that nothing ran.
+
+Built only from Snakemake's log records: one JOB_INFO record per job it would run (rule, wildcards,
+inputs, shell command). The runs reused are those the campaign's table collects (the inputs of
+its collect_runs job) that no job would touch.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ebd2n.layout import RESULTS_JSON
+
+SHOWN = 5
+"""Run names listed per line before "and M more"."""
+TRAIN_RULES = ("train_slice", "train_final")
+VALIDATE_RULES = ("validate_run",)
+COLLECT_RULE = "collect_runs"
+DONE = "dry run: nothing was executed"
+
+
+@dataclass
+class DryRun:
+    """The jobs of one dry run, as Snakemake lists them."""
+
+    jobs: dict[str, int] = field(default_factory=dict)
+    """Rule -> jobs, in the order Snakemake first lists each rule (the order it would start them)."""
+    runs: dict[str, list[str]] = field(default_factory=dict)
+    """Rule -> the runs (the `run` wildcard) of its jobs, each once."""
+    commands: dict[str, str] = field(default_factory=dict)
+    """Rule -> the shell command of its first job."""
+    campaigns: set[str] = field(default_factory=set)
+    collected: list[str] | None = None
+    """The runs the campaign's table reads, when a collect_runs job would run."""
+
+    def add(self, record: logging.LogRecord) -> None:
+        """Count one JOB_INFO record."""
+        rule, wildcards = record.rule_name, dict(record.wildcards or {})
+        self.jobs[rule] = self.jobs.get(rule, 0) + 1
+        if "campaign" in wildcards:
+            self.campaigns.add(str(wildcards["campaign"]))
+        if "run" in wildcards and str(wildcards["run"]) not in (runs := self.runs.setdefault(rule, [])):
+            runs.append(str(wildcards["run"]))
+        if getattr(record, "shellcmd", None):
+            self.commands.setdefault(rule, " ".join(str(record.shellcmd).split()))
+        if rule == COLLECT_RULE:
+            self.collected = [Path(path).parent.name for path in record.input or [] if Path(path).name == RESULTS_JSON]
+
+    def text(self, table: str, commands: bool) -> str:
+        """The plan under Snakemake's job table (`table`, as Snakemake words it, so what reads it still
+        can); `commands`: each rule's first shell command too (Snakemake's -p)."""
+        total = sum(self.jobs.values())
+        where = f" of campaign {', '.join(sorted(self.campaigns))}" if self.campaigns else ""
+        lines = [table.rstrip("\n"), "", f"Dry run{where}: {_count(total, 'job')} would run."]
+        if commands:
+            lines.append("The first job's command of each rule:")
+            lines.extend(f"  {rule}: {command}" for rule, command in self.commands.items())
+        lines.append(_listed("would train", self._runs(TRAIN_RULES)))
+        lines.append(_listed("would validate", self._runs(VALIDATE_RULES)))
+        if self.collected is not None:
+            touched = {run for runs in self.runs.values() for run in runs}
+            lines.append(_listed("reused untouched", [run for run in self.collected if run not in touched]))
+        lines.append(DONE)
+        return "\n".join(lines)
+
+    def _runs(self, rules: tuple[str, ...]) -> list[str]:
+        return list(dict.fromkeys(run for rule in rules for run in self.runs.get(rule, [])))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
+def _listed(what: str, runs: list[str]) -> str:
+    """'would train: 7 runs: a, b, c, d, e and 2 more' (in name order), or 'would train: no run'."""
+    runs = sorted(runs)
+    if not runs:
+        return f"{what}: no run"
+    more = f" and {len(runs) - SHOWN} more" if len(runs) > SHOWN else ""
+    return f"{what}: {_count(len(runs), 'run')}: {', '.join(runs[:SHOWN])}{more}"
