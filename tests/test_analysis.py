@@ -261,14 +261,14 @@ def test_winner_notes_reference_packed8_next_lrs_above_edge(
     reference_groups: pl.DataFrame, reference_runs: pl.DataFrame
 ) -> None:
     result = winner_notes(reference_groups, reference_runs)["packed-8"]["next_lrs"]
-    expected = [0.0056, 0.006]
+    expected = [0.005633, 0.006103]
     assert result == expected
 
 
 @pytest.mark.parametrize(
     ("lrs", "expected"),
-    [([0.004, 0.005, 0.006], [0.003, 0.002]), ([0.001, 0.002, 0.003], [0.0005, 0.00025])],
-    ids=["step", "ratio-below-zero"],
+    [([0.004, 0.005, 0.006], [0.0032, 0.00256]), ([0.001, 0.002, 0.003], [0.0005, 0.00025])],
+    ids=["ratio", "halving"],
 )
 def test_winner_notes_lower_edge_next_lrs(lrs: list[float], expected: list[float]) -> None:
     rows = [

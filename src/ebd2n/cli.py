@@ -198,12 +198,16 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 def cmd_select(args: argparse.Namespace) -> None:
     from ebd2n.campaign.analysis import failed_runs, group_runs, load_runs, select, write_selection
+    from ebd2n.campaign.optimum import lr_optima, optimum_lines
 
     runs = load_runs(args.runs)
     groups = group_runs(runs)
-    write_selection(groups, select(groups), args.out)
+    optima = lr_optima(groups, runs)
+    write_selection(groups, select(groups), args.out, optima)
     for run, why in failed_runs(runs).items():
         print(f"not counted: {run} ({why})")
+    for line in optimum_lines(optima):
+        print(line)
     print(f"{args.out / GROUPS_CSV} and {args.out / SELECTION_JSON} written")
 
 
