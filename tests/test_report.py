@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 GRID_FILES = {
     "runs.csv", "groups.csv", "selection.json", "lr-response.csv", "results.json", "curves.csv",
     "heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "index.html",
-    "selected-synchronous.yaml", "selected-packed-4.yaml", "assets",
+    "selected-synchronous.yaml", "selected-packed-4.yaml", "assets", "lr-optimum.png", "lr-optimum.pdf",
 }
 CURVE_COLUMNS = ["mode", "lr", "beta2", "tokens", "split", "seeds", "mean_loss", "std_loss"]
 MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF-"}

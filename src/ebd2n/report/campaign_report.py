@@ -24,11 +24,13 @@ import polars as pl
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text
 from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
+from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
 from ebd2n.config import Recipe, dump_recipe
 from ebd2n.faults import kill_point
 from ebd2n.layout import (
     CURVES_CSV,
+    CampaignPaths,
     HISTORY,
     REPORT_ASSETS,
     LR_RESPONSE_CSV,
@@ -170,12 +172,14 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
         for fmt, data in drawn.items():
             atomic_write_bytes(out / f"{name}.{fmt}", data)
     selected = {mode: _write_selected(campaign, mode, point, out) for mode, point in selection.items()}
+    extensions = extension_history(CampaignPaths(campaign.directory))
     return {
         "groups": groups,
         "selection": selection,
         "notes": notes,
         "optima": optima,
         "optimum_panels": panels,
+        "extensions": extensions,
         "response": response,
         "response_beta2": beta2,
         "curves": curves,
@@ -184,6 +188,7 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
             "selected": selection,
             "notes": notes,
             "lr_optima": optima,
+            "extensions": extensions,
             "selected_recipes": {mode: entry["file"] for mode, entry in selected.items()},
             "lr_response": {"beta2": beta2, "rows": response.to_dicts()},
             "groups": groups.to_dicts(),

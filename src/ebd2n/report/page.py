@@ -86,6 +86,12 @@ def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, An
         "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
         "curves": _curves(grid["curves"]),
         "optimum_plots": [_optimum_plot(panel, index) for index, panel in enumerate(grid["optimum_panels"])],
+        "extensions": [
+            {"number": entry["extension"], "time": entry["time"], "file": entry["campaign_file"],
+             "previous": entry["previous_revision"],
+             "added": [(mode, ", ".join(f"{lr:g}" for lr in lrs), entry["why"].get(mode, "")) for mode, lrs in entry["added"].items()]}
+            for entry in grid["extensions"]
+        ],
     }
 
 
