@@ -216,7 +216,8 @@ def cmd_extend(args: argparse.Namespace) -> None:
 
     extension = extend_campaign(args.campaign_dir, args.campaign_file)
     if extension is None:
-        print(f"{args.campaign_dir}: bracketed, no mode's winner lies at an edge of its LR range; nothing to add")
+        print(f"{args.campaign_dir}: nothing to add: no mode's winner lies at an edge of its LR range that the "
+              "campaign file does not already extend past (run the campaign, then extend again)")
         return
     print(extension.diff, end="")
     for mode, lrs in extension.added.items():
