@@ -56,8 +56,16 @@ def edgy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_extend_adds_the_next_lrs_on_the_grids_step_and_keeps_the_rest(edgy: Path) -> None:
     extend_campaign(Path("results/edgy"))
     result = (edgy / "config/campaigns/edgy.yaml").read_text()
-    expected = CAMPAIGN_TEXT.replace("- 0.00025\n      - 0.0005\n      - 0.001", "[0.00025, 0.0005, 0.001, 0.002, 0.004]")
+    expected = CAMPAIGN_TEXT.replace(":\n      - 0.00025\n      - 0.0005\n      - 0.001", ": [0.00025, 0.0005, 0.001, 0.002, 0.004]")
     assert result == expected
+
+
+def test_extend_rewrites_a_list_indented_like_its_key(edgy: Path) -> None:
+    path = edgy / "config/campaigns/edgy.yaml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(CAMPAIGN_TEXT), sort_keys=False))  # "- 0.00025" under "synchronous:"
+    extend_campaign(Path("results/edgy"))
+    result = yaml.safe_load(path.read_text())["grid"]["learning_rates"]["synchronous"]
+    assert result == [0.00025, 0.0005, 0.001, 0.002, 0.004]
 
 
 def test_extend_keeps_the_previous_revision_and_records_why(edgy: Path) -> None:
@@ -78,7 +86,7 @@ def test_extend_twice_before_running_adds_nothing(edgy: Path) -> None:
 def test_extend_cli_prints_the_diff(edgy: Path, capsys: pytest.CaptureFixture) -> None:
     status = main(["extend", "results/edgy"])
     lines = capsys.readouterr().out.splitlines()
-    result = (status, "+      [0.00025, 0.0005, 0.001, 0.002, 0.004]" in lines, lines[-1].startswith("extension 1: synchronous + 0.002, 0.004"))
+    result = (status, "+    synchronous: [0.00025, 0.0005, 0.001, 0.002, 0.004]" in lines, lines[-1].startswith("extension 1: synchronous + 0.002, 0.004"))
     assert result == (0, True, True)
 
 

@@ -136,7 +136,8 @@ LOGS = "logs"
 BENCHMARKS = "benchmarks"
 EXTENSIONS = "extensions"
 """extensions/: history.json (each automatic extension of the grid) and revision-<n>.yaml (the
-campaign file as it was before extension n)."""
+campaign file as it was before extension n + 1)."""
+EXTENSION_HISTORY = "history.json"
 
 # --- a campaign report ------------------------------------------------------------------------
 REPORT_INDEX = "index.html"
@@ -257,7 +258,7 @@ class CampaignPaths:
 
     @property
     def extension_history(self) -> Path:
-        return self.directory / EXTENSIONS / "history.json"
+        return self.directory / EXTENSIONS / EXTENSION_HISTORY
 
     def campaign_revision(self, extension: int) -> Path:
         """The campaign file as it was before extension `extension` (1, 2, ...) rewrote it."""

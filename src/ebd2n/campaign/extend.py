@@ -118,23 +118,29 @@ def _names(path: Path, name: str) -> bool:
 
 
 def _with_learning_rates(text: str, lrs: dict[str, list[float]], source: Path) -> str:
-    """`text` with the lists under grid.learning_rates.<mode> replaced by flow lists of `lrs`."""
+    """`text` with the lists under grid.learning_rates.<mode> replaced by flow lists of `lrs`; a
+    block list becomes a flow list on its key's line (whatever its indentation was)."""
     root = compose_yaml(text)
     spans = []
     for mode, values in lrs.items():
-        node = _child(_child(_child(root, "grid", source), "learning_rates", source), mode, source)
+        key, node = _child(_child(_child((None, root), "grid", source), "learning_rates", source), mode, source)
         if not isinstance(node, yaml.SequenceNode) or not node.value:
             raise UserError(f"{source}: grid.learning_rates.{mode}: expected a list of learning rates")
-        end = node.end_mark.index if node.flow_style else node.value[-1].end_mark.index
-        spans.append((node.start_mark.index, end, "[" + ", ".join(repr(float(lr)) for lr in values) + "]"))
+        flow = "[" + ", ".join(repr(float(lr)) for lr in values) + "]"
+        if node.flow_style:
+            spans.append((node.start_mark.index, node.end_mark.index, flow))
+        else:
+            spans.append((key.end_mark.index, node.value[-1].end_mark.index, f": {flow}"))
     for start, end, replacement in sorted(spans, reverse=True):
         text = text[:start] + replacement + text[end:]
     return text
 
 
-def _child(node: yaml.Node | None, key: str, source: Path) -> yaml.Node:
+def _child(parent: tuple[yaml.Node | None, yaml.Node | None], key: str, source: Path) -> tuple[yaml.Node, yaml.Node]:
+    """(key node, value node) of `key` in the mapping that is `parent`'s value."""
+    node = parent[1]
     if isinstance(node, yaml.MappingNode):
         for name, value in node.value:
             if isinstance(name, yaml.ScalarNode) and name.value == key:
-                return value
+                return name, value
     raise UserError(f"{source}: no key {key} where the grid's learning rates should be")
