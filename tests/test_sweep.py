@@ -153,3 +153,12 @@ def test_sweep_until_bracketed_brackets_a_grid_below_its_optimum(tmp_path: Path)
         "on the page": True,
     }
     assert result == expected, swept.stdout[-3000:]
+
+
+def test_sweep_passes_snakemake_arguments_as_typed(tmp_path: Path) -> None:
+    """`--profile slurm -n` reaches Snakemake unchanged: the cluster profile plans the tiny campaign's jobs, nothing runs."""
+    repo = copy_repo(tmp_path / "repo")
+    campaign = write_campaign_file(repo, TINY)
+    planned = _ebd2n(repo, "sweep", campaign, "--", "--profile", "slurm", "-n", "--quiet", "rules")
+    result = ("train_final" in planned.stdout + planned.stderr, (repo / "results/tiny/runs").exists())
+    assert result == (True, False)
