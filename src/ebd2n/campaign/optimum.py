@@ -1,12 +1,13 @@
 """Where a mode's LR optimum lies and how sure the seeds let us be.
 
-Near its minimum, final loss is close to a parabola in log(LR) (the shape optimum-LR laws such as
+Near its minimum, final loss is close to a parabola in ln(LR) (the shape optimum-LR laws such as
 DeepSeek LLM's and Step Law's are fitted to). Per mode and beta2 we fit one through the best
-LR with every seed and its two neighbours (the two inner ones when the best is at the grid's
-end) and take its vertex. The 95 % interval comes from a bootstrap of seeds within each grid
-point, refitted each time; a resample whose parabola opens downwards has its minimum beyond the
-lower end of the fitted points or beyond the upper one, whichever its curve falls towards. The
-resampling seed is fixed, so the same runs give the same interval.
+LR with every seed and its two neighbours (the first or last three when the best is at the grid's
+end) and take its vertex. The 95 % interval is a percentile bootstrap: seeds are resampled within
+each grid point and the whole fit redone, best point and window included, so a near-tie between
+distant LRs widens the interval as it should. A resample whose parabola opens downwards has its
+least value at the lower end of its window, or beyond the grid when that end is the grid's own.
+The resampling seed is fixed: the same runs give the same interval.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def fit_optimum(tested: list[float], losses: dict[float, list[float]]) -> dict[s
 
 def _window(means: np.ndarray) -> np.ndarray:
     """First index of the three LRs fitted for each row of mean losses: the best and its
-    neighbours, or the grid's last three when the best is at an end (ties go to the lower LR)."""
+    neighbours, or the first or last three when the best is at an end (ties go to the lower LR)."""
     return np.clip(np.argmin(means, axis=1) - 1, 0, means.shape[1] - POINTS)
 
 

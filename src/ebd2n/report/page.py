@@ -103,8 +103,14 @@ def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
     interval = f"95 %: {low} to {high}" if fit["low"] is not None or fit["high"] is not None else ""
     if fit["open"]:
         interval += f" (open at the {fit['open']} end)"
+    if fit["estimate"] is None:
+        sentence = f"No fitted LR optimum: {fit['reason']}."
+    else:
+        sentence = f"Fitted LR optimum {fit['estimate']:.3g}" + (f" ({interval})" if interval else "") + "."
+        if fit["reason"]:
+            sentence += f" Note: {fit['reason']}."
     return {"estimate": f"{fit['estimate']:.3g}" if fit["estimate"] is not None else DASH,
-            "interval": interval, "reason": fit["reason"] or ""}
+            "interval": interval, "reason": fit["reason"] or "", "sentence": sentence}
 
 
 def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
