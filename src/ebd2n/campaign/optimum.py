@@ -112,10 +112,17 @@ def fit_optimum(tested: list[float], losses: dict[float, list[float]]) -> dict[s
     minima = np.sort(_minima(resampled, x))
     tail = (1 - LEVEL) / 2
     low, high = minima[int(math.floor(tail * RESAMPLES))], minima[int(math.ceil((1 - tail) * RESAMPLES)) - 1]
-    result["low"] = math.exp(low) if math.isfinite(low) else None
-    result["high"] = math.exp(high) if math.isfinite(high) else None
+    result["low"], result["high"] = _lr(low), _lr(high)
     result["open"] = _open(low, high, math.log(min(tested)), math.log(max(tested)), minima)
     return result
+
+
+def _lr(log_lr: float) -> float | None:
+    """The LR of a bound; None for one past any representable LR (a nearly flat resample's vertex)."""
+    return math.exp(log_lr) if abs(log_lr) < _FAR else None
+
+
+_FAR = 700.0  # ln of an LR beyond which exp() overflows; no grid reaches it
 
 
 def _window(means: np.ndarray) -> np.ndarray:
