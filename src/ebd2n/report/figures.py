@@ -16,7 +16,7 @@ import polars as pl
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import EngFormatter, MaxNLocator
+from matplotlib.ticker import EngFormatter, MaxNLocator, NullLocator
 
 from ebd2n.report.plotly_embed import PALETTE
 
@@ -135,7 +135,9 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
             ax.axvline(panel["estimate"], color=color, linestyle="--", linewidth=1.2,
                        label=f"optimum {panel['estimate']:.3g}")
         ax.set_xlim(left, right)
-        ax.set_xlabel("peak learning rate (log scale)")
+        ax.set_xticks([p["lr"] for p in points], [f"{p['lr']:g}" for p in points], rotation=45, fontsize=7)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("peak learning rate (log scale; ticks at the tested LRs)")
         ax.set_ylabel("final full-validation loss (nats)")
         ax.set_title(f"{panel['mode']} (beta2 {panel['beta2']:g})", fontsize=10)
         if panel["estimate"] is None:
