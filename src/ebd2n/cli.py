@@ -220,8 +220,7 @@ def cmd_extend(args: argparse.Namespace) -> None:
               "campaign file does not already extend past (run the campaign, then extend again)")
         return
     print(extension.diff, end="")
-    for mode, lrs in extension.added.items():
-        print(f"extension {extension.number}: {mode} + {', '.join(f'{lr:g}' for lr in lrs)} ({extension.why[mode]})")
+    print(extension.summary())
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:

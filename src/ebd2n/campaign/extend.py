@@ -41,6 +41,11 @@ class Extension:
     why: dict[str, str]
     diff: str
 
+    def summary(self) -> str:
+        """One line per extended mode: what was added and why."""
+        return "\n".join(f"extension {self.number}: {mode} + {', '.join(f'{lr:g}' for lr in lrs)} ({self.why[mode]})"
+                         for mode, lrs in self.added.items())
+
 
 def extend_campaign(campaign_dir: Path, campaign_file: Path | None = None) -> Extension | None:
     """Write the next revision of the campaign file with LRs beyond each edge winner; None when

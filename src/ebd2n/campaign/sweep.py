@@ -36,18 +36,16 @@ def sweep(
         _snakemake(campaign_file, snakemake_args)
         if not until_bracketed:
             return extensions
-        if not edge_proposals(directory, load_campaign(campaign_file)):
-            print(f"bracketed: no mode's winner lies at an edge of its LR range ({extensions} extension(s))")
-            return extensions
-        if extensions == max_extensions:
+        if extensions == max_extensions and edge_proposals(directory, load_campaign(campaign_file)):
             raise RunFailed(f"{campaign_file}: not bracketed after {extensions} extension(s) (--max-extensions "
                             f"{max_extensions}); run ebd2n sweep again to go on")
-        extension = extend_campaign(directory, campaign_file)
-        assert extension is not None  # edge_proposals just found LRs to add
+        extension = extend_campaign(directory, campaign_file) if extensions < max_extensions else None
+        if extension is None:
+            print(f"bracketed: no mode's winner lies at an edge of its LR range ({extensions} extension(s))")
+            return extensions
         extensions += 1
-        print(f"extension {extension.number}: " + "; ".join(
-            f"{mode} + {', '.join(f'{lr:g}' for lr in lrs)} ({extension.why[mode]})" for mode, lrs in extension.added.items()))
-        print(extension.diff.rstrip("\n"))
+        print(extension.diff, end="")
+        print(extension.summary())
 
 
 def _snakemake(campaign_file: Path, args: Sequence[str]) -> None:
