@@ -113,11 +113,11 @@ def _hashes(directory: Path) -> dict[str, str]:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def _ebd2n(repo: Path, *args: str) -> subprocess.CompletedProcess:
+def _ebd2n(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**environment(), "PYTHONPATH": str(repo / "src")}
     result = subprocess.run([sys.executable, "-m", "ebd2n", *args], cwd=repo, env=env, capture_output=True, text=True,
                             timeout=1200)
-    if result.returncode:
+    if check and result.returncode:
         raise AssertionError(f"ebd2n {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
 
@@ -129,6 +129,9 @@ def test_sweep_until_bracketed_brackets_a_grid_below_its_optimum(tmp_path: Path)
     campaign = write_campaign_file(repo, raw)
     _ebd2n(repo, "sweep", campaign, "--", "--cores", "2")
     before = _hashes(repo / "results/tiny/runs")
+    text = (repo / campaign).read_text()
+    capped = _ebd2n(repo, "sweep", campaign, "--until-bracketed", "--max-extensions", "0", "--", "--cores", "2", check=False)
+    assert (capped.returncode, "not bracketed after 0 extension(s)" in capped.stderr, (repo / campaign).read_text()) == (1, True, text)
     swept = _ebd2n(repo, "sweep", campaign, "--until-bracketed", "--max-extensions", "3", "--", "--cores", "2")
     _ebd2n(repo, "audit", "results/tiny")
     after = _hashes(repo / "results/tiny/runs")
