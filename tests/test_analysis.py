@@ -17,6 +17,7 @@ from ebd2n.campaign.analysis import (
     winner_notes,
     write_selection,
 )
+from ebd2n.campaign.optimum import lr_optima
 from ebd2n.errors import UserError
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared/reference/recipe_sweep_20m/results.json"
@@ -271,14 +272,14 @@ def test_winner_notes_reference_packed8_next_lrs_above_edge(
     reference_groups: pl.DataFrame, reference_runs: pl.DataFrame
 ) -> None:
     result = winner_notes(reference_groups, reference_runs)["packed-8"]["next_lrs"]
-    expected = [0.0056, 0.006]
+    expected = [0.005633, 0.006103]
     assert result == expected
 
 
 @pytest.mark.parametrize(
     ("lrs", "expected"),
-    [([0.004, 0.005, 0.006], [0.003, 0.002]), ([0.001, 0.002, 0.003], [0.0005, 0.00025])],
-    ids=["step", "ratio-below-zero"],
+    [([0.004, 0.005, 0.006], [0.0032, 0.00256]), ([0.001, 0.002, 0.003], [0.0005, 0.00025])],
+    ids=["ratio", "halving"],
 )
 def test_winner_notes_lower_edge_next_lrs(lrs: list[float], expected: list[float]) -> None:
     rows = [
@@ -332,16 +333,19 @@ def test_load_runs_json_list_matches_csv(tmp_path: Path) -> None:
 
 
 def test_write_selection_round_trips_groups(tmp_path: Path) -> None:
-    groups = group_runs(_runs([("sync", 0.001, 0.99, 1, 3.0), ("sync", 0.001, 0.99, 2, 3.1)]))
-    write_selection(groups, select(groups), tmp_path)
+    runs = _runs([("sync", 0.001, 0.99, 1, 3.0), ("sync", 0.001, 0.99, 2, 3.1)])
+    groups = group_runs(runs)
+    write_selection(groups, select(groups), tmp_path, lr_optima(groups, runs))
     result = pl.read_csv(tmp_path / "groups.csv")
     assert result.equals(groups)
 
 
 def test_write_selection_json(tmp_path: Path) -> None:
-    groups = group_runs(_runs([("sync", 0.001, 0.99, 1, 3.0), ("sync", 0.001, 0.99, 2, 3.0)]))
-    write_selection(groups, select(groups), tmp_path)
+    runs = _runs([("sync", 0.001, 0.99, 1, 3.0), ("sync", 0.001, 0.99, 2, 3.0)])
+    groups = group_runs(runs)
+    write_selection(groups, select(groups), tmp_path, lr_optima(groups, runs))
     result = json.loads((tmp_path / "selection.json").read_text())
+    del result["sync"]["lr_optimum"]  # its fields: tests/test_optimum.py
     expected = {
         "sync": {
             "lr": 0.001,
@@ -349,14 +353,16 @@ def test_write_selection_json(tmp_path: Path) -> None:
             "mean_loss": 3.0,
             "std_loss": 0.0,
             "seeds_completed": 2,
+            "edge": None,
         }
     }
     assert result == expected
 
 
 def test_write_selection_leaves_no_temporary_files(tmp_path: Path) -> None:
-    groups = group_runs(_runs([("sync", 0.001, 0.99, 1, 3.0)]))
-    write_selection(groups, select(groups), tmp_path)
+    runs = _runs([("sync", 0.001, 0.99, 1, 3.0)])
+    groups = group_runs(runs)
+    write_selection(groups, select(groups), tmp_path, lr_optima(groups, runs))
     result = sorted(path.name for path in tmp_path.iterdir())
     expected = ["groups.csv", "selection.json"]
     assert result == expected

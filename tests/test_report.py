@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 GRID_FILES = {
     "runs.csv", "groups.csv", "selection.json", "lr-response.csv", "results.json", "curves.csv",
     "heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "index.html",
-    "selected-synchronous.yaml", "selected-packed-4.yaml", "assets",
+    "selected-synchronous.yaml", "selected-packed-4.yaml", "assets", "lr-optimum.png", "lr-optimum.pdf",
 }
 CURVE_COLUMNS = ["mode", "lr", "beta2", "tokens", "split", "seeds", "mean_loss", "std_loss"]
 MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF-"}
@@ -96,11 +96,22 @@ def test_report_selected_yaml_keeps_relative_cache_dir(campaign_tree: Callable[.
     assert result == "results/caches/synthetic"
 
 
-@pytest.mark.parametrize("name", ["heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf"])
+@pytest.mark.parametrize(
+    "name", ["heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "lr-optimum.png", "lr-optimum.pdf"]
+)
 def test_report_figures_are_real_files(report_campaign: Path, name: str) -> None:
     data = (_report(report_campaign) / name).read_bytes()
     result = (data.startswith(MAGIC[Path(name).suffix]), len(data) > 5_000)
     assert result == (True, True)
+
+
+def test_report_results_json_and_selection_carry_the_fitted_optimum(report_campaign: Path) -> None:
+    """Two LRs per mode: no estimate, and the reason given, in both files."""
+    selection = json.loads((_report(report_campaign) / "selection.json").read_text())
+    optima = _results(report_campaign)["lr_optima"]
+    result = {mode: (optima[mode]["lr_optimum"], optima[mode]["edge"]) for mode in optima}
+    expected = {mode: (selection[mode]["lr_optimum"], selection[mode]["edge"]) for mode in selection}
+    assert result == expected and all(fit["estimate"] is None and fit["reason"] for fit, _ in result.values())
 
 
 def test_report_curves_csv_has_reference_columns_and_every_epoch(report_campaign: Path) -> None:

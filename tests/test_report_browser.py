@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from campaign_tree import HOSTILE, report_runs, write_campaign
+from campaign_tree import HOSTILE, grid_runs, report_runs, write_campaign
 from offline_browser import MARKS, Loaded, launch, open_offline, overflowing, toggle_states, toolbar_overlaps
 from run_dir_factory import fabricate_run
 
@@ -55,7 +55,7 @@ def test_browser_every_figure_renders(loaded: Loaded) -> None:
     result = loaded.page.evaluate(
         "[...document.querySelectorAll('[data-figure]')].map(div => div.querySelector('.main-svg') !== null)"
     )
-    assert result == [True, True, True]
+    assert result == [True] * 5  # two heatmaps, two LR-optimum figures, the curves
 
 
 def test_browser_plotly_is_the_campaigns_shared_copy(loaded: Loaded) -> None:
@@ -65,7 +65,32 @@ def test_browser_plotly_is_the_campaigns_shared_copy(loaded: Loaded) -> None:
 
 def test_browser_table_views_toggle(loaded: Loaded) -> None:
     states = toggle_states(loaded.page)
-    assert states == [(True, False)] * 3
+    assert states == [(True, False)] * 5
+
+
+@pytest.fixture(scope="module")
+def bracketed(browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+    """The page of a campaign whose synchronous optimum (0.002) lies inside its three LRs."""
+    root = tmp_path_factory.mktemp("bracketed")
+    campaign = write_campaign(root, "bracketed", grid_runs(["synchronous"], [0.001, 0.002, 0.004], [0.99], [1, 2, 3]))
+    build_report(campaign)
+    context, loaded = open_offline(browser, campaign / "report" / "index.html")
+    yield loaded
+    context.close()
+
+
+def test_browser_lr_optimum_figure_draws_seeds_fit_band_and_optimum(bracketed: Loaded) -> None:
+    plot = "document.getElementById('plot-optimum-0')"
+    result = bracketed.page.evaluate(
+        f"[{plot}.data.map(t => t.name), {plot}.layout.shapes.map(s => s.type), "
+        f"{plot}.querySelectorAll('.shapelayer path').length, {plot}.layout.xaxis.type]"
+    )
+    assert result == [["seeds", "mean ± SD", "quadratic fit"], ["rect", "line"], 2, "log"]
+
+
+def test_browser_lr_optimum_caption_gives_the_estimate_and_interval(bracketed: Loaded) -> None:
+    result = bracketed.page.locator("#figures figcaption").first.inner_text()
+    assert result.startswith("synchronous: optimum 0.00") and "95 %:" in result
 
 
 def test_browser_hostile_run_name_is_text(loaded: Loaded) -> None:

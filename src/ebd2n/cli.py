@@ -198,13 +198,35 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 def cmd_select(args: argparse.Namespace) -> None:
     from ebd2n.campaign.analysis import failed_runs, group_runs, load_runs, select, write_selection
+    from ebd2n.campaign.optimum import lr_optima, optimum_lines
 
     runs = load_runs(args.runs)
     groups = group_runs(runs)
-    write_selection(groups, select(groups), args.out)
+    optima = lr_optima(groups, runs)
+    write_selection(groups, select(groups), args.out, optima)
     for run, why in failed_runs(runs).items():
         print(f"not counted: {run} ({why})")
+    for line in optimum_lines(optima):
+        print(line)
     print(f"{args.out / GROUPS_CSV} and {args.out / SELECTION_JSON} written")
+
+
+def cmd_extend(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.extend import extend_campaign
+
+    extension = extend_campaign(args.campaign_dir, args.campaign_file)
+    if extension is None:
+        print(f"{args.campaign_dir}: nothing to add: no mode's winner lies at an edge of its LR range that the "
+              "campaign file does not already extend past (run the campaign, then extend again)")
+        return
+    print(extension.diff, end="")
+    print(extension.summary())
+
+
+def cmd_sweep(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.sweep import sweep
+
+    sweep(args.campaign_file, args.snakemake_args, args.until_bracketed, args.max_extensions)
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -339,6 +361,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help=f"directory for {GROUPS_CSV} and {SELECTION_JSON}")
     p.set_defaults(func=cmd_select)
 
+    p = commands.add_parser("extend", help="write the campaign file's next revision: LRs beyond each winner at a grid edge")
+    p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
+    p.add_argument("--campaign-file", type=Path,
+                   help="the campaign's file (default: the one of config/config.yaml, config/campaigns/*.yaml naming it)")
+    p.set_defaults(func=cmd_extend)
+
+    p = commands.add_parser("sweep", help="run a campaign with Snakemake; with --until-bracketed, extend and rerun until bracketed")
+    p.add_argument("campaign_file", type=Path)
+    p.add_argument("--until-bracketed", action="store_true",
+                   help="after each run, extend the grid past every winner at an LR edge and run again")
+    p.add_argument("--max-extensions", type=int, default=3, help="stop (exit 1) after this many extensions (default 3)")
+    p.set_defaults(func=cmd_sweep, snakemake_args=[])
+    p.epilog = "Arguments after -- go to snakemake as typed: ebd2n sweep FILE --until-bracketed -- --profile slurm"
+
     p = commands.add_parser("report", help="regenerate a campaign's report from disk, without training")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
     p.set_defaults(func=cmd_report)
@@ -368,7 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    passed = argv[argv.index("--") + 1 :] if "--" in argv else None  # `ebd2n sweep FILE -- SNAKEMAKE ARGS`
+    parser = build_parser()
+    args = parser.parse_args(argv[: argv.index("--")] if passed is not None else argv)
+    if passed is not None:
+        if not hasattr(args, "snakemake_args"):
+            parser.error(f"ebd2n {args.command} takes no arguments after --")
+        args.snakemake_args = passed
     try:
         args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush

@@ -14,6 +14,7 @@ results/<campaign>/
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt
   report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
   logs/  benchmarks/
+  extensions/    history.json  revision-<n>.yaml
 ```
 """
 
@@ -133,6 +134,10 @@ RUNS = "runs"
 REPORT = "report"
 LOGS = "logs"
 BENCHMARKS = "benchmarks"
+EXTENSIONS = "extensions"
+"""extensions/: history.json (each automatic extension of the grid) and revision-<n>.yaml (the
+campaign file as it was before extension n + 1)."""
+EXTENSION_HISTORY = "history.json"
 
 # --- a campaign report ------------------------------------------------------------------------
 REPORT_INDEX = "index.html"
@@ -250,6 +255,14 @@ class CampaignPaths:
     @property
     def benchmarks(self) -> Path:
         return self.directory / BENCHMARKS
+
+    @property
+    def extension_history(self) -> Path:
+        return self.directory / EXTENSIONS / EXTENSION_HISTORY
+
+    def campaign_revision(self, extension: int) -> Path:
+        """The campaign file as it was before extension `extension` (1, 2, ...) rewrote it."""
+        return self.directory / EXTENSIONS / f"revision-{extension - 1}.yaml"
 
 
 def campaign_paths(directory: str | Path) -> CampaignPaths:

@@ -32,6 +32,11 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
 
 
+def compose_yaml(text: str) -> yaml.Node | None:
+    """The node tree of YAML text (with each node's position), for edits that keep the rest of a file."""
+    return yaml.compose(text, Loader=_Loader)
+
+
 def read_text(path: str | os.PathLike, what: str) -> str:
     """A UTF-8 text file's content; a missing, unreadable or non-UTF-8 file is a UserError naming it."""
     try:

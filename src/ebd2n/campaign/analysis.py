@@ -74,7 +74,7 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
     mean loss, then lower LR, then lower beta2; ineligible points follow, in the same order.
     """
     expected = sorted(set(seeds) if seeds is not None else set(runs["seed"].to_list()))
-    done = _completed(runs, seeds)
+    done = completed_runs(runs, seeds)
     summary = done.group_by(_POINT).agg(
         seeds_completed=pl.col("seed").n_unique().cast(pl.Int64),
         mean_loss=pl.col("loss").mean(),
@@ -135,7 +135,7 @@ def winner_notes(
 
     Pass the same `seeds` given to `group_runs`, so the t-test sees the losses the means used.
     """
-    done = _completed(runs, seeds)
+    done = completed_runs(runs, seeds)
     notes = {}
     for mode in _modes(groups):
         ranked = _ranked_eligible(groups, mode)
@@ -146,14 +146,17 @@ def winner_notes(
     return notes
 
 
-def write_selection(groups: pl.DataFrame, selection: dict[str, dict], out_dir: Path) -> None:
-    """Write `groups.csv` and `selection.json` atomically, so a reader never sees half a file."""
+def write_selection(
+    groups: pl.DataFrame, selection: dict[str, dict], out_dir: Path, optima: dict[str, dict[str, Any]]
+) -> None:
+    """Write `groups.csv` and `selection.json` atomically, so a reader never sees half a file;
+    each mode's entry also holds its edge and fitted LR optimum (`optimum.lr_optima`)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: a file, not a directory; give a directory for {GROUPS_CSV} and {SELECTION_JSON}")
     atomic_write_text(out_dir / GROUPS_CSV, groups.write_csv())
     chosen = {
-        mode: {key: entry[key] for key in _SELECTION_KEYS}
+        mode: {**{key: entry[key] for key in _SELECTION_KEYS}, **optima[mode]}
         for mode, entry in selection.items()
     }
     atomic_write_text(out_dir / SELECTION_JSON, json.dumps(chosen, indent=2) + "\n")
@@ -195,7 +198,7 @@ def _cast(table: pl.DataFrame, path: Path, name: str, dtype: type[pl.DataType]) 
     return column
 
 
-def _completed(runs: pl.DataFrame, seeds: list[int] | None) -> pl.DataFrame:
+def completed_runs(runs: pl.DataFrame, seeds: list[int] | None) -> pl.DataFrame:
     """Runs that count: complete, finite loss, an expected seed, at most one per point and seed."""
     done = runs.filter((pl.col("status") == "complete") & pl.col("loss").is_finite())
     if seeds is not None:
@@ -225,7 +228,7 @@ def _notes(ranked: pl.DataFrame, lrs: list[float], done: pl.DataFrame) -> dict[s
     """Edge, runner-up margin, its size against seed noise, and a sentence a reader can quote."""
     winner = ranked.row(0, named=True)
     runner = ranked.row(1, named=True) if ranked.height > 1 else None
-    edge = _edge(winner["lr"], lrs)
+    edge = lr_edge(winner["lr"], lrs)
     sd = winner["std_loss"]
     margin = runner["mean_loss"] - winner["mean_loss"] if runner else None
     notes = {
@@ -254,7 +257,7 @@ def _welch_p(a: list[float], b: list[float]) -> float | None:
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def _edge(lr: float, lrs: list[float]) -> Edge | None:
+def lr_edge(lr: float, lrs: list[float]) -> Edge | None:
     """Which end of the searched LR range the winner sits on; one LR tested has no range."""
     if len(lrs) < 2:
         return None
@@ -266,15 +269,11 @@ def _edge(lr: float, lrs: list[float]) -> Edge | None:
 
 
 def _next_lrs(edge: Edge | None, lrs: list[float], count: int = 2) -> list[float]:
-    """LRs beyond the edge at the grid's last step; below zero, continue its last ratio instead."""
+    """LRs beyond the edge, continuing the grid's last geometric step there (4 significant digits)."""
     if edge is None:
         return []
     near, far = (lrs[-1], lrs[-2]) if edge == "upper" else (lrs[0], lrs[1])
-    step = near - far
-    proposed = [near + k * step for k in range(1, count + 1)]
-    if min(proposed) <= 0:
-        proposed = [near * (near / far) ** k for k in range(1, count + 1)]
-    return [float(f"{lr:.4g}") for lr in proposed]
+    return [float(f"{near * (near / far) ** k:.4g}") for k in range(1, count + 1)]
 
 
 def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[str, Any]) -> str:

@@ -24,10 +24,13 @@ import polars as pl
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text
 from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
+from ebd2n.campaign.extend import extension_history
+from ebd2n.campaign.optimum import lr_optima, optimum_panels
 from ebd2n.config import Recipe, dump_recipe
 from ebd2n.faults import kill_point
 from ebd2n.layout import (
     CURVES_CSV,
+    CampaignPaths,
     HISTORY,
     REPORT_ASSETS,
     LR_RESPONSE_CSV,
@@ -153,7 +156,9 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
     groups = group_runs(campaign.runs, campaign.seeds)
     selection = select(groups)
     notes = winner_notes(groups, campaign.runs, campaign.seeds)
-    write_selection(groups, selection, out)
+    optima = lr_optima(groups, campaign.runs, campaign.seeds)
+    panels = optimum_panels(groups, campaign.runs, selection, optima, campaign.seeds)
+    write_selection(groups, selection, out, optima)
     beta2 = response_beta2(groups["beta2"].unique().sort().to_list(), selection)
     response = lr_response(groups, beta2)
     atomic_write_text(out / LR_RESPONSE_CSV, response.write_csv())
@@ -162,14 +167,19 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
     for name, drawn in (
         ("heatmaps", figures.heatmaps(groups, campaign.learning_rates, campaign.beta2, selection)),
         ("curves", figures.curves(curves)),
+        ("lr-optimum", figures.lr_optimum(panels)),
     ):
         for fmt, data in drawn.items():
             atomic_write_bytes(out / f"{name}.{fmt}", data)
     selected = {mode: _write_selected(campaign, mode, point, out) for mode, point in selection.items()}
+    extensions = extension_history(CampaignPaths(campaign.directory))
     return {
         "groups": groups,
         "selection": selection,
         "notes": notes,
+        "optima": optima,
+        "optimum_panels": panels,
+        "extensions": extensions,
         "response": response,
         "response_beta2": beta2,
         "curves": curves,
@@ -177,6 +187,8 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
         "json": {
             "selected": selection,
             "notes": notes,
+            "lr_optima": optima,
+            "extensions": extensions,
             "selected_recipes": {mode: entry["file"] for mode, entry in selected.items()},
             "lr_response": {"beta2": beta2, "rows": response.to_dicts()},
             "groups": groups.to_dicts(),

@@ -16,7 +16,7 @@ import polars as pl
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import EngFormatter, MaxNLocator
+from matplotlib.ticker import EngFormatter, MaxNLocator, NullLocator
 
 from ebd2n.report.plotly_embed import PALETTE
 
@@ -111,3 +111,42 @@ def _save(figure: Figure) -> dict[str, bytes]:
         figure.savefig(buffer, format=fmt, dpi=150, metadata=_METADATA[fmt])
         out[fmt] = buffer.getvalue()
     return out
+
+
+def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
+    """One panel per mode: final loss against LR (log axis) with every seed, mean ± SD, the fitted
+    parabola and the optimum's 95 % interval as a band (open ends run to the axis edge)."""
+    figure = Figure(figsize=(0.6 + 4.2 * max(1, len(panels)), 3.9))
+    axes = figure.subplots(1, max(1, len(panels)), squeeze=False)[0]
+    for index, (ax, panel) in enumerate(zip(axes[: len(panels)], panels, strict=True)):
+        color = PALETTE[index % len(PALETTE)]
+        points = panel["points"]
+        ax.scatter(panel["seeds"]["lr"], panel["seeds"]["loss"], s=12, color=color, alpha=0.45, label="seeds")
+        ax.errorbar([p["lr"] for p in points], [p["mean_loss"] for p in points],
+                    yerr=[p["std_loss"] or 0.0 for p in points], fmt="o", color=color, capsize=3, label="mean ± SD")
+        if panel["curve"]["lr"]:
+            ax.plot(panel["curve"]["lr"], panel["curve"]["loss"], color="black", linewidth=1.2, label="quadratic fit")
+        ax.set_xscale("log")
+        left, right = ax.get_xlim()
+        if panel["low"] is not None or panel["high"] is not None:
+            ax.axvspan(panel["low"] or left, panel["high"] or right, color=color, alpha=0.15, linewidth=0,
+                       label="95 % interval")
+        if panel["estimate"] is not None:
+            ax.axvline(panel["estimate"], color=color, linestyle="--", linewidth=1.2,
+                       label=f"optimum {panel['estimate']:.3g}")
+        ax.set_xlim(left, right)
+        ax.set_xticks([p["lr"] for p in points], [f"{p['lr']:g}" for p in points], rotation=45, fontsize=7)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("peak learning rate (log scale; ticks at the tested LRs)")
+        ax.set_ylabel("final full-validation loss (nats)")
+        ax.set_title(f"{panel['mode']} (beta2 {panel['beta2']:g})", fontsize=10)
+        if panel["estimate"] is None:
+            ax.text(0.5, 0.97, f"no fitted optimum: {panel['reason']}", ha="center", va="top", fontsize=6.5,
+                    transform=ax.transAxes, wrap=True)
+        ax.grid(alpha=0.3)
+        ax.legend(frameon=False, fontsize=7)
+    if not panels:
+        axes[0].text(0.5, 0.5, "no grid point has every seed yet", ha="center", va="center", transform=axes[0].transAxes)
+    figure.suptitle("Fitted LR optimum per mode: quadratic in ln(LR) near the best point, 95 % seed-bootstrap band", fontsize=10)
+    figure.tight_layout()
+    return _save(figure)

@@ -26,7 +26,7 @@ from ebd2n.layout import (
     CampaignPaths,
 )
 from ebd2n.quantities import format_amount
-from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, plotly_tag
+from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, lr_optimum_figure, plotly_tag
 from ebd2n.report import html
 from ebd2n.report.html import DASH, percent
 from ebd2n.report.tables import point_runs, settings_rows, split_rows
@@ -69,7 +69,10 @@ def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, An
     """Everything the LR x beta2 sections show: winners, grid, response, figures, commands."""
     groups: pl.DataFrame = grid["groups"]
     selection = grid["selection"]
-    winners = [_winner(campaign, mode, point, grid["notes"][mode], grid["selected"][mode]) for mode, point in selection.items()]
+    winners = [
+        {**_winner(campaign, mode, point, grid["notes"][mode], grid["selected"][mode]), "optimum": _optimum_text(grid["optima"][mode])}
+        for mode, point in selection.items()
+    ]
     modes = [mode for mode in campaign.learning_rates if not groups.filter(pl.col("mode") == mode).is_empty()]
     return {
         "combinations": groups.height,
@@ -83,6 +86,45 @@ def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, An
         "response": _response(groups, grid["response"], grid["response_beta2"], selection),
         "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
         "curves": _curves(grid["curves"]),
+        "optimum_plots": [_optimum_plot(panel, index) for index, panel in enumerate(grid["optimum_panels"])],
+        "extensions": [
+            {"number": entry["extension"], "time": entry["time"], "file": entry["campaign_file"],
+             "previous": entry["previous_revision"],
+             "added": [(mode, ", ".join(f"{lr:g}" for lr in lrs), entry["why"].get(mode, "")) for mode, lrs in entry["added"].items()]}
+            for entry in grid["extensions"]
+        ],
+    }
+
+
+def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
+    """The fitted optimum as the best-recipes table shows it: estimate, interval, and why not."""
+    fit = entry["lr_optimum"]
+    low = f"{fit['low']:.3g}" if fit["low"] is not None else "beyond the grid"
+    high = f"{fit['high']:.3g}" if fit["high"] is not None else "beyond the grid"
+    interval = f"95 %: {low} to {high}" if fit["low"] is not None or fit["high"] is not None else ""
+    if fit["open"]:
+        interval += f" (open at the {fit['open']} end)"
+    if fit["estimate"] is None:
+        sentence = f"No fitted LR optimum: {fit['reason']}."
+    else:
+        sentence = f"Fitted LR optimum {fit['estimate']:.3g}" + (f" ({interval})" if interval else "") + "."
+        if fit["reason"]:
+            sentence += f" Note: {fit['reason']}."
+    return {"estimate": f"{fit['estimate']:.3g}" if fit["estimate"] is not None else DASH,
+            "interval": interval, "reason": fit["reason"] or "", "sentence": sentence}
+
+
+def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
+    """One mode's LR-optimum figure and its table view (one row per LR)."""
+    return {
+        "id": f"optimum-{index}",
+        "mode": panel["mode"],
+        "json": figure_json(lr_optimum_figure(panel, index)),
+        "rows": [{"lr": f"{p['lr']:g}", "mean": _pm(p["mean_loss"], p["std_loss"], 4),
+                  "seeds": ", ".join(f"{loss:.4f}" for lr, loss in zip(panel["seeds"]["lr"], panel["seeds"]["loss"], strict=True)
+                                     if lr == p["lr"])}
+                 for p in panel["points"]],
+        "summary": _optimum_text({"lr_optimum": panel}),
     }
 
 
@@ -291,6 +333,8 @@ def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool
             _link("heatmaps.pdf", "full-grid heatmaps (PDF)"),
             _link("curves.png", "winners' validation curves (PNG)"),
             _link("curves.pdf", "winners' validation curves (PDF)"),
+            _link("lr-optimum.png", "fitted LR optimum per mode with its 95 % interval (PNG)"),
+            _link("lr-optimum.pdf", "fitted LR optimum per mode with its 95 % interval (PDF)"),
             _link(CURVES_CSV, "curve data: mean and sample SD per token count"),
         ]
         links += [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -173,3 +174,46 @@ def _hover(cell: dict[str, Any] | None) -> str:
 def _translucent(color: str, alpha: float = 0.2) -> str:
     red, green, blue = (int(color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({red},{green},{blue},{alpha})"
+
+
+def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
+    """One mode's loss against LR (log axis): seeds, mean ± SD, the fitted parabola, the optimum
+    and its 95 % interval as a shaded band (an open end runs to the plot's edge)."""
+    color = PALETTE[index % len(PALETTE)]
+    points = panel["points"]
+    data: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "markers", "name": "seeds", "x": panel["seeds"]["lr"], "y": panel["seeds"]["loss"],
+         "customdata": panel["seeds"]["seed"], "marker": {"color": _translucent(color, 0.5), "size": 6},
+         "hovertemplate": "LR %{x:.4g}, seed %{customdata}<br>%{y:.4f} nats<extra></extra>"},
+        {"type": "scatter", "mode": "markers", "name": "mean ± SD", "x": [p["lr"] for p in points],
+         "y": [p["mean_loss"] for p in points],
+         "error_y": {"type": "data", "array": [p["std_loss"] or 0.0 for p in points], "color": color},
+         "marker": {"color": color, "size": 9},
+         "hovertemplate": "LR %{x:.4g}<br>mean %{y:.4f} nats<extra></extra>"},
+    ]
+    if panel["curve"]["lr"]:
+        data.append({"type": "scatter", "mode": "lines", "name": "quadratic fit", "x": panel["curve"]["lr"],
+                     "y": panel["curve"]["loss"], "line": {"color": "black", "width": 1.5}, "hoverinfo": "skip"})
+    shapes = []
+    if panel["low"] is not None or panel["high"] is not None:
+        low, high = (panel["low"] or min(p["lr"] for p in points) / 2), (panel["high"] or max(p["lr"] for p in points) * 2)
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": low, "x1": high, "y0": 0, "y1": 1,
+                       "fillcolor": _translucent(color, 0.15), "line": {"width": 0}, "layer": "below"})
+    if panel["estimate"] is not None:
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": panel["estimate"], "x1": panel["estimate"],
+                       "y0": 0, "y1": 1, "line": {"color": color, "dash": "dash", "width": 2}})
+    lrs = [p["lr"] for p in points]
+    return {
+        "data": data,
+        "layout": {
+            "title": {"text": f"{panel['mode']} (beta2 {panel['beta2']:g})"},
+            "xaxis": {"title": {"text": "peak learning rate"}, "type": "log",
+                      "range": [math.log10(min(lrs)) - 0.1, math.log10(max(lrs)) + 0.1]},
+            "yaxis": {"title": {"text": "final full-validation loss (nats)"}, "zeroline": False},
+            "shapes": shapes,
+            "legend": {"orientation": "h", "y": -0.25},
+            "height": 420,
+            "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
+            "font": _FONT,
+        },
+    }
