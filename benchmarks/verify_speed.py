@@ -37,13 +37,14 @@ def main() -> None:
         campaign = build_campaign(directory)
         from ebd2n.audit import audit_campaign, violations
         from ebd2n.signing.keys import load_private, load_public, new_key_pair
-        from ebd2n.signing.statement import sign_campaign, verify_campaign
+        from ebd2n.audit.sign import sign_audit
+        from ebd2n.signing.statement import verify_campaign
 
         record = audit_campaign(campaign)
         if not record["passed"]:
             sys.exit("audit failed:\n" + "\n".join(violations(record)))
         private, public = new_key_pair(directory / "keys")
-        sign_campaign(campaign, load_private(private), record)
+        sign_audit(campaign, load_private(private), record)
         print(f"campaign: {len(list((campaign / 'runs').iterdir()))} runs, built, audited and signed in {time.perf_counter() - started:.0f} s")
         key = load_public(public)
         hashing, verifying = [], []

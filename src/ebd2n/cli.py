@@ -236,8 +236,9 @@ def cmd_status(args: argparse.Namespace) -> None:
 
 def cmd_audit(args: argparse.Namespace) -> None:
     from ebd2n.audit import audit_campaign, violations
+    from ebd2n.audit.sign import sign_audit
     from ebd2n.signing.keys import key_id
-    from ebd2n.signing.statement import sign_campaign, signing_key
+    from ebd2n.signing.statement import signing_key
 
     if args.sign and args.stage != "full":
         raise UserError("--sign: only the full audit signs (drop --stage runs)")
@@ -249,7 +250,7 @@ def cmd_audit(args: argparse.Namespace) -> None:
     if not record["passed"]:
         raise AuditFailed("\n".join(violations(record)))
     if key is not None:
-        print(f"signed {sign_campaign(args.campaign_dir, key, record)} with key id {key_id(key.public_key())}")
+        print(f"signed {sign_audit(args.campaign_dir, key, record)} with key id {key_id(key.public_key())}")
 
 
 def cmd_verify(args: argparse.Namespace) -> None:

@@ -47,7 +47,7 @@ def new_key_pair(directory: Path) -> tuple[Path, Path]:
     for path in (private_path, public_path):
         if path.exists():
             raise UserError(f"{path}: already exists; a key is never overwritten (choose another directory)")
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     private = Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     try:

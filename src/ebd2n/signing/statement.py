@@ -50,9 +50,10 @@ def signing_key(campaign_dir: Path, given: Path | None) -> Ed25519PrivateKey | N
     """The key a full audit signs with: --sign, else $EBD2N_SIGNING_KEY, else campaign.json's; None
     for none. Refused when campaign.json (and so the report) names another key id."""
     try:
-        configured = (read_json(CampaignPaths(campaign_dir).campaign_json) or {}).get("signing") or {}
+        configured = (read_json(CampaignPaths(campaign_dir).campaign_json) or {}).get("signing")
     except (UserError, AttributeError):
-        configured = {}  # unreadable or of the wrong shape: the audit names it
+        configured = None  # unreadable or of the wrong shape: the audit names it
+    configured = configured if isinstance(configured, dict) else {}
     path = given or os.environ.get(KEY_VARIABLE) or configured.get("key")
     if path is None:
         return None
@@ -90,15 +91,13 @@ def signed_files(paths: CampaignPaths) -> tuple[dict[str, Path], list[str]]:
     return dict(sorted(files.items())), sorted(links)
 
 
-def sign_campaign(campaign_dir: Path, key: Ed25519PrivateKey, audit: dict[str, Any]) -> Path:
-    """Write the next statement of a campaign whose full audit (`audit`, as just written) passed."""
-    from ebd2n.campaign.results import read_results
-
+def sign_campaign(campaign_dir: Path, key: Ed25519PrivateKey, audit: dict[str, Any], manifest: Path) -> Path:
+    """Write the next statement of a campaign whose full audit (`audit`, as just written) passed;
+    `manifest` is the campaign cache's, which the audit verified (copied into the campaign)."""
     paths = CampaignPaths(campaign_dir)
     if not audit.get("passed"):
         raise UserError(f"{paths.directory}: the audit failed; only a passing audit is signed")
-    manifest = read_results(paths.directory).manifest_path
-    atomic_write_bytes(paths.cache_manifest_copy, manifest.read_bytes())  # the audit verified this cache
+    atomic_write_bytes(paths.cache_manifest_copy, manifest.read_bytes())
     files, links = signed_files(paths)
     if links:
         raise UserError(f"{paths.directory / links[0]}: a symbolic link; a signed campaign holds its own files")
