@@ -335,3 +335,17 @@ def test_signing_private_key_is_in_no_result_and_no_log(signed: Path, keys: tupl
     leaked = [str(p) for p in places if p.is_file() and not p.is_symlink() and any(s in p.read_bytes() for s in secrets)]
     logs = [p for p in places if p.is_file() and p.suffix == ".log"]
     assert (leaked, bool(logs)) == ([], True)
+
+
+def test_signing_campaign_file_naming_a_missing_key_stops_collect_and_writes_nothing(repo: Path, campaign: Path) -> None:
+    path = repo / "config" / "campaigns" / "tiny.yaml"
+    path.write_text(path.read_text().replace("signing_key: ", "signing_key: /nonexistent"))
+    before = (campaign / "campaign.json").read_bytes()
+    result = ebd2n("collect", "config/campaigns/tiny.yaml", cwd=repo, torch=True)
+    found = (result.returncode, len(result.stderr.splitlines()), "/nonexistent" in result.stderr)
+    assert (found, (campaign / "campaign.json").read_bytes()) == ((2, 1, True), before)
+
+
+def test_signing_audit_runs_stage_refuses_sign(campaign: Path, keys: tuple[Path, Path]) -> None:
+    result = ebd2n("audit", campaign, "--stage", "runs", "--sign", keys[0], torch=True)
+    assert (result.returncode, result.stderr.strip()) == (2, "ebd2n audit: error: --sign: only the full audit signs (drop --stage runs)")
