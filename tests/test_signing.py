@@ -23,6 +23,7 @@ from workflow_support import TINY, copy_repo, environment, snakemake, write_camp
 
 from ebd2n.atomic import sha256_file
 from ebd2n.audit import audit_campaign, violations
+from ebd2n.errors import UserError
 from ebd2n.signing.dsse import open_envelope, pae, sign_envelope
 from ebd2n.signing.keys import key_id, load_private, load_public, new_key_pair
 from ebd2n.signing.statement import verify_campaign
@@ -87,10 +88,16 @@ def test_signing_key_new_refuses_a_results_directory(tmp_path: Path) -> None:
     assert found == (2, True, False)
 
 
+def test_signing_key_new_in_place_of_a_file_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "keys").write_text("a file")
+    result = ebd2n("key", "new", tmp_path / "keys")
+    assert (result.returncode, len(result.stderr.splitlines()), "cannot write a key pair" in result.stderr) == (2, 1, True)
+
+
 def test_signing_key_readable_by_others_is_refused(tmp_path: Path) -> None:
     private, _ = new_key_pair(tmp_path)
     private.chmod(0o644)
-    with pytest.raises(Exception, match="readable by others .*chmod 600"):
+    with pytest.raises(UserError, match="readable by others .*chmod 600"):
         load_private(private)
 
 

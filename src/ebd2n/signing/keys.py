@@ -47,9 +47,12 @@ def new_key_pair(directory: Path) -> tuple[Path, Path]:
     for path in (private_path, public_path):
         if path.exists():
             raise UserError(f"{path}: already exists; a key is never overwritten (choose another directory)")
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     private = Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"{directory}: cannot write a key pair there ({error.strerror})") from None
     try:
         write_new_private(private_path, pem)
     except FileExistsError:
