@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ebd2n"
 
 LAYERS = (
     {"ebd2n", "layout", "errors", "atomic", "yamlio", "jsonio", "targets", "provenance", "faults", "quantities"},
+    {"signing"},
     {"config"},
     {"data", "model"},
     {"parallel", "hf_init"},

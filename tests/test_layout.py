@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NAMES = (
     *layout.RUN_ARTIFACTS, f"{layout.CHECKPOINT_DIR}/", layout.CAMPAIGN_JSON, layout.RUNS_CSV, layout.AUDIT_JSON,
     layout.AUDIT_RUNS, layout.AUDIT_LEDGER, layout.AUDIT_PASSED, layout.SOURCE_HASH, layout.FREEZE_RECORD,
+    f"{layout.SIGNATURES}/", layout.PRIVATE_KEY, layout.PUBLIC_KEY,
 )
 PATTERN = re.compile("|".join(rf"(?<![\w.-]){re.escape(name)}" for name in NAMES))
 HELPERS = ("campaign_tree.py", "run_dir_factory.py", "workflow_support.py", "offline_browser.py", "conftest.py")

@@ -37,6 +37,24 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def write_new_private(path: str | os.PathLike, data: bytes) -> None:
+    """Write a file that must not exist yet (FileExistsError), readable by its owner only (0600)
+    from its first byte on: a secret is never replaced, and never readable by others, not even
+    half-written."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        rename_new(Path(tmp), path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
 def remove_temporaries(directory: Path) -> list[Path]:
     """Delete the temporary files that killed `atomic_write_bytes` calls left in `directory` (not
     below it) and return them. Only the directory's one writer may call this (a trainer under its

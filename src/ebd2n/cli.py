@@ -25,11 +25,14 @@ from ebd2n.layout import (
     FINAL,
     GROUPS_CSV,
     METRICS,
+    PRIVATE_KEY,
+    PUBLIC_KEY,
     RECIPE,
     RESULTS_JSON,
     RUN_RECORD,
     RUNS_CSV,
     SELECTION_JSON,
+    SIGNATURES,
     slice_checkpoint,
 )
 
@@ -255,13 +258,42 @@ def cmd_status(args: argparse.Namespace) -> None:
 
 def cmd_audit(args: argparse.Namespace) -> None:
     from ebd2n.audit import audit_campaign, violations
+    from ebd2n.audit.sign import sign_audit
+    from ebd2n.signing.keys import key_id
+    from ebd2n.signing.statement import signing_key
 
+    if args.sign and args.stage != "full":
+        raise UserError("--sign: only the full audit signs (drop --stage runs)")
+    key = signing_key(args.campaign_dir, args.sign) if args.stage == "full" else None  # a bad key: refused before any write
     record = audit_campaign(args.campaign_dir, stage=args.stage, accept=args.accept)
     marks = {"passed": "ok  ", "failed": "FAIL", "not applicable": "n/a "}
     for check in record["checks"]:
         print(f"{marks[check['status']]} {check['name']} ({check['scope']})")
     if not record["passed"]:
         raise AuditFailed("\n".join(violations(record)))
+    if key is not None:
+        print(f"signed {sign_audit(args.campaign_dir, key, record)} with key id {key_id(key.public_key())}")
+
+
+def cmd_verify(args: argparse.Namespace) -> None:
+    from ebd2n.signing.keys import key_id, load_public
+    from ebd2n.signing.statement import verify_campaign
+
+    public = load_public(args.key)
+    result = verify_campaign(args.campaign_dir, public)
+    if result.problems:
+        raise AuditFailed("\n".join(result.problems))
+    audited = result.predicate.get("audit", {}).get("audited")
+    print(f"verified {args.campaign_dir}: {result.files:,} files as signed by key id {key_id(public)} "
+          f"(statement {result.statements} of its chain, audit of {audited})")
+
+
+def cmd_key(args: argparse.Namespace) -> None:
+    from ebd2n.signing.keys import key_id, load_public, new_key_pair
+
+    private, public = new_key_pair(args.directory)
+    print(f"private key {private} (mode 600): keep it outside results/, never publish or commit it")
+    print(f"public key {public} (key id {key_id(load_public(public))}): publish it, readers verify with it")
 
 
 DESCRIPTION = """Train GPT recipes and run learning-rate x beta2 campaigns, from data cache to report.
@@ -399,7 +431,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--accept", action="store_true",
         help="re-baseline the ledger on the current files (recorded in its history); only when every other check passes",
     )
+    p.add_argument(
+        "--sign", type=Path, metavar="KEY",
+        help=f"once the audit passed, sign what it saw with this private key (default: $EBD2N_SIGNING_KEY, else the "
+             f"campaign file's signing_key) -> {SIGNATURES}/<n>.dsse.json",
+    )
     p.set_defaults(func=cmd_audit)
+
+    p = commands.add_parser("verify", help="check a campaign, or a copy of one, against its signed statements (no torch needed)")
+    p.add_argument("campaign_dir", type=Path, help="results/<campaign>, or a copy of it")
+    p.add_argument("--key", type=Path, required=True, help=f"the signer's public key ({PUBLIC_KEY})")
+    p.set_defaults(func=cmd_verify)
+
+    p = commands.add_parser("key", help="make an Ed25519 key pair to sign audited campaigns with")
+    p.add_argument("action", choices=["new"])
+    p.add_argument("directory", type=Path, help=f"where {PRIVATE_KEY} (mode 600) and {PUBLIC_KEY} go; outside results/")
+    p.set_defaults(func=cmd_key)
     return parser
 
 

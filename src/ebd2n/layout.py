@@ -13,6 +13,7 @@ results/<campaign>/
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt
   report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
+  signatures/    1.dsse.json  2.dsse.json ...  cache-manifest.json
   logs/  benchmarks/
   extensions/    history.json  revision-<n>.yaml
 ```
@@ -20,6 +21,7 @@ results/<campaign>/
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +55,12 @@ def slice_checkpoint(epoch: int) -> str:
 
 def checkpoint_epoch(relative: str) -> int | None:
     """The epoch boundary of a `slice_checkpoint` name; None for any other file."""
-    prefix, suffix = slice_checkpoint(0).split("0", 1)
+    return _numbered(relative, slice_checkpoint)
+
+
+def _numbered(relative: str, name: Callable[[int], str]) -> int | None:
+    """The number N of a file named `name(N)`; None for any other name."""
+    prefix, suffix = name(0).split("0", 1)
     number = relative.removeprefix(prefix).removesuffix(suffix)
     return int(number) if relative.startswith(prefix) and relative.endswith(suffix) and number.isdigit() else None
 
@@ -138,6 +145,14 @@ EXTENSIONS = "extensions"
 """extensions/: history.json (each automatic extension of the grid) and revision-<n>.yaml (the
 campaign file as it was before extension n + 1)."""
 EXTENSION_HISTORY = "history.json"
+SIGNATURES = "signatures"
+"""signatures/<n>.dsse.json: the signed statement of each signed audit, n = 1, 2, ..., each naming
+the SHA-256 of the one before (ebd2n.signing)."""
+CACHE_MANIFEST_COPY = f"{SIGNATURES}/cache-manifest.json"
+"""The campaign cache's manifest as the signed audit saw it: the cache itself lives outside the campaign."""
+UNSIGNED = (LOGS, BENCHMARKS, STATUS_PAGE, STATUS_PLAN.split("/")[0], SIGNATURES)
+"""Top-level entries no statement covers: job logs and benchmarks, the live status page and plan
+(rewritten by every workflow start), and the statements themselves (the cache manifest copy excepted)."""
 
 # --- a campaign report ------------------------------------------------------------------------
 REPORT_INDEX = "index.html"
@@ -151,6 +166,21 @@ REPORT_ASSETS = "assets"
 """report/assets/: what the report and the campaign's run pages load (plotly.js), kept across rebuilds."""
 HISTORY = "history"
 """report/history/<time>/: earlier reports, kept when a report is rebuilt."""
+
+
+def statement(sequence: int) -> str:
+    """The signed statement of a campaign's `sequence`-th signed audit, relative to the campaign."""
+    return f"{SIGNATURES}/{sequence}.dsse.json"
+
+
+def statement_sequence(relative: str) -> int | None:
+    """The sequence number of a `statement` name; None for any other file."""
+    return _numbered(relative, statement)
+
+
+# --- a signing key pair (ebd2n key new DIR), kept outside results/ -----------------------------
+PRIVATE_KEY = "ebd2n-signing.key"
+PUBLIC_KEY = "ebd2n-signing.pub"
 
 
 def selected_recipe(mode: str) -> str:
@@ -247,6 +277,14 @@ class CampaignPaths:
     @property
     def status_page(self) -> Path:
         return self.directory / STATUS_PAGE
+
+    @property
+    def signatures(self) -> Path:
+        return self.directory / SIGNATURES
+
+    @property
+    def cache_manifest_copy(self) -> Path:
+        return self.directory / CACHE_MANIFEST_COPY
 
     @property
     def logs(self) -> Path:

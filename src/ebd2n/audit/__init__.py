@@ -8,7 +8,7 @@ Three kinds of evidence back each other, so no single deleted or edited file goe
 - audit.json records the ledger's own SHA-256, so a deleted or edited ledger is a violation.
 The published report is rebuilt elsewhere and compared byte for byte. File times never count.
 What this cannot catch: someone who rewrites every record, the ledger and audit.json
-consistently; only a signature kept elsewhere could.
+consistently; a signature with a key kept elsewhere does (`ebd2n audit --sign`, ebd2n.signing).
 
 Two stages: `runs` (before the report is built; writes audit-runs.json) and `full` (after it;
 verifies the report, writes the ledger and audit.json).

@@ -15,6 +15,7 @@ from ebd2n.campaign.status import campaign_plan
 from ebd2n.config import recipe_identity
 from ebd2n.faults import kill_point
 from ebd2n.layout import RESULTS_JSON
+from ebd2n.signing.keys import signing_record
 
 
 def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
@@ -61,4 +62,5 @@ def campaign_record(campaign: Campaign, finished: list[dict]) -> dict:
             for base, recipe in current_bases(campaign).items()
         },
         "created": freeze["created"],
+        "signing": signing_record(campaign.signing_key),  # the key the passing audit signs with; the report names its id
     }

@@ -78,6 +78,8 @@ class Campaign:
     resources: Mapping[str, Mapping[str, Any]]
     cost_per_gpu_hour: float | None = None
     """Price of a GPU-hour; the report turns GPU-hours into money with it."""
+    signing_key: str | None = None
+    """Private key the passing audit signs with (EBD2N_SIGNING_KEY overrides it; ebd2n.signing)."""
 
     @property
     def paths(self) -> CampaignPaths:
@@ -186,6 +188,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         checkpoint_policy=raw.get("checkpoint_policy", "final"),
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
         cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
+        signing_key=raw.get("signing_key"),
     )
     _check(campaign)
     return campaign

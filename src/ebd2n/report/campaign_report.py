@@ -286,6 +286,7 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) ->
         "job_ids": sorted({str(job) for r in results for job in r.get("job_ids") or []}),
         "execution": info.get("execution"),
         "audit": _audit(campaign.audit),
+        "signing_key_id": (info.get("signing") or {}).get("key_id"),  # the audit signs after this page: the key named, not a signature
     }
 
 

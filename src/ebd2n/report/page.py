@@ -285,6 +285,7 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
         ],
         "hosts": ", ".join(summary["hosts"]) or DASH,
         "job_ids": summary["job_ids"],
+        "signing_key_id": summary["signing_key_id"],
     }
 
 
