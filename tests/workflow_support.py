@@ -56,8 +56,10 @@ def write_campaign(repo: Path, raw: dict, name: str = "tiny.yaml") -> str:
 
 
 def environment(extra_path: Path | None = None) -> dict[str, str]:
-    """This interpreter's bin first on PATH (stand-in SLURM tools before it); no PYTHONPATH."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH" and not key.startswith("SLURM_")}
+    """This interpreter's bin first on PATH (stand-in SLURM tools before it); this checkout's
+    package on PYTHONPATH (the workflow imports ebd2n, and its jobs run `python -m ebd2n`)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    env["PYTHONPATH"] = str(REPO / "src")
     path = [str(Path(sys.executable).parent), env.get("PATH", "")]
     if extra_path:
         path.insert(0, str(extra_path))

@@ -18,7 +18,7 @@ rule validate_run:
     resources:
         **RUN_RESOURCES,
     shell:
-        LAUNCHED_TRAINER + " validate " + RUN_DIR + " > {log} 2>&1"
+        LAUNCHED_TRAINER + " validate " + RUN_DIR + " --wait > {log} 2>&1"
 
 
 rule collect_runs:

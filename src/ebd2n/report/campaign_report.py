@@ -25,7 +25,6 @@ import polars as pl
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text
 from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
 from ebd2n.config import Recipe, dump_recipe
-from ebd2n.faults import kill_point
 from ebd2n.layout import (
     CURVES_CSV,
     HISTORY,
@@ -70,7 +69,6 @@ def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
     _remove_killed_stagings(campaign.directory)
     with tempfile.TemporaryDirectory(prefix=f"{_STAGING}{os.getpid()}-", dir=campaign.directory) as staging:
         _write_report(campaign, Path(staging))
-        kill_point("report.staged")
         _publish(Path(staging), published)
     return published / REPORT_INDEX
 
