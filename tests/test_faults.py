@@ -143,6 +143,7 @@ def rerun(repo: Path) -> subprocess.CompletedProcess:
 def assert_recovered(repo: Path, campaign: dict, result: subprocess.CompletedProcess) -> None:
     """Complete, audited, bitwise the uninterrupted campaign, and nothing stale left behind."""
     output = result.stdout + result.stderr
+    assert (repo / PATHS.audit_passed).is_file(), output
     stale = [
         *(p.relative_to(repo).as_posix() for p in (repo / PATHS.runs).glob(f"*/{CHECKPOINT_DIR}/*")),
         *(p.relative_to(repo).as_posix() for p in (repo / PATHS.runs).glob(f"*/{LEASE}")),
@@ -151,7 +152,6 @@ def assert_recovered(repo: Path, campaign: dict, result: subprocess.CompletedPro
         *(p.relative_to(repo).as_posix() for p in (repo / PATHS.directory).glob(".*")),  # report staging
         *(p.relative_to(repo).as_posix() for p in (repo / "results/caches").iterdir() if p.name != "tiny"),
     ]
-    assert (repo / PATHS.audit_passed).is_file(), output
     assert stale == []
     for run in RUNS:
         assert_states_equal(engine_state(repo / PATHS.run(run).final), campaign["finals"][run])

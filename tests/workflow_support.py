@@ -18,7 +18,7 @@ import yaml
 from ebd2n.train.runlog import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
-COPIED = ("workflow", "config", "profiles", "slurm", "src")
+COPIED = ("workflow", "config", "profiles", "slurm", "src", "environment.yml")
 TINY = {
     "campaign": "tiny",
     "recipe": "demo",
@@ -45,7 +45,10 @@ TIMING_FIELDS = {"tokens_per_s", "batches_per_s", "wall_s", "memory"}
 
 def copy_repo(destination: Path) -> Path:
     for name in COPIED:
-        shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+        if (REPO / name).is_file():
+            shutil.copy2(REPO / name, destination / name)
+        else:
+            shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
     return destination
 
 

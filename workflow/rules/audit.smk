@@ -14,5 +14,7 @@ rule audit_runs:
         str(C.audit_runs),
     log:
         log_of(C.audit_runs),
+    conda:
+        CONDA_ENV
     shell:
-        "{EBD2N} audit " + CAMPAIGN_DIR + " --stage runs > {log} 2>&1"
+        EBD2N + " audit " + CAMPAIGN_DIR + " --stage runs > {log} 2>&1"

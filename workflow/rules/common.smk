@@ -12,7 +12,12 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from ebd2n.campaign.runs import parse_run_id
-from ebd2n.campaign.spec import SCHEMA_PATH, base_plans, campaign_from_dict, current_bases
+from ebd2n.campaign.spec import (
+    SCHEMA_PATH,
+    base_plans,
+    campaign_from_dict,
+    current_bases,
+)
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
 from ebd2n.yamlio import read_yaml_mapping
@@ -27,7 +32,9 @@ def refuse(message):
 def campaign_file():
     """The campaign file this run reads: the one --configfile, else config/config.yaml."""
     if workflow.config_settings.config:
-        refuse("--config is not supported: put the change in the campaign file (--configfile FILE)")
+        refuse(
+            "--config is not supported: put the change in the campaign file (--configfile FILE)"
+        )
     files = workflow.overwrite_configfiles
     if len(files) > 1:
         refuse(f"give one campaign file, got --configfile {' '.join(map(str, files))}")
@@ -60,6 +67,9 @@ FROZEN_SRC = named_campaign("{wildcards.campaign}").frozen_src
 TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} -m ebd2n"
 LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}}"
 WARM = "-m ebd2n.warm"
+# The software of every rule, for `--use-conda` (by default the jobs use the environment Snakemake runs in).
+CONDA_ENV = str(Path(workflow.basedir).parent / "environment.yml")
+
 
 # When jobs are about to run (not while the Snakefile is parsed, not in a dry run): the runs
 # `ebd2n status` expects, with their resources.
@@ -99,15 +109,28 @@ wildcard_constraints:
 def get_final_output():
     """The published report and every file before it that must stay: `all` audits them each time
     jobs run. Naming them all here, not only through the report, makes a deleted run (or its
-    final.pt, or a record) a missing input that Snakemake remakes, not an intermediate it may skip."""
+    final.pt, or a record) a missing input that Snakemake remakes, not an intermediate it may skip.
+    """
     paths = CAMPAIGN.paths
     runs = [paths.run(run.id) for run in CAMPAIGN.runs()]
-    records = [paths.report_index, paths.audit_runs, paths.runs_csv, paths.campaign_json]
-    return [str(path) for path in records] + [str(path) for run in runs for path in (run.recipe, run.final, run.best, run.results)]
+    records = [
+        paths.report_index,
+        paths.audit_runs,
+        paths.runs_csv,
+        paths.campaign_json,
+    ]
+    return [str(path) for path in records] + [
+        str(path)
+        for run in runs
+        for path in (run.recipe, run.final, run.best, run.results)
+    ]
 
 
 def get_run_results(wildcards):
-    return [str(named_campaign(wildcards.campaign).run(run.id).results) for run in CAMPAIGN.runs()]
+    return [
+        str(named_campaign(wildcards.campaign).run(run.id).results)
+        for run in CAMPAIGN.runs()
+    ]
 
 
 def get_frozen_base(wildcards):
@@ -115,8 +138,8 @@ def get_frozen_base(wildcards):
 
 
 def get_plan_file(wildcards):
-    """The frozen trainer's confirmation of the slice chain (written once; its time never retrains)."""
-    return ancient(str(named_campaign(wildcards.campaign).slice_plan(get_run(wildcards).base)))
+    """The frozen trainer's confirmation of the slice chain (written once)."""
+    return str(named_campaign(wildcards.campaign).slice_plan(get_run(wildcards).base))
 
 
 def get_slice_epochs(wildcards):
@@ -133,7 +156,9 @@ def get_previous_slice(wildcards):
     none for the first. The trainer finds its starting checkpoint itself."""
     plan = PLANS[get_run(wildcards).base]
     try:
-        previous = plan.previous(int(wildcards.epoch) if "epoch" in wildcards.keys() else plan.epochs)
+        previous = plan.previous(
+            int(wildcards.epoch) if "epoch" in wildcards.keys() else plan.epochs
+        )
     except UserError as error:
         raise WorkflowError(f"{wildcards.run}: {error}") from None
     run = named_campaign(wildcards.campaign).run(wildcards.run)
@@ -150,7 +175,11 @@ def per_run(field, scopes):
     """A constant when every job asks the same (Snakemake then evaluates nothing per job, which
     keeps planning 324 runs quick), else a function of the run id."""
     values = {getattr(scope, field) for scope in scopes}
-    return values.pop() if len(values) == 1 else functools.partial(get_run_resource, field=field)
+    return (
+        values.pop()
+        if len(values) == 1
+        else functools.partial(get_run_resource, field=field)
+    )
 
 
 def slurm_resources(scopes):
@@ -162,12 +191,20 @@ def slurm_resources(scopes):
         "slurm_partition": "partition",
         "slurm_account": "account",
     }
-    return {name: per_run(field, scopes) for name, field in names.items() if any(getattr(s, field) for s in scopes)}
+    return {
+        name: per_run(field, scopes)
+        for name, field in names.items()
+        if any(getattr(s, field) for s in scopes)
+    }
 
 
 # Resources come from the campaign file, and are set here only: training and validation jobs take
 # their run's scope, the data-cache job the prepare scope.
-RUN_SCOPES = [CAMPAIGN.job_resources(base, mode) for base in CAMPAIGN.bases for mode in CAMPAIGN.modes]
+RUN_SCOPES = [
+    CAMPAIGN.job_resources(base, mode)
+    for base in CAMPAIGN.bases
+    for mode in CAMPAIGN.modes
+]
 RUN_RESOURCES = slurm_resources(RUN_SCOPES)
 RUN_THREADS = per_run("cpus", RUN_SCOPES)
 PREPARE_SCOPE = [CAMPAIGN.job_resources(CAMPAIGN.bases[0], None)]
@@ -175,7 +212,10 @@ PREPARE_RESOURCES = slurm_resources(PREPARE_SCOPE)
 PREPARE_THREADS = per_run("cpus", PREPARE_SCOPE)
 
 # Runs of S pipeline stages x D replicas start S x D processes through torchrun (one node).
-PROCESSES = {base: recipe.parallel.pipeline_stages * recipe.parallel.data_parallel for base, recipe in BASES.items()}
+PROCESSES = {
+    base: recipe.parallel.pipeline_stages * recipe.parallel.data_parallel
+    for base, recipe in BASES.items()
+}
 
 
 def get_launcher(wildcards):
@@ -193,5 +233,7 @@ def get_run(wildcards):
     except UserError as error:
         raise WorkflowError(str(error)) from None
     if run.base not in CAMPAIGN.bases:
-        raise WorkflowError(f"run {wildcards.run}: preset {run.preset} is not in grid.presets of {CAMPAIGN_FILE}")
+        raise WorkflowError(
+            f"run {wildcards.run}: preset {run.preset} is not in grid.presets of {CAMPAIGN_FILE}"
+        )
     return run

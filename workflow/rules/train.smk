@@ -11,8 +11,12 @@ rule freeze_trainer:
         str(C.freeze_record),
     log:
         log_of(C.source_hash),
+    conda:
+        CONDA_ENV
+    params:
+        campaign=CAMPAIGN_FILE,
     shell:
-        "{EBD2N} freeze {CAMPAIGN_FILE:q} > {log} 2>&1"
+        EBD2N + " freeze {params.campaign:q} > {log} 2>&1"
 
 
 rule freeze_recipe:
@@ -20,8 +24,12 @@ rule freeze_recipe:
         str(C.base_recipe("{base}")),
     log:
         log_of(C.base_recipe("{base}")),
+    conda:
+        CONDA_ENV
+    params:
+        campaign=CAMPAIGN_FILE,
     shell:
-        "{EBD2N} freeze {CAMPAIGN_FILE:q} --base {wildcards.base} > {log} 2>&1"
+        EBD2N + " freeze {params.campaign:q} --base {wildcards.base} > {log} 2>&1"
 
 
 # The slice chain of a base recipe's runs, written by the frozen trainer (the code the jobs run).
@@ -35,11 +43,14 @@ rule plan_slices:
         str(C.slice_plan("{base}")),
     log:
         log_of(C.slice_plan("{base}")),
+    conda:
+        CONDA_ENV
     params:
         epochs_per_slice=get_slice_epochs,
         expect=get_expected_ends,
     shell:
-        TRAINER + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
+        TRAINER
+        + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
         " --output {output} > {log} 2>&1"
 
 
@@ -51,16 +62,18 @@ rule resolve_recipe:
         str(R.recipe),
     log:
         log_of(R.recipe),
+    conda:
+        CONDA_ENV
     shell:
         TRAINER + " resolve " + RUN_DIR + " > {log} 2>&1"
 
 
-# recipe and cache are ancient(): both are checked by content instead (every checkpoint records
-# the recipe and cache identities; the trainer refuses a mismatch), so a newer time never retrains.
+# The recipe, the cache and the plan are checked by content (every checkpoint records the recipe
+# and cache identities, the trainer refuses a mismatch); times never retrain (profiles: rerun-triggers).
 rule train_slice:
     input:
-        recipe=ancient(str(R.recipe)),
-        cache=ancient(str(CACHE)),
+        recipe=str(R.recipe),
+        cache=str(CACHE),
         plan=get_plan_file,
         previous=get_previous_slice,
     output:
@@ -69,21 +82,24 @@ rule train_slice:
         log_of(R.slice_record("{epoch}")),
     benchmark:
         benchmark_of(R.slice_record("{epoch}"))
-    params:
-        launcher=get_launcher,
+    conda:
+        CONDA_ENV
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
+    params:
+        launcher=get_launcher,
     shell:
-        LAUNCHED_TRAINER + " train --config {input.recipe} --until-epoch {wildcards.epoch} --wait --quiet > {log} 2>&1"
+        LAUNCHED_TRAINER
+        + " train --config {input.recipe} --until-epoch {wildcards.epoch} --wait --quiet > {log} 2>&1"
 
 
 # metrics.jsonl is no output: every slice appends to it, and the trainer cuts it back to the
 # checkpoint it resumes from.
 rule train_final:
     input:
-        recipe=ancient(str(R.recipe)),
-        cache=ancient(str(CACHE)),
+        recipe=str(R.recipe),
+        cache=str(CACHE),
         plan=get_plan_file,
         previous=get_previous_slice,
     output:
@@ -93,10 +109,12 @@ rule train_final:
         log_of(R.final),
     benchmark:
         benchmark_of(R.final)
-    params:
-        launcher=get_launcher,
+    conda:
+        CONDA_ENV
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
+    params:
+        launcher=get_launcher,
     shell:
         LAUNCHED_TRAINER + " train --config {input.recipe} --wait --quiet > {log} 2>&1"

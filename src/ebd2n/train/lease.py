@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 from ebd2n.errors import UserError
@@ -53,7 +54,7 @@ class Holder:
     @property
     def started(self) -> float:
         """When the holder took the lease (seconds since the epoch)."""
-        return time.mktime(time.strptime(self.since, "%Y-%m-%dT%H:%M:%S%z"))
+        return datetime.strptime(self.since, "%Y-%m-%dT%H:%M:%S%z").timestamp()
 
     def describe(self) -> str:
         job = f", SLURM job {self.job}" if self.job else ""
