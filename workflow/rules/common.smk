@@ -108,8 +108,8 @@ wildcard_constraints:
 
 def get_final_output():
     """The published report and every file before it that must stay: `all` audits them each time
-    jobs run. Naming them all here, not only through the report, makes a deleted run (or its
-    final.pt, or a record) a missing input that Snakemake remakes, not an intermediate it may skip.
+    jobs run. Naming them all here, not only through the report, makes a deleted run (or its final
+    checkpoint, or a record) a missing input that Snakemake remakes, not an intermediate it skips.
     """
     paths = CAMPAIGN.paths
     runs = [paths.run(run.id) for run in CAMPAIGN.runs()]
