@@ -539,17 +539,6 @@ def _(world, tmp):
     return Case(_tiny(world, tmp, "optimizer.lr=0.002"), "runtime.output_dir")
 
 
-@case("train into a complete run's directory")
-def _(world, tmp):
-    return Case(_tiny(world, tmp, f"runtime.output_dir={world.complete}"), "runtime.output_dir")
-
-
-@case("train into a run that must be resumed")
-def _(world, tmp):
-    shutil.copytree(world.sliced, tmp / "run")
-    return Case(_tiny(world, tmp), "runtime.output_dir")
-
-
 @case("train recipe file not UTF-8")
 def _(world, tmp):
     return Case(["train", "--config", str(_recipe_file(tmp, NOT_UTF8)), "--quiet"], "recipe.yaml")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -294,18 +295,24 @@ def test_started_campaign_may_grow(in_tmp: Path) -> None:
 
 
 def test_frozen_trainer_plans_the_slices(in_tmp: Path) -> None:
-    """Once frozen, the slices are the frozen trainer's (asked, then from its plan file), never this checkout's."""
+    """Once its plan file is written, the slices are the frozen trainer's, whatever this checkout
+    would cut; before it, the checkout's plan, which the frozen trainer refuses to confirm when it
+    cuts otherwise (`ebd2n plan --expect`: the plan job fails, no run trains)."""
     campaign = campaign_from_dict(tiny(epochs_per_slice=1))
     freeze_trainer(campaign)
     freeze_base(campaign, "base")
     planner = campaign.paths.frozen_package / "train/plan.py"  # a frozen trainer that cuts every run in one slice
     planner.write_text(planner.read_text().replace("return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]",
                                                    "return [epochs]"))
-    asked = base_plans(campaign)["base"].ends
-    live = recipe_plan(campaign.base_recipe("base"), 1).ends
-    write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))  # what `ebd2n plan` would have written
-    result = (asked, live, base_plans(campaign)["base"].ends)
-    assert result == ((2,), (1, 2), (1, 2))
+    before = base_plans(campaign)["base"].ends
+    command = [sys.executable, "-m", "ebd2n", "plan", str(campaign.paths.base_recipe("base")), "--epochs-per-slice", "1",
+               "--expect", ",".join(map(str, before)), "--output", str(campaign.paths.slice_plan("base"))]
+    confirmed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(campaign.paths.frozen_src)},
+                               timeout=120)
+    write_slice_plan(plan_slices(2, 2), campaign.paths.slice_plan("base"))  # what a frozen trainer cutting one slice writes
+    result = (before, confirmed.returncode, "--expect 1,2: this trainer cuts 2 epochs into slices ending at 2" in confirmed.stderr,
+              base_plans(campaign)["base"].ends)
+    assert result == ((1, 2), 2, True, (2,))
 
 
 def test_campaign_frozen_by_an_older_ebd2n_is_refused(in_tmp: Path) -> None:
@@ -343,11 +350,8 @@ def test_collect_records_the_campaign(in_tmp: Path) -> None:
 
 
 def test_scaling_campaign_plan_has_the_seeds_slices() -> None:
-    from ebd2n.campaign.status import campaign_plan
-
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    plan = campaign_plan(campaign, base_plans(campaign))
-    result = {entry["run"].split("-")[0]: len(entry["slices"]) for entry in plan["runs"]}
+    result = {base: len(plan.ends) for base, plan in base_plans(campaign).items()}
     assert result == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
 
 

@@ -37,7 +37,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     workdir = tmp_path_factory.mktemp("console")
     (workdir / "Snakefile").write_text(SNAKEFILE)
     plan = {"campaign": "sweep", "cost_per_gpu_hour": None,
-            "runs": [{"run": run, "slices": [1], "gpus": 0, "cpus": 1} for run in ("good", "bad")]}
+            "runs": [{"run": run, "base": "base", "gpus": 0, "cpus": 1} for run in ("good", "bad")]}
     (workdir / "results/sweep/status").mkdir(parents=True)
     (workdir / "results/sweep/status/plan.json").write_text(json.dumps(plan))
     env = {**os.environ, "PYTHONPATH": str(SRC)}

@@ -1,13 +1,14 @@
 """Fault injection on a real Snakemake campaign: kill it anywhere, run the same command again, get the same bits.
 
-A tiny two-run campaign is interrupted at every kill point of ebd2n.faults (SIGKILL of the
-controller's process group, which holds the controller and its jobs; the trainer that reaches the
-point dies too, also when it is a fork of the warm-start server), and also by SIGKILL of one trainer
-fork alone, of the warm-start server, twice in a row, and by SIGTERM of the controller. Then the
-same command runs once more, with no manual step between, and must leave the campaign complete,
-audited (audit.passed), with final weights bitwise equal to an uninterrupted campaign's, and nothing
-stale: no slice checkpoint (policy final), no trainer.lease, no Snakemake incomplete mark or lock,
-no half-built cache or report.
+A tiny two-run campaign is interrupted before or after every kind of write its jobs make (ebd2n.faults:
+SIGKILL of the controller's process group, which holds the controller and its jobs; the process
+that reaches the write dies too, also when it is a fork of the warm-start server), and also by
+SIGKILL of one trainer fork alone, of the warm-start server, twice in a row, by SIGTERM of the
+controller, by SIGKILL of the controller alone while its trainers run on, by `timeout`, and by a
+controller death that left every output marked incomplete. Then the same command runs once more,
+with no manual step between, and must leave the campaign complete, audited (audit.passed), with
+final weights bitwise equal to an uninterrupted campaign's, and nothing stale: no slice checkpoint
+(policy final), no trainer.lease, no Snakemake incomplete mark, no half-built cache or report.
 
 Every scenario starts from a snapshot of the campaign at some stage (copied into one fixed
 directory, so the warm-start server of one scenario serves the next) and the uninterrupted
@@ -24,21 +25,15 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
 from workflow_support import TIMEOUT, TINY, assert_states_equal, copy_repo, environment, snakemake, write_campaign
 
-from ebd2n.campaign.interrupted import INCOMPLETE, settle_finished_jobs
 from ebd2n.errors import UserError
-from ebd2n.faults import KILL_AT, KILL_TARGET, POINTS, kill_point
-from ebd2n.layout import CHECKPOINT_DIR, FINAL, LEASE, named_campaign, slice_checkpoint
-from ebd2n.provenance import PACKAGE_DIR
-from ebd2n.train.checkpoint import forget_checkpoint, save_checkpoint
-from ebd2n.train.lease import Holder
-from ebd2n.train.plan import plan_slices, write_slice_plan
+from ebd2n.faults import KILL_AT, KILL_TARGET, at
+from ebd2n.layout import CHECKPOINT_DIR, LEASE, named_campaign
 
 RAW = json.loads(json.dumps(TINY)) | {"seeds": [42, 43]}
 RAW["overrides"] = RAW["overrides"] | {"training.max_tokens": 8192, "training.epoch_tokens": 4096}  # 2 epochs x 4 steps
@@ -47,7 +42,6 @@ COMMAND = ["--configfile", CAMPAIGN]
 """The command as a user types it, after `snakemake`: the same for the interrupted run and the rerun."""
 PATHS = named_campaign("tiny")
 RUNS = [f"synchronous-lr0.003-beta20.99-seed{seed}" for seed in RAW["seeds"]]
-FIRST_SLICE = slice_checkpoint(1)
 
 STAGES = {
     "bare": None,
@@ -149,6 +143,7 @@ def rerun(repo: Path) -> subprocess.CompletedProcess:
 def assert_recovered(repo: Path, campaign: dict, result: subprocess.CompletedProcess) -> None:
     """Complete, audited, bitwise the uninterrupted campaign, and nothing stale left behind."""
     output = result.stdout + result.stderr
+    assert (repo / PATHS.audit_passed).is_file(), output
     stale = [
         *(p.relative_to(repo).as_posix() for p in (repo / PATHS.runs).glob(f"*/{CHECKPOINT_DIR}/*")),
         *(p.relative_to(repo).as_posix() for p in (repo / PATHS.runs).glob(f"*/{LEASE}")),
@@ -157,7 +152,6 @@ def assert_recovered(repo: Path, campaign: dict, result: subprocess.CompletedPro
         *(p.relative_to(repo).as_posix() for p in (repo / PATHS.directory).glob(".*")),  # report staging
         *(p.relative_to(repo).as_posix() for p in (repo / "results/caches").iterdir() if p.name != "tiny"),
     ]
-    assert (repo / PATHS.audit_passed).is_file(), output
     assert stale == []
     for run in RUNS:
         assert_states_equal(engine_state(repo / PATHS.run(run).final), campaign["finals"][run])
@@ -166,47 +160,50 @@ def assert_recovered(repo: Path, campaign: dict, result: subprocess.CompletedPro
 KILLED = -9
 """The controller's exit status when its process group was SIGKILLed."""
 
+RUN = f"*/runs/{RUNS[0]}"
 SCENARIOS = [
-    # (id, snapshot, kill point, target)
-    ("prepare.building", "bare", "prepare.building", "group"),
-    ("resolve.written", "bare", "resolve.written", "group"),
-    ("plan.written", "bare", "plan.written", "group"),
-    ("train.checkpoint@slice", "resolved", f"train.checkpoint@{FIRST_SLICE}", "group"),
-    ("train.checkpoint-written@slice", "resolved", f"train.checkpoint-written@{FIRST_SLICE}", "group"),
-    ("train.checkpoint@final", "sliced", f"train.checkpoint@{FINAL}", "group"),
-    ("train.checkpoint-written@final", "sliced", f"train.checkpoint-written@{FINAL}", "group"),
-    ("train.consumed", "sliced", "train.consumed", "group"),
-    ("train.job-end", "sliced", f"train.job-end@{RUNS[1]}", "group"),
-    ("validate.results", "trained", "validate.results", "group"),
-    ("validate.results-written", "trained", "validate.results-written", "group"),
-    ("collect.campaign-written", "validated", "collect.campaign-written", "group"),
-    ("audit.record@runs", "collected", "audit.record@runs", "group"),
-    ("report.staged", "runs-audited", "report.staged", "group"),
-    ("audit.record@full", "reported", "audit.record@full", "group"),
-    ("audit.sealed", "reported", "audit.sealed", "group"),
+    # (id, snapshot, kill: <moment>:<path pattern> of ebd2n.faults, target)
+    ("cache-published", "bare", "before:*results/caches/tiny", "group"),
+    ("recipe-written", "bare", "after:*/runs/*/recipe.yaml", "group"),
+    ("plan-written", "bare", "after:*/frozen/plans/base.json", "group"),
+    ("slice-checkpoint", "resolved", "before:*/checkpoints/epoch-1.pt", "group"),
+    ("slice-checkpoint-recorded", "resolved", "after:*/checkpoints.json", "group"),
+    ("slice-record-written", "resolved", "after:*/slices/epoch-1.json", "group"),
+    ("final", "sliced", "before:*/final.pt", "group"),
+    ("final-recorded", "sliced", "before:*/best.json", "group"),
+    ("slice-checkpoint-let-go", "sliced", "removed:*/checkpoints/epoch-1.pt", "group"),
+    ("job-end", "sliced", f"after:*/runs/{RUNS[1]}/report.html", "group"),
+    ("results", "trained", "before:*/runs/*/results.json", "group"),
+    ("results-written", "trained", "after:*/runs/*/results.json", "group"),
+    ("campaign-collected", "validated", "after:*/tiny/campaign.json", "group"),
+    ("runs-audit-record", "collected", "before:*/audit-runs.json", "group"),
+    ("report-staged", "runs-audited", "after:*/.report-*/index.html", "group"),
+    ("full-audit-record", "reported", "before:*/tiny/audit.json", "group"),
+    ("audit-sealed", "reported", "after:*/audit.passed", "group"),
     # one trainer fork alone (the other run's job goes on), the warm-start server, SIGTERM
-    ("fork", "sliced", f"train.checkpoint@{FINAL}@{RUNS[0]}", ""),
-    ("warm-server", "resolved", f"train.checkpoint-written@{FIRST_SLICE}@{RUNS[0]}", "parent"),
-    ("sigterm", "sliced", f"train.checkpoint@{FINAL}@{RUNS[0]}", "term"),
+    ("fork", "sliced", f"before:{RUN}/final.pt", ""),
+    ("warm-server", "resolved", f"after:{RUN}/checkpoints.json", "parent"),
+    ("sigterm", "sliced", f"before:{RUN}/final.pt", "term"),
 ]
 
 
-def test_faults_cover_every_kill_point() -> None:
-    covered = {kill.split("@")[0] for _, _, kill, _ in SCENARIOS}
-    assert sorted(set(POINTS) - covered) == []
+@pytest.mark.parametrize("spec", ["plan.written", "during:*/final.pt", "before:"])
+def test_malformed_kill_spec_is_refused(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    """A misspelt spec would kill nothing and let a fault test pass without its fault."""
+    monkeypatch.setenv(KILL_AT, spec)
+    with pytest.raises(UserError, match=f"EBD2N_KILL_AT={re.escape(spec)}: expected before:<pattern>"):
+        at("before", "results/x")
 
 
-def test_every_kill_point_is_called_and_every_call_is_a_point() -> None:
-    calls = {match for path in PACKAGE_DIR.rglob("*.py")
-             for match in re.findall(r'kill_point\(\s*"([^"]+)"', path.read_text())}
-    assert sorted(calls ^ set(POINTS)) == []
-
-
-def test_unknown_kill_point_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A misspelt point would kill nothing and let a fault test pass without its fault."""
-    monkeypatch.setenv(KILL_AT, "plan.writen@base")
-    with pytest.raises(UserError, match="EBD2N_KILL_AT=plan.writen@base: plan.writen is not a kill point"):
-        kill_point("plan.written")
+def test_kill_spec_matches_the_path_as_written_and_absolute(tmp_path: Path) -> None:
+    """Each spec, in a child process: the exit status says whether it killed there."""
+    code = "import sys; from ebd2n.faults import at; at(sys.argv[1], sys.argv[2])"
+    cases = [("after:*/runs/r/final.pt", "after", "results/t/runs/r/final.pt"),
+             (f"after:{tmp_path}/*", "after", "relative/file"),
+             ("before:*/final.pt", "after", "results/t/runs/r/final.pt")]
+    result = [subprocess.run([sys.executable, "-c", code, when, path], cwd=tmp_path, env={**environment(), KILL_AT: spec},
+                             timeout=60).returncode for spec, when, path in cases]
+    assert result == [KILLED, KILLED, 0]
 
 
 @pytest.mark.slow
@@ -222,63 +219,60 @@ def test_faults_kill_then_same_command_completes_bitwise(campaign: dict, snapsho
 @pytest.mark.slow
 def test_faults_double_kill_then_same_command_completes_bitwise(campaign: dict) -> None:
     repo = fresh(campaign, "resolved")
-    first = interrupted(repo, f"train.checkpoint-written@{FIRST_SLICE}")
-    second = interrupted(repo, "train.consumed")
+    first = interrupted(repo, "after:*/checkpoints.json")
+    second = interrupted(repo, "removed:*/checkpoints/epoch-1.pt")
     assert (first.returncode, second.returncode) == (KILLED, KILLED)
     assert_recovered(repo, campaign, rerun(repo))
 
 
 @pytest.mark.slow
-def test_faults_final_written_before_snakemake_recorded_is_done(campaign: dict) -> None:
-    """The first window of issue 13, made deterministic with Snakemake's own incomplete marks on a
-    finished campaign: train_final wrote final.pt and deleted the slice checkpoint it consumed, and
-    the controller died before it recorded the job. The rerun keeps the job as done and changes
-    nothing (before: every rerun failed, "the run is already complete")."""
+def test_faults_every_output_marked_incomplete_then_same_command_completes(campaign: dict) -> None:
+    """A controller that died after every job finished but before it recorded any (Snakemake's own
+    incomplete marks on every output of a finished campaign): every job is run again, each one
+    finds its work done or redoes it, and the campaign ends as it was."""
     repo = fresh(campaign, "finished")
     before = tree_bytes(repo / PATHS.runs)
-    run = PATHS.run(RUNS[0])
-    for path in (run.final, run.best):
-        (repo / ".snakemake/incomplete" / base64url(path.as_posix())).write_text("{}")
+    outputs = [p for p in (repo / PATHS.directory).rglob("*") if p.is_file() and "logs" not in p.parts]
+    outputs.append(repo / "results/caches/tiny")
+    for path in outputs:
+        mark = repo / ".snakemake/incomplete" / base64url(path.relative_to(repo).as_posix())
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text("{}")
     result = rerun(repo)
-    assert f"{run.final.as_posix()}: its job finished before the controller stopped" in result.stderr
-    assert "Nothing to be done" in result.stdout + result.stderr
-    assert tree_bytes(repo / PATHS.runs) == before
+    after = tree_bytes(repo / PATHS.runs)
     assert_recovered(repo, campaign, result)
+    assert {name: after[name] for name in before if name.endswith((".pt", "metrics.jsonl"))} == {
+        name: data for name, data in before.items() if name.endswith((".pt", "metrics.jsonl"))}
 
 
 @pytest.mark.slow
-def test_faults_plan_written_before_snakemake_recorded_is_done_and_dry_run_changes_nothing(campaign: dict) -> None:
-    """The plan job wrote frozen/plans/base.json (its last act) and the controller died before it
-    recorded the job: training jobs read the plan only through ancient(), so forced again it would
-    run alone and Snakemake would end "done" with the campaign unfinished. A dry run, --summary and
-    --unlock leave the mark (they change nothing); the rerun keeps the job as done and finishes the campaign."""
+def test_faults_controller_killed_alone_while_its_trainers_run_on(campaign: dict) -> None:
+    """SIGKILL of the controller only: its trainers go on as orphans. The same command, once,
+    completes: its jobs wait for the orphans' leases, then find their work done."""
     repo = fresh(campaign, "sliced")
-    plan = PATHS.slice_plan("base").as_posix()
-    mark = repo / ".snakemake/incomplete" / base64url(plan)
-    mark.write_text("{}")
-    for inspecting in (["-n"], ["--summary"], ["--unlock"]):
-        shown = snakemake(repo, *inspecting, *COMMAND, env=env_for())
-        assert mark.is_file() and "kept as done" not in shown.stderr, (inspecting, shown.stderr)
-    result = rerun(repo)
-    assert f"{plan}: its job finished before the controller stopped; kept as done" in result.stderr
-    assert "plan_slices" not in result.stdout + result.stderr
-    assert_recovered(repo, campaign, result)
+    env = env_for()
+    env["EBD2N_WARM"] = "0"  # orphans of a cold job are plain processes
+    command = [sys.executable, "-m", "snakemake", *COMMAND]
+    with subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as controller:
+        leases = [repo / PATHS.run(run).directory / LEASE for run in RUNS]
+        deadline = time.monotonic() + TIMEOUT
+        while not any(lease.exists() for lease in leases):
+            assert controller.poll() is None and time.monotonic() < deadline, "no trainer started"
+            time.sleep(0.05)
+        controller.kill()
+    assert_recovered(repo, campaign, snakemake(repo, *COMMAND, env=env))
 
 
-@pytest.mark.parametrize(("content", "settled"), [("plan", True), ("{}", False), ("", False)], ids=["whole", "not-a-plan", "empty"])
-def test_settle_slice_plan_only_when_it_parses(tmp_path: Path, content: str, settled: bool) -> None:
-    path = tmp_path / PATHS.slice_plan("base")
-    path.parent.mkdir(parents=True)
-    if content == "plan":
-        write_slice_plan(plan_slices(2, 1), path)
-    else:
-        path.write_text(content)
-    output = PATHS.slice_plan("base").as_posix()
-    mark = tmp_path / INCOMPLETE / base64url(output)
-    mark.parent.mkdir(parents=True)
-    mark.write_text("{}")
-    result = settle_finished_jobs(tmp_path, Path("results/caches/c"), "final")
-    assert (result, mark.exists()) == ([output] if settled else [], not settled)
+@pytest.mark.slow
+def test_faults_controller_under_timeout_then_same_command_completes(campaign: dict) -> None:
+    """`timeout` ends the controller with SIGTERM midway; its lock would have stopped the next run
+    until --unlock. The same command, once, completes."""
+    repo = fresh(campaign, "resolved")
+    stopped = subprocess.run(["timeout", "8", sys.executable, "-m", "snakemake", *COMMAND], cwd=repo, env=env_for(),
+                             capture_output=True, text=True, timeout=TIMEOUT)
+    wait_for_quiet(repo)
+    assert stopped.returncode == 124, stopped.stdout + stopped.stderr
+    assert_recovered(repo, campaign, rerun(repo))
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -287,34 +281,3 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 
 def base64url(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode()
-
-
-@pytest.mark.parametrize(
-    ("policy", "resume_left", "tampered", "settled"),
-    [
-        ("epoch", True, False, True),  # kept checkpoints: the slice's own checkpoint proves it finished
-        ("final", False, False, True),  # the checkpoint it resumed from consumed: finished
-        ("final", True, False, False),  # not yet consumed: Snakemake redoes the slice from it
-        ("final", False, True, False),  # not the bytes the ledger recorded
-    ],
-    ids=["epoch", "final-consumed", "final-not-consumed", "tampered"],
-)
-def test_settle_slice_checkpoint_only_when_it_proves_its_job_finished(
-    tmp_path: Path, policy: str, resume_left: bool, tampered: bool, settled: bool
-) -> None:
-    run = tmp_path / PATHS.run("r").directory
-    save_checkpoint(run, slice_checkpoint(1), {"epoch": 1})
-    save_checkpoint(run, slice_checkpoint(2), {"epoch": 2})
-    if not resume_left:
-        forget_checkpoint(run, slice_checkpoint(1))
-    if tampered:
-        (run / slice_checkpoint(2)).write_bytes(b"not the checkpoint")
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    holder = {**asdict(Holder.this_process()), "pid": int(ended.stdout)}  # a trainer of this host, gone
-    (run / LEASE).write_text(json.dumps(holder))
-    output = PATHS.run("r").checkpoint(2).as_posix()
-    mark = tmp_path / INCOMPLETE / base64url(output)
-    mark.parent.mkdir(parents=True)
-    mark.write_text("{}")
-    result = settle_finished_jobs(tmp_path, Path("results/caches/c"), policy)
-    assert (result, mark.exists(), (run / LEASE).exists()) == ([output] if settled else [], not settled, not settled)

@@ -2,13 +2,12 @@
 validating, one failed, two pending; exact counts, hours, ETA, plain text when piped, and the page.
 
 The run directories are written by the report tests' campaign writer (the trainer's file shapes);
-Snakemake's records are what Snakemake leaves: an incomplete marker per running job's output
-(.snakemake/incomplete/<base64 of the path>), a metadata record per finished job, and each job's
-log under logs/."""
+a running job holds its run's lease (here: held for this live test process), the frozen trainer's
+slice plan says how many slices a run has, and each job's log lies under logs/. Nothing of
+Snakemake's own records is read."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
@@ -20,9 +19,13 @@ import pytest
 from campaign_tree import RunSpec, grid_runs, write_campaign
 from offline_browser import CHROMIUM, launch
 
-from ebd2n.campaign.spec import base_plans, campaign_from_dict
+from ebd2n.campaign.spec import campaign_from_dict
 from ebd2n.campaign.status import campaign_status, format_status, write_plan
 from ebd2n.errors import UserError
+from ebd2n.layout import LEASE
+from ebd2n.provenance import timestamp
+from ebd2n.train.lease import Holder
+from ebd2n.train.plan import plan_slices, write_slice_plan
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 CAMPAIGN = {
@@ -38,12 +41,6 @@ CAMPAIGN = {
 """8 runs of the demo recipe (2 epochs, so 2 slices each), one GPU and 4 CPUs per job."""
 STARTED = 1_800_000_000.0
 NOW = STARTED + 90
-JOB_SECONDS = {"checkpoints/epoch-1.pt": 20.0, "final.pt": 30.0, "results.json": 10.0}
-FINISHED = {
-    "done": ["checkpoints/epoch-1.pt", "final.pt", "results.json"], "training": ["checkpoints/epoch-1.pt"],
-    "failed": ["checkpoints/epoch-1.pt"], "validating": ["checkpoints/epoch-1.pt", "final.pt"], "pending": [],
-}
-"""Outputs of each run's finished jobs, which Snakemake keeps a record of."""
 FAILURE = "ebd2n train: run failed: 4 consecutive steps had non-finite gradients (last at step 9); lower optimizer.lr or check the data"
 
 
@@ -51,8 +48,10 @@ def _runs() -> list[RunSpec]:
     return grid_runs(["synchronous"], [0.001, 0.003], [0.95], [42, 43]) + grid_runs(["packed-4"], [0.001, 0.003], [0.95], [42, 43])
 
 
-def _marker(repo: Path, output: str, folder: str) -> Path:
-    return repo / ".snakemake" / folder / base64.urlsafe_b64encode(output.encode()).decode()
+def _hold(directory: Path) -> None:
+    """The lease of a job working in `directory` since STARTED (this test process stands in for it)."""
+    holder = Holder.this_process()
+    (directory / LEASE).write_text(json.dumps({**holder.__dict__, "since": timestamp(STARTED)}))
 
 
 @pytest.fixture
@@ -60,31 +59,24 @@ def stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The campaign in its midway state; returns each run's role by run id."""
     monkeypatch.chdir(tmp_path)
     campaign = campaign_from_dict(json.loads(json.dumps(CAMPAIGN)))
-    write_plan(campaign, base_plans(campaign))
+    write_plan(campaign)
+    write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))
     runs = [spec.run_id for spec in _runs()]
     root = write_campaign(tmp_path, "sweep", _runs(), epochs=2, campaign_json=False, audit=None)
     roles = dict(zip(runs, ["done", "done", "done", "training", "validating", "failed", "pending", "pending"], strict=True))
     for run, role in roles.items():
         directory = root / "runs" / run
-        prefix = f"results/sweep/runs/{run}"
         if role != "done":
             (directory / "results.json").unlink()
         if role == "done":
             (directory / "final.pt").write_bytes(b"weights")
-        for output in FINISHED[role]:
-            record = _marker(tmp_path, f"{prefix}/{output}", "metadata")
-            record.parent.mkdir(parents=True, exist_ok=True)
-            record.write_text(json.dumps({"rule": "x", "starttime": STARTED, "endtime": STARTED + JOB_SECONDS[output]}))
         if role in ("training", "failed"):  # slice 1 of 2 finished: its epoch record only
             metrics = directory / "metrics.jsonl"
             metrics.write_text("".join(line + "\n" for line in metrics.read_text().splitlines()[:2]))
         if role == "validating":
             (directory / "final.pt").write_bytes(b"weights")
         if role in ("training", "validating"):
-            marker = _marker(tmp_path, f"{prefix}/{'final.pt' if role == 'training' else 'results.json'}", "incomplete")
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text("")
-            os.utime(marker, (STARTED, STARTED))
+            _hold(directory)
         if role == "failed":
             log = root / "logs" / "runs" / run / "final.log"
             log.parent.mkdir(parents=True)
@@ -111,12 +103,12 @@ def test_status_counts_of_a_campaign_stopped_midway(stopped: dict[str, str]) -> 
 def test_status_hours_and_eta(stopped: dict[str, str]) -> None:
     """Hours: 0.5 s per recorded epoch (the writer's wall_s; 10 epochs) plus 90 s for each of the two
     running jobs, times 1 GPU or 4 CPUs. ETA: 5 slices left (1 of the training run, 2 of each pending
-    one) at the mean finished training job's 24 s (six of 20 s, four of 30 s), and 4 validations at
-    10 s, over the 2 jobs running."""
+    one) at the mean finished slice's 0.5 s (one epoch each), and 4 validations at the done runs'
+    recorded 1.5 s, over the 2 jobs running."""
     status = campaign_status(Path("results/sweep"), now=NOW)
     seconds = 10 * 0.5 + 2 * 90
     result = (round(status.gpu_hours * 3600, 6), round(status.cpu_hours * 3600, 6), status.eta_s)
-    assert result == (seconds, 4 * seconds, (5 * 24.0 + 4 * 10.0) / 2)
+    assert result == (seconds, 4 * seconds, (5 * 0.5 + 4 * 1.5) / 2)
 
 
 def test_status_rows_say_slice_and_failure(stopped: dict[str, str]) -> None:

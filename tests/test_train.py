@@ -142,8 +142,8 @@ def test_checkpoint_policy_retention(demo_cache: Path, tmp_path: Path, policy: s
 
 @pytest.mark.parametrize("policy", ["epoch", "all"])
 def test_first_slice_killed_midway_reruns_bitwise(demo_cache: Path, tmp_path: Path, policy: str) -> None:
-    """A two-epoch first slice killed after its epoch-1 checkpoint: the same fresh start again is allowed
-    (it rewrites that checkpoint) and ends bit for bit as an uninterrupted slice; a later one stays refused."""
+    """A two-epoch first slice killed after its epoch-1 checkpoint: the same command again resumes from
+    it and ends bit for bit as an uninterrupted slice; once more, it finds epoch 2 reached and does nothing."""
     whole = _recipe(demo_cache, tmp_path / "whole", f"training.checkpoint_policy={policy}")
     train(whole, until_epoch=2, progress=False)
     killed = _recipe(demo_cache, tmp_path / "killed", f"training.checkpoint_policy={policy}")
@@ -151,8 +151,46 @@ def test_first_slice_killed_midway_reruns_bitwise(demo_cache: Path, tmp_path: Pa
     train(killed, until_epoch=2, progress=False)
     assert_states_equal(load_checkpoint(tmp_path / "whole/checkpoints/epoch-2.pt")["engine"],
                         load_checkpoint(tmp_path / "killed/checkpoints/epoch-2.pt")["engine"])
-    with pytest.raises(UserError, match="holds slice checkpoints"):
-        train(killed, until_epoch=2, progress=False)
+    log = (tmp_path / "killed/train.log").read_bytes()
+    again = train(killed, until_epoch=2, progress=False)
+    assert (again, (tmp_path / "killed/train.log").read_bytes() == log) == (False, True)
+
+
+def test_the_same_command_resumes_by_itself_bitwise(demo_cache: Path, tmp_path: Path) -> None:
+    """No --resume: each job starts from the run directory's newest valid checkpoint; the consumed
+    slice checkpoint and its emptied folder go (policy final), the slice record stays."""
+    train(_recipe(demo_cache, tmp_path / "whole"), progress=False)
+    sliced = _recipe(demo_cache, tmp_path / "sliced")
+    first = train(sliced, until_epoch=1, progress=False)
+    second = train(sliced, progress=False)
+    assert_states_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
+    kept = sorted(p.relative_to(tmp_path / "sliced").as_posix() for p in (tmp_path / "sliced").rglob("*") if p.is_dir())
+    records = json.loads((tmp_path / "sliced/slices/epoch-1.json").read_text())
+    assert (first, second, kept, records) == (True, True, ["slices"], {"epoch": 1, "epochs": 4})
+
+
+def test_a_finished_run_trained_again_changes_nothing(demo_cache: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    recipe = _recipe(demo_cache, run)
+    train(recipe, progress=False)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    result = (train(recipe, progress=False), train(recipe, until_epoch=1, progress=False))
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert (result, after == before) == ((False, False), True)
+
+
+def test_an_altered_newest_checkpoint_is_passed_over(demo_cache: Path, tmp_path: Path) -> None:
+    """A newer checkpoint that fails its ledger hash is not resumed from: the run goes on from the
+    newest valid one, says why in train.log, and ends as the uninterrupted run."""
+    train(_recipe(demo_cache, tmp_path / "whole", "training.checkpoint_policy=epoch"), progress=False)
+    recipe = _recipe(demo_cache, tmp_path / "run", "training.checkpoint_policy=epoch")
+    train(recipe, until_epoch=2, progress=False)
+    newest = tmp_path / "run/checkpoints/epoch-2.pt"
+    newest.write_bytes(newest.read_bytes()[:-10])
+    train(recipe, progress=False)
+    log = (tmp_path / "run/train.log").read_text()
+    assert_states_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "run"))
+    assert "passed over checkpoint" in log and "resume from checkpoints/epoch-1.pt at epoch 1" in log
 
 
 def test_temporaries_of_killed_writes_are_removed_by_the_next_writer(demo_cache: Path, tmp_path: Path) -> None:
@@ -199,7 +237,7 @@ def test_cli_train_piped_prints_summaries_and_no_progress_bars(demo_cache: Path,
     result = ([first.returncode, second.returncode], "\r" in first.stderr + second.stderr,
               first.stdout.splitlines()[-1].split(";")[0], second.stdout.splitlines()[-1].split(";")[0],
               f"validation loss {loss:.4f}," in second.stdout)
-    assert result == ([0, 0], False, f"slice done: resume with --resume {run}/checkpoints/epoch-1.pt",
+    assert result == ([0, 0], False, f"slice done: epoch 1 of {run}",
                       f"done: {run}/final.pt, dashboard {run}/report.html", True)
     # the lines the jobs appended after their trainers' (dashboard, CPU time) are the audit's one trainer's
     blocks = log_blocks((run / "train.log").read_text())

@@ -18,7 +18,7 @@ import yaml
 from ebd2n.train.runlog import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
-COPIED = ("workflow", "config", "profiles", "slurm", "src")
+COPIED = ("workflow", "config", "profiles", "slurm", "src", "environment.yml")
 TINY = {
     "campaign": "tiny",
     "recipe": "demo",
@@ -45,7 +45,10 @@ TIMING_FIELDS = {"tokens_per_s", "batches_per_s", "wall_s", "memory"}
 
 def copy_repo(destination: Path) -> Path:
     for name in COPIED:
-        shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+        if (REPO / name).is_file():
+            shutil.copy2(REPO / name, destination / name)
+        else:
+            shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
     return destination
 
 
@@ -56,8 +59,10 @@ def write_campaign(repo: Path, raw: dict, name: str = "tiny.yaml") -> str:
 
 
 def environment(extra_path: Path | None = None) -> dict[str, str]:
-    """This interpreter's bin first on PATH (stand-in SLURM tools before it); no PYTHONPATH."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH" and not key.startswith("SLURM_")}
+    """This interpreter's bin first on PATH (stand-in SLURM tools before it); this checkout's
+    package on PYTHONPATH (the workflow imports ebd2n, and its jobs run `python -m ebd2n`)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    env["PYTHONPATH"] = str(REPO / "src")
     path = [str(Path(sys.executable).parent), env.get("PATH", "")]
     if extra_path:
         path.insert(0, str(extra_path))

@@ -1,7 +1,8 @@
 """Crash-safe file writes and content hashes.
 
 A reader never sees a half-written file: data goes to a temporary file in the same directory,
-is fsynced, then renamed over the target (rename is atomic on POSIX file systems).
+is fsynced, then renamed over the target (rename is atomic on POSIX file systems). Every write,
+publication and removal here passes `ebd2n.faults.at`, the tests' one place to kill a job.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+from ebd2n.faults import at
 
 _CHUNK = 1 << 20
 _AT_FDCWD, _RENAME_NOREPLACE = -100, 1  # Linux's renameat2: paths relative to the working directory; fail if the target exists
@@ -30,11 +33,21 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are shared on clusters
+        at("before", path)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+    at("after", path)
+
+
+def remove_file(path: str | os.PathLike) -> None:
+    """Delete `path` (if it is there) for good: the directory entry is fsynced."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    at("removed", path)
 
 
 def write_new_private(path: str | os.PathLike, data: bytes) -> None:
@@ -105,6 +118,12 @@ def rename_new(source: Path, target: Path) -> None:
     Atomic through Linux's renameat2(RENAME_NOREPLACE); where the C library or the file system
     lacks it, the check and the rename are two steps.
     """
+    at("before", target)
+    _rename_new(source, target)
+    at("after", target)
+
+
+def _rename_new(source: Path, target: Path) -> None:
     renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     if renameat2 is not None:
         if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from ebd2n.errors import AuditFailed, RunFailed, UserError
-from ebd2n.faults import kill_point
 from ebd2n.layout import (
     AUDIT_JSON,
     AUDIT_RUNS,
@@ -83,7 +82,6 @@ def cmd_plan(args: argparse.Namespace) -> None:
         )
     if args.output:
         write_slice_plan(plan, args.output)
-        kill_point("plan.written")
     if args.json:
         print(plan_json(plan), end="")
     else:
@@ -112,32 +110,38 @@ def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.train.runlog import append_to_train_log
 
     recipe = load_recipe(args.recipe, args.overrides)
-    run_dir = train(
+    run_dir = Path(recipe.runtime.output_dir)
+    trained = train(
         recipe,
         config_path=resolve_recipe_path(args.recipe),
         resume=args.resume,
         until_epoch=args.until_epoch,
         progress=not args.quiet and sys.stderr.isatty(),
+        wait=args.wait,
     )
     if not is_main_process():  # torchrun: the main process writes and speaks for the run
         return
-    if (run_dir / FINAL).is_file():  # this slice completed the run
+    complete = (run_dir / FINAL).is_file()
+    if complete and (trained or not (run_dir / DASHBOARD).is_file()):  # this job completed the run
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
-    append_to_train_log(run_dir, job_usage())
-    print(_train_summary(run_dir))
-    kill_point("train.job-end", run_dir.name)
+    if trained:
+        append_to_train_log(run_dir, job_usage())
+    print(_train_summary(run_dir, trained, args.until_epoch))
 
 
-def _train_summary(run_dir: Path) -> str:
-    """One line on what the slice left: final.pt or the checkpoint to resume from, and the last subset loss."""
+def _train_summary(run_dir: Path, trained: bool, until_epoch: int | None) -> str:
+    """One line on what the job left: final.pt, or how far the run is (the same command goes on),
+    and the last subset loss."""
     from ebd2n.train.runlog import read_metrics
 
     epochs = [record for record in read_metrics(run_dir) if record["type"] == "epoch"]
     last = epochs[-1]
     loss = f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % (epoch {last['epoch']} subset)"
+    already = "" if trained else "reached already, nothing trained; "
     if (run_dir / FINAL).is_file():
-        return f"done: {run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
-    return f"slice done: resume with --resume {run_dir / slice_checkpoint(last['epoch'])}; {loss}"
+        return f"done: {already}{run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
+    return (f"slice done: {already}epoch {until_epoch} of {run_dir}; `ebd2n train` without --until-epoch "
+            f"resumes it; {loss}")
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
@@ -150,7 +154,7 @@ def cmd_validate(args: argparse.Namespace) -> None:
         from ebd2n.report.dashboard import write_dashboard
 
         write_dashboard(run_dir)
-    results = validate_run(run_dir, device=args.device)
+    results = validate_run(run_dir, device=args.device, wait=args.wait)
     if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
         print(f"{args.run_dir}: failed run: {results['reason']}")
     else:
@@ -269,6 +273,8 @@ def cmd_audit(args: argparse.Namespace) -> None:
     marks = {"passed": "ok  ", "failed": "FAIL", "not applicable": "n/a "}
     for check in record["checks"]:
         print(f"{marks[check['status']]} {check['name']} ({check['scope']})")
+        for note in check.get("notes", []):
+            print(f"     {note}")
     if not record["passed"]:
         raise AuditFailed("\n".join(violations(record)))
     if key is not None:
@@ -344,14 +350,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("train", help="train one run, or one slice of it")
     _add_recipe_args(p, positional=False)
-    p.add_argument("--resume", type=Path, help="slice checkpoint to resume from")
+    p.add_argument("--resume", type=Path, help="a checkpoint to resume from (default: the run directory's newest valid one)")
     p.add_argument("--until-epoch", type=int, help="stop at this epoch boundary (default: the whole budget)")
+    p.add_argument("--wait", action="store_true", help="wait for a live trainer holding the run directory to end (workflow jobs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
     p = commands.add_parser("validate", help=f"full validation of a run's {FINAL} -> {RESULTS_JSON}")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--device", default=None, help="override the recipe's device")
+    p.add_argument("--wait", action="store_true", help="wait for a live trainer holding the run directory to end (workflow jobs)")
     p.set_defaults(func=cmd_validate)
 
     p = commands.add_parser("export", help="write a Hugging Face run's final model, adapters merged, in the HF layout")

@@ -12,25 +12,26 @@ import time
 from pathlib import Path
 
 from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_file
-from ebd2n.config import load_recipe, recipe_identity
-from ebd2n.data import iter_full_validation, open_verified_cache
+from ebd2n.config import Recipe, load_recipe, recipe_identity
+from ebd2n.data import Cache, iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
-from ebd2n.faults import kill_point
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
 from ebd2n.provenance import environment, source_hash, timestamp
 from ebd2n.parallel.distributed import resolve_device
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
+from ebd2n.train.lease import take_lease
 from ebd2n.train.validation import evaluate_sequences
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
 
-def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
+def validate_run(run_dir: str | Path, device: str | None = None, wait: bool = False) -> dict:
     """Evaluate the final checkpoint over every validation target once and write results.json.
 
     results.json records the SHA-256 of every file the trainer left, so the audit can tell an
     artifact changed after validation. Validating an unchanged run again rewrites the same bytes:
-    a touched checkpoint (a copy without preserved times) never changes a result.
+    a touched checkpoint (a copy without preserved times) never changes a result. Validation holds
+    the run's lease, as a trainer does (`wait`: for a live trainer still finishing the run).
     """
     paths = RunPaths(Path(run_dir))
     run_dir = paths.directory
@@ -39,6 +40,15 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
     recipe = load_recipe(paths.recipe)
     configure_torch(recipe)
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
+    lease = take_lease(run_dir, wait=wait)
+    try:
+        return _validate(paths, recipe, cache, device)
+    finally:
+        lease.release()
+
+
+def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None) -> dict:
+    run_dir = paths.directory
     remove_temporaries(run_dir)  # of a killed write (results.json, the dashboard): no artifact of the run
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
     previous = _unchanged_results(paths, provenance)
@@ -79,9 +89,7 @@ def validate_run(run_dir: str | Path, device: str | None = None) -> dict:
     if not math.isfinite(loss):  # a diverged model: a failed run, never a silently missing one
         results |= {"status": "failed", "reason": f"non-finite full-validation loss ({loss})",
                     "loss": None, "perplexity": None, "accuracy": None}
-    kill_point("validate.results", run_dir.name)
     atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
-    kill_point("validate.results-written", run_dir.name)
     return results
 
 

@@ -1,51 +1,39 @@
-"""Kill points: tests stop a campaign with SIGKILL at a named place, chosen by name, never by timing.
+"""Fault injection for the tests: SIGKILL a campaign where a named file is written, never by timing.
 
-`EBD2N_KILL_AT=<point>[@<scope>...]` names the place (a point of `POINTS`; each `@scope` must be
-one the call site names, such as a run id or a checkpoint); `EBD2N_KILL_TARGET` says what dies
-there: a process group id (the test's controller session: controller and jobs), `parent` (a warm
-trainer's server) or nothing. The process that reaches the point then SIGKILLs itself too, so a
-trainer forked from the warm-start server (whose process group is not the controller's) dies with
-the campaign. `term:<pid>` instead sends SIGTERM to that process (the controller) and carries on.
-Outside tests the variable is unset and `kill_point` only reads it; a name that is no point
-of `POINTS` is refused (a misspelt point would otherwise kill nothing and the test pass).
+Every write that matters goes through `ebd2n.atomic` (files written whole, directories published,
+checkpoints let go), and that one place calls `at(when, path)`. A test names the moment with
+`EBD2N_KILL_AT=<when>:<pattern>`: `before` or `after` the write or publication, or once the
+`removed` removal, of a path matching the fnmatch pattern (matched against the path as written and as an absolute path, so
+`*/runs/*seed42/checkpoints/epoch-1.pt` works from any directory). `EBD2N_KILL_TARGET` says what
+dies there besides the writing process: a process group id (the test's controller session:
+controller and jobs), `parent` (the process that started this one, e.g. a warm-start server), or
+nothing; `term:<pid>` instead sends SIGTERM to that process (the controller) and carries on.
+Outside tests the variable is unset and `at` only reads it.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import signal
+from pathlib import Path
 
 from ebd2n.errors import UserError
 
 KILL_AT = "EBD2N_KILL_AT"
 KILL_TARGET = "EBD2N_KILL_TARGET"
-
-POINTS = (
-    "prepare.building",  # the cache's shards written, not yet renamed into place
-    "resolve.written",  # recipe.yaml written, before the job ends
-    "plan.written",  # a base recipe's slice plan (frozen/plans/<base>.json) written, before the job ends
-    "train.checkpoint",  # a slice checkpoint or final.pt about to be written (scope: run id, checkpoint)
-    "train.checkpoint-written",  # ... written and recorded in the ledger
-    "train.consumed",  # the consumed slice checkpoint deleted, before the job ends
-    "train.job-end",  # the run's dashboard written, the last act of a training job
-    "validate.results",  # results.json about to be written
-    "validate.results-written",  # ... written, before the job ends
-    "collect.campaign-written",  # campaign.json written, runs.csv not yet
-    "audit.record",  # an audit stage's checks done, its record not yet written (scope: runs, full)
-    "audit.sealed",  # the passing audit's seal (audit.passed) written, before the job ends
-    "report.staged",  # the report built in its staging folder, not yet published
-)
+MOMENTS = ("before", "after", "removed")
 
 
-def kill_point(point: str, *scope: str) -> None:
-    """SIGKILL the named target and this process if EBD2N_KILL_AT names this point and scope."""
+def at(when: str, path: str | os.PathLike) -> None:
+    """Kill the named target (and this process) if EBD2N_KILL_AT names this moment of `path`."""
     wanted = os.environ.get(KILL_AT)
     if not wanted:
         return
-    name, *where = wanted.split("@")
-    if name not in POINTS:
-        raise UserError(f"{KILL_AT}={wanted}: {name} is not a kill point (one of {', '.join(POINTS)})")
-    if name != point or not set(where) <= set(scope):
+    moment, _, pattern = wanted.partition(":")
+    if moment not in MOMENTS or not pattern:
+        raise UserError(f"{KILL_AT}={wanted}: expected before:<pattern>, after:<pattern> or removed:<pattern>")
+    if moment != when or not any(fnmatch.fnmatchcase(name, pattern) for name in (os.fspath(path), str(Path(path).absolute()))):
         return
     target = os.environ.get(KILL_TARGET, "")
     if target.startswith("term:"):  # a polite stop: the controller ends its jobs itself

@@ -11,7 +11,7 @@ results/<campaign>/
   status/plan.json
   frozen/        SOURCE_HASH  freeze.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
-                 run.json  report.html  results.json  checkpoints/epoch-<N>.pt
+                 run.json  report.html  results.json  checkpoints/epoch-<N>.pt  slices/epoch-<N>.json
   report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
   signatures/    1.dsse.json  2.dsse.json ...  cache-manifest.json
   logs/  benchmarks/
@@ -39,6 +39,8 @@ RUN_RECORD = "run.json"
 DASHBOARD = "report.html"
 RESULTS_JSON = "results.json"
 CHECKPOINT_DIR = "checkpoints"
+SLICE_RECORDS = "slices"
+"""slices/epoch-<N>.json: a slice job's output, saying the run has reached epoch N (written once)."""
 LEASE = "trainer.lease"
 """Held by the one trainer writing a run directory (ebd2n.train.lease); gone when it ends."""
 
@@ -51,6 +53,11 @@ RUN_ARTIFACTS = (*TRAINING_ARTIFACTS, RESULTS_JSON)
 def slice_checkpoint(epoch: int) -> str:
     """A checkpoint at an epoch boundary, relative to its run directory."""
     return f"{CHECKPOINT_DIR}/epoch-{epoch}.pt"
+
+
+def slice_record(epoch: int) -> str:
+    """The record a slice job ending at `epoch` leaves, relative to its run directory."""
+    return f"{SLICE_RECORDS}/epoch-{epoch}.json"
 
 
 def checkpoint_epoch(relative: str) -> int | None:
@@ -116,6 +123,9 @@ class RunPaths:
 
     def checkpoint(self, epoch: int) -> Path:
         return self.directory / slice_checkpoint(epoch)
+
+    def slice_record(self, epoch: int) -> Path:
+        return self.directory / slice_record(epoch)
 
 
 def run_paths(directory: str | Path) -> RunPaths:

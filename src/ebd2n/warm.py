@@ -3,8 +3,7 @@
 A laptop campaign runs a hundred short jobs, and each would spend seconds importing torch and
 torch._dynamo (which torch.optim imports) before a second of work. The workflow's training and
 validation jobs run `python -m ebd2n.warm train|validate ...` (`python -m ebd2n` never goes
-through here). With EBD2N_WARM=1, which the workflow sets once it knows the campaign runs locally,
-the launcher hands its arguments, working directory, environment and standard streams to a server started the same way
+through here). Unless EBD2N_WARM=0, the launcher hands its arguments, working directory, environment and standard streams to a server started the same way
 (same interpreter and flags, same code, same umask and environment variables read while Python and
 torch load). The server forks a child that runs the command on the client's streams and sends back
 its exit status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the
@@ -12,8 +11,8 @@ client receives is passed on to the child (one the client ignores, the child ign
 client dies (SIGKILL), the child is killed too, and so are the children of a server that dies. When
 no server can be reached before a job starts, the client runs the command itself, so warm start can
 only make a job start sooner, never change what it does. A process of a SLURM job always starts
-cold: a server started there would outlive the job and fork other jobs' trainers from it. Without
-EBD2N_WARM=1 the launcher runs the command in its own process, as `python -m ebd2n` would.
+cold: a server started there would outlive the job and fork other jobs' trainers from it. With
+EBD2N_WARM=0 the launcher runs the command in its own process, as `python -m ebd2n` would.
 
 The launcher is not the trainer: it is left out of the frozen trainer's SOURCE_HASH
 (`ebd2n.provenance.source_files`), and a server serves only clients of its own launcher code. A
@@ -50,7 +49,7 @@ from pathlib import Path
 from ebd2n.provenance import PACKAGE_DIR, source_hash
 
 ENV_SWITCH = "EBD2N_WARM"
-"""Set to 1 to start `train` and `validate` from a warm server; unset or 0: always cold."""
+"""0: start `train` and `validate` cold, in the launcher's own process; unset or 1: from a warm server."""
 
 WARM_COMMANDS = ("train", "validate")
 """The commands that import torch; the others start in well under a second anyway."""
@@ -95,7 +94,7 @@ def main(argv: list[str]) -> int:
 
 def forwarded(argv: list[str]) -> int | None:
     """Run argv on a warm server and return its exit status; None: run it here instead."""
-    if os.environ.get(ENV_SWITCH, "0") in ("", "0") or not argv or argv[0] not in WARM_COMMANDS:
+    if os.environ.get(ENV_SWITCH, "1") == "0" or not argv or argv[0] not in WARM_COMMANDS:
         return None
     if "LOCAL_RANK" in os.environ:  # a torchrun worker: its launcher already paid the start-up
         return None

@@ -11,8 +11,12 @@ rule prepare_cache:
         str(RESULTS / LOGS / "caches" / f"{CACHE.name}.log"),
     benchmark:
         str(RESULTS / BENCHMARKS / "caches" / f"{CACHE.name}.tsv")
+    conda:
+        CONDA_ENV
     threads: PREPARE_THREADS
     resources:
         **PREPARE_RESOURCES,
+    params:
+        campaign=CAMPAIGN_FILE,
     shell:
-        "{EBD2N} campaign prepare {CAMPAIGN_FILE:q} > {log} 2>&1"
+        EBD2N + " campaign prepare {params.campaign:q} > {log} 2>&1"

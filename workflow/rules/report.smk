@@ -11,5 +11,7 @@ rule report_campaign:
         update(str(C.report_index)),
     log:
         log_of(C.report_index),
+    conda:
+        CONDA_ENV
     shell:
-        "{EBD2N} report " + CAMPAIGN_DIR + " > {log} 2>&1"
+        EBD2N + " report " + CAMPAIGN_DIR + " > {log} 2>&1"

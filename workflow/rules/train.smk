@@ -1,6 +1,8 @@
 # Freeze the trainer and base recipes once, resolve each run's recipe, train it slice by slice.
 # The frozen files have no inputs, so they are never rewritten; every job after them runs the
-# frozen trainer, passed by path. The trainer owns checkpoint lifetime (see slice_output()).
+# frozen trainer, passed by path. A training job can always be run again: it resumes from the
+# newest valid checkpoint in its run directory and does nothing once its epoch is reached; its
+# outputs are update(), so Snakemake keeps them while it runs a job again.
 
 
 rule freeze_trainer:
@@ -9,8 +11,12 @@ rule freeze_trainer:
         str(C.freeze_record),
     log:
         log_of(C.source_hash),
+    conda:
+        CONDA_ENV
+    params:
+        campaign=CAMPAIGN_FILE,
     shell:
-        "{EBD2N} freeze {CAMPAIGN_FILE:q} > {log} 2>&1"
+        EBD2N + " freeze {params.campaign:q} > {log} 2>&1"
 
 
 rule freeze_recipe:
@@ -18,12 +24,16 @@ rule freeze_recipe:
         str(C.base_recipe("{base}")),
     log:
         log_of(C.base_recipe("{base}")),
+    conda:
+        CONDA_ENV
+    params:
+        campaign=CAMPAIGN_FILE,
     shell:
-        "{EBD2N} freeze {CAMPAIGN_FILE:q} --base {wildcards.base} > {log} 2>&1"
+        EBD2N + " freeze {params.campaign:q} --base {wildcards.base} > {log} 2>&1"
 
 
 # The slice chain of a base recipe's runs, written by the frozen trainer (the code the jobs run).
-# The workflow planned the same chain already (common.smk: PLANS); the trainer refuses to write a
+# The workflow planned the same chain (common.smk: PLANS); the trainer refuses to write a
 # different one, so no job runs under a plan the frozen trainer does not share.
 rule plan_slices:
     input:
@@ -33,11 +43,14 @@ rule plan_slices:
         str(C.slice_plan("{base}")),
     log:
         log_of(C.slice_plan("{base}")),
+    conda:
+        CONDA_ENV
     params:
-        epochs_per_slice=lambda wildcards: CAMPAIGN.slice_epochs(wildcards.base),
+        epochs_per_slice=get_slice_epochs,
         expect=get_expected_ends,
     shell:
-        TRAINER + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
+        TRAINER
+        + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
         " --output {output} > {log} 2>&1"
 
 
@@ -49,58 +62,59 @@ rule resolve_recipe:
         str(R.recipe),
     log:
         log_of(R.recipe),
+    conda:
+        CONDA_ENV
     shell:
         TRAINER + " resolve " + RUN_DIR + " > {log} 2>&1"
 
 
+# The recipe, the cache and the plan are checked by content (every checkpoint records the recipe
+# and cache identities, the trainer refuses a mismatch); times never retrain (profiles: rerun-triggers).
 rule train_slice:
     input:
-        # ancient: both are checked by content instead (every checkpoint records the recipe and
-        # cache identities; the trainer refuses a mismatch): a newer time alone never retrains a run
-        recipe=ancient(str(R.recipe)),
-        cache=ancient(str(CACHE)),
-        # the frozen trainer's confirmation of the slice chain (written once; its time never retrains)
-        plan=lambda wildcards: ancient(get_plan_file(wildcards)),
-        resume=get_resume_input,
+        recipe=str(R.recipe),
+        cache=str(CACHE),
+        plan=get_plan_file,
+        previous=get_previous_slice,
     output:
-        slice_output(),
+        update(str(R.slice_record("{epoch}"))),
     log:
-        log_of(R.checkpoint("{epoch}")),
+        log_of(R.slice_record("{epoch}")),
     benchmark:
-        benchmark_of(R.checkpoint("{epoch}"))
-    params:
-        resume=get_resume_arg,
-        launcher=get_launcher,
+        benchmark_of(R.slice_record("{epoch}"))
+    conda:
+        CONDA_ENV
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
+    params:
+        launcher=get_launcher,
     shell:
-        LAUNCHED_TRAINER + " train --config {input.recipe} {params.resume} --until-epoch {wildcards.epoch} --quiet > {log} 2>&1"
+        LAUNCHED_TRAINER
+        + " train --config {input.recipe} --until-epoch {wildcards.epoch} --wait --quiet > {log} 2>&1"
 
 
+# metrics.jsonl is no output: every slice appends to it, and the trainer cuts it back to the
+# checkpoint it resumes from.
 rule train_final:
     input:
-        recipe=ancient(str(R.recipe)),
-        cache=ancient(str(CACHE)),
-        # the frozen trainer's confirmation of the slice chain (written once; its time never retrains)
-        plan=lambda wildcards: ancient(get_plan_file(wildcards)),
-        resume=get_resume_input,
-    # metrics.jsonl is no output: every slice appends to it, and the trainer cuts it back to the
-    # checkpoint it resumes from. Snakemake deletes a failed job's outputs, and a cluster
-    # controller cannot restore an update() output (its backup is made only where a job runs
-    # locally): a cancelled or timed-out last slice would lose every earlier slice's records.
+        recipe=str(R.recipe),
+        cache=str(CACHE),
+        plan=get_plan_file,
+        previous=get_previous_slice,
     output:
-        final=str(R.final),
-        best=str(R.best),
+        final=update(str(R.final)),
+        best=update(str(R.best)),
     log:
         log_of(R.final),
     benchmark:
         benchmark_of(R.final)
-    params:
-        resume=get_resume_arg,
-        launcher=get_launcher,
+    conda:
+        CONDA_ENV
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
+    params:
+        launcher=get_launcher,
     shell:
-        LAUNCHED_TRAINER + " train --config {input.recipe} {params.resume} --quiet > {log} 2>&1"
+        LAUNCHED_TRAINER + " train --config {input.recipe} --wait --quiet > {log} 2>&1"

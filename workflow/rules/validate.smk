@@ -12,13 +12,15 @@ rule validate_run:
         log_of(R.results),
     benchmark:
         benchmark_of(R.results)
-    params:
-        launcher=WARM,
+    conda:
+        CONDA_ENV
     threads: RUN_THREADS
     resources:
         **RUN_RESOURCES,
+    params:
+        launcher=WARM,
     shell:
-        LAUNCHED_TRAINER + " validate " + RUN_DIR + " > {log} 2>&1"
+        LAUNCHED_TRAINER + " validate " + RUN_DIR + " --wait > {log} 2>&1"
 
 
 rule collect_runs:
@@ -29,5 +31,10 @@ rule collect_runs:
         str(C.campaign_json),
     log:
         log_of(C.runs_csv),
+    conda:
+        CONDA_ENV
+    params:
+        campaign=CAMPAIGN_FILE,
+        max_jobs=MAX_JOBS,
     shell:
-        "{EBD2N} collect {CAMPAIGN_FILE:q} --max-jobs {MAX_JOBS} > {log} 2>&1"
+        EBD2N + " collect {params.campaign:q} --max-jobs {params.max_jobs} > {log} 2>&1"

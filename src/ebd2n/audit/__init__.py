@@ -22,11 +22,10 @@ from typing import Any, Literal
 
 from ebd2n.atomic import atomic_write_text, sha256_bytes
 from ebd2n.audit import checks
-from ebd2n.audit.ledger import Ledger, accepted, compare, protected, read_ledger, write_ledger
+from ebd2n.audit.ledger import Ledger, accepted, compare, protected, read_ledger, retrained, write_ledger
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import grid_runs, parse_run_id
 from ebd2n.errors import UserError
-from ebd2n.faults import kill_point
 from ebd2n.layout import CAMPAIGN_JSON, FINAL, RUNS_CSV, CampaignPaths
 from ebd2n.provenance import timestamp
 
@@ -73,7 +72,8 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         _check_collected(paths, info, finished, frozen_hash),
     ]
     current = _artifacts(paths, views)
-    result.append(_check_ledger(paths, ledger, previous_audit, current, accept))
+    jobs = {view.id: list(view.results.get("job_ids") or []) for view in finished}
+    result.append(_check_ledger(paths, ledger, previous_audit, current, jobs, accept))
     if stage == "full":
         result.append(checks.check_report(paths))
         current.update(_report_artifacts(paths))
@@ -87,18 +87,18 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         "checks": [check.record() for check in result],
         "ledger_sha256": (previous_audit or {}).get("ledger_sha256"),
     }
-    kill_point("audit.record", stage)
     if stage == "runs":
         atomic_write_text(paths.audit_runs, json.dumps(record, indent=2) + "\n")
+        if not passed:  # no seal stands over runs that fail
+            paths.audit_passed.unlink(missing_ok=True)
         return record
     if passed:  # a failing audit leaves the ledger as the last passing one wrote it
         history = ledger.history + ([accepted(ledger.artifacts, current)] if accept else [])
-        record["ledger_sha256"] = write_ledger(paths, current, history)
+        record["ledger_sha256"] = write_ledger(paths, current, history, jobs)
     text = json.dumps(record, indent=2) + "\n"
     atomic_write_text(paths.audit, text)
     if passed:  # the workflow's target: present only while the last full audit passed
         atomic_write_text(paths.audit_passed, sha256_bytes(text.encode("utf-8")) + "\n")
-        kill_point("audit.sealed")
     else:
         paths.audit_passed.unlink(missing_ok=True)
     return record
@@ -238,8 +238,10 @@ def _report_artifacts(paths: CampaignPaths) -> dict[str, str]:
     }
 
 
-def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, current: dict[str, str], accept: bool) -> checks.Check:
-    """The ledger is the one the last audit wrote, and nothing it protects has changed since."""
+def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, current: dict[str, str],
+                  jobs: dict[str, list[str]], accept: bool) -> checks.Check:
+    """The ledger is the one the last audit wrote, and nothing it protects has changed since, but
+    for runs trained again by other jobs (named in the check's notes)."""
     check = checks.Check("audited artifacts unchanged since the last audit (ledger)", unit="artifacts")
     recorded = (audit or {}).get("ledger_sha256")
     name = paths.ledger.name
@@ -250,6 +252,11 @@ def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, curr
     if check.violations and accept:
         check.violations.clear()  # --accept re-baselines: recorded in the ledger's history
     changed, gone = compare(ledger.artifacts, current)
+    again = retrained(ledger.jobs, jobs)
+    check.notes = [f"{run}: trained again since the last audit (jobs {', '.join(ledger.jobs[run])} -> {', '.join(jobs[run])})"
+                   for run in again]
+    mine = tuple(f"{paths.runs.name}/{run}/" for run in again)
+    changed, gone = [e for e in changed if not e.startswith(mine)], [e for e in gone if not e.startswith(mine)]
     check.examined = sum(1 for entry in ledger.artifacts if protected(entry))
     if not check.examined:
         check.reason = "no earlier audit (this one sets the baseline)"

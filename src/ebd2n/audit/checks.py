@@ -34,11 +34,12 @@ from ebd2n.layout import (
     TRAIN_LOG,
     TRAINING_ARTIFACTS,
     CampaignPaths,
-    slice_checkpoint,
+    slice_record,
 )
 from ebd2n.provenance import source_hash
 from ebd2n.report.campaign_report import build_report, report_files
 from ebd2n.train.budget import budget_of
+from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import CLOSING_LINES
 
 GRID_AXES = {"optimizer.lr": "learning rate", "optimizer.beta2": "beta2", "runtime.seed": "seed", "decentralized.num_models": "mode"}
@@ -58,6 +59,8 @@ class Check:
     violations: list[str] = field(default_factory=list)
     reason: str | None = None
     """Why the check examined nothing (it is then "not applicable")."""
+    notes: list[str] = field(default_factory=list)
+    """What it accepted and a reader should know (a run trained again)."""
 
     @property
     def status(self) -> str:
@@ -71,7 +74,7 @@ class Check:
 
     def record(self) -> dict:
         return {"name": self.name, "scope": self.scope, "examined": self.examined, "status": self.status,
-                "passed": self.status != "failed", "violations": self.violations}
+                "passed": self.status != "failed", "violations": self.violations, "notes": self.notes}
 
 
 def each_run(name: str, views: Iterable[RunView], problem: Callable[[RunView], Iterable[str]]) -> Check:
@@ -290,13 +293,13 @@ def _span(values: list) -> str:
     return f"{values[:3]}…{values[-2:]}" if len(values) > 6 else str(values)
 
 
-def kept_checkpoints(recipe: Recipe) -> list[str]:
-    """Checkpoint files besides final.pt that the run's policy keeps."""
-    policy = recipe.training.checkpoint_policy
-    if policy == "final":
-        return []
-    first = 0 if policy == "all" else 1
-    return [slice_checkpoint(epoch) for epoch in range(first, budget_of(recipe).epochs)]
+def retention_of(recipe: Recipe) -> Retention:
+    return Retention(recipe.training.checkpoint_policy, budget_of(recipe).epochs)
+
+
+def slice_records(recipe: Recipe) -> list[str]:
+    """The slice records a run may hold: one per epoch boundary before the end of its budget."""
+    return [slice_record(epoch) for epoch in range(1, budget_of(recipe).epochs)]
 
 
 def check_retention(views: list[RunView]) -> Check:
@@ -305,8 +308,8 @@ def check_retention(views: list[RunView]) -> Check:
     def problem(view: RunView) -> Iterable[str]:
         if view.recipe is None:
             return
-        kept = kept_checkpoints(view.recipe)
-        allowed = {*RUN_ARTIFACTS, *kept}
+        kept = retention_of(view.recipe).kept()
+        allowed = {*RUN_ARTIFACTS, *kept, *slice_records(view.recipe)}
         stray = [name for name in view.files if name not in allowed]
         if stray:
             yield f"unexpected file(s) {', '.join(stray)} (policy {view.recipe.training.checkpoint_policy})"
@@ -328,7 +331,7 @@ def check_best(views: list[RunView]) -> Check:
         if view.recipe.training.checkpoint_policy == "final":
             if weights is not None:
                 yield f"{BEST} holds weights ({weights!r}) under the final policy"
-        elif not isinstance(weights, str) or weights not in {FINAL, *kept_checkpoints(view.recipe)} or weights not in view.files:
+        elif not isinstance(weights, str) or weights not in {FINAL, *retention_of(view.recipe).kept()} or weights not in view.files:
             yield f"{BEST} points at {weights!r}, which the run does not keep"
 
     return each_run(f"{BEST} names weights the run keeps (null under the final policy)", views, problem)

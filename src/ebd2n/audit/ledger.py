@@ -8,7 +8,9 @@ appends what changed to the ledger's history.
 Entries are paths relative to the campaign directory. Run artifacts, the frozen trainer's hash
 and the frozen base recipes are *protected*: once audited they must never change. Derived files
 (campaign.json, runs.csv, the report) are recorded too, but they legitimately change when the
-grid grows: the audit verifies them by recomputation instead.
+grid grows: the audit verifies them by recomputation instead. The jobs that trained each run are
+recorded as well: a run whose directory (or final.pt) was deleted is trained again by other jobs,
+and its new artifacts replace the old ones in the ledger, named as retrained, never silently.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Ledger:
     artifacts: dict[str, str] = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     digest: str | None = None
+    jobs: dict[str, list[str]] = field(default_factory=dict)
+    """Run id -> the jobs that trained it (results.json's job_ids)."""
 
 
 def read_ledger(paths: CampaignPaths) -> Ledger:
@@ -48,14 +52,15 @@ def read_ledger(paths: CampaignPaths) -> Ledger:
         raw = json.loads(data.decode("utf-8"))
         if not isinstance(raw, dict) or not isinstance(raw.get("artifacts"), dict):
             raise ValueError("no artifacts mapping")
-        return Ledger(dict(raw["artifacts"]), list(raw.get("history") or []), sha256_bytes(data))
+        return Ledger(dict(raw["artifacts"]), list(raw.get("history") or []), sha256_bytes(data), dict(raw.get("jobs") or {}))
     except (UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"{paths.ledger.name}: not a ledger ({error})") from None
 
 
-def write_ledger(paths: CampaignPaths, artifacts: dict[str, str], history: list[dict]) -> str:
+def write_ledger(paths: CampaignPaths, artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]]) -> str:
     """Write the ledger atomically and return its SHA-256 (what audit.json records)."""
-    text = json.dumps({"format": FORMAT, "artifacts": dict(sorted(artifacts.items())), "history": history}, indent=2) + "\n"
+    record = {"format": FORMAT, "artifacts": dict(sorted(artifacts.items())), "history": history, "jobs": dict(sorted(jobs.items()))}
+    text = json.dumps(record, indent=2) + "\n"
     atomic_write_text(paths.ledger, text)
     return sha256_bytes(text.encode("utf-8"))
 
@@ -65,6 +70,11 @@ def compare(previous: dict[str, str], current: dict[str, str]) -> tuple[list[str
     changed = [name for name, digest in sorted(previous.items()) if protected(name) and name in current and current[name] != digest]
     gone = [name for name in sorted(previous) if protected(name) and name not in current]
     return changed, gone
+
+
+def retrained(previous: dict[str, list[str]], current: dict[str, list[str]]) -> list[str]:
+    """Runs trained again since the last audit: no job that trained them then trained them now."""
+    return sorted(run for run, jobs in current.items() if run in previous and jobs and not set(jobs) & set(previous[run]))
 
 
 def accepted(previous: dict[str, str], current: dict[str, str]) -> dict:

@@ -10,10 +10,9 @@ import polars as pl
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.results import RUN_COLUMNS, read_results, run_directories
-from ebd2n.campaign.spec import Campaign, base_plans, current_bases
+from ebd2n.campaign.spec import Campaign, current_bases
 from ebd2n.campaign.status import campaign_plan
 from ebd2n.config import recipe_identity
-from ebd2n.faults import kill_point
 from ebd2n.layout import RESULTS_JSON
 from ebd2n.signing.keys import signing_record
 
@@ -26,10 +25,9 @@ def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
     record = {
         **campaign_record(campaign, finished),
         "execution": campaign.execution_record(max_jobs),
-        "plan": campaign_plan(campaign, base_plans(campaign)),  # what the report's costs are priced from
+        "plan": campaign_plan(campaign),  # what the report's costs are priced from
     }
     atomic_write_text(paths.campaign_json, json.dumps(record, indent=2) + "\n")
-    kill_point("collect.campaign-written")
     runs = read_results(paths.directory).runs if run_directories(paths) else pl.DataFrame(schema=RUN_COLUMNS)
     atomic_write_text(paths.runs_csv, runs.write_csv())
     return paths.runs_csv

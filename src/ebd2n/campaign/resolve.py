@@ -7,7 +7,6 @@ from pathlib import Path
 from ebd2n.campaign.runs import Run, packed_models, parse_run_id
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, save_recipe
 from ebd2n.errors import UserError
-from ebd2n.faults import kill_point
 from ebd2n.layout import campaign_of_run, run_paths
 
 
@@ -38,5 +37,4 @@ def resolve_run(run_dir: str | Path) -> Path:
     recipe = run_recipe(load_recipe(base_path), run, run_dir, source=str(base_path))
     path = run_paths(run_dir).recipe
     save_recipe(recipe, path)
-    kill_point("resolve.written", run.id)
     return path

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
@@ -27,7 +24,7 @@ from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
-from ebd2n.train.plan import SlicePlan, parse_plan, read_slice_plan, recipe_plan
+from ebd2n.train.plan import SlicePlan, read_slice_plan, recipe_plan
 from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
 SCHEMA_PATH = files(__package__) / "campaign.schema.yaml"
@@ -93,6 +90,14 @@ class Campaign:
     def bases(self) -> tuple[str, ...]:
         """Base recipe names: the presets of a scaling campaign, else the single `base`."""
         return self.presets or (BASE,)
+
+    @functools.cached_property
+    def current_bases(self) -> dict[str, Recipe]:
+        """See `current_bases`."""
+        return {
+            base: load_recipe(path) if (path := self.paths.base_recipe(base)).is_file() else self.base_recipe(base)
+            for base in self.bases
+        }
 
     def runs(self) -> list[Run]:
         """Every run of the grid, ordered by preset, mode, learning rate, beta2, seed."""
@@ -203,11 +208,9 @@ def validate_schema(raw: Any, source: str = "campaign") -> None:
 
 
 def current_bases(campaign: Campaign) -> dict[str, Recipe]:
-    """Each base recipe: the frozen one once written, else as it would be frozen now."""
-    return {
-        base: load_recipe(path) if (path := campaign.paths.base_recipe(base)).is_file() else campaign.base_recipe(base)
-        for base in campaign.bases
-    }
+    """Each base recipe: the frozen one once written, else as it would be frozen now (resolved once
+    per Campaign: the workflow, its checks and its plans all ask)."""
+    return campaign.current_bases
 
 
 @functools.cache
@@ -339,30 +342,17 @@ def _plain(value: Any) -> Any:
 
 
 def base_plans(campaign: Campaign) -> dict[str, SlicePlan]:
-    """The slices of every run, per base recipe (the budget depends on the base, not the grid point),
-    as the campaign's frozen trainer plans them: its plan file (frozen/plans/<base>.json) once
-    written, else the frozen trainer asked (`ebd2n plan --json`), else, before the campaign is
-    frozen, this checkout's plan (the trainer about to be frozen is this checkout)."""
-    return {base: _base_plan(campaign, base, recipe) for base, recipe in current_bases(campaign).items()}
-
-
-def _base_plan(campaign: Campaign, base: str, recipe: Recipe) -> SlicePlan:
-    paths = campaign.paths
-    plan = read_slice_plan(paths.slice_plan(base))
-    if plan is not None:
-        return plan
-    if not (paths.source_hash.is_file() and paths.base_recipe(base).is_file()):
-        return recipe_plan(recipe, campaign.slice_epochs(base))
-    _refuse_older_frozen_trainer(paths)
-    command = [sys.executable, "-m", "ebd2n", "plan", str(paths.base_recipe(base)),
-               "--epochs-per-slice", str(campaign.slice_epochs(base)), "--json"]
-    shown = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(paths.frozen_src)}, capture_output=True, text=True)
-    if shown.returncode:
-        raise UserError(f"{paths.frozen_src}: the frozen trainer could not plan base recipe {base}: {shown.stderr.strip()}")
-    try:
-        return parse_plan(json.loads(shown.stdout), f"the frozen trainer's plan of {base}")
-    except json.JSONDecodeError:
-        raise UserError(f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}") from None
+    """The slices of every run, per base recipe (the budget depends on the base, not the grid point):
+    the plan file the campaign's frozen trainer wrote (frozen/plans/<base>.json, `ebd2n plan`)
+    once it is there, else this checkout's plan, which the frozen trainer must confirm (`ebd2n plan
+    --expect`) before any run of the base trains."""
+    plans = {}
+    for base, recipe in current_bases(campaign).items():
+        plan = read_slice_plan(campaign.paths.slice_plan(base))
+        if plan is None and campaign.paths.source_hash.is_file():
+            _refuse_older_frozen_trainer(campaign.paths)
+        plans[base] = plan or recipe_plan(recipe, campaign.slice_epochs(base))
+    return plans
 
 
 def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:

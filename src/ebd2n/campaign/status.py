@@ -1,22 +1,21 @@
 """Where a campaign stands, while it runs: one row per run and a campaign line, as text and as a page.
 
-It reads only files: the plan the workflow writes when it starts (status/plan.json: every run,
-its slice boundaries and its job's GPUs and CPUs), each run directory (metrics.jsonl, final.pt,
-results.json) and Snakemake's own records (.snakemake/incomplete/ marks the outputs of running
-jobs; each job's log under logs/ holds its error). It never asks a scheduler, so it works the
-same on a laptop and on a SLURM cluster, and it can run as often as wanted.
+It reads only files the campaign's jobs write: the plan the workflow writes when it starts
+(status/plan.json: every run and its job's GPUs and CPUs), the frozen trainer's slice plans, and
+each run directory (metrics.jsonl, final.pt, results.json, and the lease of a job working there:
+a run whose lease has a live holder is running; each job's log under logs/ holds its error). It
+never asks a scheduler nor reads Snakemake's records, so it works the same on a laptop and on a
+SLURM cluster, and it can run as often as wanted.
 
 A run's time so far is the training time the trainer recorded for its finished slices (epoch
 `wall_s`; validation and job start-up excluded) plus how long its running job has run; hours are
-that time the job's GPUs or CPUs. The ETA is the remaining jobs (slices and validations)
-times the mean duration of the finished ones, divided by the number of jobs running now (at least
-one); a job's duration is Snakemake's record of it (.snakemake/metadata/, start-up included), or
-the trainer's slice time where Snakemake kept none.
+that time the job's GPUs or CPUs. The ETA is the remaining jobs (slices and validations) times
+the mean duration of the finished ones (the trainer's slice times, validation's recorded time),
+divided by the number of jobs running now (at least one).
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import re
@@ -28,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 from ebd2n.atomic import atomic_write_text
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
-from ebd2n.layout import FINAL, RESULTS_JSON, CampaignPaths, slice_checkpoint
+from ebd2n.layout import CampaignPaths
 from ebd2n.quantities import format_amount, format_duration
+from ebd2n.train.lease import live_holder
+from ebd2n.train.plan import SlicePlan, read_slice_plan
 
-if TYPE_CHECKING:  # the Snakefile imports this module; keep it free of the recipe machinery
+if TYPE_CHECKING:  # the workflow's onstart imports this module; keep it free of the recipe machinery
     from ebd2n.campaign.spec import Campaign
-    from ebd2n.train.plan import SlicePlan
 
 REFRESH_S = 30
 """How often the page reloads itself."""
@@ -87,21 +87,20 @@ class CampaignStatus:
     eta_s: float | None
 
 
-def campaign_plan(campaign: Campaign, plans: dict[str, SlicePlan]) -> dict[str, Any]:
-    """Every run of a campaign with its slice boundaries (`plans`: per base recipe) and job resources,
-    and the GPU-hour price."""
+def campaign_plan(campaign: Campaign) -> dict[str, Any]:
+    """Every run of a campaign with its job resources, and the GPU-hour price (its slices are in
+    the frozen trainer's plan files)."""
     runs = []
     for run in campaign.runs():
         resources = campaign.job_resources(run.base, run.mode)
-        runs.append({"run": run.id, "slices": list(plans[run.base].ends),
-                     "gpus": resources.gpus, "cpus": resources.cpus})
+        runs.append({"run": run.id, "base": run.base, "gpus": resources.gpus, "cpus": resources.cpus})
     return {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, "runs": runs}
 
 
-def write_plan(campaign: Campaign, plans: dict[str, SlicePlan]) -> Path:
+def write_plan(campaign: Campaign) -> Path:
     """status/plan.json of a campaign (the workflow's onstart): what `ebd2n status` expects to run."""
     path = campaign.paths.status_plan
-    text = json.dumps(campaign_plan(campaign, plans), indent=1) + "\n"
+    text = json.dumps(campaign_plan(campaign), indent=1) + "\n"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         atomic_write_text(path, text)
     return path
@@ -112,19 +111,17 @@ def read_plan(campaign_dir: Path) -> dict[str, Any] | None:
     return read_json(CampaignPaths(Path(campaign_dir)).status_plan)
 
 
-def campaign_status(campaign_dir: Path, workdir: Path | None = None, now: float | None = None) -> CampaignStatus:
-    """The status of `campaign_dir` (results/<campaign>); Snakemake's records are in `workdir`/.snakemake
-    (default: the directory above results/)."""
+def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignStatus:
+    """The status of `campaign_dir` (results/<campaign>), from its files alone."""
     campaign_dir = Path(campaign_dir)
+    paths = CampaignPaths(campaign_dir)
     plan = read_plan(campaign_dir)
     if plan is None:
-        raise UserError(f"{CampaignPaths(campaign_dir).status_plan}: no such file; it is written when Snakemake starts the campaign - "
+        raise UserError(f"{paths.status_plan}: no such file; it is written when Snakemake starts the campaign - "
                         f"is {campaign_dir} a campaign directory?")
-    workdir = Path(workdir) if workdir is not None else campaign_dir.absolute().parent.parent
-    running = _running_outputs(workdir, campaign_dir)
     now = time.time() if now is None else now
-    records = _JobRecords(workdir, campaign_dir)
-    rows = [_run_status(campaign_dir, entry, running, records, now) for entry in plan["runs"]]
+    slices = {base: read_slice_plan(paths.slice_plan(base)) for base in {entry["base"] for entry in plan["runs"]}}
+    rows = [_run_status(campaign_dir, entry, slices[entry["base"]], now) for entry in plan["runs"]]
     counts = {state: sum(row.counted == state for row in rows) for state in STATES}
     return CampaignStatus(
         campaign=plan["campaign"], runs=rows, counts=counts,
@@ -149,45 +146,12 @@ def _eta(rows: list[RunStatus], running: int) -> float | None:
     return (slices * sum(trained) / len(trained) + validations * validation) / max(running, 1)
 
 
-class _JobRecords:
-    """Snakemake's record of each finished job, by output (.snakemake/metadata/<base64 of the path>)."""
-
-    def __init__(self, workdir: Path, campaign_dir: Path) -> None:
-        self.metadata = workdir / ".snakemake" / "metadata"
-        self.prefix = campaign_dir.resolve().relative_to(workdir.resolve()).as_posix() + "/runs/"
-
-    def seconds(self, output: str) -> float | None:
-        """How long the job that wrote runs/`output` took, if Snakemake recorded it."""
-        path = self.metadata / base64.urlsafe_b64encode(f"{self.prefix}{output}".encode()).decode()
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            return float(record["endtime"]) - float(record["starttime"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-
-def _running_outputs(workdir: Path, campaign_dir: Path) -> dict[str, float]:
-    """Outputs of the jobs running now (Snakemake's incomplete markers) -> when each job started."""
-    markers = workdir / ".snakemake" / "incomplete"
-    prefix = campaign_dir.resolve().relative_to(workdir.resolve()).as_posix() + "/runs/"
-    running = {}
-    for marker in markers.iterdir() if markers.is_dir() else []:
-        try:
-            output = base64.urlsafe_b64decode(marker.name).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if output.startswith(prefix):
-            running[output.removeprefix(prefix)] = marker.stat().st_mtime
-    return running
-
-
-def _run_status(
-    campaign_dir: Path, entry: dict[str, Any], running: dict[str, float], records: _JobRecords, now: float
-) -> RunStatus:
-    run, ends = entry["run"], entry["slices"]
+def _run_status(campaign_dir: Path, entry: dict[str, Any], plan: SlicePlan | None, now: float) -> RunStatus:
+    run = entry["run"]
     files = CampaignPaths(Path(campaign_dir)).run(run)
     epochs = _epoch_records(files.metrics)
     done_epochs = len(epochs)
+    ends = list(plan.ends) if plan is not None else [done_epochs or 1]  # not planned yet: no epoch known
     slices_done = sum(end <= done_epochs for end in ends)
     row = RunStatus(run=run, state="pending", detail="", epochs_done=done_epochs, epochs=ends[-1],
                     slices_done=slices_done, slices=len(ends), gpus=entry["gpus"], cpus=entry["cpus"])
@@ -195,21 +159,19 @@ def _run_status(
         row.loss, row.accuracy = epochs[-1].get("val_loss"), epochs[-1].get("val_accuracy")
         row.loss_epoch = epochs[-1].get("epoch", done_epochs)
         row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs)
-        starts = [0, *ends]
-        for start, end in zip(starts, ends):
+        for start, end in zip([0, *ends], ends):
             if end <= done_epochs:
-                output = FINAL if end == ends[-1] else slice_checkpoint(end)
-                recorded = records.seconds(f"{run}/{output}")
-                row.slice_seconds.append(recorded if recorded is not None else sum(r.get("wall_s", 0.0) for r in epochs[start:end]))
-    mine = [started for output, started in running.items() if output.startswith(f"{run}/")]
-    if files.results.is_file():
+                row.slice_seconds.append(sum(record.get("wall_s", 0.0) for record in epochs[start:end]))
+    results = read_json(files.results) if files.results.is_file() else None
+    holder = live_holder(files.directory)
+    if isinstance(results, dict):
         row.state = "done"
-        row.full_loss = (read_json(files.results) or {}).get("loss")
-        row.validation_seconds = records.seconds(f"{run}/{RESULTS_JSON}")
-    elif mine:  # the running job's epochs so far are in its elapsed time
+        row.full_loss = results.get("loss")
+        row.validation_seconds = results.get("wall_seconds")
+    elif holder is not None:  # the running job's epochs so far are in its elapsed time
         finished = ends[slices_done - 1] if slices_done else 0
-        row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[:finished]) + now - min(mine)
-        validating = f"{run}/{RESULTS_JSON}" in running
+        row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[:finished]) + max(0.0, now - holder.started)
+        validating = files.final.is_file() and files.best.is_file()
         row.state = "validating" if validating else "training"
         row.detail = "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}"
     elif (failure := _failure(campaign_dir, run)) is not None:

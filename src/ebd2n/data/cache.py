@@ -45,13 +45,12 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from ebd2n.atomic import fsync_dir, atomic_write_text, sha256_bytes, sha256_file
+from ebd2n.atomic import atomic_write_text, fsync_dir, rename_new, sha256_bytes, sha256_file
 from ebd2n.config.schema import DataConfig
 from ebd2n.data import supervised
 from ebd2n.data.sources import SPLITS, Item, open_source
 from ebd2n.data.tokenizer import eos_id, obtain_tokenizer
 from ebd2n.errors import UserError
-from ebd2n.faults import kill_point
 
 FORMAT_VERSION = 1
 """Version of the cache layout; caches of another version are refused, never reinterpreted."""
@@ -394,9 +393,8 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool, b
         atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         built = Cache(staging, manifest)  # every file was hashed as it was written
         _write_stamp(built, {path.name: _file_key(path) for path, _, _ in _recorded_files(built)})
-        kill_point("prepare.building")
         fsync_dir(staging)
-        os.rename(staging, directory)
+        rename_new(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -106,6 +106,14 @@ class Context:
         dist.gather_object(obj, received, dst=0, group=self.groups.objects)
         return received
 
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's object, on every rank."""
+        if self.groups is None:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.groups.objects)
+        return box[0]
+
     def close(self) -> None:
         """Leave the process group if this context joined it."""
         if self.owns_process_group:

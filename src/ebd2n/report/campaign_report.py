@@ -27,7 +27,6 @@ from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_note
 from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
 from ebd2n.config import Recipe, dump_recipe
-from ebd2n.faults import kill_point
 from ebd2n.layout import (
     CURVES_CSV,
     CampaignPaths,
@@ -73,7 +72,6 @@ def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
     _remove_killed_stagings(campaign.directory)
     with tempfile.TemporaryDirectory(prefix=f"{_STAGING}{os.getpid()}-", dir=campaign.directory) as staging:
         _write_report(campaign, Path(staging))
-        kill_point("report.staged")
         _publish(Path(staging), published)
     return published / REPORT_INDEX
 

@@ -20,11 +20,10 @@ from typing import Any, Protocol
 
 import torch
 
-from ebd2n.atomic import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
+from ebd2n.atomic import atomic_write_bytes, atomic_write_text, remove_file, sha256_bytes, sha256_file
 from ebd2n.errors import UserError
-from ebd2n.faults import kill_point
 from ebd2n.jsonio import read_json
-from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER as LEDGER
+from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER as LEDGER, FINAL, checkpoint_epoch
 
 FORMAT = 2
 """2: one entry per stateful part (1 kept the counters, RNG and metrics offset in loose keys)."""
@@ -41,6 +40,15 @@ class Provenance:
     cache_identity: str
     source_hash: str | None
     """None accepts any trainer source (validation reads weights; it records who wrote them)."""
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A checkpoint found in a run directory: the epoch it holds, its file, its loaded state."""
+
+    epoch: int
+    relative: str
+    state: dict[str, Any]
 
 
 class Stateful(Protocol):
@@ -73,10 +81,7 @@ class Checkpointer:
             "source_hash": self.provenance.source_hash,
             "tokens": tokens,
         }
-        kill_point("train.checkpoint", self.run_dir.name, relative)
-        digest = save_checkpoint(self.run_dir, relative, {**header, **states})
-        kill_point("train.checkpoint-written", self.run_dir.name, relative)
-        return digest
+        return save_checkpoint(self.run_dir, relative, {**header, **states})
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
         """Every part from a checkpoint `load_checkpoint` read."""
@@ -102,12 +107,46 @@ def save_checkpoint(run_dir: Path, relative: str, payload: dict[str, Any]) -> st
     return digest
 
 
-def forget_checkpoint(run_dir: Path, relative: str) -> None:
-    """Delete a consumed checkpoint and drop it from the ledger (retention policy `final`)."""
-    (run_dir / relative).unlink(missing_ok=True)
+def remove_checkpoints(run_dir: Path, names: list[str]) -> None:
+    """Delete checkpoints a later one has replaced (retention), then their ledger entries; an
+    emptied checkpoints/ folder goes too."""
+    for relative in names:
+        remove_file(run_dir / relative)
     ledger = read_checkpoint_ledger(run_dir)
-    if ledger.pop(relative, None) is not None:
+    if any(ledger.pop(relative, None) is not None for relative in list(names)):
         atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
+    folder = run_dir / CHECKPOINT_DIR
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
+def saved_states(run_dir: Path, epochs: int) -> list[tuple[int, str]]:
+    """(epoch, file) of every checkpoint in the run directory, newest first (final.pt: `epochs`)."""
+    found = [(epochs, FINAL)] if (run_dir / FINAL).is_file() else []
+    folder = run_dir / CHECKPOINT_DIR
+    for path in folder.glob("*.pt") if folder.is_dir() else []:
+        epoch = checkpoint_epoch(f"{CHECKPOINT_DIR}/{path.name}")
+        if epoch is not None and epoch < epochs:
+            found.append((epoch, f"{CHECKPOINT_DIR}/{path.name}"))
+    return sorted(found, reverse=True)
+
+
+def newest_state(run_dir: Path, provenance: Provenance, epochs: int) -> tuple[Saved | None, list[str]]:
+    """The newest checkpoint this run can resume from, checked by content (the ledger's hash, the
+    run, recipe, cache and trainer identities, the format), None when there is none; and why each
+    newer one was passed over."""
+    passed = []
+    for epoch, relative in saved_states(run_dir, epochs):
+        try:
+            state = load_checkpoint(run_dir / relative, provenance, resume=True)
+        except UserError as error:
+            passed.append(str(error))
+            continue
+        if state.get("run_id") != run_dir.name:
+            passed.append(f"checkpoint {run_dir / relative}: written for run {state.get('run_id')!r}, not {run_dir.name!r}")
+            continue
+        return Saved(epoch, relative, state), passed
+    return None, passed
 
 
 def is_recorded(run_dir: Path, relative: str) -> bool:

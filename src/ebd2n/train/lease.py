@@ -18,8 +18,11 @@ import json
 import os
 import socket
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 from ebd2n.errors import UserError
@@ -48,6 +51,11 @@ class Holder:
             restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), since=timestamp(),
         )
 
+    @property
+    def started(self) -> float:
+        """When the holder took the lease (seconds since the epoch)."""
+        return datetime.strptime(self.since, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
     def describe(self) -> str:
         job = f", SLURM job {self.job}" if self.job else ""
         return f"host {self.host}, pid {self.pid}{job}, since {self.since}"
@@ -67,17 +75,53 @@ class Lease:
         self.handle.close()
 
 
-def take_lease(run_dir: Path) -> Lease:
-    """Hold run_dir for this process, breaking a lease whose holder is provably gone."""
+def take_lease(run_dir: Path, wait: bool = False) -> Lease:
+    """Hold run_dir for this process, breaking a lease whose holder is provably gone. A live
+    holder is refused, or with `wait` (a workflow job, whose controller may have died while its
+    trainer ran on) waited for: the trainer that comes after it finds what it left."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LEASE
+    waited = False
+    while True:
+        lease, holder = _take(run_dir, path)
+        if lease is not None:
+            return lease
+        alive = holder is not None and not _gone(holder, path, Holder.this_process())
+        if not (wait and alive):
+            break
+        if not waited:
+            print(f"ebd2n: waiting for the trainer holding {run_dir} ({holder.describe()}) to end", file=sys.stderr, flush=True)
+            waited = True
+        time.sleep(WAIT_POLL_S)
+    who = holder.describe() if holder else "unreadable lease"
+    raise UserError(
+        f"runtime.output_dir {run_dir}: another trainer holds it ({who}); if that trainer is gone, delete {path}"
+    )
+
+
+def live_holder(run_dir: Path) -> Holder | None:
+    """The holder of run_dir's lease while it is not provably gone (a job working there), else None."""
+    path = run_dir / LEASE
+    try:
+        holder = _read(path)
+    except FileNotFoundError:
+        return None
+    return None if holder is None or _gone(holder, path, Holder.this_process()) else holder
+
+
+WAIT_POLL_S = 1.0
+"""How often a waiting trainer looks again at a live holder's lease."""
+
+
+def _take(run_dir: Path, path: Path) -> tuple[Lease | None, Holder | None]:
+    """The lease, or None and its holder (None: unreadable)."""
     me = Holder.this_process()
     holder = None
     with _serialized(run_dir):  # two trainers breaking one stale lease: one at a time
         for _ in range(3):  # a holder may end, or a stale lease be broken, between two looks
             lease = _create(path, me)
             if lease:
-                return lease
+                return lease, None
             try:
                 holder = _read(path)
             except FileNotFoundError:
@@ -85,25 +129,7 @@ def take_lease(run_dir: Path) -> Lease:
             if holder is None or not _gone(holder, path, me):
                 break
             path.unlink(missing_ok=True)
-    who = holder.describe() if holder else "unreadable lease"
-    raise UserError(
-        f"runtime.output_dir {run_dir}: another trainer holds it ({who}); if that trainer is gone, delete {path}"
-    )
-
-
-def clear_stale_lease(run_dir: Path) -> bool:
-    """Remove run_dir's lease if its holder is provably gone (a trainer killed after its last
-    act, whose job no trainer will run again); True if removed."""
-    path = run_dir / LEASE
-    with _serialized(run_dir):
-        try:
-            holder = _read(path)
-        except FileNotFoundError:
-            return False
-        if holder is None or not _gone(holder, path, Holder.this_process()):
-            return False
-        path.unlink(missing_ok=True)
-    return True
+    return None, holder
 
 
 def _create(path: Path, me: Holder) -> Lease | None:

@@ -12,6 +12,7 @@ says which process writes the run directory (`ebd2n.train.output`).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +23,27 @@ from tqdm import tqdm
 from ebd2n.config import Recipe, dump_recipe, hf_identity, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import RunFailed, UserError
-from ebd2n.layout import FINAL, RECIPE, RunPaths, slice_checkpoint
+from ebd2n.atomic import atomic_write_text
+from ebd2n.layout import RECIPE, RunPaths, checkpoint_epoch
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
 from ebd2n.provenance import environment, job_id, source_hash, timestamp
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import Budget, budget_of
-from ebd2n.train.checkpoint import Checkpointer, Provenance, Stateful, load_checkpoint, run_dir_of
+from ebd2n.train.checkpoint import (
+    Checkpointer,
+    Provenance,
+    Saved,
+    Stateful,
+    load_checkpoint,
+    newest_state,
+    remove_checkpoints,
+    run_dir_of,
+    saved_states,
+)
 from ebd2n.train.engine import build_engine, configure_torch
-from ebd2n.train.output import KEEPS_EPOCHS, RunOutput, SilentOutput
+from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
+from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import format_memory
 from ebd2n.train.schedule import learning_rate
 from ebd2n.train.state import DataPosition, Progress, RandomState
@@ -44,20 +57,18 @@ class Slice:
 
     recipe: Recipe
     budget: Budget
+    retention: Retention
     provenance: Provenance
     context: Context
     config_path: Path | None
-    resume: Path | None
+    resume: str | None
+    """The checkpoint (relative to the run directory) the slice starts from; None: the start."""
     start_epoch: int
     end_epoch: int
 
     @property
     def run_dir(self) -> Path:
         return Path(self.recipe.runtime.output_dir)
-
-    @property
-    def policy(self) -> str:
-        return self.recipe.training.checkpoint_policy
 
 
 @dataclass(frozen=True)
@@ -82,83 +93,159 @@ def train(
     resume: Path | None = None,
     until_epoch: int | None = None,
     progress: bool = True,
-) -> Path:
-    """Train from the start (or `resume`) to `until_epoch` (default: the end); return the run dir.
+    wait: bool = False,
+) -> bool:
+    """Train the run to `until_epoch` (default: the end of its budget); False when it was there already.
 
-    The run's dashboard is its caller's to write once the run is complete (`ebd2n train` does):
-    the report layer builds on this one.
+    The run resumes from its newest valid checkpoint (or `resume`, named by hand) and does nothing
+    when that epoch is reached already, so a job can always be run again. `wait`: wait for a live
+    trainer holding the run directory instead of refusing. The run's dashboard is its caller's to
+    write once the run is complete (`ebd2n train` does): the report layer builds on this one.
     """
     run_dir = Path(recipe.runtime.output_dir)
     budget = budget_of(recipe)
+    end_epoch = budget.epochs if until_epoch is None else until_epoch
+    if not 1 <= end_epoch <= budget.epochs:
+        raise UserError(f"--until-epoch {end_epoch}: must be at least 1 and at most the budget's {budget.epochs} epochs")
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
+    retention = Retention(recipe.training.checkpoint_policy, budget.epochs)
+    named = _named_checkpoint(resume, run_dir, provenance, retention)
     configure_torch(recipe)
     context = distributed.init(recipe)
+    parts_of = _parts_builder(recipe, budget, cache, context)  # every check before anything is written
+    lease = claim_run_dir(recipe, provenance, context, wait)
+    try:
+        start, passed = _starting_point(run_dir, provenance, retention, named, context)
+        if start is not None and start.epoch >= end_epoch and _reached(run_dir, end_epoch, budget.epochs, context):
+            if context.is_main:
+                _let_go(run_dir, retention, start.epoch)
+            return False  # reached already: nothing to train, train.log and metrics.jsonl untouched
+        job = Slice(recipe, budget, retention, provenance, context, config_path, start and start.relative,
+                    min(start.epoch, end_epoch) if start else 0, end_epoch)
+        _train_job(job, parts_of, start, passed, progress)
+    finally:
+        try:
+            context.close()  # leaves the process group it joined
+        finally:
+            if lease is not None:
+                lease.release()
+    return True
 
-    checkpoint = load_checkpoint(resume, provenance, resume=True) if resume else None
-    if resume is not None and run_dir_of(Path(resume)).resolve() != run_dir.resolve():
+
+def _named_checkpoint(resume: Path | None, run_dir: Path, provenance: Provenance, retention: Retention) -> Saved | None:
+    """The checkpoint `--resume` names, checked before anything is written."""
+    if resume is None:
+        return None
+    state = load_checkpoint(resume, provenance, resume=True)
+    if run_dir_of(Path(resume)).resolve() != run_dir.resolve():
         raise UserError(
             f"--resume {resume}: a checkpoint of run directory {run_dir_of(Path(resume))}, not of runtime.output_dir "
             f"{run_dir}; a run resumes in its own directory"
         )
-    start_epoch = int(checkpoint["progress"]["epoch"]) if checkpoint else 0
-    end_epoch = budget.epochs if until_epoch is None else until_epoch
-    if not start_epoch < end_epoch <= budget.epochs:
-        raise UserError(
-            f"--until-epoch {end_epoch}: must be after the resume point (epoch {start_epoch}) "
-            f"and at most the budget's {budget.epochs} epochs"
-        )
-    job = Slice(recipe, budget, provenance, context, config_path, resume, start_epoch, end_epoch)
+    relative = Path(resume).resolve().relative_to(run_dir.resolve()).as_posix()
+    epoch = checkpoint_epoch(relative)
+    return Saved(retention.epochs if epoch is None else epoch, relative, state)
 
+
+def _starting_point(run_dir: Path, provenance: Provenance, retention: Retention, named: Saved | None,
+                    context: Context) -> tuple[Saved | None, list[str]]:
+    """The checkpoint this job starts from: the one named by hand, else the newest valid one. The
+    main process looks (under its lease) and tells the others, which load the same file."""
+    found, passed = (named, []) if named is not None or not context.is_main else newest_state(run_dir, provenance, retention.epochs)
+    choice = context.broadcast(None if found is None else (found.epoch, found.relative))
+    if found is None and choice is not None:  # another process of the job
+        found = Saved(choice[0], choice[1], load_checkpoint(run_dir / choice[1], provenance, resume=True))
+    return found, passed
+
+
+def _reached(run_dir: Path, end_epoch: int, epochs: int, context: Context) -> bool:
+    """Whether a job ending at `end_epoch`, whose state is saved already, has nothing left to do.
+    A slice's only record is written here if it is missing; the end of the budget needs best.json
+    and run.json, which only a trainer with its parts restored can write."""
+    paths = RunPaths(run_dir)
+    if end_epoch == epochs:
+        return paths.best.is_file() and paths.record.is_file()
+    if context.is_main and not paths.slice_record(end_epoch).is_file():
+        _write_slice_record(run_dir, end_epoch, epochs)
+    return True
+
+
+def _write_slice_record(run_dir: Path, epoch: int, epochs: int) -> None:
+    """A slice job's output: the run has reached `epoch` (the same bytes whoever writes it)."""
+    atomic_write_text(RunPaths(run_dir).slice_record(epoch), json.dumps({"epoch": epoch, "epochs": epochs}) + "\n")
+
+
+def _let_go(run_dir: Path, retention: Retention, epoch: int) -> None:
+    """Delete the checkpoints that the one holding `epoch` replaces under the run's retention."""
+    if retention.keeps_earlier():
+        return
+    earlier = [relative for found, relative in saved_states(run_dir, retention.epochs) if found < epoch]
+    if earlier:
+        remove_checkpoints(run_dir, earlier)
+
+
+def _parts_builder(recipe: Recipe, budget: Budget, cache: Cache, context: Context):
+    """The engine, the data position and the validation subset, built (and so checked) now; the
+    returned function assembles the trainer's parts around the job's metrics writer."""
     torch.manual_seed(recipe.runtime.seed)
     engine = build_engine(recipe, budget, context.device, context)
     block_len = recipe.model.context_length + 1
     data = DataPosition(BlockReader(cache, "train", block_len), budget, recipe.runtime.seed, context.device)
     eval_blocks = _eval_subset(recipe, cache)
+
+    def parts_of(metrics: Stateful) -> tuple[Parts, torch.Tensor]:
+        return Parts(engine, data, Progress(), RandomState(), metrics), eval_blocks
+
+    return parts_of
+
+
+def _train_job(job: Slice, parts_of, start: Saved | None, passed: list[str], progress: bool) -> None:
+    """Restore the parts from `start`, train the slice and write what it leaves."""
     this_job = job_id()
-    # every check has passed: only now is anything written to the run directory, under a lease that
-    # keeps any other trainer out of it
-    output = RunOutput.open(recipe, provenance, this_job, end_epoch, resumed=checkpoint is not None, context=context)
+    output = RunOutput.open(job.run_dir, this_job, job.context)
     try:
-        parts = Parts(engine, data, Progress(), RandomState(), output.metrics)
+        for reason in passed:
+            output.write(f"passed over {reason}")
+        parts, eval_blocks = parts_of(output.metrics)
         checkpoints = parts.checkpointer(job, writes=output.writes)
-        if checkpoint:
-            checkpoints.restore(checkpoint)
+        if start is not None:
+            checkpoints.restore(start.state)
         parts.progress.job_ids.append(this_job)
         _run_slice(job, parts, checkpoints, output, eval_blocks, progress and output.writes)
     finally:
-        try:
-            output.close()
-        finally:
-            context.close()  # leaves the process group it joined
-    return run_dir
+        output.close()
 
 
 def _run_slice(job: Slice, parts: Parts, checkpoints: Checkpointer, output: RunOutput | SilentOutput,
                eval_blocks: torch.Tensor, progress: bool) -> None:
-    """The slice's epochs, its checkpoints and, at the end of the budget, the run's final records."""
-    budget = job.budget
+    """The slice's epochs, its checkpoints and what it leaves: the slice record or, at the end of
+    the budget, the run's final records; then the checkpoints its retention lets go."""
+    budget, retention = job.budget, job.retention
     _log_header(output, job)
 
-    def save(relative: str) -> None:
+    def save(epoch: int) -> None:
+        relative = retention.checkpoint(epoch)
         digest = checkpoints.save(relative, budget.tokens_after(parts.data.step))
         output.write(f"checkpoint {relative} written, sha256 {digest}")
 
     loop = _Loop(job, parts, output, eval_blocks, progress)
-    if job.policy == "all" and job.resume is None:  # the initial weights, kept with every later state
-        save(slice_checkpoint(0))
+    if job.resume is None and retention.writes(0, job.end_epoch):  # the initial weights (policy all)
+        save(0)
     for epoch in range(job.start_epoch, job.end_epoch):
         loop.run_epoch(epoch)
-        if job.policy in KEEPS_EPOCHS and epoch + 1 < budget.epochs:
-            save(slice_checkpoint(epoch + 1))
+        if retention.writes(epoch + 1, job.end_epoch):
+            save(epoch + 1)
+    if job.start_epoch == job.end_epoch:
+        output.write(f"epoch {job.end_epoch} reached already ({job.resume}): its records written")
+    if not output.writes:
+        return
     if job.end_epoch == budget.epochs:
-        save(FINAL)
         _write_best(job, parts.progress, output)
         _write_run_record(job, parts, output)
-    elif job.policy == "final":
-        save(slice_checkpoint(job.end_epoch))
-    if job.resume and job.policy == "final":
-        output.forget(job.resume)
+    else:
+        _write_slice_record(job.run_dir, job.end_epoch, budget.epochs)
+    _let_go(job.run_dir, retention, job.end_epoch)
     output.write(f"slice done: epochs {job.start_epoch}..{job.end_epoch} of {budget.epochs}")
 
 
@@ -250,11 +337,7 @@ def _write_best(job: Slice, counters: Progress, output: RunOutput | SilentOutput
     policy, which keeps none)."""
     if counters.best is None:  # another process of the job: it measured no epoch
         return
-    best = dict(counters.best)
-    if job.policy not in KEEPS_EPOCHS:
-        best["weights"] = None
-    else:
-        best["weights"] = FINAL if best["epoch"] == job.budget.epochs else slice_checkpoint(best["epoch"])
+    best = dict(counters.best, weights=job.retention.best_weights(counters.best["epoch"]))
     path = RunPaths(job.run_dir).best
     output.write_json(path, best)
     output.write(f"best subset epoch {best['epoch']}: val loss {best['val_loss']:.4f} ({path.name})")
