@@ -188,7 +188,8 @@ def finished_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[o
     """The page of the same campaign once every run is done."""
     monkeypatch.chdir(tmp_path)
     campaign = campaign_from_dict(json.loads(json.dumps(CAMPAIGN)))
-    write_plan(campaign, base_plans(campaign))
+    write_plan(campaign)
+    write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))
     root = write_campaign(tmp_path, "sweep", _runs(), epochs=2, campaign_json=False, audit=None)
     for run in (root / "runs").iterdir():
         (run / "final.pt").write_bytes(b"weights")

@@ -54,6 +54,11 @@ try:
 except UserError as error:
     refuse(error)
 validate(CAMPAIGN_CONFIG, schema=str(SCHEMA_PATH), set_default=False)
+if (
+    not workflow.remote_exec
+):  # the controller only: each cluster job parses this file again
+    for line in campaign_warnings(CAMPAIGN):
+        print(f"ebd2n: warning: {line}", file=sys.stderr)
 BASES = current_bases(CAMPAIGN)
 CACHE = Path(next(iter(BASES.values())).data.cache_dir)
 
