@@ -16,6 +16,7 @@ from ebd2n.campaign.spec import (
     SCHEMA_PATH,
     base_plans,
     campaign_from_dict,
+    campaign_warnings,
     current_bases,
 )
 from ebd2n.errors import UserError
