@@ -68,8 +68,9 @@ def test_readme_everyday_commands_run_in_order(tmp_path: Path) -> None:
     assert result == (
         ["results", "runs", "sliced.html"],
         ["done: runs/whole/final.pt, dashboard runs/whole/report.html",
-         "slice done: resume with --resume runs/sliced/checkpoints/epoch-1.pt",
-         "done: runs/sliced/final.pt, dashboard runs/sliced/report.html"],
+         "slice done: epoch 1 of runs/sliced",
+         "done: runs/sliced/final.pt, dashboard runs/sliced/report.html",
+         "done: reached already, nothing trained; runs/sliced/final.pt, dashboard runs/sliced/report.html"],
         True, True,
     )
     assert_states_equal(*(torch.load(tmp_path / "runs" / name / "final.pt", weights_only=True)["engine"] for name in ("whole", "sliced")))
