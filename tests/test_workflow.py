@@ -333,6 +333,15 @@ def test_workflow_bad_campaign_stops_before_any_job(raw: dict, message: str, bar
     assert not (bare_repo / "results").exists()
 
 
+@pytest.mark.slow
+def test_workflow_bad_campaign_outside_the_checkout_is_named_as_given(bare_repo: Path, tmp_path: Path) -> None:
+    path = tmp_path / "elsewhere" / "bad.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(bad(lambda r: r.update(seeds=[]))))
+    result = snakemake(bare_repo, "-n", "--configfile", str(path), check=False)
+    assert (result.returncode, f"campaign file {path}: seeds: [] should be non-empty" in result.stderr) == (2, True), result.stderr
+
+
 @pytest.mark.parametrize(("raw", "message"), BAD)
 def test_package_bad_campaign_same_error(raw: dict, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

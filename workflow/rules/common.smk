@@ -39,7 +39,16 @@ def campaign_file():
     files = workflow.overwrite_configfiles
     if len(files) > 1:
         refuse(f"give one campaign file, got --configfile {' '.join(map(str, files))}")
-    return str(files[0]) if files else "config/config.yaml"
+    if not files:
+        return "config/config.yaml"
+    path = Path(
+        files[0]
+    )  # Snakemake made it absolute: inside the working directory, as typed
+    return (
+        str(path.relative_to(Path.cwd()))
+        if path.is_relative_to(Path.cwd())
+        else str(path)
+    )
 
 
 # The campaign file is read again with ebd2n's YAML reader (3e-3 is a number there), on its own:
