@@ -23,7 +23,7 @@ from ebd2n.campaign.spec import base_plans, campaign_from_dict, campaign_warning
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
-from ebd2n.train.plan import plan_slices, recipe_plan, slice_ends, write_slice_plan
+from ebd2n.train.plan import plan_slices, slice_ends, write_slice_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGNS = REPO_ROOT / "config" / "campaigns"

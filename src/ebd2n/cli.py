@@ -32,7 +32,6 @@ from ebd2n.layout import (
     RUNS_CSV,
     SELECTION_JSON,
     SIGNATURES,
-    slice_checkpoint,
 )
 
 

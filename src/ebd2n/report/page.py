@@ -364,7 +364,3 @@ def _words(items: list[Any]) -> str:
 
 def _pm(mean: float, sd: float | None, digits: int) -> str:
     return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
-
-
-def percent(value: float | None) -> str:
-    return f"{100 * value:.2f} %" if value is not None else DASH
