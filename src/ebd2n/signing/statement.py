@@ -102,11 +102,14 @@ def sign_campaign(campaign_dir: Path, key: Ed25519PrivateKey, audit: dict[str, A
     if links:
         raise UserError(f"{paths.directory / links[0]}: a symbolic link; a signed campaign holds its own files")
     previous = max(_statements(paths), default=0)
+    subject = [{"name": name, "digest": {"sha256": sha256_file(path)}} for name, path in files.items()]
+    if previous and _signed_subject(paths, previous, key) == subject:
+        return paths.directory / statement(previous)  # the same files, already signed: the chain grows only with a change
     info = read_json(paths.campaign_json) or {}
     caches = info.get("cache_identities") or []
     body = {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": name, "digest": {"sha256": sha256_file(path)}} for name, path in files.items()],
+        "subject": subject,
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "campaign": audit.get("campaign", paths.name),
@@ -182,6 +185,15 @@ def verify_campaign(campaign_dir: Path, public: Ed25519PublicKey) -> Verificatio
             result.problems.append(f"{entry}: changed since it was signed")
     result.problems += [f"{entry}: added since the campaign was signed" for entry in files if entry not in subjects and entry.startswith(GUARDED)]
     return result
+
+
+def _signed_subject(paths: CampaignPaths, sequence: int, key: Ed25519PrivateKey) -> list[dict[str, Any]] | None:
+    """The files statement `sequence` signed with `key`, as its subject lists them (None: unreadable)."""
+    try:
+        envelope = json.loads((paths.directory / statement(sequence)).read_text(encoding="utf-8"))
+        return json.loads(open_envelope(envelope, key.public_key()).decode("utf-8"))["subject"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _statements(paths: CampaignPaths) -> set[int]:
