@@ -266,9 +266,15 @@ def test_frozen_trainer_resolves_presets_from_its_own_copy(in_tmp: Path) -> None
 
 
 def test_freeze_happens_once(in_tmp: Path) -> None:
+    """A second freeze (a job run again) leaves the first as it is; a frozen copy edited since is refused."""
     campaign = campaign_from_dict(tiny())
-    freeze_trainer(campaign)
-    with pytest.raises(UserError, match="already frozen"):
+    first = freeze_trainer(campaign)
+    record = campaign.paths.freeze_record.read_bytes()
+    again = freeze_trainer(campaign)
+    assert (again, campaign.paths.freeze_record.read_bytes()) == (first, record)
+    trainer = campaign.paths.frozen_package / "train/trainer.py"
+    trainer.write_text(trainer.read_text() + "# edited\n")
+    with pytest.raises(UserError, match="its source hash is not the recorded"):
         freeze_trainer(campaign)
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from workflow_support import assert_states_equal, comparable_metrics
 
+from ebd2n.atomic import temporary_name
 from ebd2n.audit.checks import log_blocks, overlapping_blocks
 from ebd2n.config import load_recipe
 from ebd2n.data import open_cache
@@ -199,12 +200,13 @@ def test_temporaries_of_killed_writes_are_removed_by_the_next_writer(demo_cache:
     run = tmp_path / "run"
     recipe = _recipe(demo_cache, run)
     train(recipe, until_epoch=1, progress=False)
-    in_checkpoints, in_run = run / "checkpoints/.epoch-2.pt.k1ll3d.tmp", run / ".run.json.k1ll3d.tmp"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    in_checkpoints, in_run = (temporary_name(run / name, int(gone)) for name in ("checkpoints/epoch-2.pt", "run.json"))
     in_checkpoints.write_bytes(b"half a checkpoint")
     in_run.write_text("{")
     train(recipe, resume=run / "checkpoints/epoch-1.pt", progress=False)
     removed = [line for line in (run / "train.log").read_text().splitlines() if "temporary file of a write" in line]
-    in_results = run / ".results.json.k1ll3d.tmp"
+    in_results = temporary_name(run / "results.json", int(gone))
     in_results.write_text("{")
     validate_run(run)
     assert ([p.exists() for p in (in_checkpoints, in_run, in_results)], len(removed)) == ([False, False, False], 2)

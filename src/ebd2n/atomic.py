@@ -11,6 +11,8 @@ import ctypes
 import errno
 import hashlib
 import os
+import re
+import socket
 import tempfile
 from pathlib import Path
 
@@ -26,7 +28,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` so that the file is either the old one or the complete new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temporary(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -55,7 +57,7 @@ def write_new_private(path: str | os.PathLike, data: bytes) -> None:
     from its first byte on: a secret is never replaced, and never readable by others, not even
     half-written."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    fd, tmp = _temporary(path)  # mode 0600
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -68,14 +70,43 @@ def write_new_private(path: str | os.PathLike, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())
+_WRITER = re.compile(r"\.([A-Za-z0-9_]+)-([0-9]+)-[^.]*\.tmp$")
+"""The end of a temporary's name: its writer's host and pid, then mkstemp's random letters."""
+
+
+def _temporary(path: Path) -> tuple[int, str]:
+    """A new temporary file beside `path`, named by its writer (host and pid), mode 0600."""
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_HOST}-{os.getpid()}-", suffix=".tmp")
+
+
 def remove_temporaries(directory: Path) -> list[Path]:
-    """Delete the temporary files that killed `atomic_write_bytes` calls left in `directory` (not
-    below it) and return them. Only the directory's one writer may call this (a trainer under its
-    lease, a run's validation job): another process's write in progress would lose its file."""
-    leftovers = [path for path in sorted(Path(directory).glob(".*.tmp")) if path.is_file()]
-    for path in leftovers:
-        path.unlink(missing_ok=True)
+    """Delete the temporary files of atomic writes in `directory` (not below it) whose writer is
+    provably gone (a process of this host that no longer runs), and return them: what a killed
+    job left. Any writer of the directory may call it: a write in progress is never touched."""
+    leftovers = []
+    for path in sorted(Path(directory).glob(".*.tmp")):
+        writer = _WRITER.search(path.name)
+        if writer and writer.group(1) == _HOST and not pid_alive(int(writer.group(2))) and path.is_file():
+            path.unlink(missing_ok=True)
+            leftovers.append(path)
     return leftovers
+
+
+def temporary_name(path: Path, pid: int) -> Path:
+    """The name `_temporary` gives a write of `path` by process `pid` (the tests make killed ones)."""
+    return path.with_name(f".{path.name}.{_HOST}-{pid}-k1ll3d_.tmp")
+
+
+def pid_alive(pid: int) -> bool:
+    """A process with this pid exists on this host (possibly another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -1,14 +1,14 @@
 # Freeze the trainer and base recipes once, resolve each run's recipe, train it slice by slice.
-# The frozen files have no inputs, so they are never rewritten; every job after them runs the
-# frozen trainer, passed by path. A training job can always be run again: it resumes from the
+# The frozen files have no inputs and are update() outputs of jobs that leave them as they are, so
+# they are never rewritten; every job after them runs the frozen trainer, passed by path. A training job can always be run again: it resumes from the
 # newest valid checkpoint in its run directory and does nothing once its epoch is reached; its
 # outputs are update(), so Snakemake keeps them while it runs a job again.
 
 
 rule freeze_trainer:
     output:
-        str(C.source_hash),
-        str(C.freeze_record),
+        update(str(C.source_hash)),
+        update(str(C.freeze_record)),
     log:
         log_of(C.source_hash),
     conda:
@@ -21,7 +21,7 @@ rule freeze_trainer:
 
 rule freeze_recipe:
     output:
-        str(C.base_recipe("{base}")),
+        update(str(C.base_recipe("{base}"))),
     log:
         log_of(C.base_recipe("{base}")),
     conda:

@@ -20,11 +20,16 @@ from ebd2n.provenance import PACKAGE_DIR, source_hash, timestamp
 
 
 def freeze_trainer(campaign: Campaign) -> str:
-    """Copy the package to frozen/src/ebd2n, record the campaign's fixed settings; return the source hash."""
+    """Copy the package to frozen/src/ebd2n, record the campaign's fixed settings; return the source
+    hash. A campaign freezes its trainer once: frozen already, it is left as it is (a freeze job
+    run again after a crash changes nothing)."""
     paths = campaign.paths
     marker = paths.source_hash
     if marker.exists():
-        raise UserError(f"{paths.frozen}: already frozen (source {marker.read_text().strip()}); a campaign freezes its trainer once")
+        recorded = marker.read_text().strip()
+        if source_hash(paths.frozen_package) != recorded:
+            raise UserError(f"{paths.frozen_package}: its source hash is not the recorded {recorded} (edited after the freeze)")
+        return recorded
     target = paths.frozen_package
     staging = target.with_name(".ebd2n.partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -49,8 +54,7 @@ def freeze_base(campaign: Campaign, base: str) -> Path:
     if base not in campaign.bases:
         raise UserError(f"--base {base}: not a base recipe of campaign {campaign.name} ({', '.join(campaign.bases)})")
     path = campaign.paths.base_recipe(base)
-    if path.exists():
-        raise UserError(f"{path}: already frozen; a campaign freezes each base recipe once")
-    save_recipe(campaign.base_recipe(base), path)
+    if not path.exists():  # written once, atomically: a freeze job run again leaves it as it is
+        save_recipe(campaign.base_recipe(base), path)
     return path
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.atomic import atomic_write_bytes, atomic_write_text
+from ebd2n.atomic import atomic_write_bytes, atomic_write_text, pid_alive
 from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
 from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
@@ -42,7 +42,6 @@ from ebd2n.layout import (
     selected_recipe,
 )
 from ebd2n.report import figures
-from ebd2n.train.lease import pid_alive
 from ebd2n.campaign.results import CampaignResults, read_results
 from ebd2n.report.cost import campaign_cost
 from ebd2n.report.page import render_page

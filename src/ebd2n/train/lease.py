@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ebd2n.atomic import pid_alive
 from ebd2n.errors import UserError
 from ebd2n.layout import LEASE
 from ebd2n.provenance import timestamp
@@ -172,17 +173,6 @@ def _locked(path: Path) -> bool:
     except OSError:
         return False
     return False
-
-
-def pid_alive(pid: int) -> bool:
-    """A process with this pid exists on this host (possibly another user's)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _slurm_job_ended(job: str) -> bool:
