@@ -394,6 +394,8 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool, b
         built = Cache(staging, manifest)  # every file was hashed as it was written
         _write_stamp(built, {path.name: _file_key(path) for path, _, _ in _recorded_files(built)})
         fsync_dir(staging)
+        if directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()  # an empty folder made for it (Snakemake makes an output's parents)
         rename_new(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
