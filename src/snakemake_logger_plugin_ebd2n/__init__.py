@@ -3,8 +3,9 @@
 One line per finished job (time, jobs done of all, rule, run), every error in full with the
 failed job's log, warnings, and Snakemake's job table at the start. A dry run (`-n`) shows the
 table once, then the plan (dryrun.py): the runs that would train or validate, those reused, and
-with -p each rule's first command. The full record stays in .snakemake/log/. As jobs finish it also rewrites each campaign's status page (`ebd2n status`),
-at most every STATUS_EVERY_S seconds. Snakemake finds this module by its name
+with -p each rule's first command. The full record stays in Snakemake's own log file. As jobs
+finish it also rewrites each campaign's status page (`ebd2n status`), at most every
+STATUS_EVERY_S seconds. Snakemake finds this module by its name
 (snakemake_logger_plugin_<name>), so it is a top-level package of its own; it imports ebd2n only
 to write status pages, when the first job finishes, and in a dry run.
 """
