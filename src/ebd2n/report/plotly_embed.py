@@ -206,14 +206,16 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
     return {
         "data": data,
         "layout": {
-            "title": {"text": f"{panel['mode']} (beta2 {panel['beta2']:g})"},
+            # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
+            "title": {"text": f"{panel['mode']} (beta2 {panel['beta2']:g})", "yref": "paper", "y": 1, "yanchor": "bottom",
+                      "pad": {"b": 8}},
             "xaxis": {"title": {"text": "peak learning rate"}, "type": "log",
                       "range": [math.log10(min(lrs)) - 0.1, math.log10(max(lrs)) + 0.1]},
             "yaxis": {"title": {"text": "final full-validation loss (nats)"}, "zeroline": False},
             "shapes": shapes,
             "legend": {"orientation": "h", "y": -0.25},
             "height": 420,
-            "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
+            "margin": {"l": 70, "r": 20, "t": MODEBAR_BAND + 36, "b": 60},
             "font": _FONT,
         },
     }
