@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from typing import Any
 
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates
-from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
+from ebd2n.config import INT_RANGE, Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths, named_campaign
@@ -192,11 +193,24 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
 
 
 def validate_schema(raw: Any, source: str = "campaign") -> None:
-    """JSON Schema check: the first error, naming the key."""
+    """JSON Schema check, then the integer range: the first error, naming the key."""
     error = next(_validator().iter_errors(raw), None)
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path) or "top level"
         raise UserError(f"campaign file {source}: {where}: {error.message}")
+    for where, value in _integers(raw):
+        low, high = INT_RANGE
+        if not low <= value <= high:
+            raise UserError(f"campaign file {source}: {where}: {value} is outside the integers the trainer can use ({low} .. {high}, int64)")
+
+
+def _integers(value: Any, where: str = "") -> list[tuple[str, int]]:
+    """Every integer of a parsed campaign file, with its dotted key."""
+    if isinstance(value, Mapping):
+        return [pair for key, item in value.items() for pair in _integers(item, f"{where}.{key}" if where else str(key))]
+    if isinstance(value, list):
+        return [pair for index, item in enumerate(value) for pair in _integers(item, f"{where}.{index}")]
+    return [(where, value)] if isinstance(value, int) and not isinstance(value, bool) else []
 
 
 def current_bases(campaign: Campaign) -> dict[str, Recipe]:
@@ -209,10 +223,24 @@ def current_bases(campaign: Campaign) -> dict[str, Recipe]:
 
 @functools.cache
 def _validator():
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator, validators
 
     schema = load_yaml(SCHEMA_PATH.read_text(encoding="utf-8"))
-    return Draft202012Validator(schema)
+    return validators.extend(Draft202012Validator, {"pattern": _whole_string_pattern})(schema)
+
+
+def _whole_string_pattern(validator, pattern: str, instance: Any, schema: Any):
+    """The schema's `pattern` as JSON Schema means it (ECMA-262): `$` is the end of the string.
+    Python's `$` also matches before a trailing newline, which would let `campaign: "small\n"`
+    through and plan results/small\n/; every name the schema checks is matched as a whole string."""
+    from jsonschema import ValidationError
+
+    if validator.is_type(instance, "string") and not re.search(_END.sub(r"\\Z", pattern), instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_END = re.compile(r"(?<!\\)\$")
+"""An unescaped `$` of a schema pattern."""
 
 
 def _check(campaign: Campaign) -> None:
