@@ -238,6 +238,7 @@ def cmd_audit(args: argparse.Namespace) -> None:
     marks = {"passed": "ok  ", "failed": "FAIL", "not applicable": "n/a "}
     for check in record["checks"]:
         print(f"{marks[check['status']]} {check['name']} ({check['scope']})")
+    print(record["summary"])
     if not record["passed"]:
         raise AuditFailed("\n".join(violations(record)))
 

@@ -9,7 +9,7 @@ use it.
 results/<campaign>/
   campaign.json  runs.csv  audit-runs.json  audit.json  audit.passed  audit-ledger.json  status.html
   status/plan.json
-  frozen/        SOURCE_HASH  freeze.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
+  frozen/        SOURCE_HASH  freeze.json  spec.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt
   report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
@@ -19,6 +19,7 @@ results/<campaign>/
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +129,9 @@ AUDIT_PASSED = "audit.passed"
 FROZEN = "frozen"
 SOURCE_HASH = "SOURCE_HASH"
 FREEZE_RECORD = "freeze.json"
+FROZEN_SPEC = "spec.json"
+"""The campaign's grid and seeds as its campaign file declared them (grown, never shrunk, by each
+extension): what the audit recomputes campaign.json, runs.csv and the report from."""
 SLICE_PLANS = "plans"
 RUNS = "runs"
 REPORT = "report"
@@ -162,6 +166,24 @@ class CampaignPaths:
     @property
     def name(self) -> str:
         return self.directory.name
+
+    @property
+    def repository(self) -> Path:
+        """Where the campaign's relative paths start (results/<campaign> lies in it): its
+        directory's grandparent, never resolved through links (results/ may be a link to scratch
+        space), so a campaign reached through a link, or copied elsewhere, names the same paths."""
+        return Path(os.path.abspath(self.directory)).parent.parent
+
+    def relative(self, path: str | Path) -> str:
+        """`path` as the campaign's records name it: relative to the repository when under it
+        (compared without resolving links), else as given."""
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            return candidate.as_posix()
+        try:
+            return Path(os.path.abspath(candidate)).relative_to(self.repository).as_posix()
+        except ValueError:
+            return candidate.as_posix()
 
     @property
     def campaign_json(self) -> Path:
@@ -200,6 +222,10 @@ class CampaignPaths:
         return self.frozen / FREEZE_RECORD
 
     @property
+    def frozen_spec(self) -> Path:
+        return self.frozen / FROZEN_SPEC
+
+    @property
     def frozen_src(self) -> Path:
         """PYTHONPATH of the campaign's frozen trainer."""
         return self.frozen / "src"
@@ -216,9 +242,13 @@ class CampaignPaths:
         """Frozen base recipe `base` (a preset name, or `base` for a campaign without presets)."""
         return self.frozen_recipes / f"{base}.yaml"
 
+    @property
+    def slice_plans(self) -> Path:
+        return self.frozen / SLICE_PLANS
+
     def slice_plan(self, base: str) -> Path:
         """The slice chain of base recipe `base`'s runs, as the frozen trainer plans it (`ebd2n plan`)."""
-        return self.frozen / SLICE_PLANS / f"{base}.json"
+        return self.slice_plans / f"{base}.json"
 
     @property
     def runs(self) -> Path:

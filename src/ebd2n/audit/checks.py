@@ -17,13 +17,12 @@ from pathlib import Path
 
 from ebd2n.audit.runs import RunView, metric_records
 from ebd2n.campaign.resolve import run_recipe
-from ebd2n.campaign.runs import Run
+from ebd2n.campaign.runs import Run, parse_run_id
 from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
 from ebd2n.layout import (
     BEST,
-    CAMPAIGN_JSON,
     CHECKPOINT_LEDGER,
     FINAL,
     METRICS,
@@ -39,6 +38,7 @@ from ebd2n.layout import (
 from ebd2n.provenance import source_hash
 from ebd2n.report.campaign_report import build_report, report_files
 from ebd2n.train.budget import budget_of
+from ebd2n.train.plan import plan_json, recipe_plan
 from ebd2n.train.runlog import CLOSING_LINES
 
 GRID_AXES = {"optimizer.lr": "learning rate", "optimizer.beta2": "beta2", "runtime.seed": "seed", "decentralized.num_models": "mode"}
@@ -89,6 +89,53 @@ def check_grid(expected: list[Run], views: dict[str, RunView]) -> Check:
     check = Check("every grid point has every seed", len(expected))
     check.violations = [f"{run.id}: no finished run" for run in expected if not (run.id in views and views[run.id].finished)]
     return check
+
+
+def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
+    """Every run directory is a run of the frozen grid (frozen/spec.json): a run of another grid,
+    copied in under the same campaign name, is named, whatever campaign.json says."""
+    check = Check(f"every run directory is a run of the campaign's grid ({_where(paths, paths.frozen_spec)})", unit="run directories")
+    grid = {run.id for run in expected}
+    for directory in sorted(paths.runs.glob("*")) if paths.runs.is_dir() else []:
+        check.examined += 1
+        where = _where(paths, directory)
+        try:
+            parse_run_id(directory.name)
+        except UserError as error:
+            check.violations.append(f"{where}: {error}")
+            continue
+        if directory.name not in grid:
+            check.violations.append(f"{where}: not a run of the campaign's grid (no such grid point and seed in {_where(paths, paths.frozen_spec)})")
+    return check
+
+
+def check_plans(paths: CampaignPaths, bases: Iterable[str], epochs_per_slice: int | dict | None) -> Check:
+    """Each base's slice plan (what every job's --until-epoch came from) is the plan of its frozen
+    base recipe in the frozen number of epochs per slice."""
+    check = Check("slice plans equal a recomputation from the frozen base recipes", unit="plans")
+    for base in bases:
+        path, where = paths.slice_plan(base), _where(paths, paths.slice_plan(base))
+        check.examined += 1
+        per_slice = epochs_per_slice.get(base) if isinstance(epochs_per_slice, dict) else epochs_per_slice
+        if not isinstance(per_slice, int):
+            check.violations.append(f"{_where(paths, paths.freeze_record)}: records no epochs_per_slice for {base}")
+            continue
+        if not path.is_file():
+            check.violations.append(f"{where}: missing")
+            continue
+        try:
+            expected = plan_json(recipe_plan(load_recipe(paths.base_recipe(base)), per_slice))
+        except UserError as error:
+            check.violations.append(f"{where}: cannot be recomputed ({error})")
+            continue
+        if path.read_text(encoding="utf-8", errors="replace") != expected:
+            check.violations.append(f"{where}: differs from the plan of {_where(paths, paths.base_recipe(base))} in slices of {per_slice} epoch(s) (edited)")
+    return check
+
+
+def _where(paths: CampaignPaths, path: Path) -> str:
+    """A path of the campaign as its records name it: relative to the campaign directory."""
+    return path.relative_to(paths.directory).as_posix()
 
 
 def check_files(views: list[RunView]) -> Check:
@@ -151,7 +198,7 @@ def _differences(expected: dict, actual: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def check_trainer(paths: CampaignPaths, frozen_hash: str | None, campaign_hash: str | None, views: list[RunView]) -> Check:
+def check_trainer(paths: CampaignPaths, frozen_hash: str | None, views: list[RunView]) -> Check:
     """The frozen tree still hashes to SOURCE_HASH, and every run was trained by it."""
     check = Check("every run used the frozen trainer, which is unchanged")
     if frozen_hash is None:
@@ -160,8 +207,6 @@ def check_trainer(paths: CampaignPaths, frozen_hash: str | None, campaign_hash: 
         check.violations.append(f"{paths.frozen_package.relative_to(paths.directory)}: missing")
     elif (actual := source_hash(paths.frozen_package)) != frozen_hash:
         check.violations.append(f"frozen trainer source hashes to {actual[:12]}…, not its {SOURCE_HASH} {frozen_hash[:12]}… (edited)")
-    if campaign_hash is not None and frozen_hash is not None and campaign_hash != frozen_hash:
-        check.violations.append(f"{CAMPAIGN_JSON} names source {campaign_hash[:12]}…, not the frozen {frozen_hash[:12]}…")
     for view in views:
         if view.finished:
             check.examined += 1
@@ -351,8 +396,9 @@ def check_cache(cache_dir: str | None, cache_identity: str | None) -> tuple[Chec
     return check, cache.validation_targets
 
 
-def check_report(paths: CampaignPaths) -> Check:
-    """The published report equals one rebuilt from the runs, file for file, byte for byte."""
+def check_report(paths: CampaignPaths, info: dict) -> Check:
+    """The published report equals one rebuilt from the runs and `info` (campaign.json as the
+    campaign's sources make it), file for file, byte for byte."""
     check = Check("the published report equals a recomputation from the runs", unit="report files")
     published = paths.report
     if not published.is_dir():
@@ -360,7 +406,7 @@ def check_report(paths: CampaignPaths) -> Check:
         return check
     with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
         try:
-            build_report(paths.directory, Path(scratch))
+            build_report(paths.directory, Path(scratch), info=info)
         except UserError as error:
             check.violations.append(f"cannot rebuild the report: {error}")
             return check

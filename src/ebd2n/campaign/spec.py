@@ -24,6 +24,7 @@ from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates
 from ebd2n.config import INT_RANGE, Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
+from ebd2n.atomic import atomic_write_text
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.provenance import software_versions
@@ -391,6 +392,65 @@ def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:
         "whose trainer cannot plan slices nor run under this workflow's launcher: finish the campaign with "
         f"the ebd2n checkout that froze it (its source hash is in {paths.freeze_record}), or start a new campaign"
     )
+
+
+def record_spec(campaign: Campaign) -> dict[str, Any]:
+    """Write frozen/spec.json: the grid and seeds the campaign file declares, each axis grown by
+    what earlier versions of the file declared (a campaign only gains grid points), and return it.
+    The audit expects exactly the runs of this record, so a run directory of any other grid point
+    (copied in from another campaign of the same name) is named, whatever campaign.json says."""
+    paths = campaign.paths
+    declared = {
+        "campaign": campaign.name,
+        "description": campaign.description,
+        "grid": {
+            "presets": list(campaign.presets) if campaign.presets else None,
+            "modes": list(campaign.modes),
+            "learning_rates": {mode: list(lrs) for mode, lrs in campaign.learning_rates.items()},
+            "beta2": list(campaign.beta2),
+        },
+        "seeds": list(campaign.seeds),
+    }
+    if paths.frozen_spec.is_file():
+        earlier = read_spec(paths)
+        grid, before = declared["grid"], earlier["grid"]
+        presets = _union(before["presets"] or [], grid["presets"] or [])
+        grid["presets"] = presets or None
+        grid["modes"] = _union(before["modes"], grid["modes"])
+        rates = grid["learning_rates"]
+        grid["learning_rates"] = {key: _union(before["learning_rates"].get(key, []), rates.get(key, []))
+                                  for key in _union(list(before["learning_rates"]), list(rates))}
+        grid["beta2"] = _union(before["beta2"], grid["beta2"])
+        declared["seeds"] = _union(earlier["seeds"], declared["seeds"])
+    text = json.dumps(declared, indent=2) + "\n"
+    if read_json(paths.frozen_spec) != json.loads(text):
+        atomic_write_text(paths.frozen_spec, text)
+    return declared
+
+
+def read_spec(paths: CampaignPaths) -> dict[str, Any]:
+    """frozen/spec.json (see record_spec); missing or damaged is a user error naming it."""
+    where = paths.frozen_spec
+    spec = read_json(where)
+    if spec is None:
+        raise UserError(f"{where}: missing; it records the campaign's grid: collect the campaign (ebd2n collect CAMPAIGN_FILE)")
+    try:
+        spec_runs(spec)
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise UserError(f"{where}: not a campaign spec ({type(error).__name__}: {error})") from None
+    return spec
+
+
+def spec_runs(spec: Mapping[str, Any]) -> list[Run]:
+    """Every run of a recorded spec, in grid order."""
+    grid = spec["grid"]
+    if not (isinstance(spec["seeds"], list) and all(isinstance(seed, int) for seed in spec["seeds"])):
+        raise TypeError("seeds are not a list of integers")
+    return grid_runs(grid["presets"], grid["modes"], grid["learning_rates"], grid["beta2"], spec["seeds"])
+
+
+def _union(earlier: list, now: list) -> list:
+    return [*earlier, *(value for value in now if value not in earlier)]
 
 
 def describe_campaign(campaign: Campaign) -> str:
