@@ -6,7 +6,11 @@ Three kinds of evidence back each other, so no single deleted or edited file goe
 - the ledger (`audit-ledger.json`, see `ebd2n.audit.ledger`): every artifact of the last passing
   audit; an audited run's files must never change afterwards;
 - audit.json records the ledger's own SHA-256, so a deleted or edited ledger is a violation.
-The published report is rebuilt elsewhere and compared byte for byte. File times never count.
+Sources only: what the campaign must hold comes from frozen/ (spec.json: the grid and seeds;
+freeze.json: the fixed settings; the trainer, base recipes and slice plans) and the run
+directories. campaign.json, runs.csv and the published report are derived: each is recomputed
+(the report rebuilt elsewhere) and compared byte for byte, never believed. File times never count.
+An audit without an earlier audit's records says so (`compared_with_earlier_audit`, its summary).
 What this cannot catch: someone who rewrites every record, the ledger and audit.json
 consistently; only a signature kept elsewhere could.
 
@@ -86,7 +90,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     current = _artifacts(paths, views)
     result.append(_check_ledger(paths, ledger, previous_audit, current, accept))
     if stage == "full":
-        result.append(checks.check_report(paths, recomputed))
+        result.append(checks.check_report(paths, recomputed if isinstance(recomputed, dict) else None))
         current.update(_report_artifacts(paths))
     passed = all(check.status != "failed" for check in result)
     earlier = ledger.digest is not None or bool((previous_audit or {}).get("ledger_sha256"))
@@ -209,20 +213,19 @@ def _final_states(finished: list[RunView]) -> dict[str, dict]:
     return states
 
 
-def _not_applicable(name: str, reason: str) -> checks.Check:
-    return checks.Check(name, reason=reason)
-
-
-def _recomputed(paths: CampaignPaths, info: dict | None) -> dict:
-    """campaign.json as the campaign's sources make it; what the sources cannot say (how the jobs
-    ran, the cost plan) is taken from the file as it stands."""
+def _recomputed(paths: CampaignPaths, info: dict | None) -> dict | str:
+    """campaign.json as the campaign's sources make it (what they cannot say, how the jobs ran and
+    the cost plan, is taken from the file as it stands), or why it cannot be recomputed."""
     from ebd2n.campaign.collect import campaign_record
 
     kept = {key: info[key] for key in ("execution", "plan") if key in info} if isinstance(info, dict) else {}
-    return {**campaign_record(paths), **kept}
+    try:
+        return {**campaign_record(paths), **kept}
+    except UserError as error:
+        return str(error)
 
 
-def _check_collected(paths: CampaignPaths, info: dict | None, recomputed: dict, finished: list[RunView]) -> checks.Check:
+def _check_collected(paths: CampaignPaths, info: dict | None, recomputed: dict | str, finished: list[RunView]) -> checks.Check:
     """campaign.json and runs.csv say what the frozen spec and the runs say."""
     from ebd2n.campaign.results import read_results
 
@@ -231,6 +234,9 @@ def _check_collected(paths: CampaignPaths, info: dict | None, recomputed: dict, 
         check.reason = "nothing collected yet"
         return check
     check.examined = 2
+    if isinstance(recomputed, str):
+        check.violations.append(f"{CAMPAIGN_JSON} cannot be recomputed: {recomputed}")
+        return check
     if not isinstance(info, dict):
         check.violations.append(f"{CAMPAIGN_JSON}: {'missing' if info is None else 'not a JSON object'}; collect the campaign again")
     else:

@@ -396,9 +396,10 @@ def check_cache(cache_dir: str | None, cache_identity: str | None) -> tuple[Chec
     return check, cache.validation_targets
 
 
-def check_report(paths: CampaignPaths, info: dict) -> Check:
+def check_report(paths: CampaignPaths, info: dict | None) -> Check:
     """The published report equals one rebuilt from the runs and `info` (campaign.json as the
-    campaign's sources make it), file for file, byte for byte."""
+    campaign's sources make it; None: it cannot be recomputed, the file stands in), file for file,
+    byte for byte."""
     check = Check("the published report equals a recomputation from the runs", unit="report files")
     published = paths.report
     if not published.is_dir():

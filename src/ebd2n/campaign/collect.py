@@ -4,6 +4,7 @@ from disk whenever a run's full validation changes."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -64,4 +65,4 @@ def campaign_record(paths: CampaignPaths) -> dict:
 
 def _base_record(paths: CampaignPaths, base: str, cache: str | None) -> dict:
     path = paths.base_recipe(base)
-    return {"path": paths.relative(path), "identity": recipe_identity(load_recipe(path), cache) if path.is_file() else None}
+    return {"path": paths.relative(os.path.abspath(path)), "identity": recipe_identity(load_recipe(path), cache) if path.is_file() else None}
