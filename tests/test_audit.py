@@ -405,8 +405,29 @@ def test_audit_names_a_foreign_run_collected_and_reported(campaign: Path) -> Non
     build_report(campaign)
     found = failed(campaign)
     grid = [v for v in found if v.startswith("every run directory is a run of the campaign's grid")]
-    assert grid == [f"every run directory is a run of the campaign's grid (frozen/spec.json): runs/{foreign.name}: "
-                    "not a run of the campaign's grid (no such grid point and seed in frozen/spec.json)"]
+    assert grid == [f"every run directory is a run of the campaign's grid (frozen/spec/): runs/{foreign.name}: "
+                    "not a run of the campaign's grid (no such grid point and seed in frozen/spec/)"]
+
+
+def test_audit_catches_an_earlier_grid_recording_removed(campaign: Path) -> None:
+    """A changed campaign file adds frozen/spec/2.json (here: seed 42 alone, a new description);
+    deleting 1.json, and seed 43 from the spec with it, is named."""
+    raw = yaml.safe_load((Path("config/campaigns/tiny.yaml")).read_text())
+    collect_campaign(load_campaign(write_campaign(Path.cwd(), {**raw, "seeds": [42], "description": "renamed"})))
+    (campaign / "frozen/spec/1.json").unlink()
+    found = failed(campaign)
+    assert mentions(found, "frozen/spec/1.json: disappeared since the last audit")
+    assert mentions(found, f"runs/{RUNS[1]}: not a run of the campaign's grid")
+
+
+def test_collect_records_an_extension_once_in_a_new_spec_file(campaign: Path) -> None:
+    raw = yaml.safe_load((Path("config/campaigns/tiny.yaml")).read_text())
+    extended = load_campaign(write_campaign(Path.cwd(), {**raw, "seeds": [42, 43, 44]}))
+    collect_campaign(extended)
+    collect_campaign(extended)
+    spec = json.loads((campaign / "frozen/spec/2.json").read_text())
+    result = (sorted(p.name for p in (campaign / "frozen/spec").iterdir()), spec["seeds"])
+    assert result == (["1.json", "2.json"], [42, 43, 44])
 
 
 def test_audit_catches_an_edited_slice_plan(campaign: Path) -> None:
@@ -419,9 +440,9 @@ def test_audit_catches_an_edited_slice_plan(campaign: Path) -> None:
 
 
 def test_audit_refuses_a_campaign_without_its_frozen_spec_and_writes_nothing(campaign: Path) -> None:
-    (campaign / "frozen/spec.json").unlink()
+    shutil.rmtree(campaign / "frozen/spec")
     (campaign / "audit.json").unlink()
-    with pytest.raises(UserError, match=r"frozen/spec.json: missing; it records the campaign's grid"):
+    with pytest.raises(UserError, match=r"frozen/spec: missing; it records the campaign's grid"):
         audit_campaign(campaign)
     assert not (campaign / "audit.json").exists()
 

@@ -899,15 +899,15 @@ def _(world, tmp):
     campaign = tmp / "results" / "broken"
     (campaign / "runs").mkdir(parents=True)
     (campaign / "campaign.json").write_text("{not json")
-    return Case(["audit", str(campaign)], "frozen/spec.json")
+    return Case(["audit", str(campaign)], "frozen/spec")
 
 
 @case("audit a campaign whose frozen spec is corrupt")
 def _(world, tmp):
     campaign = tmp / "results" / "broken"
-    (campaign / "frozen").mkdir(parents=True)
-    (campaign / "frozen" / "spec.json").write_text('{"grid": [1]}')
-    return Case(["audit", str(campaign)], "frozen/spec.json")
+    (campaign / "frozen" / "spec").mkdir(parents=True)
+    (campaign / "frozen" / "spec" / "1.json").write_text('{"grid": [1]}')
+    return Case(["audit", str(campaign)], "frozen/spec/1.json")
 
 
 @case("audit a file")

@@ -9,7 +9,7 @@ use it.
 results/<campaign>/
   campaign.json  runs.csv  audit-runs.json  audit.json  audit.passed  audit-ledger.json  status.html
   status/plan.json
-  frozen/        SOURCE_HASH  freeze.json  spec.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
+  frozen/        SOURCE_HASH  freeze.json  spec/<n>.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt
   report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
@@ -129,9 +129,10 @@ AUDIT_PASSED = "audit.passed"
 FROZEN = "frozen"
 SOURCE_HASH = "SOURCE_HASH"
 FREEZE_RECORD = "freeze.json"
-FROZEN_SPEC = "spec.json"
-"""The campaign's grid and seeds as its campaign file declared them (grown, never shrunk, by each
-extension): what the audit recomputes campaign.json, runs.csv and the report from."""
+FROZEN_SPEC = "spec"
+"""frozen/spec/<n>.json: the campaign's grid and seeds as its campaign file declared them, one file
+per change (1.json when first collected, the next with each extension), each written once: what the
+audit recomputes campaign.json, runs.csv and the report from."""
 SLICE_PLANS = "plans"
 RUNS = "runs"
 REPORT = "report"
@@ -224,6 +225,10 @@ class CampaignPaths:
     @property
     def frozen_spec(self) -> Path:
         return self.frozen / FROZEN_SPEC
+
+    def spec_version(self, number: int) -> Path:
+        """The `number`th recording of the campaign's grid (1 first)."""
+        return self.frozen_spec / f"{number}.json"
 
     @property
     def frozen_src(self) -> Path:

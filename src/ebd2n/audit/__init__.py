@@ -6,7 +6,7 @@ Three kinds of evidence back each other, so no single deleted or edited file goe
 - the ledger (`audit-ledger.json`, see `ebd2n.audit.ledger`): every artifact of the last passing
   audit; an audited run's files must never change afterwards;
 - audit.json records the ledger's own SHA-256, so a deleted or edited ledger is a violation.
-Sources only: what the campaign must hold comes from frozen/ (spec.json: the grid and seeds;
+Sources only: what the campaign must hold comes from frozen/ (spec/: the grid and seeds;
 freeze.json: the fixed settings; the trainer, base recipes and slice plans) and the run
 directories. campaign.json, runs.csv and the published report are derived: each is recomputed
 (the report rebuilt elsewhere) and compared byte for byte, never believed. File times never count.
@@ -41,7 +41,7 @@ Stage = Literal["runs", "full"]
 def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool = False) -> dict:
     """Run every check of `stage`, write its record (and, for a passing full audit, the ledger).
 
-    Everything is recomputed from the campaign's sources: the frozen spec (frozen/spec.json: grid
+    Everything is recomputed from the campaign's sources: the frozen spec (frozen/spec/: grid
     and seeds; freeze.json: the fixed settings), the frozen trainer, base recipes and slice plans,
     and the run directories. campaign.json, runs.csv and the report are derived: they are compared
     with the recomputation, never believed. Without a readable frozen spec there is nothing to
@@ -269,7 +269,7 @@ def _artifacts(paths: CampaignPaths, views: dict[str, RunView]) -> dict[str, str
     artifacts = {
         f"{runs}/{view.id}/{name}": digest for view in views.values() if view.finished for name, digest in view.hashes.items()
     }
-    frozen = [paths.source_hash, paths.freeze_record, paths.frozen_spec, *sorted(paths.frozen_recipes.glob("*.yaml")),
+    frozen = [paths.source_hash, paths.freeze_record, *sorted(paths.frozen_spec.glob("*")), *sorted(paths.frozen_recipes.glob("*.yaml")),
               *sorted(paths.slice_plans.glob("*.json"))]
     for path in [*frozen, paths.campaign_json, paths.runs_csv]:
         if path.is_file():

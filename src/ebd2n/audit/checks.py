@@ -92,9 +92,9 @@ def check_grid(expected: list[Run], views: dict[str, RunView]) -> Check:
 
 
 def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
-    """Every run directory is a run of the frozen grid (frozen/spec.json): a run of another grid,
+    """Every run directory is a run of the frozen grid (frozen/spec/): a run of another grid,
     copied in under the same campaign name, is named, whatever campaign.json says."""
-    check = Check(f"every run directory is a run of the campaign's grid ({_where(paths, paths.frozen_spec)})", unit="run directories")
+    check = Check(f"every run directory is a run of the campaign's grid ({_where(paths, paths.frozen_spec)}/)", unit="run directories")
     grid = {run.id for run in expected}
     for directory in sorted(paths.runs.glob("*")) if paths.runs.is_dir() else []:
         check.examined += 1
@@ -105,7 +105,7 @@ def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
             check.violations.append(f"{where}: {error}")
             continue
         if directory.name not in grid:
-            check.violations.append(f"{where}: not a run of the campaign's grid (no such grid point and seed in {_where(paths, paths.frozen_spec)})")
+            check.violations.append(f"{where}: not a run of the campaign's grid (no such grid point and seed in {_where(paths, paths.frozen_spec)}/)")
     return check
 
 

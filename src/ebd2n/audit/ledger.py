@@ -17,17 +17,16 @@ import json
 from dataclasses import dataclass, field
 
 from ebd2n.atomic import atomic_write_text, sha256_bytes
-from ebd2n.layout import FROZEN, FROZEN_SPEC, RUNS, CampaignPaths
+from ebd2n.layout import FROZEN, RUNS, CampaignPaths
 from ebd2n.provenance import timestamp
 
 FORMAT = 1
 
 
 def protected(relative: str) -> bool:
-    """Whether an artifact must stay byte-identical once audited (run and frozen files, but the
-    frozen spec, which grows when the grid does; campaign.json, runs.csv and the report are
-    derived and verified by recomputation instead)."""
-    return relative.startswith((f"{RUNS}/", f"{FROZEN}/")) and relative != f"{FROZEN}/{FROZEN_SPEC}"
+    """Whether an artifact must stay byte-identical once audited (run and frozen files; campaign.json,
+    runs.csv and the report are derived and verified by recomputation instead)."""
+    return relative.startswith((f"{RUNS}/", f"{FROZEN}/"))
 
 
 @dataclass

@@ -21,7 +21,7 @@ from ebd2n.layout import RESULTS_JSON, CampaignPaths
 
 
 def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
-    """Record the campaign's grid (frozen/spec.json), then write results/<campaign>/campaign.json
+    """Record the campaign's grid (frozen/spec/), then write results/<campaign>/campaign.json
     and runs.csv (the runs table every reader shares); `max_jobs` is how many jobs the orchestrator
     ran at once (None: not known)."""
     paths = campaign.paths

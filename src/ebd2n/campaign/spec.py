@@ -395,10 +395,13 @@ def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:
 
 
 def record_spec(campaign: Campaign) -> dict[str, Any]:
-    """Write frozen/spec.json: the grid and seeds the campaign file declares, each axis grown by
-    what earlier versions of the file declared (a campaign only gains grid points), and return it.
-    The audit expects exactly the runs of this record, so a run directory of any other grid point
-    (copied in from another campaign of the same name) is named, whatever campaign.json says."""
+    """Record the grid and seeds the campaign file declares and return the campaign's spec.
+
+    Each change is its own file, frozen/spec/<n>.json, written once and never changed (the ledger
+    protects it like every frozen file): the first collect writes 1.json, an extension the next.
+    The spec is their union, axis by axis (a campaign only gains grid points). The audit expects
+    exactly the runs of the spec, so a run directory of any other grid point (copied in from
+    another campaign of the same name) is named, whatever campaign.json says."""
     paths = campaign.paths
     declared = {
         "campaign": campaign.name,
@@ -411,33 +414,29 @@ def record_spec(campaign: Campaign) -> dict[str, Any]:
         },
         "seeds": list(campaign.seeds),
     }
-    if paths.frozen_spec.is_file():
-        earlier = read_spec(paths)
-        grid, before = declared["grid"], earlier["grid"]
-        presets = _union(before["presets"] or [], grid["presets"] or [])
-        grid["presets"] = presets or None
-        grid["modes"] = _union(before["modes"], grid["modes"])
-        rates = grid["learning_rates"]
-        grid["learning_rates"] = {key: _union(before["learning_rates"].get(key, []), rates.get(key, []))
-                                  for key in _union(list(before["learning_rates"]), list(rates))}
-        grid["beta2"] = _union(before["beta2"], grid["beta2"])
-        declared["seeds"] = _union(earlier["seeds"], declared["seeds"])
-    text = json.dumps(declared, indent=2) + "\n"
-    if read_json(paths.frozen_spec) != json.loads(text):
-        atomic_write_text(paths.frozen_spec, text)
-    return declared
+    versions = _spec_versions(paths)
+    if versions:
+        spec = read_spec(paths)
+        if _merged(spec, declared) == spec:
+            return spec
+    atomic_write_text(paths.spec_version(len(versions) + 1), json.dumps(declared, indent=2) + "\n")
+    return read_spec(paths)
 
 
 def read_spec(paths: CampaignPaths) -> dict[str, Any]:
-    """frozen/spec.json (see record_spec); missing or damaged is a user error naming it."""
-    where = paths.frozen_spec
-    spec = read_json(where)
-    if spec is None:
-        raise UserError(f"{where}: missing; it records the campaign's grid: collect the campaign (ebd2n collect CAMPAIGN_FILE)")
-    try:
-        spec_runs(spec)
-    except (AttributeError, KeyError, TypeError, ValueError) as error:
-        raise UserError(f"{where}: not a campaign spec ({type(error).__name__}: {error})") from None
+    """The campaign's spec: every frozen/spec/<n>.json merged in order (see record_spec); none, or
+    a damaged one, is a user error naming it."""
+    versions = _spec_versions(paths)
+    if not versions:
+        raise UserError(f"{paths.frozen_spec}: missing; it records the campaign's grid: collect the campaign (ebd2n collect CAMPAIGN_FILE)")
+    spec: dict[str, Any] | None = None
+    for path in versions:
+        version = read_json(path)
+        try:
+            spec_runs(version)
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise UserError(f"{path}: not a campaign spec ({type(error).__name__}: {error})") from None
+        spec = version if spec is None else _merged(spec, version)
     return spec
 
 
@@ -447,6 +446,33 @@ def spec_runs(spec: Mapping[str, Any]) -> list[Run]:
     if not (isinstance(spec["seeds"], list) and all(isinstance(seed, int) for seed in spec["seeds"])):
         raise TypeError("seeds are not a list of integers")
     return grid_runs(grid["presets"], grid["modes"], grid["learning_rates"], grid["beta2"], spec["seeds"])
+
+
+def _spec_versions(paths: CampaignPaths) -> list[Path]:
+    """frozen/spec/<n>.json in order; any other file there is a user error naming it."""
+    files = sorted(paths.frozen_spec.iterdir()) if paths.frozen_spec.is_dir() else []
+    stray = [path for path in files if not (path.suffix == ".json" and path.stem.isdigit())]
+    if stray:
+        raise UserError(f"{stray[0]}: not a recording of the campaign's grid (frozen/spec/<n>.json)")
+    return sorted(files, key=lambda path: int(path.stem))
+
+
+def _merged(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+    """Two recordings as one spec: every axis the union (earlier values first), the later name and description."""
+    before, now = earlier["grid"], later["grid"]
+    rates = {key: _union(before["learning_rates"].get(key, []), now["learning_rates"].get(key, []))
+             for key in _union(list(before["learning_rates"]), list(now["learning_rates"]))}
+    return {
+        "campaign": later["campaign"],
+        "description": later["description"],
+        "grid": {
+            "presets": _union(before["presets"] or [], now["presets"] or []) or None,
+            "modes": _union(before["modes"], now["modes"]),
+            "learning_rates": rates,
+            "beta2": _union(before["beta2"], now["beta2"]),
+        },
+        "seeds": _union(earlier["seeds"], later["seeds"]),
+    }
 
 
 def _union(earlier: list, now: list) -> list:
