@@ -436,7 +436,7 @@ def test_audit_catches_an_edited_slice_plan(campaign: Path) -> None:
     path.write_text(json.dumps({**plan, "epochs_per_slice": 2, "slice_ends": [2]}, indent=1) + "\n")
     (campaign / "audit-ledger.json").unlink()
     (campaign / "audit.json").unlink()
-    assert mentions(failed(campaign), "frozen/plans/base.json: differs from the plan of frozen/recipes/base.yaml")
+    assert mentions(failed(campaign), "frozen/plans/base.json: differs from the frozen trainer's plan of frozen/recipes/base.yaml")
 
 
 def test_audit_refuses_a_campaign_without_its_frozen_spec_and_writes_nothing(campaign: Path) -> None:

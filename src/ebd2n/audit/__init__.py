@@ -21,6 +21,7 @@ verifies the report, writes the ledger and audit.json).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,6 +93,8 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     if stage == "full":
         result.append(checks.check_report(paths, recomputed if isinstance(recomputed, dict) else None))
         current.update(_report_artifacts(paths))
+    for check in result:  # records name paths relative to the repository, however the campaign was reached
+        check.violations = [_repository_relative(paths, violation) for violation in check.violations]
     passed = all(check.status != "failed" for check in result)
     earlier = ledger.digest is not None or bool((previous_audit or {}).get("ledger_sha256"))
     record = {
@@ -148,6 +151,11 @@ def summary(record: dict) -> str:
 def violations(record: dict) -> list[str]:
     """Every violation of an audit record, prefixed by its check."""
     return [f"{check['name']}: {v}" for check in record["checks"] for v in check["violations"]]
+
+
+def _repository_relative(paths: CampaignPaths, message: str) -> str:
+    """A message with the repository's absolute prefix taken off the paths it names."""
+    return message.replace(f"{paths.repository}{os.sep}", "")
 
 
 def _read_record(paths: CampaignPaths, path: Path, check: checks.Check, optional: bool = False) -> Any:

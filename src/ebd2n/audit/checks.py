@@ -18,6 +18,7 @@ from pathlib import Path
 from ebd2n.audit.runs import RunView, metric_records
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import Run, parse_run_id
+from ebd2n.campaign.spec import frozen_trainer_plan
 from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
@@ -38,7 +39,7 @@ from ebd2n.layout import (
 from ebd2n.provenance import source_hash
 from ebd2n.report.campaign_report import build_report, report_files
 from ebd2n.train.budget import budget_of
-from ebd2n.train.plan import plan_json, recipe_plan
+from ebd2n.train.plan import plan_json
 from ebd2n.train.runlog import CLOSING_LINES
 
 GRID_AXES = {"optimizer.lr": "learning rate", "optimizer.beta2": "beta2", "runtime.seed": "seed", "decentralized.num_models": "mode"}
@@ -110,9 +111,10 @@ def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
 
 
 def check_plans(paths: CampaignPaths, bases: Iterable[str], epochs_per_slice: int | dict | None) -> Check:
-    """Each base's slice plan (what every job's --until-epoch came from) is the plan of its frozen
-    base recipe in the frozen number of epochs per slice."""
-    check = Check("slice plans equal a recomputation from the frozen base recipes", unit="plans")
+    """Each base's slice plan (what every job's --until-epoch came from) is the frozen trainer's
+    plan of its frozen base recipe in the frozen number of epochs per slice (the frozen trainer's,
+    not this checkout's: the budget code may have changed since the campaign started)."""
+    check = Check("slice plans equal the frozen trainer's plan of the frozen base recipes", unit="plans")
     for base in bases:
         path, where = paths.slice_plan(base), _where(paths, paths.slice_plan(base))
         check.examined += 1
@@ -124,12 +126,13 @@ def check_plans(paths: CampaignPaths, bases: Iterable[str], epochs_per_slice: in
             check.violations.append(f"{where}: missing")
             continue
         try:
-            expected = plan_json(recipe_plan(load_recipe(paths.base_recipe(base)), per_slice))
+            expected = plan_json(frozen_trainer_plan(paths, base, per_slice))
         except UserError as error:
             check.violations.append(f"{where}: cannot be recomputed ({error})")
             continue
         if path.read_text(encoding="utf-8", errors="replace") != expected:
-            check.violations.append(f"{where}: differs from the plan of {_where(paths, paths.base_recipe(base))} in slices of {per_slice} epoch(s) (edited)")
+            check.violations.append(f"{where}: differs from the frozen trainer's plan of {_where(paths, paths.base_recipe(base))} "
+                                    f"in slices of {per_slice} epoch(s) (edited)")
     return check
 
 

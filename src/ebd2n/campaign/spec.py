@@ -367,9 +367,15 @@ def _base_plan(campaign: Campaign, base: str, recipe: Recipe) -> SlicePlan:
         return plan
     if not (paths.source_hash.is_file() and paths.base_recipe(base).is_file()):
         return recipe_plan(recipe, campaign.slice_epochs(base))
+    return frozen_trainer_plan(paths, base, campaign.slice_epochs(base))
+
+
+def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) -> SlicePlan:
+    """The slices of frozen base recipe `base`, as the campaign's frozen trainer plans them
+    (`ebd2n plan --json` run from frozen/src): what the workflow and the audit hold a plan file to."""
     _refuse_older_frozen_trainer(paths)
     command = [sys.executable, "-m", "ebd2n", "plan", str(paths.base_recipe(base)),
-               "--epochs-per-slice", str(campaign.slice_epochs(base)), "--json"]
+               "--epochs-per-slice", str(epochs_per_slice), "--json"]
     shown = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(paths.frozen_src)}, capture_output=True, text=True)
     if shown.returncode:
         raise UserError(f"{paths.frozen_src}: the frozen trainer could not plan base recipe {base}: {shown.stderr.strip()}")
