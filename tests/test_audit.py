@@ -409,6 +409,14 @@ def test_audit_names_a_foreign_run_collected_and_reported(campaign: Path) -> Non
                     "not a run of the campaign's grid (no such grid point and seed in frozen/spec/)"]
 
 
+def test_audit_names_a_run_trained_in_another_directory(campaign: Path) -> None:
+    """A run of the same grid point trained under another campaign's directory, copied in."""
+    path = run(campaign) / "recipe.yaml"
+    path.write_text(path.read_text().replace(f"results/tiny/runs/{RUNS[0]}", f"results/other/runs/{RUNS[0]}"))
+    expected = f"runtime.output_dir results/other/runs/{RUNS[0]} is not the run's directory results/tiny/runs/{RUNS[0]}"
+    assert mentions(failed(campaign), RUNS[0], expected)
+
+
 def test_audit_catches_an_earlier_grid_recording_removed(campaign: Path) -> None:
     """A changed campaign file adds frozen/spec/2.json (here: seed 42 alone, a new description);
     deleting 1.json, and seed 43 from the spec with it, is named."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import filecmp
 import math
+import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable
@@ -178,6 +179,9 @@ def check_recipes(paths: CampaignPaths, views: list[RunView]) -> Check:
         if isinstance(bases[base], str):
             yield f"frozen base recipe unreadable: {bases[base]}"
             return
+        own, trained_in = paths.relative(os.path.abspath(view.paths.directory)), paths.relative(view.recipe.runtime.output_dir)
+        if trained_in != own:
+            yield f"runtime.output_dir {trained_in} is not the run's directory {own} (a run trained elsewhere)"
         expected = run_recipe(bases[base], view.run, view.recipe.runtime.output_dir)
         diff = _differences(expected.model_dump(mode="json"), view.recipe.model_dump(mode="json"))
         axes = [key for key in diff if key in GRID_AXES]
