@@ -386,7 +386,7 @@ def check_best(views: list[RunView]) -> Check:
     return each_run(f"{BEST} names weights the run keeps (null under the final policy)", views, problem)
 
 
-def check_cache(cache_dir: str | None, cache_identity: str | None) -> tuple[Check, int | None]:
+def check_cache(cache_dir: str | Path | None, cache_identity: str | None) -> tuple[Check, int | None]:
     """Re-hash every shard of the campaign's cache against its manifest; return the target count."""
     check = Check("the data cache matches its manifest", unit="caches")
     if cache_dir is None:
