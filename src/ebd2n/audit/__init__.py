@@ -78,7 +78,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         checks.check_files(run_list),
         cache_check,
         checks.check_validation(run_list, cache_identity, targets),
-        checks.check_recipes(paths, run_list),
+        checks.check_recipes(paths, run_list, spec["campaign"]),
         checks.check_plans(paths, spec["grid"]["presets"] or [BASE], settings.get("epochs_per_slice")),
         checks.check_trainer(paths, frozen_hash, run_list),
         checks.check_final(run_list, cache_identity, _final_states(finished)),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import filecmp
 import math
-import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable
@@ -35,6 +34,7 @@ from ebd2n.layout import (
     TRAIN_LOG,
     TRAINING_ARTIFACTS,
     CampaignPaths,
+    named_campaign,
     slice_checkpoint,
 )
 from ebd2n.provenance import source_hash
@@ -164,7 +164,9 @@ def check_validation(views: list[RunView], cache_identity: str | None, targets: 
     return each_run("complete full validation on the campaign cache", views, problem)
 
 
-def check_recipes(paths: CampaignPaths, views: list[RunView]) -> Check:
+def check_recipes(paths: CampaignPaths, views: list[RunView], campaign: str) -> Check:
+    """Each run's recipe is its frozen base at its grid point, trained in its own directory
+    (results/<campaign>/runs/<run-id>, however the campaign is reached now)."""
     bases: dict[str, Recipe | str] = {}
 
     def problem(view: RunView) -> Iterable[str]:
@@ -179,7 +181,7 @@ def check_recipes(paths: CampaignPaths, views: list[RunView]) -> Check:
         if isinstance(bases[base], str):
             yield f"frozen base recipe unreadable: {bases[base]}"
             return
-        own, trained_in = paths.relative(os.path.abspath(view.paths.directory)), paths.relative(view.recipe.runtime.output_dir)
+        own, trained_in = named_campaign(campaign).run(view.id).directory.as_posix(), paths.relative(view.recipe.runtime.output_dir)
         if trained_in != own:
             yield f"runtime.output_dir {trained_in} is not the run's directory {own} (a run trained elsewhere)"
         expected = run_recipe(bases[base], view.run, view.recipe.runtime.output_dir)
