@@ -438,6 +438,16 @@ def test_collect_records_an_extension_once_in_a_new_spec_file(campaign: Path) ->
     assert result == (["1.json", "2.json"], [42, 43, 44])
 
 
+def test_audit_catches_a_runs_record_edited_then_reported(campaign: Path) -> None:
+    """audit-runs.json is what the page shows: one claiming a check this audit does not find so is named."""
+    path = campaign / "audit-runs.json"
+    record = json.loads(path.read_text())
+    record["checks"][1] |= {"status": "not applicable", "passed": True}
+    path.write_text(json.dumps(record))
+    build_report(campaign)
+    assert mentions(failed(campaign), "audit-runs.json: 'every grid point has every seed' is not applicable, this audit finds it passed")
+
+
 def test_audit_catches_an_edited_slice_plan(campaign: Path) -> None:
     path = campaign / "frozen/plans/base.json"
     plan = json.loads(path.read_text())

@@ -91,6 +91,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     current = _artifacts(paths, views)
     result.append(_check_ledger(paths, ledger, previous_audit, current, accept))
     if stage == "full":
+        result.append(_check_runs_record(paths, result))
         result.append(checks.check_report(paths, recomputed if isinstance(recomputed, dict) else None))
         current.update(_report_artifacts(paths))
     for check in result:  # records name paths relative to the repository, however the campaign was reached
@@ -292,6 +293,39 @@ def _report_artifacts(paths: CampaignPaths) -> dict[str, str]:
         p.relative_to(paths.directory).as_posix(): sha256_file(p)
         for p in sorted(paths.report.rglob("*")) if p.is_file() and not p.is_symlink()
     }
+
+
+def _check_runs_record(paths: CampaignPaths, now: list[checks.Check]) -> checks.Check:
+    """audit-runs.json, the audit the published report shows, says what these checks say: the same
+    checks, outcomes and violations (only the ledger's may have gone from nothing to examine to
+    passed, once a full audit wrote the ledger), so the page never shows an audit that did not happen."""
+    check = checks.Check(f"{paths.audit_runs.name} (the audit the report shows) equals this audit of the runs", unit="records")
+    record, problem = json_object(paths.audit_runs) if paths.audit_runs.is_file() else (None, None)
+    if record is None and problem is None:
+        check.reason = f"no {paths.audit_runs.name} (the report says: not audited)"
+        return check
+    if any(current.violations for current in now):
+        check.reason = "the runs fail this audit already"
+        return check
+    check.examined = 1
+    if problem or not isinstance(record.get("checks"), list):
+        check.violations.append(f"{paths.audit_runs.name}: {problem or 'no list of checks'}")
+        return check
+    shown = {str(entry.get("name")): entry for entry in record["checks"] if isinstance(entry, dict)}
+    ledger = now[-1].name
+    for current in now:
+        entry = shown.pop(current.name, None)
+        if entry is None:
+            check.violations.append(f"{paths.audit_runs.name}: lacks the check {current.name!r}")
+            continue
+        grown = current.name == ledger and (entry.get("status"), current.status) == ("not applicable", "passed")
+        found = [_repository_relative(paths, violation) for violation in current.violations]
+        if not grown and (entry.get("status"), entry.get("violations")) != (current.status, found):
+            check.violations.append(f"{paths.audit_runs.name}: {current.name!r} is {entry.get('status')}, this audit finds it {current.status}")
+    check.violations += [f"{paths.audit_runs.name}: names a check this audit has not, {name!r}" for name in shown]
+    if check.violations:
+        check.violations.append(f"run `ebd2n audit {paths.directory} --stage runs`, then `ebd2n report {paths.directory}`")
+    return check
 
 
 def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, current: dict[str, str], accept: bool) -> checks.Check:
