@@ -20,7 +20,11 @@ import yaml
 from workflow_support import TINY, copy_repo, environment, snakemake, write_campaign
 
 from ebd2n.audit import audit_campaign, violations
+from ebd2n.campaign.collect import collect_campaign
+from ebd2n.campaign.spec import load_campaign
+from ebd2n.errors import UserError
 from ebd2n.layout import named_campaign
+from ebd2n.report import build_report
 
 CAMPAIGN = "results/tiny"
 RUNS = ("synchronous-lr0.003-beta20.99-seed42", "synchronous-lr0.003-beta20.99-seed43")
@@ -83,10 +87,29 @@ def test_audit_clean_campaign_passed_in_the_workflow(campaign: Path) -> None:
     assert result == (True, "full", ["not applicable"])  # the ledger: the first audit sets the baseline
 
 
+def test_audit_first_audit_says_it_had_nothing_to_compare_with(campaign: Path) -> None:
+    record = json.loads((campaign / "audit.json").read_text())
+    result = (record["compared_with_earlier_audit"], "no earlier audit to compare with (first audit" in record["summary"])
+    assert result == (False, True)
+
+
 def test_audit_clean_campaign_passes_again_with_every_check_applicable(campaign: Path) -> None:
     record = audit_campaign(campaign)
-    result = [(c["name"], c["status"]) for c in record["checks"] if c["status"] != "passed"]
-    assert result == []
+    result = ([(c["name"], c["status"]) for c in record["checks"] if c["status"] != "passed"],
+              record["compared_with_earlier_audit"], record["summary"])
+    assert result == ([], True, f"audit passed: all {len(record['checks'])} checks that had something to examine passed")
+
+
+def test_audit_tile_and_sentence_of_the_report_agree(campaign: Path) -> None:
+    """The page shows the runs stage of the first audit: every check passed but the ledger's, which
+    had nothing to examine; the tile and the sentence say the same, neither reads as a failure."""
+    record = json.loads((campaign / "audit-runs.json").read_text())
+    page = (campaign / "report/index.html").read_text()
+    passed = len(record["checks"]) - 1
+    tile = f"audit: {passed} checks passed, 1 with nothing to examine"
+    sentence = f"The audit of the runs passed: {passed} checks passed, and 1 had nothing to examine yet"
+    assert (tile in page, sentence in page, "It was the campaign's first audit" in page, " of " + str(passed + 1) in page) == (
+        True, True, True, False)
 
 
 def test_audit_report_stage_runs_before_the_report(campaign: Path) -> None:
@@ -238,7 +261,7 @@ def test_audit_names_wrong_typed_run_record(campaign: Path, name: str, changes: 
 
 def test_audit_names_campaign_record_of_wrong_shape(campaign: Path) -> None:
     edit_json(campaign / "campaign.json", grid=[1])
-    assert mentions(failed(campaign), "campaign.json: its grid and seeds name no run")
+    assert mentions(failed(campaign), "campaign.json: grid [1] is not the campaign's")
 
 
 def test_audit_reports_corrupt_results_json_as_violation(campaign: Path) -> None:
@@ -347,7 +370,120 @@ def test_audit_cli_on_a_path_that_is_no_campaign_exits_2(tmp_path: Path) -> None
     assert (result.returncode, len(result.stderr.splitlines()), "not a campaign directory" in result.stderr) == (2, 1, True)
 
 
-# --- no false alarms: content, never file times ---------------------------------------------
+def test_audit_records_deleted_wholesale_is_no_plain_pass(campaign: Path) -> None:
+    """An edited loss, collected and reported again, with every audit record deleted: no run record
+    can prove the loss wrong, but the audit says it compared nothing with an earlier audit."""
+    edit_json(run(campaign) / "results.json", loss=1.0)
+    collect_campaign(load_campaign("config/campaigns/tiny.yaml"))
+    build_report(campaign)
+    for name in ("audit.json", "audit-ledger.json", "audit.passed"):
+        (campaign / name).unlink()
+    result = subprocess.run([sys.executable, "-m", "ebd2n", "audit", str(campaign)], capture_output=True, text=True,
+                            env={**environment(), "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    record = json.loads((campaign / "audit.json").read_text())
+    assert (result.returncode, record["compared_with_earlier_audit"]) == (0, False)
+    assert "no earlier audit to compare with (first audit, or its records audit.json and audit-ledger.json are missing)" in (
+        result.stdout.splitlines()[-1])
+
+
+def test_audit_catches_campaign_json_seeds_edited_then_reported(campaign: Path) -> None:
+    edit_json(campaign / "campaign.json", seeds=[42])
+    build_report(campaign)
+    found = failed(campaign)
+    assert mentions(found, "campaign.json: seeds [42] is not the campaign's [42, 43]")
+    assert mentions(found, "report/results.json: differs from a recomputation")
+
+
+def test_audit_names_a_foreign_run_collected_and_reported(campaign: Path) -> None:
+    """A run of another grid (another LR) under the same campaign name, copied into runs/."""
+    foreign = campaign / "runs" / "synchronous-lr0.005-beta20.99-seed42"
+    shutil.copytree(run(campaign), foreign)
+    edit_json(foreign / "results.json", run=foreign.name, lr=0.005)
+    recipe = foreign / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace("lr: 0.003", "lr: 0.005").replace(RUNS[0], foreign.name))
+    collect_campaign(load_campaign("config/campaigns/tiny.yaml"))
+    build_report(campaign)
+    found = failed(campaign)
+    grid = [v for v in found if v.startswith("every run directory is a run of the campaign's grid")]
+    assert grid == [f"every run directory is a run of the campaign's grid (frozen/spec/): runs/{foreign.name}: "
+                    "not a run of the campaign's grid (no such grid point and seed in frozen/spec/)"]
+
+
+def test_audit_names_a_run_trained_in_another_directory(campaign: Path) -> None:
+    """A run of the same grid point trained under another campaign's directory, copied in."""
+    path = run(campaign) / "recipe.yaml"
+    path.write_text(path.read_text().replace(f"results/tiny/runs/{RUNS[0]}", f"results/other/runs/{RUNS[0]}"))
+    expected = f"runtime.output_dir results/other/runs/{RUNS[0]} is not the run's directory results/tiny/runs/{RUNS[0]}"
+    assert mentions(failed(campaign), RUNS[0], expected)
+
+
+def test_audit_catches_an_earlier_grid_recording_removed(campaign: Path) -> None:
+    """A changed campaign file adds frozen/spec/2.json (here: seed 42 alone, a new description);
+    deleting 1.json, and seed 43 from the spec with it, is named."""
+    raw = yaml.safe_load((Path("config/campaigns/tiny.yaml")).read_text())
+    collect_campaign(load_campaign(write_campaign(Path.cwd(), {**raw, "seeds": [42], "description": "renamed"})))
+    (campaign / "frozen/spec/1.json").unlink()
+    found = failed(campaign)
+    assert mentions(found, "frozen/spec/1.json: disappeared since the last audit")
+    assert mentions(found, f"runs/{RUNS[1]}: not a run of the campaign's grid")
+
+
+def test_collect_records_an_extension_once_in_a_new_spec_file(campaign: Path) -> None:
+    raw = yaml.safe_load((Path("config/campaigns/tiny.yaml")).read_text())
+    extended = load_campaign(write_campaign(Path.cwd(), {**raw, "seeds": [42, 43, 44]}))
+    collect_campaign(extended)
+    collect_campaign(extended)
+    spec = json.loads((campaign / "frozen/spec/2.json").read_text())
+    result = (sorted(p.name for p in (campaign / "frozen/spec").iterdir()), spec["seeds"])
+    assert result == (["1.json", "2.json"], [42, 43, 44])
+
+
+def test_audit_catches_a_runs_record_edited_then_reported(campaign: Path) -> None:
+    """audit-runs.json is what the page shows: one claiming a check this audit does not find so is named."""
+    path = campaign / "audit-runs.json"
+    record = json.loads(path.read_text())
+    record["checks"][1] |= {"status": "not applicable", "passed": True}
+    path.write_text(json.dumps(record))
+    build_report(campaign)
+    assert mentions(failed(campaign), "audit-runs.json: 'every grid point has every seed' is not applicable, this audit finds it passed")
+
+
+def test_audit_catches_an_edited_slice_plan(campaign: Path) -> None:
+    path = campaign / "frozen/plans/base.json"
+    plan = json.loads(path.read_text())
+    path.write_text(json.dumps({**plan, "epochs_per_slice": 2, "slice_ends": [2]}, indent=1) + "\n")
+    (campaign / "audit-ledger.json").unlink()
+    (campaign / "audit.json").unlink()
+    assert mentions(failed(campaign), "frozen/plans/base.json: differs from the frozen trainer's plan of frozen/recipes/base.yaml")
+
+
+def test_audit_refuses_a_campaign_without_its_frozen_spec_and_writes_nothing(campaign: Path) -> None:
+    shutil.rmtree(campaign / "frozen/spec")
+    (campaign / "audit.json").unlink()
+    with pytest.raises(UserError, match=r"frozen/spec: missing; it records the campaign's grid"):
+        audit_campaign(campaign)
+    assert not (campaign / "audit.json").exists()
+
+
+# --- no false alarms: links, copies, file times -----------------------------------------------
+
+
+@pytest.mark.parametrize("linked", ["results", CAMPAIGN])
+def test_audit_campaign_moved_to_scratch_and_linked_back_passes(repo: Path, tmp_path: Path, linked: str) -> None:
+    scratch = tmp_path / "scratch" / Path(linked).name
+    scratch.parent.mkdir()
+    (repo / linked).rename(scratch)
+    (repo / linked).symlink_to(scratch, target_is_directory=True)
+    found = failed(repo / CAMPAIGN)  # the report published before the move: recomputed alike
+    build_report(repo / CAMPAIGN)
+    directory = json.loads((repo / CAMPAIGN / "report/results.json").read_text())["directory"]
+    assert (found, directory, failed(repo / CAMPAIGN)) == ([], CAMPAIGN, [])
+
+
+def test_audit_from_another_working_directory_passes(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert failed(repo / CAMPAIGN) == []
+
 
 
 def snapshot(campaign: Path) -> dict[str, bytes]:

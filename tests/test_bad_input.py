@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +118,8 @@ WORKFLOW_CASES: dict[str, tuple[dict | None, str, list[str]]] = {
     "negative exponent learning rate": ({"grid": {"learning_rates": {"synchronous": ["-1e-3"]}}}, "-0.001", []),
     "base recipe refuses an override": ({"overrides": {"optimizer.foo": 1}}, "optimizer.foo", []),
     "--config given": ({}, "--config", ["--config", "seeds=[1]"]),
+    "name with a trailing newline": ({"campaign": "badinput\n"}, "campaign", []),
+    "seed beyond int64": ({"seeds": [2**64]}, "seeds.0", []),
 }
 _SNAKEMAKE_PREAMBLE = ("Using workflow specific profile",)
 """Lines Snakemake itself writes before the Snakefile runs."""
@@ -191,6 +194,15 @@ def test_closed_pipe_is_a_quiet_exit(argv: list[str]) -> None:
 # --- results that are no results: said, never dropped ---------------------------------------------
 
 
+@pytest.mark.parametrize("max_tokens", [10**24, 10**18])
+def test_absurd_budget_is_refused_at_once(max_tokens: int, capsys: pytest.CaptureFixture) -> None:
+    started = time.perf_counter()
+    status = _main(["recipe", "demo", "--set", f"training.max_tokens={max_tokens}"])
+    result = (status, time.perf_counter() - started < 1.0)
+    _assert_refused(status, capsys.readouterr().err, "training.max_tokens")
+    assert result == (2, True)
+
+
 def test_validate_non_finite_loss_is_a_failed_run(world: World, tmp_path: Path) -> None:
     run = Path(shutil.copytree(world.complete, tmp_path / "run"))
     state = load_checkpoint(run / "final.pt")
@@ -256,6 +268,10 @@ for _name, _sets, _names in [
     ("micro batch does not divide", ["training.micro_batch_size=5"], "training.micro_batch_size"),
     ("sequences not divisible by K", ["decentralized.num_models=3"], "decentralized.num_models"),
     ("negative exponent lr", ["optimizer.lr=-1e-3"], "--set optimizer.lr=-1e-3"),
+    ("seed beyond int64", [f"runtime.seed={2**64}"], "runtime.seed"),
+    ("negative seed", ["runtime.seed=-1"], "runtime.seed"),
+    ("max_tokens beyond int64", [f"training.max_tokens={10**24}"], "training.max_tokens"),
+    ("max_tokens of absurdly many epochs", [f"training.max_tokens={10**18}"], "training.max_tokens"),
 ]:
     case(f"recipe --set {_name}")(lambda world, tmp, sets=_sets, names=_names: Case(
         ["recipe", "demo", *[arg for pair in sets for arg in ("--set", pair)]], names))
@@ -539,6 +555,11 @@ def _(world, tmp):
     return Case(_tiny(world, tmp, "optimizer.lr=0.002"), "runtime.output_dir")
 
 
+@case("train seed beyond int64")
+def _(world, tmp):
+    return Case(_tiny(world, tmp, f"runtime.seed={2**64}"), "runtime.seed")
+
+
 @case("train recipe file not UTF-8")
 def _(world, tmp):
     return Case(["train", "--config", str(_recipe_file(tmp, NOT_UTF8)), "--quiet"], "recipe.yaml")
@@ -707,6 +728,24 @@ def _(world, tmp):
     return Case(_check(tmp, _campaign(recipe=str(tmp / "absent.yaml"))), "absent.yaml")
 
 
+@case("campaign check name with a trailing newline")
+def _(world, tmp):
+    text = yaml.safe_dump(_campaign(), sort_keys=False).replace("campaign: badinput", 'campaign: "badinput\\n"')
+    return Case(_check(tmp, text), "campaign")
+
+
+@case("campaign check preset with a trailing newline")
+def _(world, tmp):
+    raw = _campaign(grid=_campaign()["grid"] | {"presets": ["20m\n"]})
+    raw.pop("recipe")
+    return Case(_check(tmp, yaml.safe_dump(raw, sort_keys=False)), "grid.presets.0")
+
+
+@case("campaign check seed beyond int64")
+def _(world, tmp):
+    return Case(_check(tmp, _campaign(seeds=[42, 2**64])), "seeds.1")
+
+
 @case("campaign check frozen record damaged")
 def _(world, tmp):
     record = tmp / "results" / "badinput" / "frozen" / "freeze.json"
@@ -842,6 +881,22 @@ def _(world, tmp):
 @case("audit a run directory, not a campaign")
 def _(world, tmp):
     return Case(["audit", str(world.complete)], str(world.complete))
+
+
+@case("audit a campaign without its frozen spec, campaign.json corrupt")
+def _(world, tmp):
+    campaign = tmp / "results" / "broken"
+    (campaign / "runs").mkdir(parents=True)
+    (campaign / "campaign.json").write_text("{not json")
+    return Case(["audit", str(campaign)], "frozen/spec")
+
+
+@case("audit a campaign whose frozen spec is corrupt")
+def _(world, tmp):
+    campaign = tmp / "results" / "broken"
+    (campaign / "frozen" / "spec").mkdir(parents=True)
+    (campaign / "frozen" / "spec" / "1.json").write_text('{"grid": [1]}')
+    return Case(["audit", str(campaign)], "frozen/spec/1.json")
 
 
 @case("audit a file")

@@ -274,6 +274,7 @@ def cmd_audit(args: argparse.Namespace) -> None:
         print(f"{marks[check['status']]} {check['name']} ({check['scope']})")
         for note in check.get("notes", []):
             print(f"     {note}")
+    print(record["summary"])
     if not record["passed"]:
         raise AuditFailed("\n".join(violations(record)))
     if key is not None:

@@ -9,7 +9,7 @@ use it.
 results/<campaign>/
   campaign.json  runs.csv  audit-runs.json  audit.json  audit.passed  audit-ledger.json  status.html
   status/plan.json
-  frozen/        SOURCE_HASH  freeze.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
+  frozen/        SOURCE_HASH  freeze.json  spec/<n>.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt  slices/epoch-<N>.json
   report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
@@ -21,6 +21,7 @@ results/<campaign>/
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,10 @@ AUDIT_PASSED = "audit.passed"
 FROZEN = "frozen"
 SOURCE_HASH = "SOURCE_HASH"
 FREEZE_RECORD = "freeze.json"
+FROZEN_SPEC = "spec"
+"""frozen/spec/<n>.json: the campaign's grid and seeds as its campaign file declared them, one file
+per change (1.json when first collected, the next with each extension), each written once: what the
+audit recomputes campaign.json, runs.csv and the report from."""
 SLICE_PLANS = "plans"
 RUNS = "runs"
 REPORT = "report"
@@ -209,6 +214,24 @@ class CampaignPaths:
         return self.directory.name
 
     @property
+    def repository(self) -> Path:
+        """Where the campaign's relative paths start (results/<campaign> lies in it): its
+        directory's grandparent, never resolved through links (results/ may be a link to scratch
+        space), so a campaign reached through a link, or copied elsewhere, names the same paths."""
+        return Path(os.path.abspath(self.directory)).parent.parent
+
+    def relative(self, path: str | Path) -> str:
+        """`path` as the campaign's records name it: relative to the repository when under it
+        (compared without resolving links), else as given."""
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            return candidate.as_posix()
+        try:
+            return Path(os.path.abspath(candidate)).relative_to(self.repository).as_posix()
+        except ValueError:
+            return candidate.as_posix()
+
+    @property
     def campaign_json(self) -> Path:
         return self.directory / CAMPAIGN_JSON
 
@@ -245,6 +268,14 @@ class CampaignPaths:
         return self.frozen / FREEZE_RECORD
 
     @property
+    def frozen_spec(self) -> Path:
+        return self.frozen / FROZEN_SPEC
+
+    def spec_version(self, number: int) -> Path:
+        """The `number`th recording of the campaign's grid (1 first)."""
+        return self.frozen_spec / f"{number}.json"
+
+    @property
     def frozen_src(self) -> Path:
         """PYTHONPATH of the campaign's frozen trainer."""
         return self.frozen / "src"
@@ -261,9 +292,13 @@ class CampaignPaths:
         """Frozen base recipe `base` (a preset name, or `base` for a campaign without presets)."""
         return self.frozen_recipes / f"{base}.yaml"
 
+    @property
+    def slice_plans(self) -> Path:
+        return self.frozen / SLICE_PLANS
+
     def slice_plan(self, base: str) -> Path:
         """The slice chain of base recipe `base`'s runs, as the frozen trainer plans it (`ebd2n plan`)."""
-        return self.frozen / SLICE_PLANS / f"{base}.json"
+        return self.slice_plans / f"{base}.json"
 
     @property
     def runs(self) -> Path:

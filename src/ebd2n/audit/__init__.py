@@ -6,7 +6,11 @@ Three kinds of evidence back each other, so no single deleted or edited file goe
 - the ledger (`audit-ledger.json`, see `ebd2n.audit.ledger`): every artifact of the last passing
   audit; an audited run's files must never change afterwards;
 - audit.json records the ledger's own SHA-256, so a deleted or edited ledger is a violation.
-The published report is rebuilt elsewhere and compared byte for byte. File times never count.
+Sources only: what the campaign must hold comes from frozen/ (spec/: the grid and seeds;
+freeze.json: the fixed settings; the trainer, base recipes and slice plans) and the run
+directories. campaign.json, runs.csv and the published report are derived: each is recomputed
+(the report rebuilt elsewhere) and compared byte for byte, never believed. File times never count.
+An audit without an earlier audit's records says so (`compared_with_earlier_audit`, its summary).
 What this cannot catch: someone who rewrites every record, the ledger and audit.json
 consistently; a signature with a key kept elsewhere does (`ebd2n audit --sign`, ebd2n.signing).
 
@@ -17,6 +21,7 @@ verifies the report, writes the ledger and audit.json).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,21 +29,30 @@ from ebd2n.atomic import atomic_write_text, sha256_bytes
 from ebd2n.audit import checks
 from ebd2n.audit.ledger import Ledger, accepted, compare, protected, read_ledger, retrained, write_ledger
 from ebd2n.audit.runs import RunView, json_object, read_run
-from ebd2n.campaign.runs import grid_runs, parse_run_id
+from ebd2n.campaign.runs import BASE, parse_run_id
+from ebd2n.campaign.spec import read_spec, spec_runs
 from ebd2n.errors import UserError
-from ebd2n.layout import CAMPAIGN_JSON, FINAL, RUNS_CSV, CampaignPaths
+from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
 from ebd2n.provenance import timestamp
 
 Stage = Literal["runs", "full"]
 
 
 def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool = False) -> dict:
-    """Run every check of `stage`, write its record (and, for a passing full audit, the ledger)."""
+    """Run every check of `stage`, write its record (and, for a passing full audit, the ledger).
+
+    Everything is recomputed from the campaign's sources: the frozen spec (frozen/spec/: grid
+    and seeds; freeze.json: the fixed settings), the frozen trainer, base recipes and slice plans,
+    and the run directories. campaign.json, runs.csv and the report are derived: they are compared
+    with the recomputation, never believed. Without a readable frozen spec there is nothing to
+    audit against: a UserError, and nothing is written."""
     paths = CampaignPaths(Path(campaign_dir))
     if not paths.directory.is_dir() or not (paths.frozen.is_dir() or paths.runs.is_dir()):
         raise UserError(f"{paths.directory}: not a campaign directory (no frozen/ or runs/); pass results/<campaign>")
+    spec = read_spec(paths)
     files = checks.Check("campaign records present and readable", unit="files")
     info = _read_record(paths, paths.campaign_json, files)
+    freeze = _read_record(paths, paths.freeze_record, files) or {}
     frozen_hash = _read_text(paths, paths.source_hash, files)
     previous_audit = _read_record(paths, paths.audit, files, optional=True)
     try:
@@ -48,45 +62,53 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         ledger = Ledger()
     files.examined += 1 if paths.ledger.exists() else 0
 
-    expected = _expected_runs(info)
-    if info is not None and not expected:
-        files.violations.append(f"{CAMPAIGN_JSON}: its grid and seeds name no run (missing or of the wrong shape)")
-    views = _views(paths, expected, files)
+    expected = spec_runs(spec)
+    views = _views(paths, expected)
     finished = [view for view in views.values() if view.finished]
-    cache_identity = _cache_identity(info, finished)
-    cache_check, targets = checks.check_cache(_cache_dir(finished), cache_identity)
+    cache_identity = _cache_identity(finished)
+    cache_check, targets = checks.check_cache(_cache_dir(paths, finished), cache_identity)
     run_list = list(views.values())
+    recomputed = _recomputed(paths, info)
+    settings = freeze.get("settings") if isinstance(freeze.get("settings"), dict) else {}
     result = [
         files,
-        checks.check_grid(expected, views) if info else _not_applicable("every grid point has every seed", f"{CAMPAIGN_JSON} unreadable"),
+        checks.check_grid(expected, views),
+        checks.check_members(paths, expected),
         checks.check_files(run_list),
         cache_check,
         checks.check_validation(run_list, cache_identity, targets),
-        checks.check_recipes(paths, run_list),
-        checks.check_trainer(paths, frozen_hash, (info or {}).get("source_hash"), run_list),
+        checks.check_recipes(paths, run_list, spec["campaign"]),
+        checks.check_plans(paths, spec["grid"]["presets"] or [BASE], settings.get("epochs_per_slice")),
+        checks.check_trainer(paths, frozen_hash, run_list),
         checks.check_final(run_list, cache_identity, _final_states(finished)),
         checks.check_artifacts(run_list),
         checks.check_history(run_list),
         checks.check_retention(run_list),
         checks.check_best(run_list),
-        _check_collected(paths, info, finished, frozen_hash),
+        _check_collected(paths, info, recomputed, finished),
     ]
     current = _artifacts(paths, views)
     jobs = {view.id: list(view.results.get("job_ids") or []) for view in finished}
     result.append(_check_ledger(paths, ledger, previous_audit, current, jobs, accept))
     if stage == "full":
-        result.append(checks.check_report(paths))
+        result.append(_check_runs_record(paths, result))
+        result.append(checks.check_report(paths, recomputed if isinstance(recomputed, dict) else None))
         current.update(_report_artifacts(paths))
+    for check in result:  # records name paths relative to the repository, however the campaign was reached
+        check.violations = [_repository_relative(paths, violation) for violation in check.violations]
     passed = all(check.status != "failed" for check in result)
+    earlier = ledger.digest is not None or bool((previous_audit or {}).get("ledger_sha256"))
     record = {
-        "campaign": (info or {}).get("campaign", paths.name),
+        "campaign": spec["campaign"],
         "stage": stage,
         "audited_at": timestamp(),
         "passed": passed,
+        "compared_with_earlier_audit": earlier,
         "runs": len(finished),
         "checks": [check.record() for check in result],
         "ledger_sha256": (previous_audit or {}).get("ledger_sha256"),
     }
+    record["summary"] = summary(record)
     if stage == "runs":
         atomic_write_text(paths.audit_runs, json.dumps(record, indent=2) + "\n")
         if not passed:  # no seal stands over runs that fail
@@ -104,9 +126,37 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     return record
 
 
+NO_EARLIER_AUDIT = (
+    f"no earlier audit to compare with (first audit, or its records {AUDIT_JSON} and {AUDIT_LEDGER} are missing): "
+    "nothing was compared with what an earlier audit saw; this audit sets the baseline"
+)
+
+
+def summary(record: dict) -> str:
+    """The audit's one summary line: passed or failed, how many checks examined something and how
+    many had nothing to examine yet (not a failure), and whether an earlier audit was compared."""
+    checks_ = record["checks"]
+    failed = [check for check in checks_ if check["status"] == "failed"]
+    idle = [check["name"] for check in checks_ if check["status"] == "not applicable"]
+    if failed:
+        line = f"audit failed: {len(failed)} of {len(checks_)} checks found violations"
+    else:
+        line = f"audit passed: all {len(checks_) - len(idle)} checks that had something to examine passed"
+        if idle:
+            line += f"; {len(idle)} had nothing to examine yet ({'; '.join(idle)})"
+    if not record.get("compared_with_earlier_audit"):
+        line += f"; {NO_EARLIER_AUDIT}"
+    return line
+
+
 def violations(record: dict) -> list[str]:
     """Every violation of an audit record, prefixed by its check."""
     return [f"{check['name']}: {v}" for check in record["checks"] for v in check["violations"]]
+
+
+def _repository_relative(paths: CampaignPaths, message: str) -> str:
+    """A message with the repository's absolute prefix taken off the paths it names."""
+    return message.replace(f"{paths.repository}{os.sep}", "")
 
 
 def _read_record(paths: CampaignPaths, path: Path, check: checks.Check, optional: bool = False) -> Any:
@@ -130,39 +180,29 @@ def _read_text(paths: CampaignPaths, path: Path, check: checks.Check) -> str | N
     return path.read_text(encoding="utf-8", errors="replace").strip() or None
 
 
-def _expected_runs(info: dict | None) -> list:
-    """The campaign's grid as campaign.json records it (empty when unreadable)."""
-    if not info:
-        return []
-    try:
-        grid = info["grid"]
-        return grid_runs(grid.get("presets"), grid["modes"], grid["learning_rates"], grid["beta2"], info["seeds"])
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return []
-
-
-def _views(paths: CampaignPaths, expected: list, files: checks.Check) -> dict[str, RunView]:
-    """Every run of the grid with a directory, and every other run directory found."""
+def _views(paths: CampaignPaths, expected: list) -> dict[str, RunView]:
+    """Every run of the grid with a directory, and every other run directory with a run id (the
+    members check names those that are no run of the grid)."""
     runs = {run.id: run for run in expected}
     for directory in sorted(paths.runs.glob("*")) if paths.runs.is_dir() else []:
         if directory.name not in runs:
             try:
                 runs[directory.name] = parse_run_id(directory.name)
-            except UserError as error:
-                files.violations.append(f"{directory.relative_to(paths.directory)}: {error}")
+            except UserError:
+                continue
     return {run_id: read_run(paths.run(run_id), run) for run_id, run in runs.items() if paths.run(run_id).directory.is_dir()}
 
 
-def _cache_identity(info: dict | None, finished: list[RunView]) -> str | None:
-    recorded = (info or {}).get("cache_identities") or []
-    if len(recorded) == 1:
-        return recorded[0]
+def _cache_identity(finished: list[RunView]) -> str | None:
+    """The one cache identity every finished run records (None when they disagree)."""
     seen = {view.results.get("cache_identity") for view in finished}
     return seen.pop() if len(seen) == 1 else None
 
 
-def _cache_dir(finished: list[RunView]) -> str | None:
-    return next((view.recipe.data.cache_dir for view in finished if view.recipe is not None), None)
+def _cache_dir(paths: CampaignPaths, finished: list[RunView]) -> Path | None:
+    """The cache the runs read; a relative cache_dir starts at the campaign's repository."""
+    cache_dir = next((view.recipe.data.cache_dir for view in finished if view.recipe is not None), None)
+    return None if cache_dir is None else paths.repository / cache_dir
 
 
 def _final_states(finished: list[RunView]) -> dict[str, dict]:
@@ -182,28 +222,40 @@ def _final_states(finished: list[RunView]) -> dict[str, dict]:
     return states
 
 
-def _not_applicable(name: str, reason: str) -> checks.Check:
-    return checks.Check(name, reason=reason)
+def _recomputed(paths: CampaignPaths, info: dict | None) -> dict | str:
+    """campaign.json as the campaign's sources make it (what they cannot say, how the jobs ran, the
+    cost plan and the signing key's id, is taken from the file as it stands), or why it cannot be
+    recomputed."""
+    from ebd2n.campaign.collect import campaign_record
+
+    kept = {key: info[key] for key in ("execution", "plan", "signing") if key in info} if isinstance(info, dict) else {}
+    try:
+        return {**campaign_record(paths), **kept}
+    except UserError as error:
+        return str(error)
 
 
-def _check_collected(paths: CampaignPaths, info: dict | None, finished: list[RunView], frozen_hash: str | None) -> checks.Check:
-    """campaign.json and runs.csv say what the runs say."""
+def _check_collected(paths: CampaignPaths, info: dict | None, recomputed: dict | str, finished: list[RunView]) -> checks.Check:
+    """campaign.json and runs.csv say what the frozen spec and the runs say."""
     from ebd2n.campaign.results import read_results
 
     check = checks.Check(f"{CAMPAIGN_JSON} and {RUNS_CSV} equal a recomputation", unit="files")
-    if info is None or not finished:
-        check.reason = "nothing collected yet" if info is not None else f"{CAMPAIGN_JSON} unreadable"
+    if not finished:
+        check.reason = "nothing collected yet"
         return check
     check.examined = 2
-    caches = sorted({str(view.results.get("cache_identity")) for view in finished})
-    if info.get("cache_identities") != caches:
-        check.violations.append(f"{CAMPAIGN_JSON}: cache identities {info.get('cache_identities')} != the runs' {caches}")
-    if info.get("runs_finished") != len(finished):
-        check.violations.append(f"{CAMPAIGN_JSON}: runs_finished {info.get('runs_finished')} != {len(finished)} finished runs")
-    if frozen_hash is not None and info.get("source_hash") != frozen_hash:
-        check.violations.append(f"{CAMPAIGN_JSON}: source_hash is not the frozen trainer's")
+    if isinstance(recomputed, str):
+        check.violations.append(f"{CAMPAIGN_JSON} cannot be recomputed: {recomputed}")
+        return check
+    if not isinstance(info, dict):
+        check.violations.append(f"{CAMPAIGN_JSON}: {'missing' if info is None else 'not a JSON object'}; collect the campaign again")
+    else:
+        for key, value in recomputed.items():
+            if info.get(key) != value:
+                check.violations.append(f"{CAMPAIGN_JSON}: {key} {_short(info.get(key))} is not the campaign's {_short(value)} "
+                                        f"(recomputed from {FROZEN}/ and the runs)")
     try:
-        expected = read_results(paths.directory).runs.write_csv()
+        expected = read_results(paths.directory, recomputed).runs.write_csv()
     except UserError as error:
         check.violations.append(f"runs table cannot be recomputed: {error}")
         return check
@@ -213,16 +265,22 @@ def _check_collected(paths: CampaignPaths, info: dict | None, finished: list[Run
     return check
 
 
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _artifacts(paths: CampaignPaths, views: dict[str, RunView]) -> dict[str, str]:
-    """SHA-256 of every finished run's files, the frozen records and base recipes, campaign.json
-    and runs.csv, keyed by their path relative to the campaign."""
+    """SHA-256 of every finished run's files, the frozen records, base recipes and slice plans,
+    campaign.json and runs.csv, keyed by their path relative to the campaign."""
     from ebd2n.atomic import sha256_file
 
     runs = paths.runs.name
     artifacts = {
         f"{runs}/{view.id}/{name}": digest for view in views.values() if view.finished for name, digest in view.hashes.items()
     }
-    frozen = [paths.source_hash, paths.freeze_record, *sorted(paths.frozen_recipes.glob("*.yaml"))]
+    frozen = [paths.source_hash, paths.freeze_record, *sorted(paths.frozen_spec.glob("*")), *sorted(paths.frozen_recipes.glob("*.yaml")),
+              *sorted(paths.slice_plans.glob("*.json"))]
     for path in [*frozen, paths.campaign_json, paths.runs_csv]:
         if path.is_file():
             artifacts[path.relative_to(paths.directory).as_posix()] = sha256_file(path)
@@ -236,6 +294,39 @@ def _report_artifacts(paths: CampaignPaths) -> dict[str, str]:
         p.relative_to(paths.directory).as_posix(): sha256_file(p)
         for p in sorted(paths.report.rglob("*")) if p.is_file() and not p.is_symlink()
     }
+
+
+def _check_runs_record(paths: CampaignPaths, now: list[checks.Check]) -> checks.Check:
+    """audit-runs.json, the audit the published report shows, says what these checks say: the same
+    checks, outcomes and violations (only the ledger's may have gone from nothing to examine to
+    passed, once a full audit wrote the ledger), so the page never shows an audit that did not happen."""
+    check = checks.Check(f"{paths.audit_runs.name} (the audit the report shows) equals this audit of the runs", unit="records")
+    record, problem = json_object(paths.audit_runs) if paths.audit_runs.is_file() else (None, None)
+    if record is None and problem is None:
+        check.reason = f"no {paths.audit_runs.name} (the report says: not audited)"
+        return check
+    if any(current.violations for current in now):
+        check.reason = "the runs fail this audit already"
+        return check
+    check.examined = 1
+    if problem or not isinstance(record.get("checks"), list):
+        check.violations.append(f"{paths.audit_runs.name}: {problem or 'no list of checks'}")
+        return check
+    shown = {str(entry.get("name")): entry for entry in record["checks"] if isinstance(entry, dict)}
+    ledger = now[-1].name
+    for current in now:
+        entry = shown.pop(current.name, None)
+        if entry is None:
+            check.violations.append(f"{paths.audit_runs.name}: lacks the check {current.name!r}")
+            continue
+        grown = current.name == ledger and (entry.get("status"), current.status) == ("not applicable", "passed")
+        found = [_repository_relative(paths, violation) for violation in current.violations]
+        if not grown and (entry.get("status"), entry.get("violations")) != (current.status, found):
+            check.violations.append(f"{paths.audit_runs.name}: {current.name!r} is {entry.get('status')}, this audit finds it {current.status}")
+    check.violations += [f"{paths.audit_runs.name}: names a check this audit has not, {name!r}" for name in shown]
+    if check.violations:
+        check.violations.append(f"run `ebd2n audit {paths.directory} --stage runs`, then `ebd2n report {paths.directory}`")
+    return check
 
 
 def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, current: dict[str, str],

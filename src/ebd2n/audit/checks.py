@@ -17,13 +17,13 @@ from pathlib import Path
 
 from ebd2n.audit.runs import RunView, metric_records
 from ebd2n.campaign.resolve import run_recipe
-from ebd2n.campaign.runs import Run
+from ebd2n.campaign.runs import Run, parse_run_id
+from ebd2n.campaign.spec import frozen_trainer_plan
 from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
 from ebd2n.layout import (
     BEST,
-    CAMPAIGN_JSON,
     CHECKPOINT_LEDGER,
     FINAL,
     METRICS,
@@ -34,11 +34,13 @@ from ebd2n.layout import (
     TRAIN_LOG,
     TRAINING_ARTIFACTS,
     CampaignPaths,
+    named_campaign,
     slice_record,
 )
 from ebd2n.provenance import source_hash
 from ebd2n.report.campaign_report import build_report, report_files
 from ebd2n.train.budget import budget_of
+from ebd2n.train.plan import plan_json
 from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import CLOSING_LINES
 
@@ -94,6 +96,55 @@ def check_grid(expected: list[Run], views: dict[str, RunView]) -> Check:
     return check
 
 
+def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
+    """Every run directory is a run of the frozen grid (frozen/spec/): a run of another grid,
+    copied in under the same campaign name, is named, whatever campaign.json says."""
+    check = Check(f"every run directory is a run of the campaign's grid ({_where(paths, paths.frozen_spec)}/)", unit="run directories")
+    grid = {run.id for run in expected}
+    for directory in sorted(paths.runs.glob("*")) if paths.runs.is_dir() else []:
+        check.examined += 1
+        where = _where(paths, directory)
+        try:
+            parse_run_id(directory.name)
+        except UserError as error:
+            check.violations.append(f"{where}: {error}")
+            continue
+        if directory.name not in grid:
+            check.violations.append(f"{where}: not a run of the campaign's grid (no such grid point and seed in {_where(paths, paths.frozen_spec)}/)")
+    return check
+
+
+def check_plans(paths: CampaignPaths, bases: Iterable[str], epochs_per_slice: int | dict | None) -> Check:
+    """Each base's slice plan (what every job's --until-epoch came from) is the frozen trainer's
+    plan of its frozen base recipe in the frozen number of epochs per slice (the frozen trainer's,
+    not this checkout's: the budget code may have changed since the campaign started)."""
+    check = Check("slice plans equal the frozen trainer's plan of the frozen base recipes", unit="plans")
+    for base in bases:
+        path, where = paths.slice_plan(base), _where(paths, paths.slice_plan(base))
+        check.examined += 1
+        per_slice = epochs_per_slice.get(base) if isinstance(epochs_per_slice, dict) else epochs_per_slice
+        if not isinstance(per_slice, int):
+            check.violations.append(f"{_where(paths, paths.freeze_record)}: records no epochs_per_slice for {base}")
+            continue
+        if not path.is_file():
+            check.violations.append(f"{where}: missing")
+            continue
+        try:
+            expected = plan_json(frozen_trainer_plan(paths, base, per_slice))
+        except UserError as error:
+            check.violations.append(f"{where}: cannot be recomputed ({error})")
+            continue
+        if path.read_text(encoding="utf-8", errors="replace") != expected:
+            check.violations.append(f"{where}: differs from the frozen trainer's plan of {_where(paths, paths.base_recipe(base))} "
+                                    f"in slices of {per_slice} epoch(s) (edited)")
+    return check
+
+
+def _where(paths: CampaignPaths, path: Path) -> str:
+    """A path of the campaign as its records name it: relative to the campaign directory."""
+    return path.relative_to(paths.directory).as_posix()
+
+
 def check_files(views: list[RunView]) -> Check:
     return each_run("run files present and readable", views, lambda v: v.problems)
 
@@ -116,7 +167,9 @@ def check_validation(views: list[RunView], cache_identity: str | None, targets: 
     return each_run("complete full validation on the campaign cache", views, problem)
 
 
-def check_recipes(paths: CampaignPaths, views: list[RunView]) -> Check:
+def check_recipes(paths: CampaignPaths, views: list[RunView], campaign: str) -> Check:
+    """Each run's recipe is its frozen base at its grid point, trained in its own directory
+    (results/<campaign>/runs/<run-id>, however the campaign is reached now)."""
     bases: dict[str, Recipe | str] = {}
 
     def problem(view: RunView) -> Iterable[str]:
@@ -131,6 +184,9 @@ def check_recipes(paths: CampaignPaths, views: list[RunView]) -> Check:
         if isinstance(bases[base], str):
             yield f"frozen base recipe unreadable: {bases[base]}"
             return
+        own, trained_in = named_campaign(campaign).run(view.id).directory.as_posix(), paths.relative(view.recipe.runtime.output_dir)
+        if trained_in != own:
+            yield f"runtime.output_dir {trained_in} is not the run's directory {own} (a run trained elsewhere)"
         expected = run_recipe(bases[base], view.run, view.recipe.runtime.output_dir)
         diff = _differences(expected.model_dump(mode="json"), view.recipe.model_dump(mode="json"))
         axes = [key for key in diff if key in GRID_AXES]
@@ -154,7 +210,7 @@ def _differences(expected: dict, actual: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def check_trainer(paths: CampaignPaths, frozen_hash: str | None, campaign_hash: str | None, views: list[RunView]) -> Check:
+def check_trainer(paths: CampaignPaths, frozen_hash: str | None, views: list[RunView]) -> Check:
     """The frozen tree still hashes to SOURCE_HASH, and every run was trained by it."""
     check = Check("every run used the frozen trainer, which is unchanged")
     if frozen_hash is None:
@@ -163,8 +219,6 @@ def check_trainer(paths: CampaignPaths, frozen_hash: str | None, campaign_hash: 
         check.violations.append(f"{paths.frozen_package.relative_to(paths.directory)}: missing")
     elif (actual := source_hash(paths.frozen_package)) != frozen_hash:
         check.violations.append(f"frozen trainer source hashes to {actual[:12]}…, not its {SOURCE_HASH} {frozen_hash[:12]}… (edited)")
-    if campaign_hash is not None and frozen_hash is not None and campaign_hash != frozen_hash:
-        check.violations.append(f"{CAMPAIGN_JSON} names source {campaign_hash[:12]}…, not the frozen {frozen_hash[:12]}…")
     for view in views:
         if view.finished:
             check.examined += 1
@@ -337,7 +391,7 @@ def check_best(views: list[RunView]) -> Check:
     return each_run(f"{BEST} names weights the run keeps (null under the final policy)", views, problem)
 
 
-def check_cache(cache_dir: str | None, cache_identity: str | None) -> tuple[Check, int | None]:
+def check_cache(cache_dir: str | Path | None, cache_identity: str | None) -> tuple[Check, int | None]:
     """Re-hash every shard of the campaign's cache against its manifest; return the target count."""
     check = Check("the data cache matches its manifest", unit="caches")
     if cache_dir is None:
@@ -354,8 +408,10 @@ def check_cache(cache_dir: str | None, cache_identity: str | None) -> tuple[Chec
     return check, cache.validation_targets
 
 
-def check_report(paths: CampaignPaths) -> Check:
-    """The published report equals one rebuilt from the runs, file for file, byte for byte."""
+def check_report(paths: CampaignPaths, info: dict | None) -> Check:
+    """The published report equals one rebuilt from the runs and `info` (campaign.json as the
+    campaign's sources make it; None: it cannot be recomputed, the file stands in), file for file,
+    byte for byte."""
     check = Check("the published report equals a recomputation from the runs", unit="report files")
     published = paths.report
     if not published.is_dir():
@@ -363,7 +419,7 @@ def check_report(paths: CampaignPaths) -> Check:
         return check
     with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
         try:
-            build_report(paths.directory, Path(scratch))
+            build_report(paths.directory, Path(scratch), info=info)
         except UserError as error:
             check.violations.append(f"cannot rebuild the report: {error}")
             return check

@@ -76,8 +76,9 @@ class CampaignResults:
         return _epoch_records(run_paths(self.directory / directory).metrics)
 
 
-def read_results(directory: Path) -> CampaignResults:
-    """Read `results/<campaign>`; a directory without runs is a user error naming what to do."""
+def read_results(directory: Path, info: dict[str, Any] | None = None) -> CampaignResults:
+    """Read `results/<campaign>`; a directory without runs is a user error naming what to do.
+    `info` stands in for campaign.json (the audit passes the record the campaign's sources make)."""
     paths = CampaignPaths(Path(directory))
     directory = paths.directory
     if not directory.is_dir():
@@ -85,7 +86,7 @@ def read_results(directory: Path) -> CampaignResults:
     run_dirs = run_directories(paths)
     if not run_dirs:
         raise UserError(f"{paths.runs}: no finished or resolved run; run the campaign first")
-    info = read_json(paths.campaign_json)
+    info = read_json(paths.campaign_json) if info is None else info
     if info is not None and not (
         isinstance(info, dict) and isinstance(info.get("grid") or {}, dict) and isinstance(info.get("seeds") or [], list)
     ):
@@ -102,7 +103,7 @@ def read_results(directory: Path) -> CampaignResults:
     order = {mode: index for index, mode in enumerate(modes)}
     runs = table.sort([pl.col("mode").replace_strict(order, return_dtype=pl.Int64), "lr", "beta2", "seed", "run"])
     seeds = sorted(info["seeds"]) if info and info.get("seeds") else sorted(set(runs["seed"].to_list()))
-    repo_root = directory.absolute().parent.parent  # not resolve(): results/ may be a link
+    repo_root = paths.repository
     manifest_path = _manifest_path(directory, runs["directory"][0], repo_root)
     return CampaignResults(
         directory=directory,

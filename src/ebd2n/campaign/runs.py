@@ -52,7 +52,7 @@ def packed_models(mode: str) -> int | None:
 
 def parse_run_id(run_id: str) -> Run:
     """The run an id names; ids not in canonical form are refused (two ids would name one run)."""
-    match = _RUN_ID.match(run_id)
+    match = _RUN_ID.fullmatch(run_id)
     if match is None:
         raise UserError(
             f"run id {run_id!r}: expected [<preset>-]<mode>-lr<float>-beta2<float>-seed<int>, "

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
@@ -18,13 +22,14 @@ from typing import Any
 
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates
-from ebd2n.config import Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
+from ebd2n.config import INT_RANGE, Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
+from ebd2n.atomic import atomic_write_text
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths, named_campaign
 from ebd2n.provenance import software_versions
 from ebd2n.train.budget import budget_of
-from ebd2n.train.plan import SlicePlan, read_slice_plan, recipe_plan
+from ebd2n.train.plan import SlicePlan, parse_plan, read_slice_plan, recipe_plan
 from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
 SCHEMA_PATH = files(__package__) / "campaign.schema.yaml"
@@ -200,11 +205,24 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
 
 
 def validate_schema(raw: Any, source: str = "campaign") -> None:
-    """JSON Schema check: the first error, naming the key."""
+    """JSON Schema check, then the integer range: the first error, naming the key."""
     error = next(_validator().iter_errors(raw), None)
     if error is not None:
         where = ".".join(str(part) for part in error.absolute_path) or "top level"
         raise UserError(f"campaign file {source}: {where}: {error.message}")
+    for where, value in _integers(raw):
+        low, high = INT_RANGE
+        if not low <= value <= high:
+            raise UserError(f"campaign file {source}: {where}: {value} is outside the integers the trainer can use ({low} .. {high}, int64)")
+
+
+def _integers(value: Any, where: str = "") -> list[tuple[str, int]]:
+    """Every integer of a parsed campaign file, with its dotted key."""
+    if isinstance(value, Mapping):
+        return [pair for key, item in value.items() for pair in _integers(item, f"{where}.{key}" if where else str(key))]
+    if isinstance(value, list):
+        return [pair for index, item in enumerate(value) for pair in _integers(item, f"{where}.{index}")]
+    return [(where, value)] if isinstance(value, int) and not isinstance(value, bool) else []
 
 
 def current_bases(campaign: Campaign) -> dict[str, Recipe]:
@@ -215,10 +233,24 @@ def current_bases(campaign: Campaign) -> dict[str, Recipe]:
 
 @functools.cache
 def _validator():
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator, validators
 
     schema = load_yaml(SCHEMA_PATH.read_text(encoding="utf-8"))
-    return Draft202012Validator(schema)
+    return validators.extend(Draft202012Validator, {"pattern": _whole_string_pattern})(schema)
+
+
+def _whole_string_pattern(validator, pattern: str, instance: Any, schema: Any):
+    """The schema's `pattern` as JSON Schema means it (ECMA-262): `$` is the end of the string.
+    Python's `$` also matches before a trailing newline, which would let `campaign: "small\n"`
+    through and plan results/small\n/; every name the schema checks is matched as a whole string."""
+    from jsonschema import ValidationError
+
+    if validator.is_type(instance, "string") and not re.search(_END.sub(r"\\Z", pattern), instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_END = re.compile(r"(?<!\\)\$")
+"""An unescaped `$` of a schema pattern."""
 
 
 def _check(campaign: Campaign) -> None:
@@ -355,6 +387,21 @@ def base_plans(campaign: Campaign) -> dict[str, SlicePlan]:
     return plans
 
 
+def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) -> SlicePlan:
+    """The slices of frozen base recipe `base`, as the campaign's frozen trainer plans them
+    (`ebd2n plan --json` run from frozen/src): what the audit holds a plan file to."""
+    _refuse_older_frozen_trainer(paths)
+    command = [sys.executable, "-m", "ebd2n", "plan", str(paths.base_recipe(base)),
+               "--epochs-per-slice", str(epochs_per_slice), "--json"]
+    shown = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(paths.frozen_src)}, capture_output=True, text=True)
+    if shown.returncode:
+        raise UserError(f"{paths.frozen_src}: the frozen trainer could not plan base recipe {base}: {shown.stderr.strip()}")
+    try:
+        return parse_plan(json.loads(shown.stdout), f"the frozen trainer's plan of {base}")
+    except json.JSONDecodeError:
+        raise UserError(f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}") from None
+
+
 def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:
     """A campaign frozen before its trainer could plan slices (`ebd2n plan`, train/plan.py): that
     copy also predates the launcher the jobs start through (`python -m ebd2n.warm train ...`; both
@@ -368,6 +415,91 @@ def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:
         "whose trainer cannot plan slices nor run under this workflow's launcher: finish the campaign with "
         f"the ebd2n checkout that froze it (its source hash is in {paths.freeze_record}), or start a new campaign"
     )
+
+
+def record_spec(campaign: Campaign) -> dict[str, Any]:
+    """Record the grid and seeds the campaign file declares and return the campaign's spec.
+
+    Each change is its own file, frozen/spec/<n>.json, written once and never changed (the ledger
+    protects it like every frozen file): the first collect writes 1.json, an extension the next.
+    The spec is their union, axis by axis (a campaign only gains grid points). The audit expects
+    exactly the runs of the spec, so a run directory of any other grid point (copied in from
+    another campaign of the same name) is named, whatever campaign.json says."""
+    paths = campaign.paths
+    declared = {
+        "campaign": campaign.name,
+        "description": campaign.description,
+        "grid": {
+            "presets": list(campaign.presets) if campaign.presets else None,
+            "modes": list(campaign.modes),
+            "learning_rates": {mode: list(lrs) for mode, lrs in campaign.learning_rates.items()},
+            "beta2": list(campaign.beta2),
+        },
+        "seeds": list(campaign.seeds),
+    }
+    versions = _spec_versions(paths)
+    if versions:
+        spec = read_spec(paths)
+        if _merged(spec, declared) == spec:
+            return spec
+    atomic_write_text(paths.spec_version(len(versions) + 1), json.dumps(declared, indent=2) + "\n")
+    return read_spec(paths)
+
+
+def read_spec(paths: CampaignPaths) -> dict[str, Any]:
+    """The campaign's spec: every frozen/spec/<n>.json merged in order (see record_spec); none, or
+    a damaged one, is a user error naming it."""
+    versions = _spec_versions(paths)
+    if not versions:
+        raise UserError(f"{paths.frozen_spec}: missing; it records the campaign's grid: collect the campaign (ebd2n collect CAMPAIGN_FILE)")
+    spec: dict[str, Any] | None = None
+    for path in versions:
+        version = read_json(path)
+        try:
+            spec_runs(version)
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise UserError(f"{path}: not a campaign spec ({type(error).__name__}: {error})") from None
+        spec = version if spec is None else _merged(spec, version)
+    return spec
+
+
+def spec_runs(spec: Mapping[str, Any]) -> list[Run]:
+    """Every run of a recorded spec, in grid order."""
+    grid = spec["grid"]
+    if not (isinstance(spec["seeds"], list) and all(isinstance(seed, int) for seed in spec["seeds"])):
+        raise TypeError("seeds are not a list of integers")
+    return grid_runs(grid["presets"], grid["modes"], grid["learning_rates"], grid["beta2"], spec["seeds"])
+
+
+def _spec_versions(paths: CampaignPaths) -> list[Path]:
+    """frozen/spec/<n>.json in order; any other file there is a user error naming it."""
+    files = sorted(paths.frozen_spec.iterdir()) if paths.frozen_spec.is_dir() else []
+    stray = [path for path in files if not (path.suffix == ".json" and path.stem.isdigit())]
+    if stray:
+        raise UserError(f"{stray[0]}: not a recording of the campaign's grid (frozen/spec/<n>.json)")
+    return sorted(files, key=lambda path: int(path.stem))
+
+
+def _merged(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+    """Two recordings as one spec: every axis the union (earlier values first), the later name and description."""
+    before, now = earlier["grid"], later["grid"]
+    rates = {key: _union(before["learning_rates"].get(key, []), now["learning_rates"].get(key, []))
+             for key in _union(list(before["learning_rates"]), list(now["learning_rates"]))}
+    return {
+        "campaign": later["campaign"],
+        "description": later["description"],
+        "grid": {
+            "presets": _union(before["presets"] or [], now["presets"] or []) or None,
+            "modes": _union(before["modes"], now["modes"]),
+            "learning_rates": rates,
+            "beta2": _union(before["beta2"], now["beta2"]),
+        },
+        "seeds": _union(earlier["seeds"], later["seeds"]),
+    }
+
+
+def _union(earlier: list, now: list) -> list:
+    return [*earlier, *(value for value in now if value not in earlier)]
 
 
 def describe_campaign(campaign: Campaign) -> str:

@@ -15,6 +15,7 @@ from ebd2n.config.recipe import (
     save_recipe,
 )
 from ebd2n.config.schema import (
+    INT_RANGE,
     DataConfig,
     DecentralizedConfig,
     EvaluationConfig,
@@ -29,6 +30,7 @@ from ebd2n.config.schema import (
 )
 
 __all__ = [
+    "INT_RANGE",
     "RESULT_NEUTRAL_FIELDS",
     "DataConfig",
     "DecentralizedConfig",

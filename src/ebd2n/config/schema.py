@@ -8,15 +8,29 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+INT_RANGE = (-(2**63), 2**63 - 1)
+"""What the trainer can hold in an integer (torch and numpy keep them as int64): every integer
+field of a recipe lies in it, so a seed of 2**64 is refused here, not by torch mid-training."""
 
 
 class Section(BaseModel):
-    """Base of every recipe section: strict types, unknown keys and non-finite numbers refused, assignments checked."""
+    """Base of every recipe section: strict types, unknown keys, non-finite numbers and integers
+    beyond int64 refused, assignments checked."""
 
     model_config = ConfigDict(
         extra="forbid", strict=True, validate_assignment=True, frozen=False, allow_inf_nan=False
     )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, value: Any, info: ValidationInfo) -> Any:
+        """The one integer-range check of every field."""
+        low, high = INT_RANGE
+        if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
+            raise ValueError(f"{value} is outside the integers the trainer can use ({low} .. {high}, int64)")
+        return value
 
 
 class ModelConfig(Section):
@@ -129,9 +143,9 @@ class DataConfig(Section):
     Hugging Face cache, or a `huggingface-cli download --local-dir` directory): read instead of the network."""
     tokenizer_copy: str | None = None
     """Local copy of the Hub tokenizer repository in the same layouts (its tokenizer.json is used)."""
-    shuffle_seed: int = 42
+    shuffle_seed: int = Field(default=42, ge=0)
     """Seed of the document shuffle at preparation (fixed across runtime seeds)."""
-    synthetic_seed: int = 0
+    synthetic_seed: int = Field(default=0, ge=0)
     """Seed of the embedded corpus generator."""
     synthetic_train_bytes: int = Field(default=4_000_000, gt=0)
     """Size of the embedded training text in bytes."""
@@ -216,14 +230,14 @@ class EvaluationConfig(Section):
     """Validation blocks evaluated after each epoch (fewer if the split is smaller)."""
     batch_size: int = Field(default=128, gt=0)
     """Sequences per evaluation batch."""
-    seed: int = 12345
+    seed: int = Field(default=12345, ge=0)
     """Seed choosing the fixed epoch-subset blocks."""
 
 
 class RuntimeConfig(Section):
     """How and where this run executes; seed is the only field that changes the result."""
 
-    seed: int = 42
+    seed: int = Field(default=42, ge=0)
     """Runtime seed: initialisation, data order, dropout."""
     output_dir: str = "runs/default"
     """Run directory (recipe.yaml, train.log, metrics.jsonl, checkpoints)."""

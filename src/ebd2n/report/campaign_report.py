@@ -62,9 +62,10 @@ SELECTION_RULE = {
 }
 
 
-def build_report(campaign_dir: Path, out: Path | None = None) -> Path:
-    """Write the report into `out`, or publish it as the campaign's report/; return its index.html."""
-    campaign = read_results(Path(campaign_dir))
+def build_report(campaign_dir: Path, out: Path | None = None, info: dict[str, Any] | None = None) -> Path:
+    """Write the report into `out`, or publish it as the campaign's report/; return its index.html.
+    `info` stands in for campaign.json (the audit's recomputation)."""
+    campaign = read_results(Path(campaign_dir), info)
     if out is not None:
         return _write_report(campaign, Path(out))
     published = campaign.directory / REPORT
@@ -197,7 +198,7 @@ def _write_selected(campaign: CampaignResults, mode: str, point: dict[str, Any],
     """The winner's first-seed recipe with repository-relative paths, ready for `ebd2n train`."""
     runs = point_runs(campaign, point)
     recipe = campaign.recipe(runs["directory"][0]).model_copy(deep=True)
-    recipe.data.cache_dir = _repo_relative(recipe.data.cache_dir, campaign.repo_root)
+    recipe.data.cache_dir = _repo_relative(recipe.data.cache_dir, campaign)
     recipe.runtime.output_dir = f"{RUNS}/{campaign.directory.name}-selected-{mode}"
     pinned = _pinned_data(campaign, recipe, runs["directory"].to_list())
     recipe.data.revision, recipe.data.tokenizer_revision = pinned["revision"], pinned["tokenizer_revision"]
@@ -313,12 +314,12 @@ def _data_record(campaign: CampaignResults, recipe: Recipe) -> dict[str, Any]:
     """Data and tokenizer revisions: the manifest when present, else what the recipe pinned."""
     if campaign.manifest is not None:
         keys = ("source", "tokenizer", "seeds", "splits")
-        manifest = _repo_relative(str(campaign.manifest_path), campaign.repo_root)
+        manifest = _repo_relative(str(campaign.manifest_path), campaign)
         return {"manifest": manifest, **{k: campaign.manifest.get(k) for k in keys}}
     data = recipe.data
     return {
         "manifest": None,
-        "manifest_missing": _repo_relative(str(campaign.manifest_path), campaign.repo_root),
+        "manifest_missing": _repo_relative(str(campaign.manifest_path), campaign),
         "source": {"name": data.dataset or data.source, "config": data.dataset_config, "revision": data.revision},
         "tokenizer": {"name": data.tokenizer, "revision": data.tokenizer_revision, "vocab_size": recipe.model.vocab_size},
         "seeds": {"shuffle": data.shuffle_seed, "validation": recipe.evaluation.seed},
@@ -336,9 +337,11 @@ def _environments(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
-    """Audit outcome: not audited, passed, or failed with the failing checks and their violations."""
+    """Audit outcome: not audited, passed, or failed with the failing checks and their violations;
+    `passed` counts the checks that examined something and passed, `not_applicable` names those
+    that had nothing to examine (no failure), `compared` whether an earlier audit was compared."""
     if audit is None:
-        return {"status": "not audited", "checks": 0, "failed": [], "not_applicable": []}
+        return {"status": "not audited", "checks": 0, "passed": 0, "failed": [], "not_applicable": [], "compared": False}
     checks = audit.get("checks") or []
     idle = [check.get("name") for check in checks if check.get("status") == "not applicable"]
     failed = [
@@ -347,7 +350,8 @@ def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
         if not check.get("passed")
     ]
     status = "passed" if audit.get("passed") and not failed else "failed"
-    return {"status": status, "checks": len(checks), "failed": failed, "not_applicable": idle}
+    return {"status": status, "checks": len(checks), "passed": len(checks) - len(idle) - len(failed), "failed": failed,
+            "not_applicable": idle, "compared": audit.get("compared_with_earlier_audit", True)}
 
 
 def _run_records(campaign: CampaignResults) -> list[dict[str, Any]]:
@@ -369,20 +373,16 @@ def _scaling_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(flat, infer_schema_length=None)
 
 
-def _repo_relative(path: str, repo_root: Path) -> str:
-    """A path under the repository made relative to it; relative paths and outside paths kept."""
-    candidate = Path(path)
-    if not candidate.is_absolute():
-        return candidate.as_posix()
-    try:
-        return candidate.resolve().relative_to(repo_root.resolve()).as_posix()
-    except ValueError:
-        return candidate.as_posix()
+def _repo_relative(path: str, campaign: CampaignResults) -> str:
+    """A path under the repository made relative to it (never through links: results/ may be a
+    link to scratch space); relative paths and outside paths kept."""
+    return CampaignPaths(campaign.directory).relative(path)
 
 
 def _campaign_path(campaign: CampaignResults) -> str:
-    """The campaign directory as commands run from the repository root name it."""
-    return _repo_relative(str(campaign.directory.resolve()), campaign.repo_root)
+    """The campaign directory as commands run from the repository root name it (results/<name>,
+    however the campaign was reached)."""
+    return _repo_relative(os.path.abspath(campaign.directory), campaign)
 
 
 def _one_line(text: str) -> str:

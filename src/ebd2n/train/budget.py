@@ -19,6 +19,11 @@ from fractions import Fraction
 from ebd2n.config import Recipe, count_parameters
 from ebd2n.errors import UserError
 
+MAX_EPOCHS = 100_000
+"""The most epochs a budget may have: each epoch is a subset validation, a metrics record and a
+possible slice boundary (the reference trains 40). The count is known in closed form before any
+boundary is listed, so an absurd budget (max_tokens of 10**18 in epochs of 10**7) is refused at once."""
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -102,6 +107,11 @@ def budget_of(recipe: Recipe) -> Budget:
         )
     total, epoch = _nominal_tokens(recipe, parameters, replicas * context)
     count = math.ceil(total / epoch)
+    if count > MAX_EPOCHS:
+        raise UserError(
+            f"training: {int(total):,} tokens in epochs of {float(epoch):,.0f} make {count:,} epochs, more than "
+            f"{MAX_EPOCHS:,}; lower training.max_tokens (or tokens_per_parameter) or raise training.epoch_tokens"
+        )
     boundaries = tuple(math.ceil(min(total, i * epoch) / context) for i in range(1, count + 1))
     if boundaries[0] == 0 or len(set(boundaries)) != count:
         raise UserError(
