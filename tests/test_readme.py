@@ -58,7 +58,7 @@ def test_readme_everyday_commands_run_in_order(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     completed = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    trained = [line.split(";")[0] for line in completed.stdout.splitlines() if line.startswith(("done:", "slice done:"))]
+    trained = [line.split(";")[0] for line in completed.stdout.splitlines() if line.startswith(("done", "slice done"))]
     result = (
         sorted(path.name for path in tmp_path.iterdir()),
         trained,
@@ -70,7 +70,7 @@ def test_readme_everyday_commands_run_in_order(tmp_path: Path) -> None:
         ["done: runs/whole/final.pt, dashboard runs/whole/report.html",
          "slice done: epoch 1 of runs/sliced",
          "done: runs/sliced/final.pt, dashboard runs/sliced/report.html",
-         "done: reached already, nothing trained; runs/sliced/final.pt, dashboard runs/sliced/report.html"],
+         "done already (nothing trained): runs/sliced/final.pt, dashboard runs/sliced/report.html"],
         True, True,
     )
     assert_states_equal(*(torch.load(tmp_path / "runs" / name / "final.pt", weights_only=True)["engine"] for name in ("whole", "sliced")))

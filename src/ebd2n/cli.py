@@ -136,11 +136,10 @@ def _train_summary(run_dir: Path, trained: bool, until_epoch: int | None) -> str
     epochs = [record for record in read_metrics(run_dir) if record["type"] == "epoch"]
     last = epochs[-1]
     loss = f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % (epoch {last['epoch']} subset)"
-    already = "" if trained else "reached already, nothing trained; "
+    done = "done" if trained else "done already (nothing trained)"
     if (run_dir / FINAL).is_file():
-        return f"done: {already}{run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
-    return (f"slice done: {already}epoch {until_epoch} of {run_dir}; `ebd2n train` without --until-epoch "
-            f"resumes it; {loss}")
+        return f"{done}: {run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
+    return f"slice {done}: epoch {until_epoch} of {run_dir}; `ebd2n train` without --until-epoch resumes it; {loss}"
 
 
 def cmd_validate(args: argparse.Namespace) -> None:

@@ -25,9 +25,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from ebd2n.atomic import atomic_write_text, sha256_bytes
+from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_bytes
 from ebd2n.audit import checks
-from ebd2n.audit.ledger import Ledger, accepted, compare, protected, read_ledger, retrained, write_ledger
+from ebd2n.audit.ledger import Ledger, accepted, compare, ledger_json, protected, read_ledger, retrained
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import BASE, parse_run_id
 from ebd2n.campaign.spec import read_spec, spec_runs
@@ -50,6 +50,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     if not paths.directory.is_dir() or not (paths.frozen.is_dir() or paths.runs.is_dir()):
         raise UserError(f"{paths.directory}: not a campaign directory (no frozen/ or runs/); pass results/<campaign>")
     spec = read_spec(paths)
+    remove_temporaries(paths.directory)  # of a killed write of a campaign record
     files = checks.Check("campaign records present and readable", unit="files")
     info = _read_record(paths, paths.campaign_json, files)
     freeze = _read_record(paths, paths.freeze_record, files) or {}
@@ -114,16 +115,29 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         if not passed:  # no seal stands over runs that fail
             paths.audit_passed.unlink(missing_ok=True)
         return record
-    if passed:  # a failing audit leaves the ledger as the last passing one wrote it
-        history = ledger.history + ([accepted(ledger.artifacts, current)] if accept else [])
-        record["ledger_sha256"] = write_ledger(paths, current, history, jobs)
-    text = json.dumps(record, indent=2) + "\n"
-    atomic_write_text(paths.audit, text)
-    if passed:  # the workflow's target: present only while the last full audit passed
-        atomic_write_text(paths.audit_passed, sha256_bytes(text.encode("utf-8")) + "\n")
-    else:
+    if not passed:  # a failing audit leaves the ledger as the last passing one wrote it
+        atomic_write_text(paths.audit, json.dumps(record, indent=2) + "\n")
         paths.audit_passed.unlink(missing_ok=True)
+        return record
+    history = ledger.history + ([accepted(ledger.artifacts, current)] if accept else [])
+    ledger_text = ledger_json(current, history, jobs)
+    record["ledger_sha256"], record["previous_ledger_sha256"] = sha256_bytes(ledger_text.encode("utf-8")), ledger.digest
+    if _same_audit(previous_audit, record) and ledger.digest == record["ledger_sha256"]:
+        record = previous_audit  # nothing changed since the last audit: its records stand as they are
+    else:  # audit.json first: killed before the ledger, the next audit finds the ledger it names as the one before
+        atomic_write_text(paths.audit, json.dumps(record, indent=2) + "\n")
+        atomic_write_text(paths.ledger, ledger_text)
+    seal = sha256_bytes(paths.audit.read_bytes()) + "\n"
+    if not paths.audit_passed.is_file() or paths.audit_passed.read_text() != seal:  # the workflow's target, while it passes
+        atomic_write_text(paths.audit_passed, seal)
     return record
+
+
+def _same_audit(previous: dict | None, record: dict) -> bool:
+    """Whether the last audit found exactly what this one finds (its time, and the ledger it started
+    from, aside: both audits then leave the same ledger)."""
+    aside = {"audited_at": None, "previous_ledger_sha256": None}
+    return isinstance(previous, dict) and {**previous, **aside} == {**record, **aside}
 
 
 NO_EARLIER_AUDIT = (
@@ -335,6 +349,8 @@ def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, curr
     for runs trained again by other jobs (named in the check's notes)."""
     check = checks.Check("audited artifacts unchanged since the last audit (ledger)", unit="artifacts")
     recorded = (audit or {}).get("ledger_sha256")
+    if ledger.digest is not None and ledger.digest == (audit or {}).get("previous_ledger_sha256"):
+        recorded = ledger.digest  # the last audit was killed between its record and its ledger
     name = paths.ledger.name
     if recorded and ledger.digest is None and not paths.ledger.exists():  # unreadable: the files check says so
         check.violations.append(f"{name}: missing, but {paths.audit.name} records one; restore it, or re-baseline with `ebd2n audit --accept`")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ebd2n.atomic import atomic_write_text, sha256_bytes
+from ebd2n.atomic import sha256_bytes
 from ebd2n.layout import FROZEN, RUNS, CampaignPaths
 from ebd2n.provenance import timestamp
 
@@ -57,12 +57,10 @@ def read_ledger(paths: CampaignPaths) -> Ledger:
         raise ValueError(f"{paths.ledger.name}: not a ledger ({error})") from None
 
 
-def write_ledger(paths: CampaignPaths, artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]]) -> str:
-    """Write the ledger atomically and return its SHA-256 (what audit.json records)."""
+def ledger_json(artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]]) -> str:
+    """The ledger file's text (audit.json records its SHA-256)."""
     record = {"format": FORMAT, "artifacts": dict(sorted(artifacts.items())), "history": history, "jobs": dict(sorted(jobs.items()))}
-    text = json.dumps(record, indent=2) + "\n"
-    atomic_write_text(paths.ledger, text)
-    return sha256_bytes(text.encode("utf-8"))
+    return json.dumps(record, indent=2) + "\n"
 
 
 def compare(previous: dict[str, str], current: dict[str, str]) -> tuple[list[str], list[str]]:
