@@ -1,35 +1,20 @@
-"""Warm start, an opt-in launcher: the jobs of a local campaign fork from one process that has already imported torch.
+"""Warm start: the local training and validation jobs fork from a server that has imported torch.
 
-A laptop campaign runs a hundred short jobs, and each would spend seconds importing torch and
-torch._dynamo (which torch.optim imports) before a second of work. The workflow's training and
-validation jobs run `python -m ebd2n.warm train|validate ...` (`python -m ebd2n` never goes
-through here). Unless EBD2N_WARM=0, the launcher hands its arguments, working directory, environment and standard streams to a server started the same way
-(same interpreter and flags, same code, same umask and environment variables read while Python and
-torch load). The server forks a child that runs the command on the client's streams and sends back
-its exit status. It starts on first use and exits after IDLE_SECONDS without jobs. A signal the
-client receives is passed on to the child (one the client ignores, the child ignores); when the
-client dies (SIGKILL), the child is killed too, and so are the children of a server that dies. When
-no server can be reached before a job starts, the client runs the command itself, so warm start can
-only make a job start sooner, never change what it does. A process of a SLURM job always starts
-cold: a server started there would outlive the job and fork other jobs' trainers from it. With
-EBD2N_WARM=0 the launcher runs the command in its own process, as `python -m ebd2n` would.
-
-The launcher is not the trainer: it is left out of the frozen trainer's SOURCE_HASH
-(`ebd2n.provenance.source_files`), and a server serves only clients of its own launcher code. A
-forked job ends as a cold process does (every exit handler runs, its streams are flushed), but
-skips the interpreter's teardown of its modules (a second with torch loaded, and nothing a job
-leaves depends on it); its CPU
-time and peak memory are its own (`resource.getrusage` in the fork: the trainer writes them to
-train.log), while Snakemake's `benchmark:` file of a warm job measures the client.
-
-The sockets live in a private directory (mode 0700) under the temporary directory: only the
-user who started the server can hand it commands.
+`python -m ebd2n.warm train|validate ...` hands its arguments, directory, environment and standard
+streams to a per-user server (started on first use, gone after EBD2N_WARM_IDLE, 60, seconds without
+jobs) that forks a child per job and returns its exit status (signal N: 128 + N), saving each job
+over a second of importing torch. A job starts cold, in this process, with EBD2N_WARM=0, in a SLURM
+job (a server would outlive it), in a torchrun worker, for other commands, and whenever no server
+can be reached. A client that dies takes its child with it, a server that dies its children (Linux);
+signals are not relayed, as jobs are idempotent: a killed job is simply run again. A server serves
+one interpreter, trainer source and launcher, with the interpreter flags, umask and load-time
+environment of its first client (the trainer sets its thread count itself). Its children skip the
+interpreter's teardown (a second with torch loaded). The launcher is no part of the SOURCE_HASH.
 """
-
-from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
@@ -37,54 +22,24 @@ import os
 import select
 import signal
 import socket
-import stat
-import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import traceback
 from pathlib import Path
 
 from ebd2n.provenance import PACKAGE_DIR, source_hash
 
-ENV_SWITCH = "EBD2N_WARM"
-"""0: start `train` and `validate` cold, in the launcher's own process; unset or 1: from a warm server."""
-
-WARM_COMMANDS = ("train", "validate")
-"""The commands that import torch; the others start in well under a second anyway."""
-
-CLUSTER_JOB = "SLURM_JOB_ID"
-"""Set in every SLURM job (and every process of an allocation): such a process always starts cold,
-whatever EBD2N_WARM says (the controller's environment is exported to its jobs)."""
-
-IDLE_SECONDS = 60.0
-"""A server with no running job and no request for this long removes its socket and exits."""
-
-IDLE_SWITCH = "EBD2N_WARM_IDLE"
-"""Overrides IDLE_SECONDS (in seconds)."""
-
-START_TIMEOUT = 300.0
-"""How long a client waits for a server it started to accept (importing torch on a busy laptop)."""
-
-_KEY_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "LD_", "LC_", "LANG", "TZ")
-"""Environment variables read while Python and torch load: a server serves only clients that agree on all."""
-
-_FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-_FORWARDED_NUMBERS = frozenset(int(s) for s in _FORWARDED_SIGNALS)
-_HEADER = struct.Struct("!I")
-_STARTED = b"started"
-SERVE = "--serve"
-"""`python -m ebd2n.warm --serve SOCKET`: the server; any other arguments are a command to launch."""
-_MAX_SOCKET_PATH = 90  # bytes, with room for ".new-<pid>"; AF_UNIX allows 107 on Linux, 103 on macOS
-
-_child_status: int | None = None
-"""In a forked child, the status its command ended with (1 until it returns: an exception)."""
+_status: int | None = None
+"""In a forked child, the exit status of its command (1 until it returns); None in the server."""
 
 
 def main(argv: list[str]) -> int:
-    """Run an `ebd2n` command line: forked from a warm server when allowed, else in this process."""
-    code = forwarded(argv)
+    """Run an `ebd2n` command line, forked from the warm server when allowed, else in this process."""
+    warm = os.environ.get("EBD2N_WARM") != "0" and argv[:1] in (["train"], ["validate"])
+    local = not {"SLURM_JOB_ID", "LOCAL_RANK"} & os.environ.keys()  # a torchrun worker's launcher paid the start-up
+    code = _forward(argv) if warm and local else None
     if code is None:
         from ebd2n.cli import main as cli
 
@@ -92,367 +47,124 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def forwarded(argv: list[str]) -> int | None:
-    """Run argv on a warm server and return its exit status; None: run it here instead."""
-    if os.environ.get(ENV_SWITCH, "1") == "0" or not argv or argv[0] not in WARM_COMMANDS:
-        return None
-    if "LOCAL_RANK" in os.environ:  # a torchrun worker: its launcher already paid the start-up
-        return None
-    if CLUSTER_JOB in os.environ:  # a server would outlive the job and serve other jobs from it
-        return None
+def _forward(argv: list[str]) -> int | None:
+    """Run argv on the warm server: its exit status, or None when the job did not start there."""
+    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode() + b"\n"
     try:
-        path = _socket_path()
-        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
-            return None  # a long TMPDIR: no socket can live there
-        connection = _connect(path) or _start_server(path)
+        with _connect() as connection, connection.makefile("rb") as replies:
+            socket.send_fds(connection, [request[:1]], [0, 1, 2])
+            connection.sendall(request[1:])
+            if replies.readline() != b"started\n":
+                return None  # an idle server that was exiting, or one that failed to start
+            status = replies.readline()  # b"": the server was killed
     except OSError as error:
         print(f"ebd2n: warm start unavailable ({error}); starting cold", file=sys.stderr)
         return None
-    if connection is None:
-        return None
-    with connection:
-        return _run_remotely(connection, argv)
+    if not status:
+        print("ebd2n: the warm-start server stopped while running this job; run it again", file=sys.stderr)
+        return 1
+    return 128 - int(status) if int(status) < 0 else int(status)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _socket_path() -> Path:
-    """One socket per interpreter and flags, package source, umask and load-time environment."""
+def _connect() -> socket.socket:
+    """Connect to this user's server for this interpreter, trainer source and launcher; start it if none listens."""
     directory = Path(tempfile.gettempdir()) / f"ebd2n-warm-{os.getuid()}"
     directory.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"{directory} must be your own directory with mode 0700 (warm-start sockets)")
-    environment = {k: v for k, v in os.environ.items() if k.startswith(_KEY_PREFIXES)}
-    launcher = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()  # not part of source_hash
-    key = json.dumps(
-        [sys.executable, _interpreter_flags(), str(PACKAGE_DIR), source_hash(), launcher, _umask(), environment],
-        sort_keys=True,
-    )
-    return directory / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.sock"
-
-
-def _interpreter_flags() -> list[str]:
-    """This interpreter's command-line flags (-O, -X dev, -W error, ...), for the server to start
-    with: the options of sys.orig_argv before the module (`-m ...`), command or script."""
-    flags, arguments = [], iter(sys.orig_argv[1:])
-    for argument in arguments:
-        if argument in ("-", "--") or not argument.startswith("-") or argument.startswith(("-m", "-c")):
-            break
-        flags.append(argument)
-        if argument in ("-W", "-X", "--check-hash-based-pycs"):  # their value follows
-            flags.append(next(arguments, ""))
-    return flags
-
-
-def _connect(path: Path) -> socket.socket | None:
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        connection.connect(str(path))
-    except OSError:
-        connection.close()
-        return None
-    return connection
-
-
-def _start_server(path: Path) -> socket.socket | None:
-    """Start a server for path (one client at a time, under a lock) and connect to it."""
-    with open(path.with_suffix(".lock"), "w") as lock:
+    if (info := directory.lstat()).st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{directory} must be your own directory with mode 0700")
+    key = json.dumps([sys.executable, str(PACKAGE_DIR), source_hash(), Path(__file__).read_text()]).encode()
+    path = directory / f"{hashlib.sha256(key).hexdigest()[:24]}.sock"
+    connection = socket.socket(socket.AF_UNIX)
+    with open(path.with_suffix(".lock"), "w") as lock, open(path.with_suffix(".log"), "ab") as log:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        connection = _connect(path)  # another client may have started it meanwhile
-        if connection is not None:
+        if connection.connect_ex(str(path)) == 0:  # a path too long for a socket raises OSError
             return connection
-        with open(path.with_suffix(".log"), "ab") as log:
-            server = subprocess.Popen(
-                [sys.executable, *_interpreter_flags(), "-m", "ebd2n.warm", SERVE, str(path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline and server.poll() is None:
-            connection = _connect(path)
-            if connection is not None:
+        server = subprocess.Popen([sys.executable, "-m", "ebd2n.warm", "--serve", str(path)],
+                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        while server.poll() is None:  # it listens before it imports torch
+            if connection.connect_ex(str(path)) == 0:
                 return connection
-            time.sleep(0.05)
-    return None
-
-
-def _run_remotely(connection: socket.socket, argv: list[str]) -> int | None:
-    """Send the job, pass signals on, and wait for the exit status; None if it never started."""
-    ignored = [int(s) for s in _FORWARDED_SIGNALS if signal.getsignal(s) == signal.SIG_IGN]
-    request = json.dumps(
-        {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "ignored": ignored}
-    ).encode()
-    lines = _Lines(connection)
-    try:
-        socket.send_fds(connection, [_HEADER.pack(len(request)) + request], _standard_streams())
-        if lines.next() != _STARTED:
-            return None
-    except OSError:
-        return None
-
-    def pass_on(signum: int, _frame: object) -> None:
-        with contextlib.suppress(OSError):  # the server is gone: the status read below reports it
-            connection.sendall(b"%d\n" % signum)
-
-    for signum in _FORWARDED_SIGNALS:
-        if signum not in ignored:
-            signal.signal(signum, pass_on)
-    try:
-        status = lines.next()
-    except OSError:
-        status = b""
-    if not status:
-        print("ebd2n: the warm-start server stopped while running this job", file=sys.stderr)
-        return 1
-    code = int(status)
-    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
-
-
-class _Lines:
-    """The newline-terminated messages of a connection, one at a time ('' once it is closed)."""
-
-    def __init__(self, connection: socket.socket) -> None:
-        self.connection, self.buffer = connection, b""
-
-    def next(self) -> bytes:
-        while b"\n" not in self.buffer:
-            chunk = self.connection.recv(256)
-            if not chunk:
-                return b""
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return line
-
-
-def _standard_streams() -> list[int]:
-    """Descriptors 0, 1, 2 for the job; one that is closed here becomes /dev/null there."""
-    streams = []
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-            streams.append(fd)
-        except OSError:
-            streams.append(os.open(os.devnull, os.O_RDWR))
-    return streams
+            time.sleep(0.02)
+    connection.close()
+    raise ConnectionError(f"the server exited, see {log.name}")
 
 
 def serve(path: Path) -> int:
-    """Import the heavy modules once, then fork a child per request until idle; the server returns
-    0, each forked child its job's exit status."""
-    atexit.register(_leave_child)  # before any other exit handler, so it runs after all of them
-    import torch
+    """Listen, import torch and the trainer, then fork a child per job until idle: 0, or the job's status in a child."""
+    atexit.register(_leave_child)  # the first exit handler registered runs last
+    path.unlink(missing_ok=True)  # a killed server's (the client starting this one holds the lock)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(64)  # clients wait in the backlog while the imports below run
     import torch._dynamo  # noqa: F401  torch.optim imports it at the first optimizer
 
     import ebd2n.evaluate  # noqa: F401
     import ebd2n.train.trainer  # noqa: F401
 
-    del torch
-    fresh = Path(f"{path}.new-{os.getpid()}")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(fresh))
-    listener.listen(64)
-    os.replace(fresh, path)  # clients see the socket only once it accepts
-    ours = path.stat().st_ino
-    idle = float(os.environ.get(IDLE_SWITCH, IDLE_SECONDS))
-    jobs: dict[int, socket.socket | None] = {}  # child pid -> its client's connection (None: client gone)
-    last_activity = time.monotonic()
-    while jobs or time.monotonic() - last_activity < idle:
-        watched = [listener, *filter(None, jobs.values())]
-        readable, _, _ = select.select(watched, [], [], 0.05 if jobs else min(1.0, idle))
-        if listener in readable:
-            job = _accept(listener, jobs)
-            if job is not None:  # in the forked child
-                return _run_job(job)
+    idle, last = float(os.environ.get("EBD2N_WARM_IDLE", 60)), time.monotonic()
+    jobs: dict[int, socket.socket] = {}  # child pid -> its client's connection
+    while jobs or time.monotonic() - last < idle:
+        if select.select([listener], [], [], 0.02 if jobs else idle)[0]:
+            connection = listener.accept()[0]
+            server, pid = os.getpid(), os.fork()
+            if pid == 0:
+                listener.close()
+                return _run_job(connection, server)
+            jobs[pid] = connection
         for pid, connection in list(jobs.items()):
-            if connection is not None and connection in readable and not _relay_signals(pid, connection):
-                connection.close()
-                jobs[pid] = None
-        _reap(jobs)
-        if jobs or readable:
-            last_activity = time.monotonic()
-    try:
-        if path.stat().st_ino == ours:  # not if a newer server took the name
-            path.unlink()
-    except FileNotFoundError:
-        pass
-    log = path.with_suffix(".log")
-    if log.exists() and not log.stat().st_size:
-        log.unlink()
+            if (ended := os.waitpid(pid, os.WNOHANG))[0]:
+                with jobs.pop(pid), contextlib.suppress(OSError):  # a client gone: nobody to tell
+                    connection.sendall(b"%d\n" % os.waitstatus_to_exitcode(ended[1]))
+        last = time.monotonic() if jobs else last
+    path.unlink(missing_ok=True)  # while still listening, so no newer server can have taken the name
     return 0
 
 
-def _accept(listener: socket.socket, jobs: dict[int, socket.socket | None]) -> tuple[dict, list[int], int] | None:
-    """Take one request: fork its child, or drop it. Nothing a client does may stop the server.
-    Returns the job (request, descriptors, server pid) in the forked child, None in the server."""
-    try:
-        connection, _ = listener.accept()
-    except OSError:
-        return None
-    try:
-        request, fds = _read_request(connection)
-    except (OSError, ValueError, struct.error):
-        connection.close()
-        return None
-    server = os.getpid()
-    sys.stdout.flush()  # nothing buffered here may be written twice, by the server and by the child
-    sys.stderr.flush()
-    try:
-        pid = os.fork()
-    except OSError:
-        traceback.print_exc()
-        pid = -1
-    if pid == 0:
-        listener.close()
-        for other in filter(None, jobs.values()):
-            other.close()
-        connection.close()
-        return request, fds, server
-    for fd in fds:
-        os.close(fd)
-    if pid < 0:
-        connection.close()
-        return None
-    try:
-        connection.sendall(_STARTED + b"\n")
-        jobs[pid] = connection
-    except OSError:  # the client is gone already
-        _kill(pid, signal.SIGKILL)
-        connection.close()
-        jobs[pid] = None
-    return None
-
-
-def _read_request(connection: socket.socket) -> tuple[dict, list[int]]:
-    """The client's request and its three descriptors (closed again if anything is wrong)."""
-    connection.settimeout(5.0)
-    fds: list[int] = []
-    try:
-        data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
-        (size,) = _HEADER.unpack(data[: _HEADER.size])
-        data = data[_HEADER.size :]
-        while len(data) < size:
-            chunk = connection.recv(size - len(data))
-            if not chunk:
-                raise ConnectionError("the client went away")
-            data += chunk
-        if len(fds) != 3:
-            raise ValueError("a request carries three descriptors")
-        request = json.loads(data)
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-    connection.settimeout(None)
-    return request, fds
-
-
-def _run_job(job: tuple[dict, list[int], int]) -> int:
-    """The forked child's command, its status kept for `_leave_child`."""
-    global _child_status
-    _child_status = 1
-    try:
-        _child_status = _run_child(*job)
-    except SystemExit as exit_:  # as the interpreter maps it
-        _child_status = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
-        raise
-    return _child_status
-
-
-def _leave_child() -> None:
-    """The last exit handler: a forked child, once every other handler ran (its own and those
-    registered while the server imported), flushes its streams and ends without the interpreter's
-    teardown, which takes a second with torch loaded. In the server it does nothing."""
-    if _child_status is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_child_status)
-
-
-def _run_child(request: dict, fds: list[int], server: int) -> int:
-    """In the forked child: take over the client's streams, directory and environment, and run the
-    command. Its status (or exception) goes up to the interpreter, which exits as a cold one would."""
-    _die_with_parent(server)
-    for signum in _FORWARDED_SIGNALS:
-        if signum in request["ignored"]:
-            signal.signal(signum, signal.SIG_IGN)
-        else:
-            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+def _run_job(connection: socket.socket, server: int) -> int:
+    """In a forked child: take the client's request, streams, directory and environment, and run
+    the command. Its status (or exception) goes up to the interpreter, which exits as a cold one would."""
+    global _status
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: a killed server's jobs finish
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the server
+    if os.getppid() != server:  # the server died before prctl took effect
+        os._exit(1)
+    first, fds, _, _ = socket.recv_fds(connection, 1, 3)  # a client gone mid-request: an exception
+    request = json.loads(first + connection.makefile("rb").readline())
+    connection.sendall(b"started\n")
+    threading.Thread(target=_die_with_client, args=(connection,), daemon=True).start()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    _reopen_standard_streams()
+    sys.stdout.reconfigure(line_buffering=os.isatty(1))  # as Python buffers it at start-up
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = [sys.argv[0], *request["argv"]]
+    sys.argv[1:] = request["argv"]
     from ebd2n.cli import main as cli
 
-    return cli(request["argv"])
-
-
-def _reopen_standard_streams() -> None:
-    """New sys.std* on the client's descriptors, buffered as Python buffers them at start-up."""
-    stdout, stderr = sys.stdout, sys.stderr
-    sys.stdin = open(0, encoding=sys.stdin.encoding, errors=sys.stdin.errors, closefd=False)  # noqa: SIM115
-    sys.stdout = open(  # noqa: SIM115
-        1, "w", buffering=1 if os.isatty(1) else -1, encoding=stdout.encoding, errors=stdout.errors, closefd=False
-    )
-    sys.stderr = open(2, "w", buffering=1, encoding=stderr.encoding, errors=stderr.errors, closefd=False)  # noqa: SIM115
-
-
-def _die_with_parent(server: int) -> None:
-    """Linux: the child gets SIGKILL if the server dies, so no job outlives its client's answer."""
+    _status = 1
     try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return  # not Linux: a killed server leaves its running jobs to finish
-    if os.getppid() != server:  # the server died before prctl took effect
-        os._exit(1)
+        _status = cli(request["argv"])
+    except SystemExit as exit_:  # the status the interpreter makes of it
+        _status = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+        raise
+    return _status
 
 
-def _relay_signals(pid: int, connection: socket.socket) -> bool:
-    """Pass the client's signals on to its child; False when the client is gone (its child is killed)."""
-    try:
-        data = connection.recv(256)
-    except OSError:
-        data = b""
-    if not data:
-        _kill(pid, signal.SIGKILL)
-        return False
-    for line in data.split():
-        if line.isdigit() and int(line) in _FORWARDED_NUMBERS:
-            _kill(pid, int(line))
-    return True
+def _die_with_client(connection: socket.socket) -> None:
+    """Kill this job once its client is gone (a client sends nothing after its request)."""
+    with contextlib.suppress(OSError):
+        connection.recv(1)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _reap(jobs: dict[int, socket.socket | None]) -> None:
-    """Collect finished children and send each exit status to its client."""
-    while jobs:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        connection = jobs.pop(pid, None)
-        if connection is not None:
-            with contextlib.suppress(OSError):
-                connection.sendall(b"%d\n" % os.waitstatus_to_exitcode(status))
-            connection.close()
-
-
-def _kill(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signum)
+def _leave_child() -> None:
+    """A forked child's last exit handler: flush and end without the interpreter's teardown."""
+    if _status is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_status)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == [SERVE]:
-        sys.exit(serve(Path(sys.argv[2])))
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(serve(Path(sys.argv[2])) if sys.argv[1:2] == ["--serve"] else main(sys.argv[1:]))
