@@ -232,10 +232,12 @@ def test_faults_every_output_marked_incomplete_then_same_command_completes(campa
     finds its work done or redoes it, and the campaign ends as it was."""
     repo = fresh(campaign, "finished")
     before = tree_bytes(repo / PATHS.runs)
-    outputs = [p for p in (repo / PATHS.directory).rglob("*") if p.is_file() and "logs" not in p.parts]
-    outputs.append(repo / "results/caches/tiny")
+    runs = [PATHS.run(run) for run in RUNS]
+    outputs = [PATHS.source_hash, PATHS.freeze_record, PATHS.base_recipe("base"), PATHS.slice_plan("base"), PATHS.campaign_json,
+               PATHS.runs_csv, PATHS.audit_runs, PATHS.report_index, Path("results/caches/tiny"),
+               *(path for run in runs for path in (run.recipe, run.slice_record(1), run.final, run.best, run.results))]
     for path in outputs:
-        mark = repo / ".snakemake/incomplete" / base64url(path.relative_to(repo).as_posix())
+        mark = repo / ".snakemake/incomplete" / base64url(path.as_posix())
         mark.parent.mkdir(parents=True, exist_ok=True)
         mark.write_text("{}")
     result = rerun(repo)

@@ -122,23 +122,28 @@ wildcard_constraints:
 
 
 def get_final_output():
-    """The published report and every file before it that must stay: `all` audits them each time
-    jobs run. Naming them all here, not only through the report, makes a deleted run (or its final
-    checkpoint, or a record) a missing input that Snakemake remakes, not an intermediate it skips.
+    """What `all` audits each time jobs run: the published report and every file the jobs before it
+    leave. Naming them here, not only through the report, makes a deleted run (or its final
+    checkpoint, or a record) a missing input that Snakemake remakes, not an intermediate it skips;
+    and it ties every job whose output a later job reads through ancient() straight to `all`, so a
+    job of those that Snakemake runs again after a crash never leaves `all` unevaluated.
     """
     paths = CAMPAIGN.paths
-    runs = [paths.run(run.id) for run in CAMPAIGN.runs()]
     records = [
         paths.report_index,
         paths.audit_runs,
         paths.runs_csv,
         paths.campaign_json,
+        CACHE,
+        paths.source_hash,
     ]
-    return [str(path) for path in records] + [
-        str(path)
-        for run in runs
-        for path in (run.recipe, run.final, run.best, run.results)
-    ]
+    for base in CAMPAIGN.bases:
+        records += [paths.base_recipe(base), paths.slice_plan(base)]
+    for run in CAMPAIGN.runs():
+        files = paths.run(run.id)
+        records += [files.recipe, files.final, files.best, files.results]
+        records += [files.slice_record(end) for end in PLANS[run.base].ends[:-1]]
+    return [str(path) for path in records]
 
 
 def get_run_results(wildcards):
@@ -153,8 +158,10 @@ def get_frozen_base(wildcards):
 
 
 def get_plan_file(wildcards):
-    """The frozen trainer's confirmation of the slice chain (written once)."""
-    return str(named_campaign(wildcards.campaign).slice_plan(get_run(wildcards).base))
+    """The frozen trainer's confirmation of the slice chain (written once; its time never retrains)."""
+    return ancient(
+        str(named_campaign(wildcards.campaign).slice_plan(get_run(wildcards).base))
+    )
 
 
 def get_slice_epochs(wildcards):
@@ -177,7 +184,7 @@ def get_previous_slice(wildcards):
     except UserError as error:
         raise WorkflowError(f"{wildcards.run}: {error}") from None
     run = named_campaign(wildcards.campaign).run(wildcards.run)
-    return [] if previous is None else [str(run.slice_record(previous))]
+    return [] if previous is None else [ancient(str(run.slice_record(previous)))]
 
 
 def get_run_resource(wildcards, field):

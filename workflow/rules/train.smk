@@ -68,12 +68,13 @@ rule resolve_recipe:
         TRAINER + " resolve " + RUN_DIR + " > {log} 2>&1"
 
 
-# The recipe, the cache and the plan are checked by content (every checkpoint records the recipe
-# and cache identities, the trainer refuses a mismatch); times never retrain (profiles: rerun-triggers).
+# Every input is ancient(): checked by content instead (every checkpoint records the recipe and
+# cache identities, the trainer refuses a mismatch; it resumes from what the run directory holds),
+# so a newer time (a copy, a touch) never retrains a run.
 rule train_slice:
     input:
-        recipe=str(R.recipe),
-        cache=str(CACHE),
+        recipe=ancient(str(R.recipe)),
+        cache=ancient(str(CACHE)),
         plan=get_plan_file,
         previous=get_previous_slice,
     output:
@@ -98,8 +99,8 @@ rule train_slice:
 # checkpoint it resumes from.
 rule train_final:
     input:
-        recipe=str(R.recipe),
-        cache=str(CACHE),
+        recipe=ancient(str(R.recipe)),
+        cache=ancient(str(CACHE)),
         plan=get_plan_file,
         previous=get_previous_slice,
     output:
