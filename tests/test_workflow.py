@@ -95,6 +95,38 @@ def test_workflow_rerun_of_finished_campaign_only_audits(repo: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("removed", ["", "final.pt"], ids=["run-directory", "final-checkpoint"])
+def test_workflow_deleted_run_is_retrained_alone_and_audited(repo: Path, finished: Path, removed: str) -> None:
+    """`rm -rf` of a run directory, or of its final.pt, and the same command: exactly that run
+    trains again, bitwise as before, and the campaign ends audited (the run named as trained again)."""
+    run = repo / "results/tiny/runs" / RUN
+    shutil.rmtree(run) if not removed else (run / removed).unlink()
+    result = snakemake(repo, "--configfile", "config/campaigns/tiny.yaml")
+    counts = job_counts(result.stdout + result.stderr)
+    trained = {rule: counts.get(rule, 0) for rule in ("train_slice", "train_final", "validate_run")}
+    audit = (repo / "results/tiny/logs/audit.log").read_text()
+    assert trained == ({"train_slice": 1, "train_final": 1, "validate_run": 1} if not removed else
+                       {"train_slice": 0, "train_final": 1, "validate_run": 1})
+    assert (repo / "results/tiny/audit.passed").is_file() and f"{RUN}: trained again since the last audit" in audit
+    assert_states_equal(engine_state(run / "final.pt"), engine_state(finished / "results/tiny/runs" / RUN / "final.pt"))
+
+
+@pytest.mark.slow
+def test_workflow_run_file_changed_with_its_time_restored_fails_the_audit(repo: Path) -> None:
+    """An edited results.json whose modification time is put back: the same command never says
+    "Nothing to be done" over a stale audit.passed; its audit fails, naming the file."""
+    path = repo / "results/tiny/runs" / RUN / "results.json"
+    times = path.stat()
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"accuracy": 0.99}, indent=2) + "\n")
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+    result = snakemake(repo, "--configfile", "config/campaigns/tiny.yaml", check=False)
+    output = result.stdout + result.stderr
+    assert (result.returncode != 0, "Nothing to be done" in output) == (True, False)
+    assert f"runs/{RUN}/results.json: changed since the last audit" in output
+    assert not (repo / "results/tiny/audit.passed").exists()
+
+
+@pytest.mark.slow
 def test_workflow_extension_trains_only_new_runs(repo: Path) -> None:
     before = tree_hashes(repo / "results/tiny/runs") | tree_hashes(repo / "results/tiny/frozen")
     raw = json.loads(json.dumps(TINY))
