@@ -158,8 +158,22 @@ def test_recipe_sweep_jobs_fit_one_gpu_and_30_minutes() -> None:
 
 def test_scaling_campaign_resources_per_preset() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    result = {preset: campaign.job_resources(preset, "synchronous").gpus for preset in campaign.presets}
+    result = {preset: campaign.job_resources(preset, "synchronous").job_gpus for preset in campaign.presets}
     assert result == {"254m": 4, "483m": 4, "778m": 8, "1.41b": 8}
+
+
+def test_scaling_campaign_largest_runs_span_two_nodes_of_four_gpus() -> None:
+    campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
+    result = {preset: campaign.job_resources(preset, "synchronous").slurm.get("nodes") for preset in campaign.presets}
+    assert result == {"254m": None, "483m": None, "778m": 2, "1.41b": 2}
+
+
+def test_two_node_job_asks_slurm_for_nodes_and_gpus_per_node() -> None:
+    raw = tiny(resources={"synchronous": {"nodes": 2, "gpus_per_node": 2, "minutes": 9}},
+               overrides={"parallel.pipeline_stages": 2, "parallel.data_parallel": 2})
+    raw["grid"] = {**raw["grid"], "modes": ["synchronous"], "learning_rates": {"synchronous": [0.003]}}
+    result = campaign_from_dict(raw).job_resources("base", "synchronous").slurm
+    assert result == {"runtime": 9, "mem_mb": 4000, "nodes": 2, "gres": "gpu:2", "mpi": "srun", "tasks": 2}
 
 
 def test_scaling_campaign_slices_fit_a_day() -> None:
@@ -206,6 +220,15 @@ BAD_CAMPAIGNS = [
         "resources for synchronous: gpus 4, but the recipe places the model on "
         "parallel.pipeline_stages x parallel.data_parallel = 1 x 1 devices",
         id="gpus-need-placement",
+    ),
+    pytest.param(
+        tiny(resources={"synchronous": {"nodes": 2, "gpus_per_node": 4}}),
+        "resources for synchronous: nodes x gpus_per_node = 2 x 4 GPUs, but the recipe places the model on "
+        "parallel.pipeline_stages x parallel.data_parallel = 1 x 1 devices",
+        id="nodes-need-placement",
+    ),
+    pytest.param(
+        tiny(resources={"synchronous": {"nodes": 2}}), "resources for synchronous: nodes 2 needs gpus_per_node", id="nodes-without-gpus",
     ),
     pytest.param(
         with_grid(learning_rates={"synchronous": [0.003]}),
@@ -410,7 +433,7 @@ def test_scaling_campaign_is_the_seeds() -> None:
     plans = base_plans(campaign)
     result = {
         base: (plans[base].epochs, len(plans[base].ends),
-               campaign.job_resources(base, "synchronous").gpus, campaign.job_resources(base, "synchronous").minutes)
+               campaign.job_resources(base, "synchronous").job_gpus, campaign.job_resources(base, "synchronous").minutes)
         for base in campaign.bases
     }
     expected = {"254m": (5, 2, 4, 1440), "483m": (6, 3, 4, 1440), "778m": (6, 6, 8, 1440), "1.41b": (5, 5, 8, 1440)}

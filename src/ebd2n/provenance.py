@@ -64,6 +64,7 @@ def environment() -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda if cuda else None,
         "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else ["cpu"],
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),  # the job's GPU slots (ebd2n.launch)
         "platform": platform.platform(),
     }
 

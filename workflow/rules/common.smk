@@ -21,6 +21,7 @@ from ebd2n.campaign.spec import (
 )
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
+from ebd2n.parallel.slots import machine_pool, pool_warnings
 from ebd2n.yamlio import read_yaml_mapping
 
 
@@ -67,7 +68,14 @@ validate(CAMPAIGN_CONFIG, schema=str(SCHEMA_PATH), set_default=False)
 if (
     not workflow.remote_exec
 ):  # the controller only: each cluster job parses this file again
-    for line in campaign_warnings(CAMPAIGN):
+    gpus = (
+        workflow.resource_settings.resources.get("gpu") if workflow.local_exec else None
+    )
+    try:
+        warnings = campaign_warnings(CAMPAIGN) + pool_warnings(gpus, machine_pool())
+    except UserError as error:
+        refuse(error)
+    for line in warnings:
         print(f"ebd2n: warning: {line}", file=sys.stderr)
 BASES = current_bases(CAMPAIGN)
 CACHE = Path(next(iter(BASES.values())).data.cache_dir)
@@ -75,13 +83,12 @@ CACHE = Path(next(iter(BASES.values())).data.cache_dir)
 # `python -m ebd2n` of the installed package (prepare, freeze, collect, audit, report) or, TRAINER,
 # of the campaign's frozen copy (plan, resolve, train, validate): the trainer is passed by path,
 # never as an input. Training and validation start through the warm-start launcher (`-m
-# ebd2n.warm`, local runs only) or torchrun (get_launcher).
+# ebd2n.warm`, local runs only) or torchrun, after taking the job's GPU slots (get_launcher).
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"{PYTHON} -m ebd2n"
 FROZEN_SRC = named_campaign("{wildcards.campaign}").frozen_src
 TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} -m ebd2n"
 LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}}"
-WARM = "-m ebd2n.warm"
 # The software of every rule, for `--use-conda` (by default the jobs use the environment Snakemake runs in).
 CONDA_ENV = str(Path(workflow.basedir).parent / "environment.yml")
 
@@ -204,19 +211,24 @@ def per_run(field, scopes):
     )
 
 
+def get_slurm_resource(wildcards, name):
+    """One of the run's SLURM resources (None: its job asks for none, and Snakemake leaves it out)."""
+    run = get_run(wildcards)
+    return CAMPAIGN.job_resources(run.base, run.mode).slurm.get(name)
+
+
 def slurm_resources(scopes):
-    """Job resources in the SLURM plugin's names; partition and account only where the campaign sets them."""
-    names = {
-        "gpu": "gpus",
-        "runtime": "minutes",
-        "mem_mb": "mem_mb",
-        "slurm_partition": "partition",
-        "slurm_account": "account",
-    }
+    """Job resources in the SLURM plugin's names (ebd2n.campaign.spec.Resources.slurm), each a
+    constant when every job asks the same, else a function of the run id."""
+    asked = [scope.slurm for scope in scopes]
+    values = {name: {a.get(name) for a in asked} for a in asked for name in a}
     return {
-        name: per_run(field, scopes)
-        for name, field in names.items()
-        if any(getattr(s, field) for s in scopes)
+        name: (
+            found.pop()
+            if len(found) == 1
+            else functools.partial(get_slurm_resource, name=name)
+        )
+        for name, found in values.items()
     }
 
 
@@ -233,19 +245,23 @@ PREPARE_SCOPE = [CAMPAIGN.job_resources(CAMPAIGN.bases[0], None)]
 PREPARE_RESOURCES = slurm_resources(PREPARE_SCOPE)
 PREPARE_THREADS = per_run("cpus", PREPARE_SCOPE)
 
-# Runs of S pipeline stages x D replicas start S x D processes through torchrun (one node).
-PROCESSES = {
-    base: recipe.parallel.pipeline_stages * recipe.parallel.data_parallel
-    for base, recipe in BASES.items()
-}
-
 
 def get_launcher(wildcards):
-    """`-m torch.distributed.run ... -m ebd2n` for a multi-process run, else the warm-start launcher."""
-    processes = PROCESSES[get_run(wildcards).base]
-    if processes > 1:
-        return f"-m torch.distributed.run --standalone --nproc-per-node {processes} -m ebd2n"
-    return WARM
+    """`-m ebd2n.launch`: the run's local GPU slots, then its S x D processes (torchrun, or srun +
+    torchrun over the job's nodes) or the warm-start launcher for one."""
+    run = get_run(wildcards)
+    parallel = BASES[run.base].parallel
+    resources = CAMPAIGN.job_resources(run.base, run.mode)
+    processes = parallel.pipeline_stages * parallel.data_parallel
+    return f"-m ebd2n.launch --gpus {resources.job_gpus} --processes {processes} --nodes {resources.nodes}"
+
+
+def get_validation_launcher(wildcards):
+    """Full validation is one process, on the GPU slots its job asked for."""
+    run = get_run(wildcards)
+    return (
+        f"-m ebd2n.launch --gpus {CAMPAIGN.job_resources(run.base, run.mode).job_gpus}"
+    )
 
 
 def get_run(wildcards):

@@ -18,7 +18,7 @@ rule validate_run:
     resources:
         **RUN_RESOURCES,
     params:
-        launcher=WARM,
+        launcher=get_validation_launcher,
     shell:
         LAUNCHED_TRAINER + " validate " + RUN_DIR + " --wait > {log} 2>&1"
 

@@ -45,7 +45,11 @@ class Resources:
     """What one job asks the scheduler for."""
 
     gpus: int = 0
-    """GPUs per job (0: CPU only)."""
+    """GPUs per job (0: CPU only); a job that sets gpus_per_node has nodes x gpus_per_node instead."""
+    nodes: int = 1
+    """Nodes the job spans (SLURM --nodes); above 1 needs gpus_per_node."""
+    gpus_per_node: int | None = None
+    """GPUs on each of the job's nodes (SLURM --gres=gpu:<n>); None: the job asks for `gpus` on one node."""
     minutes: int = 30
     """Wall-time limit of one job."""
     mem_mb: int = 4000
@@ -56,6 +60,29 @@ class Resources:
     """SLURM partition (None: the cluster's default)."""
     account: str | None = None
     """SLURM account (None: the user's default)."""
+
+    @property
+    def job_gpus(self) -> int:
+        """Every GPU of the job, over all its nodes (the local slots it takes, the processes it may start)."""
+        return self.gpus if self.gpus_per_node is None else self.nodes * self.gpus_per_node
+
+    @property
+    def slurm(self) -> dict[str, Any]:
+        """This job's resources in the SLURM executor plugin's names (the workflow's `resources:`).
+
+        A job with gpus_per_node asks for its nodes and `gres` (per node) instead of `gpus` (per job,
+        which SLURM may spread unevenly); one over several nodes is an `mpi` job to the plugin, whose
+        command runs in the batch script, not in a one-task step, so that `ebd2n.launch` can `srun`
+        one torchrun agent on each node."""
+        names: dict[str, Any] = {"runtime": self.minutes, "mem_mb": self.mem_mb}
+        if self.gpus_per_node is None:
+            names["gpu"] = self.gpus
+        else:
+            names |= {"nodes": self.nodes, "gres": f"gpu:{self.gpus_per_node}"}
+        if self.nodes > 1:
+            names |= {"mpi": "srun", "tasks": self.nodes, "tasks_per_gpu": 0}  # one task (agent) per node
+        names |= {"slurm_partition": self.partition, "slurm_account": self.account}
+        return {name: value for name, value in names.items() if value}
 
 
 @dataclass(frozen=True)
@@ -150,7 +177,7 @@ class Campaign:
         return {
             "max_concurrent_jobs": max_jobs,
             "jobs": {
-                scope: {"gpus": r.gpus, "time_limit_minutes": r.minutes, "partition": r.partition, "account": r.account}
+                scope: {"gpus": r.job_gpus, "time_limit_minutes": r.minutes, "partition": r.partition, "account": r.account}
                 for scope, r in scopes.items()
             },
             "versions": software_versions(),
@@ -346,13 +373,22 @@ def _check_frozen(campaign: Campaign) -> None:
 
 def _check_resources(campaign: Campaign, base: str, mode: str, recipe: Recipe, where: str) -> None:
     """Packed-K trains its K models on one device; a multi-GPU synchronous job needs a placement for every GPU."""
-    gpus = campaign.job_resources(base, mode).gpus
+    resources = campaign.job_resources(base, mode)
+    gpus = resources.job_gpus
     scope = mode if base == BASE else f"{base}-{mode}"
+    if resources.nodes > 1 and resources.gpus_per_node is None:
+        raise UserError(f"{where}: resources for {scope}: nodes {resources.nodes} needs gpus_per_node (the GPUs of each node)")
+    parallel = recipe.parallel
+    if resources.gpus_per_node is not None and parallel.pipeline_stages * parallel.data_parallel != gpus:
+        raise UserError(
+            f"{where}: resources for {scope}: nodes x gpus_per_node = {resources.nodes} x {resources.gpus_per_node} GPUs, "
+            f"but the recipe places the model on parallel.pipeline_stages x parallel.data_parallel = "
+            f"{parallel.pipeline_stages} x {parallel.data_parallel} devices; make them equal"
+        )
     if packed_models(mode) is not None and gpus > 1:
         raise UserError(
             f"{where}: resources for {scope}: gpus {gpus}, but packed-K mode trains its K models on one device; set gpus to 0 or 1"
         )
-    parallel = recipe.parallel
     if gpus > 1 and parallel.pipeline_stages * parallel.data_parallel != gpus:
         raise UserError(
             f"{where}: resources for {scope}: gpus {gpus}, but the recipe places the model on "
@@ -404,9 +440,9 @@ def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) 
 
 def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:
     """A campaign frozen before its trainer could plan slices (`ebd2n plan`, train/plan.py): that
-    copy also predates the launcher the jobs start through (`python -m ebd2n.warm train ...`; both
-    came in one change), and run by this workflow it would plan nothing and train nothing."""
-    if (paths.frozen_package / "train" / "plan.py").is_file():
+    copy also predates the launcher the jobs start through (`python -m ebd2n.launch train ...`), and
+    run by this workflow it would plan nothing and train nothing."""
+    if (paths.frozen_package / "train" / "plan.py").is_file() and (paths.frozen_package / "launch.py").is_file():
         return
     record = read_json(paths.freeze_record)
     when = f", frozen {record.get('created')}" if isinstance(record, dict) else ""
@@ -514,9 +550,16 @@ def describe_campaign(campaign: Campaign) -> str:
             scope = mode if base == BASE else f"{base}-{mode}"
             lines.append(
                 f"  {scope}: {count} runs x {slices} slice(s) of <= {campaign.slice_epochs(base)} of {epochs} epochs; "
-                f"per job {resources.gpus} GPU(s), {resources.minutes} min, {resources.mem_mb} MB, {resources.cpus} CPU(s)"
+                f"per job {_gpus_of(resources)}, {resources.minutes} min, {resources.mem_mb} MB, {resources.cpus} CPU(s)"
             )
     return "\n".join(lines)
+
+
+def _gpus_of(resources: Resources) -> str:
+    """'4 GPU(s)', or '2 node(s) x 4 GPU(s)' for a job laid out over nodes."""
+    if resources.gpus_per_node is None:
+        return f"{resources.gpus} GPU(s)"
+    return f"{resources.nodes} node(s) x {resources.gpus_per_node} GPU(s)"
 
 
 def prepare_campaign_cache(campaign: Campaign, progress: bool = False) -> str:

@@ -93,7 +93,7 @@ def campaign_plan(campaign: Campaign) -> dict[str, Any]:
     runs = []
     for run in campaign.runs():
         resources = campaign.job_resources(run.base, run.mode)
-        runs.append({"run": run.id, "base": run.base, "gpus": resources.gpus, "cpus": resources.cpus})
+        runs.append({"run": run.id, "base": run.base, "gpus": resources.job_gpus, "cpus": resources.cpus})
     return {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, "runs": runs}
 
 

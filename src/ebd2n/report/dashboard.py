@@ -128,6 +128,7 @@ def _identity(run: dict[str, Any]) -> list[tuple[str, str]]:
         *_model_identity(run.get("model")),
         ("Host", run["host"]),
         ("Devices", _devices(run)),
+        ("GPU slots (CUDA_VISIBLE_DEVICES)", run.get("visible_devices") or DASH),
         ("Python", run["python"]),
         ("PyTorch", run["torch"]),
         ("CUDA", run["cuda"] or "none (CPU)"),

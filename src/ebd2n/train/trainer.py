@@ -357,6 +357,7 @@ def _write_run_record(job: Slice, parts: Parts, output: RunOutput | SilentOutput
         "run_id": job.run_dir.name, "purpose": recipe.runtime.purpose, "config_path": str(job.config_path or ""),
         "recipe_identity": provenance.recipe_identity, "cache_identity": provenance.cache_identity,
         "source_hash": provenance.source_hash, "mode": recipe.mode, "host": env["host"], "devices": env["devices"],
+        "visible_devices": env["visible_devices"],
         "python": env["python"], "torch": env["torch"], "cuda": env["cuda"], "job_ids": counters.job_ids,
         "started": timestamp(counters.started), "ended": timestamp(),
         "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
@@ -376,6 +377,8 @@ def _log_header(output: RunOutput | SilentOutput, job: Slice) -> None:
     env = environment()
     output.write(f"config {job.config_path or '-'} | purpose: {recipe.runtime.purpose or '-'}")
     output.write(f"host {env['host']} | python {env['python']} | torch {env['torch']} | cuda {env['cuda'] or '-'} | devices {', '.join(env['devices'])}")
+    if env["visible_devices"] is not None:
+        output.write(f"gpu slots CUDA_VISIBLE_DEVICES={env['visible_devices']}")
     output.write(f"recipe identity {provenance.recipe_identity} | cache {provenance.cache_identity} | source {provenance.source_hash}")
     output.write(
         f"mode {recipe.mode} | parameters {budget.parameters:,} | budget {budget.total_tokens:,} tokens in {budget.epochs} "
