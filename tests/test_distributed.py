@@ -269,3 +269,63 @@ def test_multi_stage_recipe_without_torchrun_refused(monkeypatch: pytest.MonkeyP
 def test_most_loaded_device_called_out(memory: dict, expected: str) -> None:
     result = distributed.most_loaded(memory)
     assert result == expected
+
+
+# --- a run over two nodes: two torchrun node agents on this machine, c10d rendezvous on localhost ---
+
+TWO_NODE_BUDGET = ("training.max_tokens=8192", "training.epoch_tokens=2048")
+"""4 epochs of 2 steps: few enough that fp32 reductions in another order stay within 1e-4 of one process."""
+TWO_BY_TWO = (*TWO_NODE_BUDGET, *LAYOUTS["pipeline-1f1b"], "parallel.data_parallel=2")
+"""A depth-2 pipeline x 2 replicas: 4 processes, 2 per node agent."""
+
+
+def _two_node_train(cache: Path, run_dir: Path, *arguments: str, layout: tuple[str, ...] = TWO_BY_TWO) -> None:
+    """Two node agents of the command ebd2n.launch gives each node of a SLURM job (torchrun_command),
+    meeting at a c10d rendezvous on localhost, each starting 2 gloo processes."""
+    from ebd2n.launch import torchrun_command
+
+    overrides = [f"data.cache_dir={cache}", f"runtime.output_dir={run_dir}", *layout]
+    argv = ["train", "--config", "demo", "--quiet", *[f"--set={o}" for o in overrides], *arguments]
+    port = _free_port()
+    command = torchrun_command(4, 2, f"127.0.0.1:{port}", f"two-nodes-{port}", argv)
+    source = str(Path(ebd2n.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    agents = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [agent.communicate(timeout=900)[0] for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], "\n".join(output[-3000:] for output in outputs)
+
+
+@pytest.fixture(scope="module")
+def two_node_runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The 2 x 2 run over two node agents whole, and in two slices (the second resumes by itself);
+    and the same recipe in one process."""
+    root = tmp_path_factory.mktemp("two-nodes")
+    _two_node_train(demo_cache, root / "whole")
+    _two_node_train(demo_cache, root / "sliced", "--until-epoch", "2")
+    _two_node_train(demo_cache, root / "sliced")
+    overrides = [f"data.cache_dir={demo_cache}", f"runtime.output_dir={root / 'one'}", *TWO_NODE_BUDGET]
+    subprocess.run([sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={o}" for o in overrides]],
+                   check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return root / "whole", root / "sliced", root / "one"
+
+
+@pytest.mark.slow
+def test_two_nodes_final_weights_equal_one_process(two_node_runs: tuple[Path, Path, Path]) -> None:
+    whole, _, one = (load_checkpoint(run / "final.pt")["engine"]["model"] for run in two_node_runs)
+    torch.testing.assert_close(whole, one, rtol=0, atol=1e-4)  # also requires the same keys
+
+
+@pytest.mark.slow
+def test_two_nodes_two_slices_equal_one_job_bitwise(two_node_runs: tuple[Path, Path, Path]) -> None:
+    whole, sliced, _ = (load_checkpoint(run / "final.pt")["engine"] for run in two_node_runs)
+    metrics = [comparable_metrics(run) for run in two_node_runs[:2]]
+    torch.testing.assert_close(sliced, whole, rtol=0, atol=0)
+    assert metrics[1] == metrics[0]
+
+
+@pytest.mark.slow
+def test_two_nodes_run_record_places_stages_and_replicas(two_node_runs: tuple[Path, Path, Path]) -> None:
+    record = json.loads((two_node_runs[0] / "run.json").read_text())
+    result = [(entry["device"], entry["stage"], entry["replica"]) for entry in record["placement"]]
+    expected = [("cpu:0", 0, 0), ("cpu:1", 1, 0), ("cpu:2", 0, 1), ("cpu:3", 1, 1)]
+    assert result == expected

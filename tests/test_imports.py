@@ -22,7 +22,7 @@ LAYERS = (
     {"report"},
     {"audit"},
     {"cli"},
-    {"warm"},
+    {"warm", "launch"},
     {"__main__"},
 )
 """Lowest first. A unit (a subpackage or a top-level module) imports its own modules and units of

@@ -251,8 +251,14 @@ SLURM_TOOLS = {
     ''',
     "srun": '''
         args = sys.argv[1:]
+        with open(STATE / "srun.jsonl", "a") as record:
+            record.write(json.dumps(args) + "\\n")
         command = next(i for i, arg in enumerate(args) if not arg.startswith("-"))
-        os.execvp(args[command], args[command:])
+        tasks = int(next((arg.split("=")[1] for arg in args[:command] if arg.startswith("--ntasks=")), 1))
+        if tasks == 1:
+            os.execvp(args[command], args[command:])
+        steps = [subprocess.Popen(args[command:]) for _ in range(tasks)]  # one task per node, all on this machine
+        sys.exit(max(step.wait() for step in steps))
     ''',
     "sinfo": 'print("PARTITION")\nprint("testpart*")',
     "sacctmgr": 'print("testacct")',
@@ -293,6 +299,31 @@ def test_workflow_slurm_profile_submits_chain_with_campaign_resources(tmp_path: 
     assert all({"--gpus=1", "-t", "7", "--mem", "1234", "-p", "testpart", "-A", "testacct", "--requeue"} <= set(args)
                for args in submissions)
     assert re.findall(r"########## job (\S+) ##########", log) == ["1000", "1001"]
+
+
+@pytest.mark.slow
+def test_workflow_slurm_two_node_job_submits_nodes_and_starts_one_agent_per_node(tmp_path: Path, finished: Path) -> None:
+    """A 2-stage x 2-replica run on `nodes: 2, gpus_per_node: 2`: sbatch gets the node layout, and
+    the job srun-s a torchrun agent per node (the stand-in srun starts both here, on the CPU)."""
+    repo = copy_repo(tmp_path / "repo")
+    shutil.copytree(finished / "results/caches", repo / "results/caches")
+    raw = json.loads(json.dumps(TINY))
+    raw["overrides"].update({"training.max_tokens": 8192, "training.epoch_tokens": 4096, "parallel.pipeline_stages": 2,
+                             "parallel.data_parallel": 2, "parallel.pipeline_depth": 2})
+    raw["resources"] = {"default": {"nodes": 2, "gpus_per_node": 2, "minutes": 7, "mem_mb": 1234, "cpus": 1}}
+    campaign = write_campaign(repo, raw)
+    install_slurm_tools(tmp_path / "bin", tmp_path / "slurm")
+    env = environment(tmp_path / "bin") | {"OMP_NUM_THREADS": "1"}
+    target = f"results/tiny/runs/{RUN}/results.json"
+    snakemake(repo, target, "--profile", "slurm", "--configfile", campaign, "--slurm-init-seconds-before-status-checks", "1", env=env)
+    submissions = [json.loads(line) for line in (tmp_path / "slurm/sbatch.jsonl").read_text().splitlines()]
+    steps = [json.loads(line) for line in (tmp_path / "slurm/srun.jsonl").read_text().splitlines()]
+    record = json.loads((repo / "results/tiny/runs" / RUN / "run.json").read_text())
+    assert all({"--nodes=2", "--gres=gpu:2", "--ntasks=2", "-t", "7", "--mem", "1234"} <= set(args) for args in submissions)
+    assert not any(arg.startswith("--gpus") for args in submissions for arg in args)
+    assert [args[:3] for args in steps] == [["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]] * 2  # one a training slice
+    assert all(args[args.index("--nnodes") + 1] == "2" and "c10d" in args for args in steps)
+    assert [(entry["stage"], entry["replica"]) for entry in record["placement"]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
 
 
 def count_planned(repo: Path, campaign: str) -> dict[str, int]:
