@@ -173,7 +173,7 @@ def test_two_node_job_asks_slurm_for_nodes_and_gpus_per_node() -> None:
                overrides={"parallel.pipeline_stages": 2, "parallel.data_parallel": 2})
     raw["grid"] = {**raw["grid"], "modes": ["synchronous"], "learning_rates": {"synchronous": [0.003]}}
     result = campaign_from_dict(raw).job_resources("base", "synchronous").slurm
-    assert result == {"runtime": 9, "mem_mb": 4000, "nodes": 2, "gres": "gpu:2", "mpi": "srun", "tasks": 2}
+    assert result == {"runtime": 9, "mem_mb": 4000, "nodes": 2, "gres": "gpu:2", "mpi": "srun", "tasks": 2, "tasks_per_gpu": 0}
 
 
 def test_scaling_campaign_slices_fit_a_day() -> None:

@@ -320,7 +320,7 @@ def test_workflow_slurm_two_node_job_submits_nodes_and_starts_one_agent_per_node
     steps = [json.loads(line) for line in (tmp_path / "slurm/srun.jsonl").read_text().splitlines()]
     record = json.loads((repo / "results/tiny/runs" / RUN / "run.json").read_text())
     assert all({"--nodes=2", "--gres=gpu:2", "--ntasks=2", "-t", "7", "--mem", "1234"} <= set(args) for args in submissions)
-    assert not any(arg.startswith("--gpus") for args in submissions for arg in args)
+    assert not any(arg.startswith(("--gpus", "--ntasks-per-gpu")) for args in submissions for arg in args)
     assert [args[:3] for args in steps] == [["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]] * 2  # one a training slice
     assert all(args[args.index("--nnodes") + 1] == "2" and "c10d" in args for args in steps)
     assert [(entry["stage"], entry["replica"]) for entry in record["placement"]] == [(0, 0), (1, 0), (0, 1), (1, 1)]

@@ -75,14 +75,16 @@ class Resources:
         command runs in the batch script, not in a one-task step, so that `ebd2n.launch` can `srun`
         one torchrun agent on each node."""
         names: dict[str, Any] = {"runtime": self.minutes, "mem_mb": self.mem_mb}
-        if self.gpus_per_node is None:
+        if self.gpus_per_node is None and self.gpus:
             names["gpu"] = self.gpus
-        else:
+        if self.gpus_per_node is not None:
             names |= {"nodes": self.nodes, "gres": f"gpu:{self.gpus_per_node}"}
         if self.nodes > 1:
-            names |= {"mpi": "srun", "tasks": self.nodes, "tasks_per_gpu": 0}  # one task (agent) per node
-        names |= {"slurm_partition": self.partition, "slurm_account": self.account}
-        return {name: value for name, value in names.items() if value}
+            # one task (a torchrun agent) per node; tasks_per_gpu 0 keeps the plugin from asking
+            # for `tasks` tasks per GPU
+            names |= {"mpi": "srun", "tasks": self.nodes, "tasks_per_gpu": 0}
+        names |= {name: value for name, value in (("slurm_partition", self.partition), ("slurm_account", self.account)) if value}
+        return names
 
 
 @dataclass(frozen=True)
