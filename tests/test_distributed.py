@@ -326,6 +326,13 @@ def test_two_nodes_two_slices_equal_one_job_bitwise(two_node_runs: tuple[Path, P
 @pytest.mark.slow
 def test_two_nodes_run_record_places_stages_and_replicas(two_node_runs: tuple[Path, Path, Path]) -> None:
     record = json.loads((two_node_runs[0] / "run.json").read_text())
-    result = [(entry["device"], entry["stage"], entry["replica"]) for entry in record["placement"]]
-    expected = [("cpu:0", 0, 0), ("cpu:1", 1, 0), ("cpu:2", 0, 1), ("cpu:3", 1, 1)]
+    result = [(entry["device"], entry["node"], entry["stage"], entry["replica"]) for entry in record["placement"]]
+    host = socket.gethostname()
+    expected = [("cpu:0", host, 0, 0), ("cpu:1", host, 1, 0), ("cpu:2", host, 0, 1), ("cpu:3", host, 1, 1)]
     assert result == expected
+
+
+@pytest.mark.slow
+def test_two_nodes_dashboard_shows_node_stage_and_replica(two_node_runs: tuple[Path, Path, Path]) -> None:
+    result = (two_node_runs[0] / "report.html").read_text()
+    assert f'<code>cpu:3</code> <span class="muted">node {socket.gethostname()}, stage 1, replica 1</span>' in result

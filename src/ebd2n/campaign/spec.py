@@ -391,7 +391,7 @@ def _check_resources(campaign: Campaign, base: str, mode: str, recipe: Recipe, w
         raise UserError(
             f"{where}: resources for {scope}: gpus {gpus}, but packed-K mode trains its K models on one device; set gpus to 0 or 1"
         )
-    if gpus > 1 and parallel.pipeline_stages * parallel.data_parallel != gpus:
+    if gpus >= 1 and parallel.pipeline_stages * parallel.data_parallel != gpus:
         raise UserError(
             f"{where}: resources for {scope}: gpus {gpus}, but the recipe places the model on "
             f"parallel.pipeline_stages x parallel.data_parallel = {parallel.pipeline_stages} x {parallel.data_parallel} devices; "

@@ -49,7 +49,10 @@ class Context:
     replicas: int
     placement: Placement
     devices: list[str]
-    """Device label of every rank, by rank ('cuda:3', or 'cpu:1' for the CPU of process 1)."""
+    """Device label of every rank, by rank ('cuda:3', or 'cpu:1' for the CPU of process 1; '<host>/cuda:3'
+    when the job spans several hosts)."""
+    hosts: list[str]
+    """The node (host name) of every rank, by rank."""
     groups: Groups | None
     owns_process_group: bool
 
@@ -87,8 +90,8 @@ class Context:
         if self.world_size == 1:
             return [{"device": str(self.device), "units": self.placement.stages[0]}]
         return [
-            {"device": self.devices[rank], "stage": rank % self.stages, "replica": rank // self.stages,
-             "units": self.placement.stages[rank % self.stages]}
+            {"device": self.devices[rank], "node": self.hosts[rank], "stage": rank % self.stages,
+             "replica": rank // self.stages, "units": self.placement.stages[rank % self.stages]}
             for rank in range(self.world_size)
         ]
 
@@ -146,7 +149,7 @@ def init(recipe: Recipe) -> Context:
     device = resolve_device(recipe.runtime.device)
     if world == 1:
         placement = plan_placement(model_units(recipe.model), 1)
-        return Context(0, 1, device, 1, 1, placement, [str(device)], None, owns_process_group=False)
+        return Context(0, 1, device, 1, 1, placement, [str(device)], [socket.gethostname()], None, owns_process_group=False)
     if recipe.decentralized is not None:
         raise UserError("decentralized: packed-K runs train their K models on one device; launch them without torchrun")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -164,7 +167,8 @@ def init(recipe: Recipe) -> Context:
     dist.all_gather_object(labels, (socket.gethostname(), label), group=groups.objects)
     several_hosts = len({host for host, _ in labels}) > 1
     devices = [f"{host}/{name}" if several_hosts else name for host, name in labels]
-    return Context(rank, world, device, stages, replicas, placement, devices, groups, owns_process_group=owns)
+    hosts = [host for host, _ in labels]
+    return Context(rank, world, device, stages, replicas, placement, devices, hosts, groups, owns_process_group=owns)
 
 
 def _groups(stages: int, replicas: int) -> Groups:

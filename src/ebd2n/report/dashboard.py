@@ -445,6 +445,7 @@ def _placement(run: dict[str, Any]) -> list[dict[str, Any]]:
         placed = [units[name] for name in entry["units"]]
         placement.append({
             "device": entry["device"],
+            "role": f"node {entry['node']}, stage {entry['stage']}, replica {entry['replica']}" if "stage" in entry else "",
             "units": _unit_rows(placed),
             "span": f"{placed[0]['name']} … {placed[-1]['name']}" if placed else DASH,
             "parameters": f"{sum(unit['parameters'] for unit in placed):,}",
