@@ -352,6 +352,15 @@ def test_workflow_scaling_campaign_plans_the_seeds_jobs(tmp_path: Path) -> None:
     assert counts == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
 
 
+@pytest.mark.slow
+def test_workflow_scaling_campaign_dry_run_shows_the_two_node_submissions(tmp_path: Path) -> None:
+    repo = copy_repo(tmp_path / "repo")
+    result = snakemake(repo, "--profile", "slurm", "-n", "--configfile", "config/campaigns/scaling-minipile.yaml")
+    lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if "training jobs asking nodes=" in line]
+    assert lines == ["11 training jobs asking nodes=2 gres=gpu:4 tasks=2 runtime=1440 mem_mb=256000: 2 runs: "
+                     "1.41b-synchronous-lr0.0004-beta20.95-seed42, 778m-synchronous-lr0.0005-beta20.95-seed42"], result.stdout
+
+
 def bad(change) -> dict:
     raw = json.loads(json.dumps(TINY))
     change(raw)

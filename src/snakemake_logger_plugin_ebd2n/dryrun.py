@@ -1,5 +1,6 @@
 """The plan a dry run (`snakemake -n`) shows: Snakemake's table of jobs per rule, then which runs
-would train or validate, which are reused untouched, and that nothing ran.
+would train or validate (and, for a campaign with runs over several nodes, what its training jobs ask
+SLURM for), which are reused untouched, and that nothing ran.
 
 Built only from Snakemake's log records: one JOB_INFO record per job it would run (rule, wildcards,
 inputs, shell command). The runs reused are those the campaign's table collects (the inputs of
@@ -20,6 +21,8 @@ TRAIN_RULES = ("train_slice", "train_final")
 VALIDATE_RULES = ("validate_run",)
 COLLECT_RULE = "collect_runs"
 DONE = "dry run: nothing was executed"
+SUBMITTED = ("nodes", "gres", "gpu", "tasks", "runtime", "mem_mb")
+"""The resources a SLURM submission of a training job carries, shown for campaigns with jobs over several nodes."""
 
 
 @dataclass
@@ -35,6 +38,8 @@ class DryRun:
     campaigns: set[str] = field(default_factory=set)
     collected: list[str] | None = None
     """The runs the campaign's table reads, when a collect_runs job would run."""
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)
+    """A training job's resources ('nodes=2 gres=gpu:4 ...') -> its runs and their jobs."""
 
     def add(self, record: logging.LogRecord) -> None:
         """Count one JOB_INFO record."""
@@ -46,6 +51,11 @@ class DryRun:
             runs.append(str(wildcards["run"]))
         if getattr(record, "shellcmd", None):
             self.commands.setdefault(rule, " ".join(str(record.shellcmd).split()))
+        if rule in TRAIN_RULES and "run" in wildcards:
+            resources = dict(getattr(record, "resources", None) or {})
+            request = " ".join(f"{name}={resources[name]}" for name in SUBMITTED if resources.get(name) not in (None, ""))
+            runs = self.requests.setdefault(request, {})
+            runs[str(wildcards["run"])] = runs.get(str(wildcards["run"]), 0) + 1
         if rule == COLLECT_RULE:
             self.collected = [Path(path).parent.name for path in record.input or [] if Path(path).name == RESULTS_JSON]
 
@@ -59,6 +69,9 @@ class DryRun:
             lines.append("The first job's command of each rule:")
             lines.extend(f"  {rule}: {command}" for rule, command in self.commands.items())
         lines.append(_listed("would train", self._runs(TRAIN_RULES)))
+        if any("nodes=" in request for request in self.requests):  # a campaign with runs over several nodes
+            for request, runs in self.requests.items():
+                lines.append(_listed(f"  {_count(sum(runs.values()), 'training job')} asking {request or 'defaults'}", list(runs)))
         lines.append(_listed("would validate", self._runs(VALIDATE_RULES)))
         if self.collected is not None:
             touched = {run for runs in self.runs.values() for run in runs}
