@@ -1,4 +1,4 @@
-"""GPU slots of local jobs (ebd2n.parallel.slots) and how ebd2n.launch starts one, several or multi-node processes."""
+"""GPU slots of local jobs (ebd2n.slots) and how ebd2n.launch starts one, several or multi-node processes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from ebd2n.errors import UserError
 from ebd2n.launch import job_command, torchrun_command
-from ebd2n.parallel.slots import acquire, machine_pool, pool_warnings
+from ebd2n.slots import acquire, machine_pool, pool_warnings
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,7 @@ def test_slots_of_a_killed_job_are_free_again(tmp_path: Path) -> None:
     holder = textwrap.dedent(f"""
         import os, sys
         from pathlib import Path
-        from ebd2n.parallel.slots import acquire
+        from ebd2n.slots import acquire
         slots = acquire(1, ["0"], Path({str(tmp_path)!r}))
         print(slots.visible_devices, flush=True)
         os.execvp("sleep", ["sleep", "60"])

@@ -2,7 +2,7 @@
 
 `python -m ebd2n.launch --gpus G --processes P --nodes N COMMAND ARGS...` is the launcher of the
 workflow's training and validation jobs (`workflow/rules/common.smk`: get_launcher). Outside SLURM it
-takes G device ids of the machine's pool (`ebd2n.parallel.slots`) and exports them as
+takes G device ids of the machine's pool (`ebd2n.slots`) and exports them as
 CUDA_VISIBLE_DEVICES; a SLURM job has its devices from the scheduler. Then it execs, keeping the
 slot locks open for the job's life:
 - one process: the warm-start launcher (`python -m ebd2n.warm COMMAND ...`, cold under SLURM);
@@ -20,7 +20,7 @@ import socket
 import sys
 
 from ebd2n.errors import UserError
-from ebd2n.parallel.slots import VISIBLE_ENV, acquire, machine_pool, slots_directory
+from ebd2n.slots import VISIBLE_ENV, acquire, machine_pool, slots_directory
 
 CLUSTER_JOB = "SLURM_JOB_ID"
 RENDEZVOUS_PORT = 29400

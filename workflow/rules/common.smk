@@ -21,7 +21,7 @@ from ebd2n.campaign.spec import (
 )
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
-from ebd2n.parallel.slots import machine_pool, pool_warnings
+from ebd2n.slots import machine_pool, pool_warnings
 from ebd2n.yamlio import read_yaml_mapping
 
 
