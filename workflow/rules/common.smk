@@ -65,14 +65,23 @@ try:
 except UserError as error:
     refuse(error)
 validate(CAMPAIGN_CONFIG, schema=str(SCHEMA_PATH), set_default=False)
-if (
-    not workflow.remote_exec
-):  # the controller only: each cluster job parses this file again
-    gpus = (
+
+
+def asked_gpus():
+    """The local controller's `--resources gpu=N`, None where not given or not local (Snakemake
+    9.27 hands a Resource, 9.15 a number)."""
+    asked = (
         workflow.resource_settings.resources.get("gpu") if workflow.local_exec else None
     )
+    return getattr(asked, "value", asked)
+
+
+# The campaign's warnings, from the controller only (each cluster job parses this file again).
+if not workflow.remote_exec:
     try:
-        warnings = campaign_warnings(CAMPAIGN) + pool_warnings(gpus, machine_pool())
+        warnings = campaign_warnings(CAMPAIGN) + pool_warnings(
+            asked_gpus(), machine_pool()
+        )
     except UserError as error:
         refuse(error)
     for line in warnings:
