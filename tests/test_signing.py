@@ -259,11 +259,22 @@ def test_signing_verify_with_another_public_key_fails(campaign: Path, tmp_path: 
 
 @pytest.fixture
 def chained(campaign: Path) -> Path:
-    """The campaign audited and signed twice more: a chain of three statements."""
+    """The campaign re-baselined twice more (`ebd2n audit --accept`: its ledger gains a history
+    entry, so what is signed changed) and signed each time: a chain of three statements."""
     for _ in range(2):
-        result = ebd2n("audit", campaign, torch=True)  # the key: campaign.json's, from the campaign file's signing_key
+        result = ebd2n("audit", campaign, "--accept", torch=True)  # the key: campaign.json's, from the campaign file's signing_key
         assert result.returncode == 0, result.stderr
     return campaign
+
+
+def test_signing_audit_of_an_unchanged_campaign_adds_no_statement(campaign: Path) -> None:
+    """The workflow audits at every invocation: a statement is added only when a signed file
+    changed. The first audit after the workflow's compares with it (and is signed: it says so); the
+    one after that finds the same and changes nothing."""
+    ebd2n("audit", campaign, torch=True)
+    before = sorted(p.name for p in (campaign / "signatures").iterdir())
+    result = ebd2n("audit", campaign, torch=True)
+    assert (result.returncode, sorted(p.name for p in (campaign / "signatures").iterdir())) == (0, before), result.stderr
 
 
 def test_signing_chain_of_three_verifies_and_links_each_statement(chained: Path, public) -> None:
