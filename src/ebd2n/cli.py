@@ -10,6 +10,7 @@ Heavy imports (torch, polars, matplotlib) happen inside the commands so `ebd2n -
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -199,6 +200,22 @@ def cmd_collect(args: argparse.Namespace) -> None:
     from ebd2n.campaign.spec import load_campaign
 
     print(collect_campaign(load_campaign(args.campaign_file), max_jobs=args.max_jobs))
+
+
+def cmd_decide(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.spec import campaign_search, load_campaign
+
+    halving = campaign_search(load_campaign(args.campaign_file))
+    bracket = halving.bracket(args.bracket)
+    expected = halving.decision_path(bracket, args.epoch, halving.candidates(bracket, args.epoch))
+    if args.digest and expected.stem != f"rung-{args.epoch}-{args.digest}":
+        raise UserError(f"{args.campaign_file}: bracket {bracket.name} rung {args.epoch}: the grid now decides {expected.name}, "
+                        f"not rung-{args.epoch}-{args.digest}.json (the campaign file changed while the workflow ran: run it again)")
+    path, written = halving.decide(bracket, args.epoch)
+    decision = json.loads(path.read_text(encoding="utf-8"))
+    promoted = ", ".join(decision["continuing"])
+    print(f"{path} {'written' if written else 'unchanged'}: bracket {bracket.name} rung {args.epoch}: "
+          f"{len(decision['continuing'])} of {decision['candidates']} point(s) train on ({promoted})")
 
 
 def cmd_select(args: argparse.Namespace) -> None:
@@ -394,6 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("campaign_file", type=Path)
     p.add_argument("--max-jobs", type=int, help="jobs the orchestrator ran at once (recorded in the campaign's record)")
     p.set_defaults(func=cmd_collect)
+
+    p = commands.add_parser("decide", help="successive halving: decide which points of a bracket train on after a rung")
+    p.add_argument("campaign_file", type=Path)
+    p.add_argument("--bracket", required=True, help="a preset x mode of the grid: the mode, or <preset>-<mode>")
+    p.add_argument("--epoch", type=int, required=True, help="the rung (a slice end)")
+    p.add_argument("--digest", help="the decision the workflow expects (refused when the campaign file decides another)")
+    p.set_defaults(func=cmd_decide)
 
     p = commands.add_parser("select", help="group a runs table (CSV or JSON) and pick the best recipe per mode")
     p.add_argument("runs", type=Path, help="per-run CSV or JSON (run, mode, lr, beta2, seed, status, loss)")

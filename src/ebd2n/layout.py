@@ -16,6 +16,7 @@ results/<campaign>/
   signatures/    1.dsse.json  2.dsse.json ...  cache-manifest.json
   logs/  benchmarks/
   extensions/    history.json  revision-<n>.yaml
+  search/        <bracket>/rung-<epoch>-<digest>.json   (successive halving: each rung's decision)
 ```
 """
 
@@ -64,6 +65,11 @@ def slice_record(epoch: int) -> str:
 def checkpoint_epoch(relative: str) -> int | None:
     """The epoch boundary of a `slice_checkpoint` name; None for any other file."""
     return _numbered(relative, slice_checkpoint)
+
+
+def slice_record_epoch(relative: str) -> int | None:
+    """The epoch of a `slice_record` name; None for any other file."""
+    return _numbered(relative, slice_record)
 
 
 def _numbered(relative: str, name: Callable[[int], str]) -> int | None:
@@ -160,6 +166,9 @@ EXTENSIONS = "extensions"
 """extensions/: history.json (each automatic extension of the grid) and revision-<n>.yaml (the
 campaign file as it was before extension n + 1)."""
 EXTENSION_HISTORY = "history.json"
+SEARCH = "search"
+"""search/<bracket>/rung-<epoch>-<digest>.json: one rung decision of a successive-halving campaign
+(ebd2n.campaign.search), named by the runs and share it was decided from, written once."""
 SIGNATURES = "signatures"
 """signatures/<n>.dsse.json: the signed statement of each signed audit, n = 1, 2, ..., each naming
 the SHA-256 of the one before (ebd2n.signing)."""
@@ -338,6 +347,14 @@ class CampaignPaths:
     @property
     def benchmarks(self) -> Path:
         return self.directory / BENCHMARKS
+
+    @property
+    def search(self) -> Path:
+        return self.directory / SEARCH
+
+    def rung_decision(self, bracket: str, epoch: int | str, digest: str) -> Path:
+        """The decision at rung `epoch` of `bracket`, made from the runs and share `digest` names."""
+        return self.search / bracket / f"rung-{epoch}-{digest}.json"
 
     @property
     def extension_history(self) -> Path:

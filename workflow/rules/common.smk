@@ -12,6 +12,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from ebd2n.campaign.runs import parse_run_id
+from ebd2n.campaign.search import campaign_halving, point_id, read_decision
 from ebd2n.campaign.spec import (
     SCHEMA_PATH,
     base_plans,
@@ -87,6 +88,12 @@ if not workflow.remote_exec:
     for line in warnings:
         print(f"ebd2n: warning: {line}", file=sys.stderr)
 BASES = current_bases(CAMPAIGN)
+# Successive halving (campaign `search`): the rungs each bracket's runs are compared at; None: the full grid.
+HALVING = (
+    campaign_halving(CAMPAIGN.paths, CAMPAIGN.search, CAMPAIGN.runs(), PLANS)
+    if CAMPAIGN.search.halving
+    else None
+)
 CACHE = Path(next(iter(BASES.values())).data.cache_dir)
 
 # `python -m ebd2n` of the installed package (prepare, freeze, collect, audit, report) or, TRAINER,
@@ -135,14 +142,38 @@ wildcard_constraints:
     run=r"[^/]+",
     epoch=r"[0-9]+",
     base=r"[^/]+",
+    bracket=r"[^/]+",
+    digest=r"[0-9a-f]{16}",
 
 
-def get_final_output():
+def decided(bracket, epoch, path):
+    """A rung decision, through Snakemake's checkpoint: asking for one not made yet makes it a job,
+    and Snakemake plans what depends on it (the bracket's next slices) once it is made.
+    """
+    digest = Path(path).stem.removeprefix(f"rung-{epoch}-")
+    checkpoints.decide_rung.get(
+        campaign=CAMPAIGN.name, bracket=bracket, epoch=epoch, digest=digest
+    )
+    return read_decision(Path(path))
+
+
+def run_fates():
+    """Each run's fate: None (trains its whole budget), or the rung it stopped at."""
+    if HALVING is None:
+        return {run.id: None for run in CAMPAIGN.runs()}
+    try:
+        return HALVING.outcome(read=decided)
+    except UserError as error:
+        raise WorkflowError(str(error)) from None
+
+
+def get_final_output(wildcards):
     """What `all` audits each time jobs run: the published report and every file the jobs before it
     leave. Naming them here, not only through the report, makes a deleted run (or its final
     checkpoint, or a record) a missing input that Snakemake remakes, not an intermediate it skips;
     and it ties every job whose output a later job reads through ancient() straight to `all`, so a
-    job of those that Snakemake runs again after a crash never leaves `all` unevaluated.
+    job of those that Snakemake runs again after a crash never leaves `all` unevaluated. A run
+    stopped by successive halving is audited as far as its rung, with every decision.
     """
     paths = CAMPAIGN.paths
     records = [
@@ -155,17 +186,55 @@ def get_final_output():
     ]
     for base in CAMPAIGN.bases:
         records += [paths.base_recipe(base), paths.slice_plan(base)]
+    fates = run_fates()
     for run in CAMPAIGN.runs():
         files = paths.run(run.id)
-        records += [files.recipe, files.final, files.best, files.results]
-        records += [files.slice_record(end) for end in PLANS[run.base].ends[:-1]]
-    return [str(path) for path in records]
+        stop = fates[run.id]
+        ends = [end for end in PLANS[run.base].ends[:-1] if stop is None or end <= stop]
+        records += [files.recipe, *(files.slice_record(end) for end in ends)]
+        if stop is None:
+            records += [files.final, files.best, files.results]
+    return [str(path) for path in records] + get_decisions(wildcards)
+
+
+def get_decisions(wildcards):
+    """Every rung decision of the campaign's search (none for the full grid)."""
+    if HALVING is None:
+        return []
+    return [
+        str(path)
+        for bracket in HALVING.groups
+        for _epoch, _points, path, _decision in HALVING.walk(bracket, read=decided)
+    ]
 
 
 def get_run_results(wildcards):
+    """The results of every run that trains its whole budget, and the decisions that say which."""
+    fates = run_fates()
     return [
         str(named_campaign(wildcards.campaign).run(run.id).results)
         for run in CAMPAIGN.runs()
+        if fates[run.id] is None
+    ] + get_decisions(wildcards)
+
+
+def get_rung_slices(wildcards):
+    """The slice records, at the rung, of every seed of the points a rung decision compares."""
+    bracket = HALVING.bracket(wildcards.bracket)
+    epoch = int(wildcards.epoch)
+    try:
+        points = HALVING.candidates(bracket, epoch, read=decided)
+    except UserError as error:
+        raise WorkflowError(str(error)) from None
+    path = HALVING.decision_path(bracket, epoch, points)
+    if path.name != f"rung-{epoch}-{wildcards.digest}.json":
+        raise WorkflowError(
+            f"{CAMPAIGN_FILE}: bracket {bracket.name} rung {epoch} decides {path.name} now, not the one asked for"
+        )
+    run = named_campaign(wildcards.campaign).run
+    return [
+        ancient(str(run(member.id).slice_record(epoch)))
+        for member in bracket.runs(points)
     ]
 
 
@@ -200,7 +269,37 @@ def get_previous_slice(wildcards):
     except UserError as error:
         raise WorkflowError(f"{wildcards.run}: {error}") from None
     run = named_campaign(wildcards.campaign).run(wildcards.run)
-    return [] if previous is None else [ancient(str(run.slice_record(previous)))]
+    if previous is None:
+        return []
+    return [ancient(str(run.slice_record(previous)))] + get_promotion(
+        wildcards, previous
+    )
+
+
+def get_promotion(wildcards, epoch):
+    """Under successive halving, a slice that starts at a rung needs the rung's decision to name
+    its run's point among those that train on; a stopped run is refused, whoever asks for it.
+    """
+    run = get_run(wildcards)
+    if HALVING is None:
+        return []
+    bracket = next(
+        b for b in HALVING.groups if (b.preset, b.mode) == (run.preset, run.mode)
+    )
+    if epoch not in HALVING.rungs(bracket):
+        return []
+    try:
+        points = HALVING.candidates(bracket, epoch, read=decided)
+    except UserError as error:
+        raise WorkflowError(f"{wildcards.run}: {error}") from None
+    path = HALVING.decision_path(bracket, epoch, points)
+    decision = decided(bracket.name, epoch, path)
+    if point_id(run.lr, run.beta2) not in decision["continuing"]:
+        raise WorkflowError(
+            f"{wildcards.run}: stopped at rung {epoch} of bracket {bracket.name} ({path}): it trains on only once a "
+            "decision promotes it (a larger search.keep, or more points)"
+        )
+    return [ancient(str(path))]
 
 
 def get_run_resource(wildcards, field):

@@ -68,6 +68,26 @@ rule resolve_recipe:
         TRAINER + " resolve " + RUN_DIR + " > {log} 2>&1"
 
 
+# Successive halving (campaign `search`, ebd2n.campaign.search): after each rung the bracket's runs
+# are ranked by their subset loss there; the decision is a checkpoint, so Snakemake plans the
+# bracket's next slices (of the points that train on) as soon as it is made, other brackets aside.
+checkpoint decide_rung:
+    input:
+        get_rung_slices,
+    output:
+        str(C.rung_decision("{bracket}", "{epoch}", "{digest}")),
+    log:
+        log_of(C.rung_decision("{bracket}", "{epoch}", "{digest}")),
+    conda:
+        CONDA_ENV
+    params:
+        campaign=CAMPAIGN_FILE,
+    shell:
+        EBD2N
+        + " decide {params.campaign:q} --bracket {wildcards.bracket} --epoch {wildcards.epoch}"
+        " --digest {wildcards.digest} > {log} 2>&1"
+
+
 # Every input is ancient(): checked by content instead (every checkpoint records the recipe and
 # cache identities, the trainer refuses a mismatch; it resumes from what the run directory holds),
 # so a newer time (a copy, a touch) never retrains a run.

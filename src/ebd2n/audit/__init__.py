@@ -30,7 +30,9 @@ from ebd2n.audit import checks
 from ebd2n.audit.ledger import Ledger, accepted, compare, ledger_json, protected, read_ledger, retrained
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import BASE, parse_run_id
-from ebd2n.campaign.spec import read_spec, spec_runs
+from ebd2n.audit.search import check_search, readable
+from ebd2n.campaign.search import Halving
+from ebd2n.campaign.spec import read_spec, spec_runs, spec_search
 from ebd2n.errors import UserError
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
 from ebd2n.provenance import timestamp
@@ -65,6 +67,15 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
 
     expected = spec_runs(spec)
     views = _views(paths, expected)
+    halving, search = _search(paths, spec, views)
+    if halving is not None:  # successive halving: only the runs every rung promoted train to the end
+        try:
+            fates = halving.outcome(read=readable)
+        except UserError:  # a decision naming no point of the grid: the search check names it
+            fates = {}
+        expected_finished = [run for run in expected if run.id in fates and fates[run.id] is None]
+    else:
+        expected_finished = expected
     finished = [view for view in views.values() if view.finished]
     cache_identity = _cache_identity(finished)
     cache_check, targets = checks.check_cache(_cache_dir(paths, finished), cache_identity)
@@ -73,7 +84,8 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     settings = freeze.get("settings") if isinstance(freeze.get("settings"), dict) else {}
     result = [
         files,
-        checks.check_grid(expected, views),
+        checks.check_grid(expected_finished, views),
+        *search,
         checks.check_members(paths, expected),
         checks.check_files(run_list),
         cache_check,
@@ -131,6 +143,17 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     if not paths.audit_passed.is_file() or paths.audit_passed.read_text() != seal:  # the workflow's target, while it passes
         atomic_write_text(paths.audit_passed, seal)
     return record
+
+
+def _search(paths: CampaignPaths, spec: dict, views: dict[str, RunView]) -> tuple[Halving | None, list[checks.Check]]:
+    """The campaign's successive halving and its check; none for the full grid (whose audit is as it was)."""
+    try:
+        halving = spec_search(paths, spec)
+    except UserError as error:
+        failed = checks.Check("successive-halving decisions recomputed from the runs' subset losses", unit="decisions")
+        failed.violations.append(str(error))
+        return None, [failed]
+    return halving, ([] if halving is None else [check_search(halving, views)])
 
 
 def _same_audit(previous: dict | None, record: dict) -> bool:
@@ -294,7 +317,7 @@ def _artifacts(paths: CampaignPaths, views: dict[str, RunView]) -> dict[str, str
         f"{runs}/{view.id}/{name}": digest for view in views.values() if view.finished for name, digest in view.hashes.items()
     }
     frozen = [paths.source_hash, paths.freeze_record, *sorted(paths.frozen_spec.glob("*")), *sorted(paths.frozen_recipes.glob("*.yaml")),
-              *sorted(paths.slice_plans.glob("*.json"))]
+              *sorted(paths.slice_plans.glob("*.json")), *sorted(paths.search.rglob("*.json"))]
     for path in [*frozen, paths.campaign_json, paths.runs_csv]:
         if path.is_file():
             artifacts[path.relative_to(paths.directory).as_posix()] = sha256_file(path)

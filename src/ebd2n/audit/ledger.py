@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 
 from ebd2n.atomic import sha256_bytes
-from ebd2n.layout import FROZEN, RUNS, CampaignPaths
+from ebd2n.layout import FROZEN, RUNS, SEARCH, CampaignPaths
 from ebd2n.provenance import timestamp
 
 FORMAT = 1
@@ -28,7 +28,7 @@ FORMAT = 1
 def protected(relative: str) -> bool:
     """Whether an artifact must stay byte-identical once audited (run and frozen files; campaign.json,
     runs.csv and the report are derived and verified by recomputation instead)."""
-    return relative.startswith((f"{RUNS}/", f"{FROZEN}/"))
+    return relative.startswith((f"{RUNS}/", f"{FROZEN}/", f"{SEARCH}/"))
 
 
 @dataclass

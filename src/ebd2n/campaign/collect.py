@@ -12,7 +12,7 @@ import polars as pl
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.results import RUN_COLUMNS, read_results, run_directories
 from ebd2n.campaign.runs import BASE
-from ebd2n.campaign.spec import Campaign, read_spec, record_spec, spec_runs
+from ebd2n.campaign.spec import Campaign, read_spec, record_spec, spec_runs, spec_search
 from ebd2n.campaign.status import campaign_plan
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.jsonio import read_json
@@ -47,6 +47,7 @@ def campaign_record(paths: CampaignPaths) -> dict:
     caches = sorted({str(result.get("cache_identity")) for result in finished if isinstance(result, dict)})
     cache = caches[0] if len(caches) == 1 else None
     bases = spec["grid"]["presets"] or [BASE]
+    halving = spec_search(paths, spec)
     return {
         "campaign": spec["campaign"],
         "description": spec["description"],
@@ -60,6 +61,7 @@ def campaign_record(paths: CampaignPaths) -> dict:
         "cache_identities": caches,
         "base_recipes": {base: _base_record(paths, base, cache) for base in bases},
         "created": freeze.get("created"),
+        **({"search": halving.record()} if halving else {}),  # successive halving: each rung's decision
     }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import BASE, Run, grid_runs, packed_models, point_learning_rates
+from ebd2n.campaign.search import Halving, Search, brackets, campaign_halving, check_search, search_from_dict
 from ebd2n.config import INT_RANGE, Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.atomic import atomic_write_text
@@ -111,6 +112,8 @@ class Campaign:
     """Price of a GPU-hour; the report turns GPU-hours into money with it."""
     signing_key: str | None = None
     """Private key the passing audit signs with (EBD2N_SIGNING_KEY overrides it; ebd2n.signing)."""
+    search: Search = Search()
+    """How the grid is searched: every point to the end, or successive halving (ebd2n.campaign.search)."""
 
     @property
     def paths(self) -> CampaignPaths:
@@ -228,6 +231,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
         cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
         signing_key=raw.get("signing_key"),
+        search=search_from_dict(raw.get("search")),
     )
     _check(campaign)
     return campaign
@@ -336,6 +340,8 @@ def _check(campaign: Campaign) -> None:
                     "set training.max_tokens and training.epoch_tokens"
                 )
             _check_resources(campaign, base, mode, recipe, where)
+    check_search(campaign.search, {base: recipe_plan(recipe, campaign.slice_epochs(base)) for base, recipe in bases.items()},
+                 brackets(campaign.runs()), where)
 
 
 def campaign_warnings(campaign: Campaign) -> list[str]:
@@ -425,6 +431,25 @@ def base_plans(campaign: Campaign) -> dict[str, SlicePlan]:
     return plans
 
 
+def campaign_search(campaign: Campaign) -> Halving:
+    """The campaign's successive halving as its files stand (see ebd2n.campaign.search)."""
+    return campaign_halving(campaign.paths, campaign.search, campaign.runs(), base_plans(campaign))
+
+
+def spec_search(paths: CampaignPaths, spec: Mapping[str, Any]) -> Halving | None:
+    """A recorded spec's successive halving, over the frozen slice plans; None for the full grid
+    (what collect and the audit read: the campaign's sources, not its file)."""
+    search = search_from_dict(spec.get("search"))
+    if not search.halving:
+        return None
+    bases = spec["grid"]["presets"] or [BASE]
+    plans = {base: read_slice_plan(paths.slice_plan(base)) for base in bases}
+    missing = [base for base, plan in plans.items() if plan is None]
+    if missing:
+        raise UserError(f"{paths.slice_plan(missing[0])}: missing; the rungs of a successive-halving campaign are its slice ends")
+    return campaign_halving(paths, search, spec_runs(spec), plans)
+
+
 def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) -> SlicePlan:
     """The slices of frozen base recipe `base`, as the campaign's frozen trainer plans them
     (`ebd2n plan --json` run from frozen/src): what the audit holds a plan file to."""
@@ -474,6 +499,7 @@ def record_spec(campaign: Campaign) -> dict[str, Any]:
             "beta2": list(campaign.beta2),
         },
         "seeds": list(campaign.seeds),
+        **({"search": campaign.search.record()} if campaign.search.halving else {}),  # a grid campaign's spec as before
     }
     versions = _spec_versions(paths)
     if versions:
@@ -533,6 +559,7 @@ def _merged(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, A
             "beta2": _union(before["beta2"], now["beta2"]),
         },
         "seeds": _union(earlier["seeds"], later["seeds"]),
+        **({"search": later["search"]} if later.get("search") else {}),
     }
 
 

@@ -1,0 +1,143 @@
+"""The audit of a successive-halving campaign: every rung decision recomputed from the runs.
+
+Each decision file under search/ is decided again from its own inputs (the runs it ranks, its
+share kept, the earlier decisions it names) with the losses the runs' metrics.jsonl record at the
+rung: a loss edited in either place, a promoted loser, a decision no job of this grid would make
+are named with their rung and run. The decisions the frozen grid makes now must all be there, and
+every run's directory must match its fate: a stopped run ends at its rung (with the checkpoint it
+would continue from), and one that trained on past it is named.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ebd2n.audit.checks import Check
+from ebd2n.audit.runs import RunView, json_object
+from ebd2n.campaign.search import Halving, decide, decision_digest, epoch_loss, read_decision, recorded_epochs
+from ebd2n.errors import UserError
+from ebd2n.layout import FINAL, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
+
+_DECISION = re.compile(r"rung-(?P<epoch>[0-9]+)-(?P<digest>[0-9a-f]{16})\.json")
+_COMPARED = ("ranking", "promoted", "carried", "continuing")
+
+
+def check_search(halving: Halving, views: dict[str, RunView]) -> Check:
+    """Every decision recomputed; the current ones present; each run where its fate puts it."""
+    check = Check("successive-halving decisions recomputed from the runs' subset losses", unit="decisions")
+    paths = halving.paths
+    for path in sorted(paths.search.rglob("*")) if paths.search.is_dir() else []:
+        if path.is_file():
+            check.examined += 1
+            check.violations += _decision_problems(halving, path)
+    fates: dict[str, int | None] = {}
+    for bracket in halving.groups:
+        for epoch, _points, path, decision in halving.walk(bracket, read=readable):
+            if decision is None:
+                check.violations.append(f"bracket {bracket.name} rung {epoch}: no decision ({_where(paths, path)}); "
+                                        "the workflow makes it once the rung's runs reached it")
+    try:
+        fates = halving.outcome(read=readable)
+    except UserError as error:
+        check.violations.append(str(error))
+    for run_id, fate in fates.items():
+        view = views.get(run_id)
+        if fate is not None:
+            check.violations += [f"{run_id}: {problem}" for problem in _stopped_problems(halving, view, fate)]
+    return check
+
+
+def readable(_bracket: str, _epoch: int, path: Path) -> dict | None:
+    """A decision for walking the rungs: an unreadable one counts as absent (named by its own check)."""
+    try:
+        return read_decision(path)
+    except UserError:
+        return None
+
+
+def _where(paths, path: Path) -> str:
+    return path.relative_to(paths.directory).as_posix()
+
+
+def _decision_problems(halving: Halving, path: Path) -> list[str]:
+    """What is wrong with one decision file: its name, its inputs, or what it decided."""
+    paths = halving.paths
+    where = _where(paths, path)
+    match = _DECISION.fullmatch(path.name)
+    try:
+        bracket = halving.bracket(path.parent.name) if path.parent.parent == paths.search else None
+    except UserError:
+        bracket = None
+    if match is None or bracket is None:
+        return [f"{where}: not a rung decision of this campaign (search/<bracket>/rung-<epoch>-<digest>.json)"]
+    epoch = int(match["epoch"])
+    if epoch not in halving.rungs(bracket):
+        return [f"{where}: epoch {epoch} is not a rung of bracket {bracket.name} {list(halving.rungs(bracket))}"]
+    try:
+        decision = read_decision(path)
+    except UserError as error:
+        return [f"{where}: {error}"]
+    try:
+        candidates = [bracket.point(entry["point"]) for entry in decision["ranking"]]
+        keep = float(decision["keep"])
+        earlier_names = list(decision.get("earlier") or [])
+    except (KeyError, TypeError, ValueError, UserError) as error:
+        return [f"{where}: rung {epoch}: not a decision of this grid ({type(error).__name__}: {error})"]
+    problems = []
+    runs = bracket.runs(candidates)
+    if decision_digest([run.id for run in runs], keep) != match["digest"]:
+        problems.append(f"{where}: rung {epoch}: its name does not match the runs and keep it records (edited?)")
+    losses = {}
+    for run in runs:
+        losses[run.id] = epoch_loss(paths.run(run.id).metrics, epoch) if paths.run(run.id).metrics.is_file() else None
+        recorded = next((entry["losses"].get(run.id) for entry in decision["ranking"] if isinstance(entry.get("losses"), dict)
+                         and run.id in entry["losses"]), None)
+        if losses[run.id] is None:
+            problems.append(f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its metrics.jsonl")
+        elif recorded != losses[run.id]:
+            problems.append(f"{where}: rung {epoch}: {run.id} is recorded with loss {recorded}, its metrics.jsonl says "
+                            f"{losses[run.id]} at epoch {epoch}")
+    earlier = {}
+    for name in earlier_names:
+        try:
+            earlier[name] = (read_decision(path.parent / name) or {})["continuing"]
+        except (KeyError, UserError):
+            problems.append(f"{where}: rung {epoch}: names the earlier decision {name}, which is gone or unreadable")
+    if problems:
+        return problems
+    recomputed = decide(bracket, epoch, candidates, keep, losses, earlier)
+    for key in _COMPARED:
+        if decision.get(key) != recomputed[key]:
+            problems.append(f"{where}: rung {epoch}: {key} {_points(decision.get(key))} is not what the runs decide, "
+                            f"{_points(recomputed[key])}")
+    return problems
+
+
+def _points(value) -> str:
+    if isinstance(value, list) and all(isinstance(entry, dict) for entry in value):
+        value = [entry.get("point") for entry in value]
+    return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, list) else repr(value)
+
+
+def _stopped_problems(halving: Halving, view: RunView | None, rung: int) -> list[str]:
+    """A run stopped at `rung` keeps what it needs to continue, and nothing of training on."""
+    where = f"stopped at rung {rung}"
+    if view is None:
+        return [f"{where}, but its run directory is missing"]
+    problems = []
+    on = [name for name in view.files if name in (FINAL, RESULTS_JSON)
+          or max(checkpoint_epoch(name) or 0, slice_record_epoch(name) or 0) > rung]
+    if on:
+        problems.append(f"{where}, but it trained on: {', '.join(on)}")
+    later = [epoch for epoch in recorded_epochs(view.paths.metrics) if epoch > rung]
+    if later:
+        problems.append(f"{where}, but its metrics.jsonl records epoch {later[0]}: it trained on")
+    for name in (slice_record(rung), slice_checkpoint(rung)):
+        if name not in view.files:
+            problems.append(f"{where}, but {name} is missing (it continues from there when a decision promotes it)")
+    checkpoint = slice_checkpoint(rung)
+    recorded, _problem = json_object(view.paths.checkpoint_ledger) if view.paths.checkpoint_ledger.is_file() else (None, None)
+    if checkpoint in view.hashes and (recorded or {}).get(checkpoint) != view.hashes[checkpoint]:
+        problems.append(f"{where}, but {checkpoint} does not match its SHA-256 in {view.paths.checkpoint_ledger.name}")
+    return problems

@@ -1,0 +1,310 @@
+"""Successive halving over slices: which grid points train on after each rung, decided from the runs.
+
+A campaign's `search` (default: the full grid) may be `successive-halving`. Its brackets are the
+preset x mode blocks of the grid; a bracket's points are its (learning rate, beta2) pairs, each
+trained with every seed. At each rung (a slice end before the last) the bracket's candidates are
+ranked by mean subset-validation loss over their seeds at that epoch (ties: lower learning rate,
+then lower beta2, as in selection) and the best ceil(keep x n) train on; the others stop there,
+keeping the checkpoint they would continue from.
+
+A decision is a file named by what it was decided from (its runs and `keep`):
+`search/<bracket>/rung-<epoch>-<digest>.json`, written once. An extension (more points or seeds,
+a larger keep) decides again under a new name; every point an earlier decision of the rung
+promoted stays promoted ("carried"), so no training is thrown away and no run that trained on is
+later called stopped. Everything here follows from the runs' metrics.jsonl and the grid: the
+audit recomputes each decision (ebd2n.audit.search).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.runs import BASE, Run
+from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json, read_jsonl
+from ebd2n.layout import CampaignPaths
+from ebd2n.train.plan import SlicePlan
+
+GRID = "grid"
+HALVING = "successive-halving"
+
+
+@dataclass(frozen=True)
+class Search:
+    """How a campaign searches its grid: every point to the end (grid), or successive halving."""
+
+    method: str = GRID
+    keep: float = 1.0
+    """Share of a rung's candidates that train on (at least one)."""
+    rungs: tuple[int, ...] | None = None
+    """Epochs (slice ends) the candidates are compared at; None: every slice end before the last."""
+
+    @property
+    def halving(self) -> bool:
+        return self.method == HALVING
+
+    def record(self) -> dict[str, Any]:
+        """As the frozen spec and campaign.json hold it."""
+        return {"method": self.method, "keep": self.keep, "rungs": list(self.rungs) if self.rungs is not None else None}
+
+    def rung_epochs(self, plan: SlicePlan) -> tuple[int, ...]:
+        """The rungs of runs sliced by `plan` (none under the full grid)."""
+        if not self.halving:
+            return ()
+        return tuple(self.rungs) if self.rungs is not None else plan.ends[:-1]
+
+
+def search_from_dict(raw: Mapping[str, Any] | None) -> Search:
+    """The campaign file's (or a frozen spec's) `search` section; absent: the full grid."""
+    if not raw:
+        return Search()
+    rungs = raw.get("rungs")
+    return Search(raw.get("method", GRID), float(raw.get("keep", 1.0)), None if rungs is None else tuple(sorted(int(r) for r in rungs)))
+
+
+def point_id(lr: float, beta2: float) -> str:
+    """A grid point within its bracket, spelled as in run ids."""
+    return f"lr{lr!r}-beta2{beta2!r}"
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """The runs of one preset x mode, compared with each other at every rung."""
+
+    preset: str | None
+    mode: str
+    points: tuple[tuple[float, float], ...]
+    """(learning rate, beta2), in grid order."""
+    seeds: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        """Its resources scope: the mode, or <preset>-<mode>."""
+        return f"{self.preset}-{self.mode}" if self.preset else self.mode
+
+    @property
+    def base(self) -> str:
+        return self.preset or BASE
+
+    def runs(self, points: Iterable[tuple[float, float]] | None = None) -> list[Run]:
+        """Every seed of `points` (default: all of the bracket's)."""
+        return [Run(self.preset, self.mode, lr, beta2, seed) for lr, beta2 in (self.points if points is None else points)
+                for seed in self.seeds]
+
+    def point(self, identifier: str) -> tuple[float, float]:
+        """The point a `point_id` names."""
+        for point in self.points:
+            if point_id(*point) == identifier:
+                return point
+        raise UserError(f"bracket {self.name}: no grid point {identifier}")
+
+
+def brackets(runs: Iterable[Run]) -> list[Bracket]:
+    """The brackets of a grid's runs, in grid order."""
+    grouped: dict[tuple[str | None, str], tuple[dict, dict]] = {}
+    for run in runs:
+        points, seeds = grouped.setdefault((run.preset, run.mode), ({}, {}))
+        points[(run.lr, run.beta2)] = None
+        seeds[run.seed] = None
+    return [Bracket(preset, mode, tuple(points), tuple(seeds)) for (preset, mode), (points, seeds) in grouped.items()]
+
+
+def check_search(search: Search, plans: Mapping[str, SlicePlan], groups: list[Bracket], where: str) -> None:
+    """What the schema cannot say of `search`, one line each: rungs are slice ends before the last
+    of every preset's runs, and every bracket has points to compare."""
+    if not search.halving:
+        return
+    for base, plan in plans.items():
+        wrong = [epoch for epoch in search.rung_epochs(plan) if epoch not in plan.ends[:-1]]
+        if wrong:
+            raise UserError(
+                f"{where}: search.rungs: {wrong} {'is not a slice end' if len(wrong) == 1 else 'are not slice ends'} before the "
+                f"last of {'the runs' if base == BASE else base}; rungs must be among {list(plan.ends[:-1])} "
+                f"(epochs_per_slice {plan.epochs_per_slice} of {plan.epochs} epochs)"
+            )
+        if not search.rung_epochs(plan):
+            raise UserError(f"{where}: search: runs of {plan.epochs} epochs in one slice have no slice end to compare at; "
+                            "lower epochs_per_slice or use the full grid")
+    single = [bracket.name for bracket in groups if len(bracket.points) < 2]
+    if single:
+        raise UserError(f"{where}: search: successive halving compares grid points, but {', '.join(single)} "
+                        f"{'has' if len(single) == 1 else 'have'} only one (learning rate, beta2); add points or remove search")
+
+
+def promoted_count(keep: float, candidates: int) -> int:
+    """ceil(keep x n), at least one (rounded first: 0.1 x 30 is 3, not 3.0000000000000004)."""
+    return max(1, math.ceil(round(keep * candidates, 9)))
+
+
+def decision_digest(runs: Iterable[str], keep: float) -> str:
+    """Names a decision by what it is decided from: the sorted run ids and the share kept."""
+    text = json.dumps({"runs": sorted(runs), "keep": keep}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def epoch_loss(metrics: Path, epoch: int) -> float | None:
+    """The subset-validation loss a run's metrics.jsonl records at epoch boundary `epoch`."""
+    for record in read_jsonl(metrics):
+        if isinstance(record, dict) and record.get("type") == "epoch" and record.get("epoch") == epoch:
+            loss = record.get("val_loss")
+            return float(loss) if isinstance(loss, (int, float)) and not isinstance(loss, bool) else None
+    return None
+
+
+def recorded_epochs(metrics: Path) -> list[int]:
+    """Every epoch boundary a run's metrics.jsonl records."""
+    return [record["epoch"] for record in read_jsonl(metrics)
+            if isinstance(record, dict) and record.get("type") == "epoch" and isinstance(record.get("epoch"), int)]
+
+
+def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], keep: float,
+           losses: Mapping[str, float | None], earlier: Mapping[str, list[str]]) -> dict[str, Any]:
+    """The decision at rung `epoch`: candidates ranked (mean loss over seeds; a point missing a
+    seed's loss, or with a non-finite one, ranks last), the best ceil(keep x n) promoted, and the
+    points earlier decisions of this rung promoted carried. `earlier` maps each earlier decision's
+    file name to the points it let train on."""
+    ranking = []
+    for lr, beta2 in candidates:
+        seeds = {run.id: losses.get(run.id) for run in bracket.runs([(lr, beta2)])}
+        values = [loss for loss in seeds.values() if loss is not None and math.isfinite(loss)]
+        mean = sum(values) / len(values) if len(values) == len(seeds) else None
+        ranking.append({"point": point_id(lr, beta2), "lr": lr, "beta2": beta2, "mean_loss": mean, "losses": seeds})
+    ranking.sort(key=lambda entry: (entry["mean_loss"] is None, entry["mean_loss"] or 0.0, entry["lr"], entry["beta2"]))
+    promoted = [entry["point"] for entry in ranking[:promoted_count(keep, len(ranking))]]
+    listed = {entry["point"] for entry in ranking}
+    carried = sorted({point for points in earlier.values() for point in points if point in listed} - set(promoted),
+                     key=[entry["point"] for entry in ranking].index)
+    runs = [run for entry in ranking for run in entry["losses"]]
+    return {
+        "bracket": bracket.name, "epoch": epoch, "keep": keep, "digest": decision_digest(runs, keep),
+        "candidates": len(ranking), "ranking": ranking, "promoted": promoted, "carried": carried,
+        "continuing": [entry["point"] for entry in ranking if entry["point"] in {*promoted, *carried}],
+        "earlier": sorted(earlier),
+    }
+
+
+def decision_json(decision: Mapping[str, Any]) -> str:
+    return json.dumps(decision, indent=1) + "\n"
+
+
+@dataclass(frozen=True)
+class Halving:
+    """The search of one campaign as its files stand: what the workflow, the decide job, status,
+    collect and the audit all walk, rung after rung."""
+
+    paths: CampaignPaths
+    search: Search
+    groups: tuple[Bracket, ...]
+    plans: Mapping[str, SlicePlan]
+
+    def bracket(self, name: str) -> Bracket:
+        for bracket in self.groups:
+            if bracket.name == name:
+                return bracket
+        raise UserError(f"no bracket {name} in the campaign's grid (brackets: {', '.join(b.name for b in self.groups)})")
+
+    def rungs(self, bracket: Bracket) -> tuple[int, ...]:
+        return self.search.rung_epochs(self.plans[bracket.base])
+
+    def decision_path(self, bracket: Bracket, epoch: int, candidates: list[tuple[float, float]]) -> Path:
+        runs = [run.id for run in bracket.runs(candidates)]
+        return self.paths.rung_decision(bracket.name, epoch, decision_digest(runs, self.search.keep))
+
+    def walk(self, bracket: Bracket, read=None):
+        """(epoch, candidates, decision path, decision or None) of each rung of `bracket`, in
+        order; stops after the first rung not decided yet. `read(bracket name, epoch, path)` reads
+        a decision (the workflow's asks Snakemake's checkpoint first)."""
+        candidates = list(bracket.points)
+        for epoch in self.rungs(bracket):
+            path = self.decision_path(bracket, epoch, candidates)
+            decision = read(bracket.name, epoch, path) if read else read_decision(path)
+            yield epoch, candidates, path, decision
+            if decision is None:
+                return
+            candidates = [bracket.point(point) for point in decision["continuing"]]
+
+    def candidates(self, bracket: Bracket, epoch: int, read=None) -> list[tuple[float, float]]:
+        """The points compared at rung `epoch`: what the rung before let train on (every point at the first)."""
+        rungs = self.rungs(bracket)
+        if epoch not in rungs:
+            raise UserError(f"bracket {bracket.name}: epoch {epoch} is not one of its rungs {list(rungs)}")
+        candidates = list(bracket.points)
+        for rung in rungs[:rungs.index(epoch)]:
+            path = self.decision_path(bracket, rung, candidates)
+            decision = read(bracket.name, rung, path) if read else read_decision(path)
+            if decision is None:
+                raise UserError(f"bracket {bracket.name}: rung {rung} is not decided yet, so rung {epoch} has no candidates")
+            candidates = [bracket.point(point) for point in decision["continuing"]]
+        return candidates
+
+    def outcome(self, read=None) -> dict[str, int | None]:
+        """Each run that has a fate so far: the rung it stopped at, or None (it trains to the end,
+        every rung decided). Runs of a bracket whose rungs are still open are left out."""
+        fate: dict[str, int | None] = {}
+        for bracket in self.groups:
+            candidates, done = list(bracket.points), True
+            for epoch, candidates, _path, decision in self.walk(bracket, read=read):
+                if decision is None:
+                    done = False
+                    break
+                stopped = [bracket.point(entry["point"]) for entry in decision["ranking"]
+                           if entry["point"] not in decision["continuing"]]
+                fate.update({run.id: epoch for run in bracket.runs(stopped)})
+                candidates = [bracket.point(point) for point in decision["continuing"]]
+            if done:
+                fate.update({run.id: None for run in bracket.runs(candidates)})
+        return fate
+
+    def record(self) -> dict[str, Any]:
+        """What campaign.json says of the search: each bracket's rungs, their decision files and
+        the points that train on, and how many runs stopped."""
+        groups = []
+        for bracket in self.groups:
+            rungs = [{"epoch": epoch, "decision": path.relative_to(self.paths.directory).as_posix(), "candidates": len(points),
+                      "continuing": None if decision is None else decision["continuing"]}
+                     for epoch, points, path, decision in self.walk(bracket)]
+            groups.append({"bracket": bracket.name, "points": len(bracket.points), "rungs": rungs})
+        fates = list(self.outcome().values())
+        return {**self.search.record(), "brackets": groups, "runs_stopped": sum(fate is not None for fate in fates),
+                "runs_training_to_the_end": fates.count(None)}
+
+    def decide(self, bracket: Bracket, epoch: int) -> tuple[Path, bool]:
+        """Decide rung `epoch` of `bracket` from its candidates' metrics and write the decision
+        (atomically; left as it is when it already says the same). Returns the file and whether it
+        was written."""
+        candidates = self.candidates(bracket, epoch)
+        path = self.decision_path(bracket, epoch, candidates)
+        losses = {run.id: epoch_loss(self.paths.run(run.id).metrics, epoch) for run in bracket.runs(candidates)}
+        missing = [run_id for run_id, loss in losses.items() if loss is None]
+        if missing:
+            raise UserError(f"bracket {bracket.name} rung {epoch}: no subset-validation loss at epoch {epoch} in "
+                            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} (metrics.jsonl): train them to the rung first")
+        made = read_decision(path)  # decided before: from the decisions it was made after, not later ones
+        names = made["earlier"] if made else [other.name for other in sorted(path.parent.glob(f"rung-{epoch}-*.json"))]
+        earlier = {name: (read_decision(path.parent / name) or {}).get("continuing", []) for name in names if name != path.name}
+        text = decision_json(decide(bracket, epoch, candidates, self.search.keep, losses, earlier))
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            return path, False
+        atomic_write_text(path, text)
+        return path, True
+
+
+def read_decision(path: Path) -> dict[str, Any] | None:
+    """A decision file, None when absent; one that is not a decision is a user error naming it."""
+    decision = read_json(path)
+    if decision is None:
+        return None
+    if not (isinstance(decision, dict) and isinstance(decision.get("continuing"), list) and isinstance(decision.get("ranking"), list)):
+        raise UserError(f"{path}: not a rung decision (ebd2n.campaign.search)")
+    return decision
+
+
+def campaign_halving(paths: CampaignPaths, search: Search, runs: Iterable[Run], plans: Mapping[str, SlicePlan]) -> Halving:
+    return Halving(paths, search, tuple(brackets(runs)), plans)
