@@ -581,6 +581,9 @@ def describe_campaign(campaign: Campaign) -> str:
                 f"  {scope}: {count} runs x {slices} slice(s) of <= {campaign.slice_epochs(base)} of {epochs} epochs; "
                 f"per job {_gpus_of(resources)}, {resources.minutes} min, {resources.mem_mb} MB, {resources.cpus} CPU(s)"
             )
+        if campaign.search.halving:
+            lines.append(f"  successive halving: at epochs {list(campaign.search.rung_epochs(plan))} each preset x mode keeps "
+                         f"{campaign.search.keep:g} of its points (at least one); the others stop at that rung")
     return "\n".join(lines)
 
 
