@@ -17,7 +17,7 @@ from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object
 from ebd2n.campaign.search import Halving, decide, decision_digest, epoch_loss, read_decision, recorded_epochs
 from ebd2n.errors import UserError
-from ebd2n.layout import FINAL, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
+from ebd2n.layout import FINAL, METRICS, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
 
 _DECISION = re.compile(r"rung-(?P<epoch>[0-9]+)-(?P<digest>[0-9a-f]{16})\.json")
 _COMPARED = ("ranking", "promoted", "carried", "continuing")
@@ -94,9 +94,9 @@ def _decision_problems(halving: Halving, path: Path) -> list[str]:
         recorded = next((entry["losses"].get(run.id) for entry in decision["ranking"] if isinstance(entry.get("losses"), dict)
                          and run.id in entry["losses"]), None)
         if losses[run.id] is None:
-            problems.append(f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its metrics.jsonl")
+            problems.append(f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its {METRICS}")
         elif recorded != losses[run.id]:
-            problems.append(f"{where}: rung {epoch}: {run.id} is recorded with loss {recorded}, its metrics.jsonl says "
+            problems.append(f"{where}: rung {epoch}: {run.id} is recorded with loss {recorded}, its {METRICS} says "
                             f"{losses[run.id]} at epoch {epoch}")
     earlier = {}
     for name in earlier_names:
@@ -132,7 +132,7 @@ def _stopped_problems(halving: Halving, view: RunView | None, rung: int) -> list
         problems.append(f"{where}, but it trained on: {', '.join(on)}")
     later = [epoch for epoch in recorded_epochs(view.paths.metrics) if epoch > rung]
     if later:
-        problems.append(f"{where}, but its metrics.jsonl records epoch {later[0]}: it trained on")
+        problems.append(f"{where}, but its {METRICS} records epoch {later[0]}: it trained on")
     for name in (slice_record(rung), slice_checkpoint(rung)):
         if name not in view.files:
             problems.append(f"{where}, but {name} is missing (it continues from there when a decision promotes it)")

@@ -29,7 +29,7 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.runs import BASE, Run
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
-from ebd2n.layout import CampaignPaths
+from ebd2n.layout import METRICS, CampaignPaths
 from ebd2n.train.plan import SlicePlan
 
 GRID = "grid"
@@ -285,7 +285,7 @@ class Halving:
         missing = [run_id for run_id, loss in losses.items() if loss is None]
         if missing:
             raise UserError(f"bracket {bracket.name} rung {epoch}: no subset-validation loss at epoch {epoch} in "
-                            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} (metrics.jsonl): train them to the rung first")
+                            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} ({METRICS}): train them to the rung first")
         made = read_decision(path)  # decided before: from the decisions it was made after, not later ones
         names = made["earlier"] if made else [other.name for other in sorted(path.parent.glob(f"rung-{epoch}-*.json"))]
         earlier = {name: (read_decision(path.parent / name) or {}).get("continuing", []) for name in names if name != path.name}
