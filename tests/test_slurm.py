@@ -347,3 +347,36 @@ def _wait_until(condition, timeout: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.2)
+
+
+def test_slurm_successive_halving_decides_on_the_controller_and_submits_the_promoted_slices(cluster: None, tmp_path: Path) -> None:
+    """A successive-halving campaign by the README's command: the rung decision is a checkpoint
+    job on the controller; once made, the promoted point's last slice goes to SLURM while the
+    stopped runs keep their rung checkpoint; the audit passes."""
+    repo, env = _campaign_repo(tmp_path, seeds=[42])
+    campaign = yaml.safe_load((repo / CAMPAIGN).read_text())
+    campaign["grid"]["learning_rates"]["synchronous"] = [0.0003, 0.003, 0.03]
+    campaign["search"] = {"method": "successive-halving", "keep": 0.3}
+    (repo / CAMPAIGN).write_text(yaml.safe_dump(campaign, sort_keys=False))
+    _snakemake(repo, env, COMMAND)
+    results = repo / "results/slurm-tiny"
+    (decision_file,) = (results / "search/synchronous").glob("rung-1-*.json")
+    decision = json.loads(decision_file.read_text())
+    ranked = {entry["point"]: entry["mean_loss"] for entry in decision["ranking"]}
+    assert decision["promoted"] == decision["continuing"] == [min(ranked, key=ranked.get)] and len(ranked) == 3
+    logs = _slurm_logs(repo)
+    assert not any("search" in str(path) for path in logs.values())  # decided on the controller, not submitted
+    for point in ranked:
+        run_dir = results / "runs" / f"synchronous-{point}-seed42"
+        jobs = _job_ids(run_dir)
+        assert all(job.isdigit() for job in jobs)  # every slice a SLURM job
+        if point in decision["promoted"]:
+            assert len(jobs) == 2 and (run_dir / "results.json").is_file()
+            assert _sacct(jobs[1], fields="Submit")[jobs[1]] >= time.strftime(  # submitted once the rung was decided
+                "%Y-%m-%dT%H:%M:%S", time.localtime(decision_file.stat().st_mtime))
+        else:
+            assert len(jobs) == 1 and not (run_dir / "final.pt").exists()
+            assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch-1.pt"]
+    audit = json.loads((results / "audit.json").read_text())
+    assert audit["passed"] and "successive-halving decisions recomputed from the runs' subset losses" in {
+        check["name"] for check in audit["checks"] if check["status"] == "passed"}
