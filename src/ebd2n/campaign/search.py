@@ -120,6 +120,9 @@ def check_search(search: Search, plans: Mapping[str, SlicePlan], groups: list[Br
     """What the schema cannot say of `search`, one line each: rungs are slice ends before the last
     of every preset's runs, and every bracket has points to compare."""
     if not search.halving:
+        if search.keep != 1.0 or search.rungs is not None:
+            raise UserError(f"{where}: search.keep and search.rungs apply to successive halving only; "
+                            f"set search.method: {HALVING}, or remove them")
         return
     for base, plan in plans.items():
         wrong = [epoch for epoch in search.rung_epochs(plan) if epoch not in plan.ends[:-1]]
