@@ -203,14 +203,16 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 
 def cmd_decide(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.spec import campaign_search, load_campaign
+    from ebd2n.campaign.spec import campaign_search, load_campaign, record_spec
 
-    halving = campaign_search(load_campaign(args.campaign_file))
+    campaign = load_campaign(args.campaign_file)
+    halving = campaign_search(campaign)
     bracket = halving.bracket(args.bracket)
     expected = halving.decision_path(bracket, args.epoch, halving.candidates(bracket, args.epoch))
     if args.digest and expected.stem != f"rung-{args.epoch}-{args.digest}":
         raise UserError(f"{args.campaign_file}: bracket {bracket.name} rung {args.epoch}: the grid now decides {expected.name}, "
                         f"not rung-{args.epoch}-{args.digest}.json (the campaign file changed while the workflow ran: run it again)")
+    record_spec(campaign)  # the grid and share it is decided under: what the audit holds the decision to
     path, written = halving.decide(bracket, args.epoch)
     decision = json.loads(path.read_text(encoding="utf-8"))
     promoted = ", ".join(decision["continuing"])

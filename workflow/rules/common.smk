@@ -12,7 +12,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from ebd2n.campaign.runs import parse_run_id
-from ebd2n.campaign.search import campaign_halving, point_id, read_decision
+from ebd2n.campaign.search import campaign_halving, read_decision
 from ebd2n.campaign.spec import (
     SCHEMA_PATH,
     base_plans,
@@ -150,15 +150,19 @@ def decided(bracket, epoch, path):
     """A rung decision, through Snakemake's checkpoint: asking for one not made yet makes it a job,
     and Snakemake plans what depends on it (the bracket's next slices) once it is made.
     """
-    digest = Path(path).stem.removeprefix(f"rung-{epoch}-")
-    checkpoints.decide_rung.get(
-        campaign=CAMPAIGN.name, bracket=bracket, epoch=epoch, digest=digest
-    )
+    if not Path(
+        path
+    ).is_file():  # one on disk is read as it is: each is written once, atomically
+        digest = Path(path).stem.removeprefix(f"rung-{epoch}-")
+        checkpoints.decide_rung.get(
+            campaign=CAMPAIGN.name, bracket=bracket, epoch=epoch, digest=digest
+        )
     return read_decision(Path(path))
 
 
 def run_fates():
-    """Each run's fate: None (trains its whole budget), or the rung it stopped at."""
+    """Each run's fate: None (trains its whole budget), or the rung it stopped at; a run whose
+    bracket still waits for a decision has none yet (a dry run stops there)."""
     if HALVING is None:
         return {run.id: None for run in CAMPAIGN.runs()}
     try:
@@ -172,8 +176,10 @@ def get_final_output(wildcards):
     leave. Naming them here, not only through the report, makes a deleted run (or its final
     checkpoint, or a record) a missing input that Snakemake remakes, not an intermediate it skips;
     and it ties every job whose output a later job reads through ancient() straight to `all`, so a
-    job of those that Snakemake runs again after a crash never leaves `all` unevaluated. A run
-    stopped by successive halving is audited as far as its rung, with every decision.
+    job of those that Snakemake runs again after a crash never leaves `all` unevaluated. Under
+    successive halving this is what every run has up to the first rung; get_searched_output adds
+    the rest, which waits for decisions (a separate function, so that while a decision is not made
+    `all` still names these: Snakemake replaces only that function's files by the decision).
     """
     paths = CAMPAIGN.paths
     records = [
@@ -186,12 +192,28 @@ def get_final_output(wildcards):
     ]
     for base in CAMPAIGN.bases:
         records += [paths.base_recipe(base), paths.slice_plan(base)]
-    fates = run_fates()
     for run in CAMPAIGN.runs():
         files = paths.run(run.id)
-        stop = fates[run.id]
-        ends = [end for end in PLANS[run.base].ends[:-1] if stop is None or end <= stop]
+        ends = PLANS[run.base].ends[:-1]
+        if HALVING is not None:
+            first = HALVING.search.rung_epochs(PLANS[run.base])[0]
+            ends = [end for end in ends if end <= first]
         records += [files.recipe, *(files.slice_record(end) for end in ends)]
+        if HALVING is None:
+            records += [files.final, files.best, files.results]
+    return [str(path) for path in records]
+
+
+def get_searched_output(wildcards):
+    """What successive halving's decisions add to `all`: each run's records as far as its fate
+    takes it (its rung, or its whole budget), and every decision."""
+    if HALVING is None:
+        return []
+    paths, fates, records = CAMPAIGN.paths, run_fates(), []
+    for run in CAMPAIGN.runs():
+        files, stop = paths.run(run.id), fates.get(run.id, 0)
+        ends = [e for e in PLANS[run.base].ends[:-1] if stop is None or e <= stop]
+        records += [files.slice_record(end) for end in ends]
         if stop is None:
             records += [files.final, files.best, files.results]
     return [str(path) for path in records] + get_decisions(wildcards)
@@ -214,12 +236,15 @@ def get_run_results(wildcards):
     return [
         str(named_campaign(wildcards.campaign).run(run.id).results)
         for run in CAMPAIGN.runs()
-        if fates[run.id] is None
+        if fates.get(run.id, 0) is None
     ] + get_decisions(wildcards)
 
 
 def get_rung_slices(wildcards):
-    """The slice records, at the rung, of every seed of the points a rung decision compares."""
+    """The slice records, at the rung, of every seed of the points a rung decision compares. Not
+    ancient(): while a later rung is undecided, `all` reaches the slices before it only through
+    its decision, and Snakemake passes a needed rerun on through files that are not ancient (a
+    repeated decision writes the same file)."""
     bracket = HALVING.bracket(wildcards.bracket)
     epoch = int(wildcards.epoch)
     try:
@@ -232,10 +257,7 @@ def get_rung_slices(wildcards):
             f"{CAMPAIGN_FILE}: bracket {bracket.name} rung {epoch} decides {path.name} now, not the one asked for"
         )
     run = named_campaign(wildcards.campaign).run
-    return [
-        ancient(str(run(member.id).slice_record(epoch)))
-        for member in bracket.runs(points)
-    ]
+    return [str(run(member.id).slice_record(epoch)) for member in bracket.runs(points)]
 
 
 def get_frozen_base(wildcards):
@@ -294,12 +316,14 @@ def get_promotion(wildcards, epoch):
         raise WorkflowError(f"{wildcards.run}: {error}") from None
     path = HALVING.decision_path(bracket, epoch, points)
     decision = decided(bracket.name, epoch, path)
-    if point_id(run.lr, run.beta2) not in decision["continuing"]:
+    if (run.lr, run.beta2) not in HALVING.past(bracket, epoch, points, decision):
         raise WorkflowError(
             f"{wildcards.run}: stopped at rung {epoch} of bracket {bracket.name} ({path}): it trains on only once a "
             "decision promotes it (a larger search.keep, or more points)"
         )
-    return [ancient(str(path))]
+    return (
+        []
+    )  # the decision is no input: a later one (an extension) must not make the slice look changed
 
 
 def get_run_resource(wildcards, field):

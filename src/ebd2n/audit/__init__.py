@@ -32,7 +32,7 @@ from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import BASE, parse_run_id
 from ebd2n.audit.search import check_search, readable
 from ebd2n.campaign.search import Halving
-from ebd2n.campaign.spec import read_spec, spec_runs, spec_search
+from ebd2n.campaign.spec import read_spec, spec_history, spec_runs, spec_search
 from ebd2n.errors import UserError
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
 from ebd2n.provenance import timestamp
@@ -153,7 +153,7 @@ def _search(paths: CampaignPaths, spec: dict, views: dict[str, RunView]) -> tupl
         failed = checks.Check("successive-halving decisions recomputed from the runs' subset losses", unit="decisions")
         failed.violations.append(str(error))
         return None, [failed]
-    return halving, ([] if halving is None else [check_search(halving, views)])
+    return halving, ([] if halving is None else [check_search(halving, views, spec_history(paths))])
 
 
 def _same_audit(previous: dict | None, record: dict) -> bool:

@@ -15,22 +15,36 @@ from pathlib import Path
 
 from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object
-from ebd2n.campaign.search import Halving, decide, decision_digest, epoch_loss, read_decision, recorded_epochs
+from ebd2n.campaign.runs import parse_run_id
+from ebd2n.campaign.search import (
+    Halving,
+    brackets,
+    decide,
+    decision_digest,
+    epoch_loss,
+    point_id,
+    read_decision,
+    recorded_epochs,
+    search_from_dict,
+)
+from ebd2n.campaign.spec import spec_runs
 from ebd2n.errors import UserError
-from ebd2n.layout import FINAL, METRICS, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
+from ebd2n.layout import FINAL, FROZEN, FROZEN_SPEC, METRICS, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
 
 _DECISION = re.compile(r"rung-(?P<epoch>[0-9]+)-(?P<digest>[0-9a-f]{16})\.json")
 _COMPARED = ("ranking", "promoted", "carried", "continuing")
 
 
-def check_search(halving: Halving, views: dict[str, RunView]) -> Check:
-    """Every decision recomputed; the current ones present; each run where its fate puts it."""
+def check_search(halving: Halving, views: dict[str, RunView], history: list[dict]) -> Check:
+    """Every decision recomputed and traced back to a recorded grid; the current ones present; each
+    run where its fate puts it. `history` is the spec as each recording left it (spec_history)."""
     check = Check("successive-halving decisions recomputed from the runs' subset losses", unit="decisions")
     paths = halving.paths
+    grids = _recorded_grids(history)
     for path in sorted(paths.search.rglob("*")) if paths.search.is_dir() else []:
         if path.is_file():
             check.examined += 1
-            check.violations += _decision_problems(halving, path)
+            check.violations += _decision_problems(halving, path, grids)
     fates: dict[str, int | None] = {}
     for bracket in halving.groups:
         for epoch, _points, path, decision in halving.walk(bracket, read=readable):
@@ -60,8 +74,41 @@ def _where(paths, path: Path) -> str:
     return path.relative_to(paths.directory).as_posix()
 
 
-def _decision_problems(halving: Halving, path: Path) -> list[str]:
-    """What is wrong with one decision file: its name, its inputs, or what it decided."""
+def _recorded_grids(history: list[dict]) -> dict[str, list[tuple[float, tuple[int, ...], set[str]]]]:
+    """Per bracket, each recorded grid a decision may be made under: (keep, seeds, point ids)."""
+    grids: dict[str, list] = {}
+    for spec in history:
+        search = search_from_dict(spec.get("search"))
+        if search.halving:
+            for bracket in brackets(spec_runs(spec)):
+                grids.setdefault(bracket.name, []).append(
+                    (search.keep, bracket.seeds, {point_id(*point) for point in bracket.points}))
+    return grids
+
+
+def _untraced(halving: Halving, path: Path, decision: dict, grids: dict, epoch: int) -> str | None:
+    """Why a decision is not one this campaign's recorded grids make, None when it is: its share
+    and seeds are a recording's, and its candidates are that grid's points (first rung) or the
+    points the decisions it draws from promoted at the rung before."""
+    seeds = tuple(sorted({parse_run_id(run).seed for entry in decision["ranking"] for run in entry["losses"]}))
+    points = {entry["point"] for entry in decision["ranking"]}
+    recorded = [grid for grid in grids.get(path.parent.name, []) if grid[0] == decision["keep"] and tuple(sorted(grid[1])) == seeds]
+    if not recorded:
+        return f"keep {decision['keep']} with seeds {list(seeds)} is no recorded grid's ({FROZEN}/{FROZEN_SPEC}/)"
+    rungs = halving.rungs(halving.bracket(path.parent.name))
+    if epoch == rungs[0]:
+        return None if any(grid[2] == points for grid in recorded) else "its candidates are not the points of a recorded grid"
+    drawn = decision.get("drawn_from") or []
+    before = rungs[rungs.index(epoch) - 1]
+    if not drawn or any(_DECISION.fullmatch(name) is None or not name.startswith(f"rung-{before}-") or not (path.parent / name).is_file()
+                        for name in drawn):
+        return f"it draws its candidates from {drawn}, not from decisions of rung {before} that are there"
+    promoted = {point for name in drawn for point in (read_decision(path.parent / name) or {}).get("continuing", [])}
+    return None if promoted == points else f"its candidates are not the points rung {before} promoted ({', '.join(sorted(promoted))})"
+
+
+def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
+    """What is wrong with one decision file: its name, its inputs, its grid, or what it decided."""
     paths = halving.paths
     where = _where(paths, path)
     match = _DECISION.fullmatch(path.name)
@@ -82,10 +129,12 @@ def _decision_problems(halving: Halving, path: Path) -> list[str]:
         candidates = [bracket.point(entry["point"]) for entry in decision["ranking"]]
         keep = float(decision["keep"])
         earlier_names = list(decision.get("earlier") or [])
-    except (KeyError, TypeError, ValueError, UserError) as error:
+        seeds = sorted({parse_run_id(run).seed for entry in decision["ranking"] for run in entry["losses"]})
+        untraced = _untraced(halving, path, decision, grids, epoch)
+    except (KeyError, TypeError, ValueError, AttributeError, UserError) as error:
         return [f"{where}: rung {epoch}: not a decision of this grid ({type(error).__name__}: {error})"]
-    problems = []
-    runs = bracket.runs(candidates)
+    problems = [f"{where}: rung {epoch}: {untraced}"] if untraced else []
+    runs = bracket.runs(candidates, seeds)
     if decision_digest([run.id for run in runs], keep) != match["digest"]:
         problems.append(f"{where}: rung {epoch}: its name does not match the runs and keep it records (edited?)")
     losses = {}
@@ -106,7 +155,7 @@ def _decision_problems(halving: Halving, path: Path) -> list[str]:
             problems.append(f"{where}: rung {epoch}: names the earlier decision {name}, which is gone or unreadable")
     if problems:
         return problems
-    recomputed = decide(bracket, epoch, candidates, keep, losses, earlier)
+    recomputed = decide(bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds)
     for key in _COMPARED:
         if decision.get(key) != recomputed[key]:
             problems.append(f"{where}: rung {epoch}: {key} {_points(decision.get(key))} is not what the runs decide, "

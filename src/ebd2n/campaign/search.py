@@ -93,10 +93,10 @@ class Bracket:
     def base(self) -> str:
         return self.preset or BASE
 
-    def runs(self, points: Iterable[tuple[float, float]] | None = None) -> list[Run]:
-        """Every seed of `points` (default: all of the bracket's)."""
+    def runs(self, points: Iterable[tuple[float, float]] | None = None, seeds: Iterable[int] | None = None) -> list[Run]:
+        """Every seed (default: the bracket's) of `points` (default: all of the bracket's)."""
         return [Run(self.preset, self.mode, lr, beta2, seed) for lr, beta2 in (self.points if points is None else points)
-                for seed in self.seeds]
+                for seed in (self.seeds if seeds is None else seeds)]
 
     def point(self, identifier: str) -> tuple[float, float]:
         """The point a `point_id` names."""
@@ -168,17 +168,20 @@ def recorded_epochs(metrics: Path) -> list[int]:
 
 
 def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], keep: float,
-           losses: Mapping[str, float | None], earlier: Mapping[str, list[str]]) -> dict[str, Any]:
+           losses: Mapping[str, float | None], earlier: Mapping[str, list[str]], drawn_from: Iterable[str] = (),
+           seeds: Iterable[int] | None = None) -> dict[str, Any]:
     """The decision at rung `epoch`: candidates ranked (mean loss over seeds; a point missing a
     seed's loss, or with a non-finite one, ranks last), the best ceil(keep x n) promoted, and the
     points earlier decisions of this rung promoted carried. `earlier` maps each earlier decision's
-    file name to the points it let train on."""
+    file name to the points it let train on; `drawn_from` names the decisions of the rung before
+    whose promoted points are the candidates (what the audit traces each decision back through);
+    `seeds` are those of the grid it is made under (default: the bracket's)."""
     ranking = []
     for lr, beta2 in candidates:
-        seeds = {run.id: losses.get(run.id) for run in bracket.runs([(lr, beta2)])}
-        values = [loss for loss in seeds.values() if loss is not None and math.isfinite(loss)]
-        mean = sum(values) / len(values) if len(values) == len(seeds) else None
-        ranking.append({"point": point_id(lr, beta2), "lr": lr, "beta2": beta2, "mean_loss": mean, "losses": seeds})
+        point = {run.id: losses.get(run.id) for run in bracket.runs([(lr, beta2)], seeds)}
+        values = [loss for loss in point.values() if loss is not None and math.isfinite(loss)]
+        mean = sum(values) / len(values) if len(values) == len(point) else None
+        ranking.append({"point": point_id(lr, beta2), "lr": lr, "beta2": beta2, "mean_loss": mean, "losses": point})
     ranking.sort(key=lambda entry: (entry["mean_loss"] is None, entry["mean_loss"] or 0.0, entry["lr"], entry["beta2"]))
     promoted = [entry["point"] for entry in ranking[:promoted_count(keep, len(ranking))]]
     listed = {entry["point"] for entry in ranking}
@@ -189,7 +192,7 @@ def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], 
         "bracket": bracket.name, "epoch": epoch, "keep": keep, "digest": decision_digest(runs, keep),
         "candidates": len(ranking), "ranking": ranking, "promoted": promoted, "carried": carried,
         "continuing": [entry["point"] for entry in ranking if entry["point"] in {*promoted, *carried}],
-        "earlier": sorted(earlier),
+        "earlier": sorted(earlier), "drawn_from": sorted(drawn_from),
     }
 
 
@@ -220,6 +223,18 @@ class Halving:
         runs = [run.id for run in bracket.runs(candidates)]
         return self.paths.rung_decision(bracket.name, epoch, decision_digest(runs, self.search.keep))
 
+    def decisions(self, bracket: Bracket, epoch: int) -> list[Path]:
+        """Every decision file of a rung: the current one, and those of earlier grids or shares."""
+        return sorted((self.paths.search / bracket.name).glob(f"rung-{epoch}-*.json"))
+
+    def past(self, bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], decision: Mapping[str, Any]):
+        """The candidates that train on past rung `epoch`: those its decision lets on, and every one
+        any other decision of the rung promoted (once promoted, a point stays promoted)."""
+        names = set(decision["continuing"])
+        for other in self.decisions(bracket, epoch):
+            names |= set(_continuing(other))
+        return [point for point in candidates if point_id(*point) in names]
+
     def walk(self, bracket: Bracket, read=None):
         """(epoch, candidates, decision path, decision or None) of each rung of `bracket`, in
         order; stops after the first rung not decided yet. `read(bracket name, epoch, path)` reads
@@ -231,20 +246,20 @@ class Halving:
             yield epoch, candidates, path, decision
             if decision is None:
                 return
-            candidates = [bracket.point(point) for point in decision["continuing"]]
+            candidates = self.past(bracket, epoch, candidates, decision)
 
     def candidates(self, bracket: Bracket, epoch: int, read=None) -> list[tuple[float, float]]:
-        """The points compared at rung `epoch`: what the rung before let train on (every point at the first)."""
+        """The points compared at rung `epoch`: those past the rung before (every point at the first)."""
         rungs = self.rungs(bracket)
         if epoch not in rungs:
             raise UserError(f"bracket {bracket.name}: epoch {epoch} is not one of its rungs {list(rungs)}")
         candidates = list(bracket.points)
-        for rung in rungs[:rungs.index(epoch)]:
+        for rung in rungs[:rungs.index(epoch)]:  # never the rung itself: its decision is what waits for these
             path = self.decision_path(bracket, rung, candidates)
             decision = read(bracket.name, rung, path) if read else read_decision(path)
             if decision is None:
                 raise UserError(f"bracket {bracket.name}: rung {rung} is not decided yet, so rung {epoch} has no candidates")
-            candidates = [bracket.point(point) for point in decision["continuing"]]
+            candidates = self.past(bracket, rung, candidates, decision)
         return candidates
 
     def outcome(self, read=None) -> dict[str, int | None]:
@@ -257,10 +272,9 @@ class Halving:
                 if decision is None:
                     done = False
                     break
-                stopped = [bracket.point(entry["point"]) for entry in decision["ranking"]
-                           if entry["point"] not in decision["continuing"]]
-                fate.update({run.id: epoch for run in bracket.runs(stopped)})
-                candidates = [bracket.point(point) for point in decision["continuing"]]
+                past = self.past(bracket, epoch, candidates, decision)
+                fate.update({run.id: epoch for run in bracket.runs([point for point in candidates if point not in past])})
+                candidates = past
             if done:
                 fate.update({run.id: None for run in bracket.runs(candidates)})
         return fate
@@ -290,9 +304,12 @@ class Halving:
             raise UserError(f"bracket {bracket.name} rung {epoch}: no subset-validation loss at epoch {epoch} in "
                             f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} ({METRICS}): train them to the rung first")
         made = read_decision(path)  # decided before: from the decisions it was made after, not later ones
-        names = made["earlier"] if made else [other.name for other in sorted(path.parent.glob(f"rung-{epoch}-*.json"))]
-        earlier = {name: (read_decision(path.parent / name) or {}).get("continuing", []) for name in names if name != path.name}
-        text = decision_json(decide(bracket, epoch, candidates, self.search.keep, losses, earlier))
+        names = made["earlier"] if made else [other.name for other in self.decisions(bracket, epoch) if other != path]
+        earlier = {name: _continuing(path.parent / name) for name in names}
+        rungs = self.rungs(bracket)
+        before = rungs[rungs.index(epoch) - 1] if rungs.index(epoch) else None
+        drawn = made.get("drawn_from", []) if made else [other.name for other in self.decisions(bracket, before)] if before else []
+        text = decision_json(decide(bracket, epoch, candidates, self.search.keep, losses, earlier, drawn))
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             return path, False
         atomic_write_text(path, text)
@@ -307,6 +324,15 @@ def read_decision(path: Path) -> dict[str, Any] | None:
     if not (isinstance(decision, dict) and isinstance(decision.get("continuing"), list) and isinstance(decision.get("ranking"), list)):
         raise UserError(f"{path}: not a rung decision (ebd2n.campaign.search)")
     return decision
+
+
+def _continuing(path: Path) -> list[str]:
+    """The points a decision file lets train on; none when unreadable (the audit names it)."""
+    try:
+        decision = read_decision(path)
+    except UserError:
+        return []
+    return [point for point in (decision or {}).get("continuing", []) if isinstance(point, str)]
 
 
 def campaign_halving(paths: CampaignPaths, search: Search, runs: Iterable[Run], plans: Mapping[str, SlicePlan]) -> Halving:

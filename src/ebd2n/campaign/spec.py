@@ -513,18 +513,24 @@ def record_spec(campaign: Campaign) -> dict[str, Any]:
 def read_spec(paths: CampaignPaths) -> dict[str, Any]:
     """The campaign's spec: every frozen/spec/<n>.json merged in order (see record_spec); none, or
     a damaged one, is a user error naming it."""
+    return spec_history(paths)[-1]
+
+
+def spec_history(paths: CampaignPaths) -> list[dict[str, Any]]:
+    """The campaign's spec as each recording left it, oldest first: what a successive-halving
+    decision made under an earlier grid or share is held to."""
     versions = _spec_versions(paths)
     if not versions:
         raise UserError(f"{paths.frozen_spec}: missing; it records the campaign's grid: collect the campaign (ebd2n collect CAMPAIGN_FILE)")
-    spec: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = []
     for path in versions:
         version = read_json(path)
         try:
             spec_runs(version)
         except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise UserError(f"{path}: not a campaign spec ({type(error).__name__}: {error})") from None
-        spec = version if spec is None else _merged(spec, version)
-    return spec
+        history.append(version if not history else _merged(history[-1], version))
+    return history
 
 
 def spec_runs(spec: Mapping[str, Any]) -> list[Run]:
