@@ -4,7 +4,11 @@ validating, one failed, two pending; exact counts, hours, ETA, plain text when p
 The run directories are written by the report tests' campaign writer (the trainer's file shapes);
 a running job holds its run's lease (here: held for this live test process), the frozen trainer's
 slice plan says how many slices a run has, and each job's log lies under logs/. Nothing of
-Snakemake's own records is read."""
+Snakemake's own records is read.
+
+A successive-halving campaign (3 learning rates x 2 seeds, 2 epochs, one rung at epoch 1) runs
+through the real workflow: its dry run, its status at the rung before the decision, and once
+finished, with runs stopped at the rung held to the decision file."""
 
 from __future__ import annotations
 
@@ -13,14 +17,17 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import workflow_support as workflow
 from campaign_tree import RunSpec, grid_runs, write_campaign
 from offline_browser import CHROMIUM, launch
 
+from ebd2n.campaign.search import read_decision
 from ebd2n.campaign.spec import campaign_from_dict
-from ebd2n.campaign.status import campaign_status, format_status, write_plan
+from ebd2n.campaign.status import CampaignStatus, campaign_status, finished, format_status, write_plan
 from ebd2n.errors import UserError
 from ebd2n.layout import LEASE
 from ebd2n.provenance import timestamp
@@ -159,12 +166,16 @@ def test_status_without_a_plan_is_a_user_error(tmp_path: Path) -> None:
 
 def _open_status_page(tmp_path: Path) -> Iterator[object]:
     """The campaign's status page in headless Chromium at 1,400 px, offline."""
+    from ebd2n.campaign.status import write_status_page
+
+    yield from _open_page(write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW)))
+
+
+def _open_page(path: Path) -> Iterator[object]:
+    """A status page in headless Chromium at 1,400 px, offline."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not installed")
     sync_api = pytest.importorskip("playwright.sync_api")
-    from ebd2n.campaign.status import write_status_page
-
-    path = write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW))
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
         context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -226,3 +237,128 @@ def test_browser_status_page_names_each_loss(page) -> None:
     result = (page.evaluate("[...document.querySelectorAll('#runs th')].map(th => th.textContent)")[3:6],
               "which the report ranks runs by" in page.locator("body").inner_text())
     assert result == (["subset val loss", "subset acc.", "full val loss"], True)
+
+
+# --- successive halving, through the real workflow ---
+
+HALVING = {
+    **workflow.TINY,
+    "campaign": "halving",
+    "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.001, 0.004, 0.016]}, "beta2": [0.99]},
+    "seeds": [42, 43],
+    "search": {"method": "successive-halving", "keep": 0.3},
+}
+"""6 runs of 2 epochs in one-epoch slices: the rung at epoch 1 lets ceil(0.3 x 3) = 1 point train on."""
+HALVING_RUNS = [f"synchronous-lr{lr!r}-beta20.99-seed{seed}" for lr in (0.001, 0.004, 0.016) for seed in (42, 43)]
+
+
+@dataclass
+class Halved:
+    repo: Path
+    dry_run: str
+    """The ebd2n console's plan of a dry run before anything ran."""
+    at_rung: CampaignStatus
+    """Every run trained to the rung, the rung not decided."""
+    at_rung_text: str
+    done: CampaignStatus
+    decision: dict
+    console_page: Path
+    """The status page the workflow's console wrote last (a copy: `ebd2n status` rewrites it)."""
+
+
+@pytest.fixture(scope="module")
+def halved(tmp_path_factory: pytest.TempPathFactory) -> Halved:
+    repo = workflow.copy_repo(tmp_path_factory.mktemp("halving"))
+    campaign = workflow.write_campaign(repo, HALVING, "halving.yaml")
+    dry_run = workflow.snakemake(repo, "-n", "--configfile", campaign).stderr
+    rung = [f"results/halving/runs/{run}/slices/epoch-1.json" for run in HALVING_RUNS]
+    workflow.snakemake(repo, *rung, "--configfile", campaign)  # every run to the rung, not past it
+    at_rung = campaign_status(repo / "results/halving")
+    workflow.snakemake(repo, "--configfile", campaign)
+    decisions = sorted((repo / "results/halving/search/synchronous").glob("rung-1-*.json"))
+    assert len(decisions) == 1
+    console_page = repo / "console-status.html"
+    console_page.write_text((repo / "results/halving/status.html").read_text())
+    return Halved(repo, dry_run, at_rung, format_status(at_rung), campaign_status(repo / "results/halving"),
+                  read_decision(decisions[0]), console_page)
+
+
+@pytest.mark.slow
+def test_halving_dry_run_says_the_rung_decides_what_follows(halved: Halved) -> None:
+    lines = halved.dry_run.splitlines()
+    result = [line for line in lines if line.startswith(("would", "successive halving"))]
+    assert result == [
+        f"would train: 6 runs: {', '.join(HALVING_RUNS[:5])} and 1 more",
+        "would validate: no run",
+        "successive halving: 1 rung decision would run (synchronous at epoch 1); "
+        "the slices after a rung are planned once it is decided",
+    ]
+
+
+@pytest.mark.slow
+def test_halving_status_at_an_undecided_rung(halved: Halved) -> None:
+    """Every run waits at the rung: pending, not finished, and the ETA counts each one's last slice
+    and validation (undecided fates are work left)."""
+    status = halved.at_rung
+    slices = [seconds for row in status.runs for seconds in row.slice_seconds]
+    bracket, line = halved.at_rung_text.splitlines()[-2:]
+    result = (status.counts, [(row.state, row.detail) for row in status.runs], status.brackets, finished(status),
+              status.eta_s, bracket, line.split(";")[0])
+    assert result == (
+        {"done": 0, "running": 0, "failed": 0, "pending": 6, "stopped": 0},
+        [("pending", "1 of 2 slices done, waiting for rung 1's decision")] * 6,
+        ["bracket synchronous: waiting for rung 1 (6 of 6 runs at epoch 1)"],
+        False,
+        pytest.approx(6 * sum(slices) / len(slices)),
+        "bracket synchronous: waiting for rung 1 (6 of 6 runs at epoch 1)",
+        "campaign halving: 6 runs: 0 done, 0 running, 0 stopped, 0 failed, 6 pending",
+    )
+
+
+@pytest.mark.slow
+def test_halving_status_of_the_finished_campaign_holds_the_decision(halved: Halved) -> None:
+    """The points the rung did not keep are stopped, each with its rank and mean loss from the
+    decision file; the kept point's runs are done; nothing is left, so the campaign is finished."""
+    decision = halved.decision
+    expected = {}
+    for rank, entry in enumerate(decision["ranking"], 1):
+        for run in entry["losses"]:
+            expected[run] = ("done", "") if entry["point"] in decision["continuing"] else (
+                "stopped", f"stopped at rung 1, epoch 1 (bracket synchronous: ranked {rank} of 3, "
+                           f"mean subset loss {entry['mean_loss']:.4f}; kept 1)")
+    status = halved.done
+    result = ({row.run: (row.state, row.detail) for row in status.runs}, status.counts, status.brackets, finished(status),
+              status.eta_s)
+    assert result == (
+        expected,
+        {"done": 2, "running": 0, "failed": 0, "pending": 0, "stopped": 4},
+        ["bracket synchronous: rung 1 of 1 decided, 1 of 3 points train on"],
+        True,
+        0.0,
+    )
+
+
+@pytest.mark.slow
+def test_halving_cli_status_counts_stopped_runs_apart(halved: Halved) -> None:
+    completed = subprocess.run([sys.executable, "-m", "ebd2n", "status", "results/halving"], capture_output=True, text=True,
+                               env=workflow.environment(), timeout=120, cwd=halved.repo)
+    lines = completed.stdout.splitlines()
+    result = (completed.returncode, lines[-3], lines[-2].split(";")[0], lines[-1])
+    assert result == (0, "bracket synchronous: rung 1 of 1 decided, 1 of 3 points train on",
+                      "campaign halving: 6 runs: 2 done, 0 running, 4 stopped, 0 failed, 0 pending",
+                      "page results/halving/status.html")
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_browser_status_page_of_a_halved_campaign_stops_reloading(halved: Halved) -> None:
+    """The page the workflow's console wrote last: stopped rows, the bracket's line, no reload."""
+    for page in _open_page(halved.console_page):
+        result = (
+            page.evaluate("[...document.querySelectorAll('#runs tbody tr')].map(tr => tr.className)"),
+            page.evaluate("[...document.querySelectorAll('#brackets li')].map(li => li.textContent)"),
+            page.evaluate("document.querySelectorAll('meta[http-equiv=refresh]').length"),
+            page.errors,
+        )
+    expected = [halved.done.runs[i].state for i in range(6)]
+    assert result == (expected, ["bracket synchronous: rung 1 of 1 decided, 1 of 3 points train on"], 0, [])

@@ -1,6 +1,7 @@
 """The plan a dry run (`snakemake -n`) shows: Snakemake's table of jobs per rule, then which runs
 would train or validate (and, for a campaign with runs over several nodes, what its training jobs ask
-SLURM for), which are reused untouched, and that nothing ran.
+SLURM for), which are reused untouched, that nothing ran, and, under successive halving, which
+rung decisions would run (what trains after a rung Snakemake plans only once it is decided).
 
 Built only from Snakemake's log records: one JOB_INFO record per job it would run (rule, wildcards,
 inputs, shell command). The runs reused are those the campaign's table collects (the inputs of
@@ -20,6 +21,7 @@ SHOWN = 5
 TRAIN_RULES = ("train_slice", "train_final")
 VALIDATE_RULES = ("validate_run",)
 COLLECT_RULE = "collect_runs"
+DECIDE_RULE = "decide_rung"
 DONE = "dry run: nothing was executed"
 SUBMITTED = ("nodes", "gres", "gpu", "tasks", "runtime", "mem_mb")
 """The resources a SLURM submission of a training job carries, shown for campaigns with jobs over several nodes."""
@@ -40,6 +42,8 @@ class DryRun:
     """The runs the campaign's table reads, when a collect_runs job would run."""
     requests: dict[str, dict[str, int]] = field(default_factory=dict)
     """A training job's resources ('nodes=2 gres=gpu:4 ...') -> its runs and their jobs."""
+    rungs: list[str] = field(default_factory=list)
+    """The rung decisions that would run: 'synchronous at epoch 1'."""
 
     def add(self, record: logging.LogRecord) -> None:
         """Count one JOB_INFO record."""
@@ -56,6 +60,8 @@ class DryRun:
             request = " ".join(f"{name}={resources[name]}" for name in SUBMITTED if resources.get(name) not in (None, ""))
             runs = self.requests.setdefault(request, {})
             runs[str(wildcards["run"])] = runs.get(str(wildcards["run"]), 0) + 1
+        if rule == DECIDE_RULE and {"bracket", "epoch"} <= wildcards.keys():
+            self.rungs.append(f"{wildcards['bracket']} at epoch {wildcards['epoch']}")
         if rule == COLLECT_RULE:
             self.collected = [Path(path).parent.name for path in record.input or [] if Path(path).name == RESULTS_JSON]
 
@@ -76,6 +82,9 @@ class DryRun:
         if self.collected is not None:
             touched = {run for runs in self.runs.values() for run in runs}
             lines.append(_listed("reused untouched", [run for run in self.collected if run not in touched]))
+        if self.rungs:
+            lines.append(f"successive halving: {_count(len(self.rungs), 'rung decision')} would run ({', '.join(self.rungs)}); "
+                         "the slices after a rung are planned once it is decided")
         lines.append(DONE)
         return "\n".join(lines)
 

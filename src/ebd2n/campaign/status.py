@@ -12,6 +12,12 @@ A run's time so far is the training time the trainer recorded for its finished s
 that time the job's GPUs or CPUs. The ETA is the remaining jobs (slices and validations) times
 the mean duration of the finished ones (the trainer's slice times, validation's recorded time),
 divided by the number of jobs running now (at least one).
+
+Under successive halving the plan also holds the campaign's search: each bracket's rung decisions
+(search/<bracket>/, read through `ebd2n.campaign.search`) say which runs stopped at a rung. A
+stopped run is a state of its own, neither failed nor left to do: the ETA counts the runs that
+still train (those whose fate no rung has decided yet among them), and a campaign whose other
+runs are done is finished. One line per bracket says the rung it is at.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.runs import parse_run_id
+from ebd2n.campaign.search import Halving, campaign_halving, search_from_dict
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths
@@ -39,6 +47,8 @@ REFRESH_S = 30
 """How often the page reloads itself."""
 STATES = ("done", "running", "failed", "pending")
 """The campaign line's counts; a run that trains or validates counts as running."""
+STOPPED = "stopped"
+"""A run successive halving stopped at a rung: counted apart, under halving only."""
 _EPOCH = re.compile(rb'"type": ?"epoch"')
 _ERROR = re.compile(r"^(ebd2n [a-z]+: (error|run failed|interrupted)|Traceback \(most recent call last\)|\S*Error: )", re.M)
 
@@ -49,7 +59,7 @@ class RunStatus:
 
     run: str
     state: str
-    """pending, training, validating, done or failed."""
+    """pending, training, validating, done, failed or stopped (at a rung, successive halving)."""
     detail: str
     epochs_done: int
     epochs: int
@@ -85,6 +95,8 @@ class CampaignStatus:
     gpu_hours: float
     cpu_hours: float
     eta_s: float | None
+    brackets: list[str] = field(default_factory=list)
+    """Successive halving: one line per bracket, the rung it is at (none for the full grid)."""
 
 
 def campaign_plan(campaign: Campaign) -> dict[str, Any]:
@@ -100,7 +112,8 @@ def campaign_plan(campaign: Campaign) -> dict[str, Any]:
 def write_plan(campaign: Campaign) -> Path:
     """status/plan.json of a campaign (the workflow's onstart): what `ebd2n status` expects to run."""
     path = campaign.paths.status_plan
-    text = json.dumps(campaign_plan(campaign), indent=1) + "\n"
+    search = {"search": campaign.search.record()} if campaign.search.halving else {}  # which runs rungs compare
+    text = json.dumps({**campaign_plan(campaign), **search}, indent=1) + "\n"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         atomic_write_text(path, text)
     return path
@@ -121,19 +134,75 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
                         f"is {campaign_dir} a campaign directory?")
     now = time.time() if now is None else now
     slices = {base: read_slice_plan(paths.slice_plan(base)) for base in {entry["base"] for entry in plan["runs"]}}
-    rows = [_run_status(campaign_dir, entry, slices[entry["base"]], now) for entry in plan["runs"]]
-    counts = {state: sum(row.counted == state for row in rows) for state in STATES}
+    halving = _halving(paths, plan, slices)
+    stopped = _stopped_notes(halving) if halving else {}
+    rows = [_run_status(campaign_dir, entry, slices[entry["base"]], now, stopped.get(entry["run"])) for entry in plan["runs"]]
+    states = (*STATES, STOPPED) if plan.get("search") else STATES
+    counts = {state: sum(row.counted == state for row in rows) for state in states}
     return CampaignStatus(
         campaign=plan["campaign"], runs=rows, counts=counts,
         gpu_hours=sum(row.wall_s * row.gpus for row in rows) / 3600,
         cpu_hours=sum(row.wall_s * row.cpus for row in rows) / 3600,
         eta_s=_eta(rows, counts["running"]),
+        brackets=_bracket_lines(halving, rows) if halving else [],
     )
 
 
+def _halving(paths: CampaignPaths, plan: dict[str, Any], slices: dict[str, SlicePlan | None]) -> Halving | None:
+    """The plan's successive halving over the brackets whose slices the frozen trainer has planned
+    (no run of the others trained yet); None for the full grid."""
+    search = search_from_dict(plan.get("search"))
+    if not search.halving:
+        return None
+    runs = [parse_run_id(entry["run"]) for entry in plan["runs"] if slices[entry["base"]] is not None]
+    return campaign_halving(paths, search, runs, {base: sliced for base, sliced in slices.items() if sliced is not None})
+
+
+def _stopped_notes(halving: Halving) -> dict[str, str]:
+    """Each run a rung stopped, with why: its point's rank and mean loss there, and how many went on."""
+    notes = {}
+    for bracket in halving.groups:
+        rungs = halving.rungs(bracket)
+        for epoch, _candidates, _path, decision in halving.walk(bracket):
+            if decision is None:
+                break
+            for rank, entry in enumerate(decision["ranking"], 1):
+                if entry["point"] in decision["continuing"]:
+                    continue
+                mean = "no mean subset loss" if entry["mean_loss"] is None else f"mean subset loss {entry['mean_loss']:.4f}"
+                note = (f"stopped at rung {rungs.index(epoch) + 1}, epoch {epoch} (bracket {bracket.name}: ranked {rank} "
+                        f"of {len(decision['ranking'])}, {mean}; kept {len(decision['continuing'])})")
+                notes.update({run_id: note for run_id in entry["losses"]})
+    return notes
+
+
+def _bracket_lines(halving: Halving, rows: list[RunStatus]) -> list[str]:
+    """'bracket synchronous: rung 2 of 2 decided, 1 of 4 points train on', or the rung it waits
+    for and how many of its candidates' runs have reached it (the note of each waiting row says so)."""
+    reached = {row.run: row for row in rows}
+    lines = []
+    for bracket in halving.groups:
+        rungs = halving.rungs(bracket)
+        decided, left = 0, len(bracket.points)
+        waiting = ""
+        for epoch, candidates, _path, decision in halving.walk(bracket):
+            if decision is None:
+                runs = bracket.runs(candidates)
+                there = [reached[run.id] for run in runs if reached[run.id].epochs_done >= epoch]
+                for row in there:
+                    if row.state == "pending":
+                        row.detail = f"{row.detail}, waiting for rung {decided + 1}'s decision"
+                waiting = f"waiting for rung {decided + 1} ({len(there)} of {len(runs)} runs at epoch {epoch})"
+                break
+            decided, left = decided + 1, len(decision["continuing"])
+        done = f"rung {decided} of {len(rungs)} decided, {left} of {len(bracket.points)} points train on" if decided else ""
+        lines.append(f"bracket {bracket.name}: " + "; ".join(part for part in (done, waiting) if part))
+    return lines
+
+
 def _eta(rows: list[RunStatus], running: int) -> float | None:
-    """Seconds until every run that has not failed is validated; None before any job finished."""
-    left = [row for row in rows if row.state not in ("failed", "done")]
+    """Seconds until every run that has not failed nor stopped is validated; None before any job finished."""
+    left = [row for row in rows if row.state not in ("failed", "done", STOPPED)]
     slices = sum(row.slices - row.slices_done for row in left)
     validations = len(left)
     trained = [seconds for row in rows for seconds in row.slice_seconds]
@@ -146,7 +215,9 @@ def _eta(rows: list[RunStatus], running: int) -> float | None:
     return (slices * sum(trained) / len(trained) + validations * validation) / max(running, 1)
 
 
-def _run_status(campaign_dir: Path, entry: dict[str, Any], plan: SlicePlan | None, now: float) -> RunStatus:
+def _run_status(campaign_dir: Path, entry: dict[str, Any], plan: SlicePlan | None, now: float,
+                stopped: str | None = None) -> RunStatus:
+    """One run's row; `stopped`: why a rung stopped it (successive halving), None if none did."""
     run = entry["run"]
     files = CampaignPaths(Path(campaign_dir)).run(run)
     epochs = _epoch_records(files.metrics)
@@ -174,6 +245,8 @@ def _run_status(campaign_dir: Path, entry: dict[str, Any], plan: SlicePlan | Non
         validating = files.final.is_file() and files.best.is_file()
         row.state = "validating" if validating else "training"
         row.detail = "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}"
+    elif stopped is not None:  # its rung's decision: an earlier job's failure log is history
+        row.state, row.detail = STOPPED, stopped
     elif (failure := _failure(campaign_dir, run)) is not None:
         row.state, row.detail = "failed", failure
     elif files.final.is_file():
@@ -230,7 +303,7 @@ COLUMNS = ("run", "state", "epochs", "subset val loss", "subset acc.", "full val
 LOSSES = ("subset val loss: the last epoch's check on a fixed validation subset; "
           "full val loss: the whole validation split, which the report ranks runs by.")
 """What the two loss columns are, under the table."""
-_COLOURS = {"done": "32", "training": "36", "validating": "36", "failed": "31", "pending": "2"}
+_COLOURS = {"done": "32", "training": "36", "validating": "36", "failed": "31", "pending": "2", STOPPED: "33"}
 
 
 def format_status(status: CampaignStatus, colour: bool = False) -> str:
@@ -242,6 +315,7 @@ def format_status(status: CampaignStatus, colour: bool = False) -> str:
         text = _joined(cells, widths)
         lines.append(f"\033[{_COLOURS[row.state]}m{text}\033[0m" if colour else text)
     lines.append(LOSSES)
+    lines.extend(status.brackets)
     lines.append(campaign_line(status))
     return "\n".join(lines)
 
@@ -253,13 +327,15 @@ def _joined(cells: tuple[str, ...] | list[str], widths: list[int]) -> str:
 def campaign_line(status: CampaignStatus) -> str:
     counts = status.counts
     eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
+    stopped = f"{counts[STOPPED]} stopped, " if STOPPED in counts else ""
     return (f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
-            f"{counts['failed']} failed, {counts['pending']} pending; {format_amount(status.gpu_hours)} GPU-hours, "
+            f"{stopped}{counts['failed']} failed, {counts['pending']} pending; {format_amount(status.gpu_hours)} GPU-hours, "
             f"{format_amount(status.cpu_hours)} CPU-hours so far; ETA {eta}")
 
 
 def finished(status: CampaignStatus) -> bool:
-    """Whether no run trains, validates or waits any more: the page has nothing left to follow."""
+    """Whether no run trains, validates or waits any more (a stopped run waits for nothing): the
+    page has nothing left to follow."""
     return status.counts["running"] == status.counts["pending"] == 0
 
 
@@ -283,6 +359,8 @@ def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
         for row in status.runs
     )
     header = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
+    items = "".join(f"\n<li>{html.escape(line)}</li>" for line in status.brackets)
+    brackets = f'\n<ul id="brackets">{items}\n</ul>' if items else ""  # successive halving's rungs
     reloads = "no run is left to train or validate, so this page no longer reloads" if finished(status) else f"this page reloads every {REFRESH_S} s"
     page = f"""<!DOCTYPE html>
 <html lang="en">
@@ -296,11 +374,12 @@ table {{ border-collapse: collapse; }} th, td {{ padding: 0.2rem 0.7rem; text-al
 td:nth-child(n+3):nth-child(-n+7) {{ text-align: right; font-variant-numeric: tabular-nums; }}
 tr.done td:nth-child(2) {{ color: #1e7a3c; }} tr.failed td {{ color: #b3261e; }}
 tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; font-weight: 600; }} tr.pending {{ color: #6b7480; }}
+tr.stopped td:nth-child(2) {{ color: #8a5a00; }}
 </style>
 </head>
 <body>
 <h1>{html.escape(status.campaign)}</h1>
-<p id="campaign">{html.escape(campaign_line(status))}</p>
+<p id="campaign">{html.escape(campaign_line(status))}</p>{brackets}
 <p class="muted">Written {time.strftime('%Y-%m-%d %H:%M:%S')} by <code>ebd2n status</code>; {reloads}.
 The report, once the campaign is done: <a href="report/index.html">report/index.html</a>.</p>
 <table id="runs"><thead><tr>{header}</tr></thead><tbody>
