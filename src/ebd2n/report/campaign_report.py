@@ -28,6 +28,7 @@ from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
 from ebd2n.config import Recipe, dump_recipe
 from ebd2n.layout import (
+    BRACKETS_CSV,
     CURVES_CSV,
     CampaignPaths,
     HISTORY,
@@ -44,6 +45,7 @@ from ebd2n.layout import (
 from ebd2n.report import figures
 from ebd2n.campaign.results import CampaignResults, read_results
 from ebd2n.report.cost import campaign_cost
+from ebd2n.report.halving import bracket_table, halving_outputs, report_halving, stopped_at
 from ebd2n.report.page import render_page
 from ebd2n.report.plotly_embed import shared_plotly
 from ebd2n.report.tables import (
@@ -92,17 +94,19 @@ def _write_report(campaign: CampaignResults, out: Path) -> Path:
     atomic_write_text(out / RUNS_CSV, campaign.runs.write_csv())
     shared_plotly(out)  # every run dashboard loads it, even where this page draws no figure
     cost = campaign_cost(campaign)
+    halving = _halving_outputs(campaign, out)
+    search = {"search": halving} if halving is not None else {}  # a grid campaign's results.json as before
     if campaign.presets:
         scaling = scaling_rows(campaign)
         atomic_write_text(out / SCALING_CSV, _scaling_frame(scaling).write_csv())
-        summary = _summary(campaign, {})
-        _write_json(out / REPORT_RESULTS, {**summary, "scaling": scaling, "cost": cost, "runs": _run_records(campaign)})
-        page = render_page(campaign, summary, cost, scaling=scaling)
+        summary = _summary(campaign, {}, halving)
+        _write_json(out / REPORT_RESULTS, {**summary, "scaling": scaling, **search, "cost": cost, "runs": _run_records(campaign)})
+        page = render_page(campaign, summary, cost, scaling=scaling, halving=halving)
     else:
         grid = _grid_outputs(campaign, out)
-        summary = _summary(campaign, grid["selection"])
-        _write_json(out / REPORT_RESULTS, {**summary, **grid["json"], "cost": cost, "runs": _run_records(campaign)})
-        page = render_page(campaign, summary, cost, grid=grid)
+        summary = _summary(campaign, grid["selection"], halving)
+        _write_json(out / REPORT_RESULTS, {**summary, **grid["json"], **search, "cost": cost, "runs": _run_records(campaign)})
+        page = render_page(campaign, summary, cost, grid=grid, halving=halving)
     atomic_write_text(out / REPORT_INDEX, page)
     return out / REPORT_INDEX
 
@@ -194,6 +198,19 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
     }
 
 
+def _halving_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any] | None:
+    """A successive-halving campaign's brackets, rung by rung, and its training hours against the
+    full grid's (brackets.csv, halving.png/pdf); None for a grid campaign, whose report is as it was."""
+    search = report_halving(campaign)
+    if search is None:
+        return None
+    outputs = halving_outputs(campaign, search)
+    atomic_write_text(out / BRACKETS_CSV, bracket_table(outputs).write_csv())
+    for fmt, data in figures.halving(outputs["brackets"]).items():
+        atomic_write_bytes(out / f"halving.{fmt}", data)
+    return outputs
+
+
 def _write_selected(campaign: CampaignResults, mode: str, point: dict[str, Any], out: Path) -> dict[str, Any]:
     """The winner's first-seed recipe with repository-relative paths, ready for `ebd2n train`."""
     runs = point_runs(campaign, point)
@@ -243,15 +260,19 @@ def _pinned_data(campaign: CampaignResults, recipe: Recipe, directories: list[st
     }
 
 
-def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Campaign-level facts and provenance shared by grid and scaling reports (results.json head)."""
+def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]], halving: dict[str, Any] | None) -> dict[str, Any]:
+    """Campaign-level facts and provenance shared by grid and scaling reports (results.json head).
+    Runs successive halving stopped at a rung are neither expected to finish nor incomplete."""
+    stopped = stopped_at(halving)
     runs = campaign.runs
-    complete = runs.filter(pl.col("status") == "complete")
+    counted = runs.filter(~pl.col("run").is_in(pl.Series(list(stopped), dtype=pl.String)))
+    complete = counted.filter(pl.col("status") == "complete")
     results = list(campaign.results.values())
     info = campaign.info or {}
     points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
     # campaign.json knows the plan (presets may have their own learning rates); else the grid's product
-    expected = info.get("runs_planned") or points * len(campaign.seeds) * max(1, len(set(campaign.presets.values())))
+    planned = info.get("runs_planned") or points * len(campaign.seeds) * max(1, len(set(campaign.presets.values())))
+    expected = planned - len(stopped)
     recipes = _representatives(campaign, selection)
     first = next(iter(recipes.values()))[0]
     return {
@@ -260,10 +281,11 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) ->
         "directory": _campaign_path(campaign),
         "kind": "scaling" if campaign.presets else "grid",
         "measured_date": campaign.measured_date,
-        "status": "complete" if complete.height == runs.height and complete.height >= expected else "incomplete",
+        "status": "complete" if complete.height == counted.height and complete.height >= expected else "incomplete",
         "runs": runs.height,
         "completed_runs": complete.height,
         "expected_runs": expected,
+        **({"stopped_runs": len(stopped)} if halving is not None else {}),
         "grid": {"modes": campaign.modes, "learning_rates": campaign.learning_rates, "beta2": campaign.beta2},
         "seeds": campaign.seeds,
         **SELECTION_RULE,

@@ -27,7 +27,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     runs = []
     for row in campaign.runs.iter_rows(named=True):
         directory = row["directory"]
-        seconds = sum(record.get("wall_s", 0.0) for record in campaign.epochs(directory))
+        seconds = sum(wall for _epoch, wall in epoch_walls(campaign, directory))
         gpus, cpus = resources.get(Path(directory).name, (_recorded_gpus(campaign, directory), 1))
         runs.append({"run": row["run"], "directory": directory, "mode": row["mode"], "lr": row["lr"],
                      "beta2": row["beta2"], "seed": row["seed"], "gpus": gpus, "cpus": cpus,
@@ -41,6 +41,11 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
                        for key, members in groups.items()]
     cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
     return cost
+
+
+def epoch_walls(campaign: CampaignResults, directory: str) -> list[tuple[int, float]]:
+    """(epoch, training seconds) of each epoch record of a run's metrics.jsonl, in epoch order."""
+    return [(record["epoch"], record.get("wall_s", 0.0)) for record in campaign.epochs(directory)]
 
 
 def _recorded_gpus(campaign: CampaignResults, directory: str) -> int:

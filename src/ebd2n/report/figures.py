@@ -1,4 +1,5 @@
-"""Static figures (PNG and PDF) for papers and slides: grid heatmaps and winners' curves.
+"""Static figures (PNG and PDF) for papers and slides: grid heatmaps, winners' curves, LR optima and
+successive-halving rungs.
 
 Figures are drawn on `matplotlib.figure.Figure` directly (Agg for PNG, the PDF backend for PDF),
 never through pyplot, so no global state or display is touched. PDF creation dates are left out,
@@ -18,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import EngFormatter, MaxNLocator, NullLocator
 
-from ebd2n.report.plotly_embed import PALETTE
+from ebd2n.report.plotly_embed import PALETTE, halving_series, series_label
 
 _CMAP = colormaps["viridis_r"].with_extremes(bad="white")  # low loss bright; untested cells blank
 _METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None, "Creator": None}}
@@ -150,3 +151,38 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
     figure.suptitle("Fitted LR optimum per mode: quadratic in ln(LR) near the best point, 95 % seed-bootstrap band", fontsize=10)
     figure.tight_layout()
     return _save(figure)
+
+
+def halving(brackets: list[dict[str, Any]]) -> dict[str, bytes]:
+    """One panel per bracket: each rung's mean subset loss against LR (log axis), one colour per
+    rung; a filled circle trained on, a cross stopped there."""
+    figure = Figure(figsize=(max(6.4, 0.6 + 4.6 * len(brackets)), 4.4))
+    axes = figure.subplots(1, max(1, len(brackets)), squeeze=False)[0]
+    for ax, bracket in zip(axes, brackets, strict=False):
+        for rung, beta2, points in halving_series(bracket):
+            color = PALETTE[bracket["rungs"].index(rung) % len(PALETTE)]
+            style = ("-", "--", ":", "-.")[sorted({p["beta2"] for p in bracket["points"]}).index(beta2) % 4]
+            lrs = [p["lr"] for p in points]
+            losses = [p["rungs"][str(rung["epoch"])]["mean_loss"] for p in points]
+            ax.plot(lrs, losses, color=color, linestyle=style, linewidth=1.1, label=series_label(bracket, rung, beta2))
+            for lr, loss, point in zip(lrs, losses, points, strict=True):
+                if point["rungs"][str(rung["epoch"])]["continued"]:
+                    ax.scatter([lr], [loss], color=color, s=28, zorder=3)
+                else:
+                    ax.scatter([lr], [loss], color=color, marker="x", s=40, zorder=3)
+        tested = sorted({p["lr"] for p in bracket["points"]})
+        ax.set_xscale("log")
+        ax.set_xticks(tested, [f"{lr:g}" for lr in tested], rotation=45, fontsize=7)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("peak learning rate (log scale)")
+        ax.set_ylabel("mean subset validation loss (nats)")
+        ax.set_title(bracket["bracket"], fontsize=10)
+        ax.grid(alpha=0.3)
+        if bracket["rungs"]:
+            ax.legend(frameon=False, fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no rung decided yet", ha="center", va="center", transform=ax.transAxes)
+    figure.suptitle("Successive halving: mean subset loss over seeds at each rung\n(dot: trained on; cross: stopped there)", fontsize=10)
+    figure.tight_layout()
+    return _save(figure)
+

@@ -14,6 +14,7 @@ import polars as pl
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.layout import (
     AUDIT_JSON,
+    BRACKETS_CSV,
     CAMPAIGN_JSON,
     CURVES_CSV,
     DASHBOARD,
@@ -26,7 +27,8 @@ from ebd2n.layout import (
     CampaignPaths,
 )
 from ebd2n.quantities import format_amount
-from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, lr_optimum_figure, plotly_tag
+from ebd2n.report.halving import stopped_at
+from ebd2n.report.plotly_embed import curves_figure, figure_json, halving_figure, heatmap_figure, lr_optimum_figure, plotly_tag
 from ebd2n.report import html
 from ebd2n.report.html import DASH, percent
 from ebd2n.report.tables import point_runs, settings_rows, split_rows
@@ -40,8 +42,11 @@ def render_page(
     *,
     grid: dict[str, Any] | None = None,
     scaling: list[dict[str, Any]] | None = None,
+    halving: dict[str, Any] | None = None,
 ) -> str:
-    """index.html for a grid campaign (`grid` from the selection) or a scaling one (`scaling` rows)."""
+    """index.html for a grid campaign (`grid` from the selection) or a scaling one (`scaling` rows);
+    `halving` (ebd2n.report.halving) adds the successive-halving section."""
+    stopped = stopped_at(halving)
     environment = html.template_environment()
     environment.filters["words"] = _words
     context: dict[str, Any] = {
@@ -53,19 +58,20 @@ def render_page(
         "splits": split_rows(campaign),
         "manifest_found": campaign.manifest is not None,
         "provenance": _provenance(summary),
-        "runs": [_run_row(campaign, row, hours) for row, hours in
+        "runs": [_run_row(campaign, row, hours, stopped) for row, hours in
                  zip(campaign.runs.iter_rows(named=True), cost["runs"], strict=True)],
         "cost": _cost(cost),
         "scaling": _scaling(scaling) if scaling is not None else None,
-        "grid": _grid(campaign, summary, grid) if grid is not None else None,
-        "links": _links(campaign, grid, scaling is not None),
+        "grid": _grid(campaign, summary, grid, stopped) if grid is not None else None,
+        "halving": _halving(halving) if halving is not None else None,
+        "links": _links(campaign, grid, scaling is not None, halving),
     }
     report_dir = campaign.directory / "report"
-    context["plotly"] = plotly_tag(report_dir / "index.html", report_dir) if grid is not None else None
+    context["plotly"] = plotly_tag(report_dir / "index.html", report_dir) if grid is not None or halving is not None else None
     return environment.get_template("campaign.html.j2").render(context)
 
 
-def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, Any]) -> dict[str, Any]:
+def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, Any], stopped: dict[str, int]) -> dict[str, Any]:
     """Everything the LR x beta2 sections show: winners, grid, response, figures, commands."""
     groups: pl.DataFrame = grid["groups"]
     selection = grid["selection"]
@@ -82,7 +88,7 @@ def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, An
         "unselected": [mode for mode in modes if mode not in selection],
         "inside": [w["mode"] for w in winners if not w["edge"]],
         "on_edge": [w for w in winners if w["edge"]],
-        "grid_rows": _grid_rows(campaign, groups),
+        "grid_rows": _grid_rows(campaign, groups, stopped),
         "response": _response(groups, grid["response"], grid["response_beta2"], selection),
         "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
         "curves": _curves(grid["curves"]),
@@ -94,6 +100,42 @@ def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, An
             for entry in grid["extensions"]
         ],
     }
+
+
+def _halving(outputs: dict[str, Any]) -> dict[str, Any]:
+    """The successive-halving section: the hours, and per bracket its figure and its points at every rung."""
+    hours = outputs["hours"]
+    brackets = []
+    for index, bracket in enumerate(outputs["brackets"]):
+        rows = []
+        for point in bracket["points"]:
+            cells = []
+            for rung in bracket["rungs"]:
+                entry = point["rungs"].get(str(rung["epoch"]))
+                loss = DASH if entry is None or entry["mean_loss"] is None else f"{entry['mean_loss']:.4f}"
+                rank = "" if entry is None else f"rank {entry['rank']}" + ("" if entry["continued"] else ", stopped")
+                cells.append({"text": loss, "rank": rank})
+            rows.append({"lr": f"{point['lr']:g}", "beta2": f"{point['beta2']:g}", "outcome": point["outcome"], "cells": cells,
+                         "stopped": point["stopped_at"] is not None})
+        brackets.append({
+            "id": f"halving-{index}", "name": bracket["bracket"], "json": figure_json(halving_figure(bracket)),
+            "rungs": [{"epoch": rung["epoch"], "candidates": rung["candidates"]} for rung in bracket["rungs"]],
+            "rows": rows, "hours": _hours_text(bracket["hours"]),
+            "stopped": sum(row["stopped"] for row in rows), "points": len(rows), "epochs": bracket["epochs"],
+        })
+    return {"keep": f"{outputs['keep']:g}", "stopped": len(outputs["stopped_runs"]), "brackets": brackets,
+            "hours": _hours_text(hours), "several": len(brackets) > 1}
+
+
+def _hours_text(hours: dict[str, Any]) -> dict[str, str]:
+    """Training hours used and the full grid's estimate as the page shows them, with the sentence that compares them."""
+    used = format_amount(hours["used_hours"])
+    if hours["full_grid_hours"] is None:
+        return {"used": used, "full": DASH, "share": DASH,
+                "sentence": f"Used {used} training hours; the full grid's cannot be estimated yet (an epoch no run has trained)."}
+    full, share = format_amount(hours["full_grid_hours"]), f"{100 * hours['share']:.0f} %"
+    return {"used": used, "full": full, "share": share,
+            "sentence": f"Used {share} of the full grid's training hours ({used} of {full} h)."}
 
 
 def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
@@ -162,10 +204,12 @@ def _winner(
     }
 
 
-def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame) -> list[dict[str, Any]]:
+def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame, stopped: dict[str, int]) -> list[dict[str, Any]]:
+    """Per mode its grid and complete runs of those expected (the runs successive halving stopped not expected)."""
     rows = []
     for mode, lrs in campaign.learning_rates.items():
         runs = campaign.runs.filter(pl.col("mode") == mode)
+        halted = sum(run in stopped for run in runs["run"])
         rows.append({
             "mode": mode,
             "lrs": ", ".join(f"{lr:g}" for lr in lrs),
@@ -173,7 +217,8 @@ def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame) -> list[dict[str
             "beta2": ", ".join(f"{b:g}" for b in campaign.beta2),
             "points": groups.filter(pl.col("mode") == mode).height,
             "complete": runs.filter(pl.col("status") == "complete").height,
-            "expected": len(lrs) * len(campaign.beta2) * len(campaign.seeds),
+            "expected": len(lrs) * len(campaign.beta2) * len(campaign.seeds) - halted,
+            "stopped": halted,
         })
     return rows
 
@@ -303,11 +348,13 @@ def _cost(cost: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, Any]) -> dict[str, Any]:
+def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, Any], stopped: dict[str, int]) -> dict[str, Any]:
     """A runs-table row as text; its link opens the run's dashboard, or its folder when it has none."""
     dashboard = f"{row['directory']}/{DASHBOARD}"
     return {
         **row,
+        "status": "stopped" if row["run"] in stopped else row["status"],
+        "stopped_at": stopped.get(row["run"]),
         "gpu_hours": format_amount(hours["gpu_hours"]),
         "cpu_hours": format_amount(hours["cpu_hours"]),
         "href": f"../{dashboard}" if (campaign.directory / dashboard).is_file() else f"../{row['directory']}/",
@@ -321,7 +368,7 @@ def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, An
     }
 
 
-def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool) -> list[dict[str, str]]:
+def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool, halving: dict[str, Any] | None) -> list[dict[str, str]]:
     """Every file of the report (and the campaign's own records), with what it holds."""
     runs = campaign.runs.height
     links = [_link(RUNS_CSV, f"per-run CSV: {runs} run(s) with final full-validation results")]
@@ -344,6 +391,12 @@ def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool
         ]
     if scaling:
         links.append(_link(SCALING_CSV, "the scaling table"))
+    if halving is not None:
+        links += [
+            _link(BRACKETS_CSV, "successive halving: each point's mean subset loss, rank and outcome at every rung it was ranked at"),
+            _link("halving.png", "successive halving: mean subset loss at each rung against LR (PNG)"),
+            _link("halving.pdf", "successive halving: mean subset loss at each rung against LR (PDF)"),
+        ]
     links.append(_link(REPORT_RESULTS, "JSON results and provenance: per-run and grouped values, selections, grid, seeds, revisions, environment, job ids"))
     if CampaignPaths(campaign.directory).campaign_json.is_file():
         links.append(_link(f"../{CAMPAIGN_JSON}", "the campaign's resolved grid and seeds"))

@@ -219,3 +219,61 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
             "font": _FONT,
         },
     }
+
+
+def halving_series(bracket: dict[str, Any]) -> list[tuple[dict[str, Any], float, list[dict[str, Any]]]]:
+    """(rung, beta2, the points ranked there at that beta2 in LR order), rung by rung: the lines of
+    the successive-halving figures, static and interactive alike (`bracket` as ebd2n.report.halving
+    gives it)."""
+    series = []
+    for rung in bracket["rungs"]:
+        key = str(rung["epoch"])
+        ranked = [p for p in bracket["points"] if key in p["rungs"] and p["rungs"][key]["mean_loss"] is not None]
+        for beta2 in sorted({p["beta2"] for p in ranked}):
+            series.append((rung, beta2, sorted((p for p in ranked if p["beta2"] == beta2), key=lambda p: p["lr"])))
+    return series
+
+
+def series_label(bracket: dict[str, Any], rung: dict[str, Any], beta2: float) -> str:
+    """`epoch 2`, with the beta2 when the bracket has several."""
+    several = len({p["beta2"] for p in bracket["points"]}) > 1
+    return f"epoch {rung['epoch']}" + (f", beta2 {beta2:g}" if several else "")
+
+
+def halving_figure(bracket: dict[str, Any]) -> dict[str, Any]:
+    """One bracket's rungs: mean subset loss against LR (log axis), a line per rung (and beta2);
+    a filled circle trained on, a cross stopped there."""
+    data: list[dict[str, Any]] = []
+    dashes = ("solid", "dash", "dot", "dashdot")
+    beta2s = sorted({p["beta2"] for p in bracket["points"]})
+    for rung, beta2, points in halving_series(bracket):
+        key, name = str(rung["epoch"]), series_label(bracket, rung, beta2)
+        color = PALETTE[bracket["rungs"].index(rung) % len(PALETTE)]
+        data.append({"type": "scatter", "mode": "lines", "name": name, "legendgroup": name, "hoverinfo": "skip",
+                     "x": [p["lr"] for p in points], "y": [p["rungs"][key]["mean_loss"] for p in points],
+                     "line": {"color": color, "width": 1.5, "dash": dashes[beta2s.index(beta2) % len(dashes)]}})
+        for continued, symbol, outcome in ((True, "circle", "trained on"), (False, "x-thin-open", "stopped here")):
+            marked = [p for p in points if p["rungs"][key]["continued"] is continued]
+            if marked:
+                data.append({
+                    "type": "scatter", "mode": "markers", "name": f"{name}: {outcome}", "legendgroup": name, "showlegend": False,
+                    "x": [p["lr"] for p in marked], "y": [p["rungs"][key]["mean_loss"] for p in marked],
+                    "customdata": [[p["point"], p["rungs"][key]["rank"]] for p in marked],
+                    "marker": {"color": color, "size": 9, "symbol": symbol, "line": {"color": color, "width": 2}},
+                    "hovertemplate": f"epoch {rung['epoch']}: %{{customdata[0]}}<br>mean %{{y:.4f}} nats, rank %{{customdata[1]}} of "
+                                     f"{rung['candidates']}<br>{outcome}<extra></extra>",
+                })
+    lrs = sorted({p["lr"] for p in bracket["points"]})
+    return {
+        "data": data,
+        "layout": {
+            "title": {"text": bracket["bracket"], "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
+            "xaxis": {"title": {"text": "peak learning rate"}, "type": "log", "tickvals": lrs, "ticktext": [f"{lr:g}" for lr in lrs],
+                      "range": [math.log10(lrs[0]) - 0.1, math.log10(lrs[-1]) + 0.1]},
+            "yaxis": {"title": {"text": "mean subset validation loss (nats)"}, "zeroline": False},
+            "legend": {"orientation": "h", "y": -0.25},
+            "height": 420,
+            "margin": {"l": 70, "r": 20, "t": MODEBAR_BAND + 36, "b": 60},
+            "font": _FONT,
+        },
+    }
