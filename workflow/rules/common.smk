@@ -224,9 +224,9 @@ def get_decisions(wildcards):
     if HALVING is None:
         return []
     return [
-        str(path)
+        str(rung.path)
         for bracket in HALVING.groups
-        for _epoch, _points, path, _decision in HALVING.walk(bracket, read=decided)
+        for rung in HALVING.walk(bracket, read=decided)
     ]
 
 

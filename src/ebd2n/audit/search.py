@@ -47,9 +47,9 @@ def check_search(halving: Halving, views: dict[str, RunView], history: list[dict
             check.violations += _decision_problems(halving, path, grids)
     fates: dict[str, int | None] = {}
     for bracket in halving.groups:
-        for epoch, _points, path, decision in halving.walk(bracket, read=readable):
-            if decision is None:
-                check.violations.append(f"bracket {bracket.name} rung {epoch}: no decision ({_where(paths, path)}); "
+        for rung in halving.walk(bracket, read=readable):
+            if rung.decision is None:
+                check.violations.append(f"bracket {bracket.name} rung {rung.epoch}: no decision ({_where(paths, rung.path)}); "
                                         "the workflow makes it once the rung's runs reached it")
     try:
         fates = halving.outcome(read=readable)

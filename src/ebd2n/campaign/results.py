@@ -92,7 +92,8 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
     ):
         raise UserError(f"{paths.campaign_json}: not a campaign record (grid or seeds of the wrong shape); collect it again")
     results = {p.relative_to(directory).as_posix(): read_json(run_paths(p).results) for p in run_dirs}
-    rows = [_row(directory, p, results[p.relative_to(directory).as_posix()]) for p in run_dirs]
+    stopped = ((info or {}).get("search") or {}).get("stopped") or {}  # successive halving: run id -> its rung
+    rows = [_row(directory, p, results[p.relative_to(directory).as_posix()], p.name in stopped) for p in run_dirs]
     complete = {key: value for key, value in results.items() if value is not None}
     try:  # typed first: everything below may trust the values
         table = pl.DataFrame(rows, schema=RUN_COLUMNS)
@@ -137,14 +138,15 @@ def _mode_key(mode: str) -> tuple[int, int, str]:
     return (1, int(match[1]), mode) if match else (2, 0, mode)
 
 
-def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None) -> dict[str, Any]:
-    """runs.csv row; a run without results.json is listed as incomplete from its recipe."""
+def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, stopped: bool = False) -> dict[str, Any]:
+    """runs.csv row; a run without results.json is listed from its recipe, as incomplete (or as
+    stopped, when successive halving stopped it at a rung)."""
     directory = run_dir.relative_to(campaign).as_posix()
     preset = _preset(run_dir.name) or ""
     if results is None:
         recipe = _recipe(run_paths(run_dir).recipe)
         point = {"mode": recipe.mode, "lr": recipe.optimizer.lr, "beta2": recipe.optimizer.beta2, "seed": recipe.runtime.seed}
-        return {"run": run_dir.name, **point, "status": "incomplete", "preset": preset, "directory": directory, "job_ids": ""}
+        return {"run": run_dir.name, **point, "status": "stopped" if stopped else "incomplete", "preset": preset, "directory": directory, "job_ids": ""}
     missing = [key for key in ("mode", "lr", "beta2", "seed", "status") if key not in results]
     if missing:
         raise UserError(f"{run_paths(run_dir).results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`")

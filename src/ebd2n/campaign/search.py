@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,6 +201,29 @@ def decision_json(decision: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class Rung:
+    """One rung of a bracket as its decisions stand."""
+
+    epoch: int
+    candidates: list[tuple[float, float]]
+    """The points compared there."""
+    path: Path
+    """The decision the grid and share make now."""
+    decision: dict[str, Any] | None
+    """Its content; None: not decided yet."""
+    past: list[tuple[float, float]] | None
+    """The candidates that train on: the decision's, and any other decision of the rung promoted."""
+
+    @property
+    def past_ids(self) -> list[str] | None:
+        return None if self.past is None else [point_id(*point) for point in self.past]
+
+    @property
+    def stopped(self) -> list[tuple[float, float]]:
+        return [] if self.past is None else [point for point in self.candidates if point not in self.past]
+
+
+@dataclass(frozen=True)
 class Halving:
     """The search of one campaign as its files stand: what the workflow, the decide job, status,
     collect and the audit all walk, rung after rung."""
@@ -235,18 +258,19 @@ class Halving:
             names |= set(_continuing(other))
         return [point for point in candidates if point_id(*point) in names]
 
-    def walk(self, bracket: Bracket, read=None):
-        """(epoch, candidates, decision path, decision or None) of each rung of `bracket`, in
-        order; stops after the first rung not decided yet. `read(bracket name, epoch, path)` reads
-        a decision (the workflow's asks Snakemake's checkpoint first)."""
+    def walk(self, bracket: Bracket, read=None) -> Iterator[Rung]:
+        """Each rung of `bracket` in order, up to the first not decided yet. `read(bracket name,
+        epoch, path)` reads a decision (the workflow's asks Snakemake's checkpoint first)."""
         candidates = list(bracket.points)
         for epoch in self.rungs(bracket):
             path = self.decision_path(bracket, epoch, candidates)
             decision = read(bracket.name, epoch, path) if read else read_decision(path)
-            yield epoch, candidates, path, decision
             if decision is None:
+                yield Rung(epoch, candidates, path, None, None)
                 return
-            candidates = self.past(bracket, epoch, candidates, decision)
+            past = self.past(bracket, epoch, candidates, decision)
+            yield Rung(epoch, candidates, path, decision, past)
+            candidates = past
 
     def candidates(self, bracket: Bracket, epoch: int, read=None) -> list[tuple[float, float]]:
         """The points compared at rung `epoch`: those past the rung before (every point at the first)."""
@@ -268,13 +292,12 @@ class Halving:
         fate: dict[str, int | None] = {}
         for bracket in self.groups:
             candidates, done = list(bracket.points), True
-            for epoch, candidates, _path, decision in self.walk(bracket, read=read):
-                if decision is None:
+            for rung in self.walk(bracket, read=read):
+                if rung.decision is None:
                     done = False
                     break
-                past = self.past(bracket, epoch, candidates, decision)
-                fate.update({run.id: epoch for run in bracket.runs([point for point in candidates if point not in past])})
-                candidates = past
+                fate.update({run.id: rung.epoch for run in bracket.runs(rung.stopped)})
+                candidates = rung.past
             if done:
                 fate.update({run.id: None for run in bracket.runs(candidates)})
         return fate
@@ -284,13 +307,14 @@ class Halving:
         the points that train on, and how many runs stopped."""
         groups = []
         for bracket in self.groups:
-            rungs = [{"epoch": epoch, "decision": path.relative_to(self.paths.directory).as_posix(), "candidates": len(points),
-                      "continuing": None if decision is None else decision["continuing"]}
-                     for epoch, points, path, decision in self.walk(bracket)]
+            rungs = [{"epoch": rung.epoch, "decision": rung.path.relative_to(self.paths.directory).as_posix(),
+                      "candidates": len(rung.candidates), "continuing": rung.past_ids}
+                     for rung in self.walk(bracket)]
             groups.append({"bracket": bracket.name, "points": len(bracket.points), "rungs": rungs})
-        fates = list(self.outcome().values())
-        return {**self.search.record(), "brackets": groups, "runs_stopped": sum(fate is not None for fate in fates),
-                "runs_training_to_the_end": fates.count(None)}
+        fates = self.outcome()
+        stopped = {run: fate for run, fate in sorted(fates.items()) if fate is not None}
+        return {**self.search.record(), "brackets": groups, "runs_stopped": len(stopped),
+                "runs_training_to_the_end": list(fates.values()).count(None), "stopped": stopped}
 
     def decide(self, bracket: Bracket, epoch: int) -> tuple[Path, bool]:
         """Decide rung `epoch` of `bracket` from its candidates' metrics and write the decision

@@ -163,15 +163,16 @@ def _stopped_notes(halving: Halving) -> dict[str, str]:
     notes = {}
     for bracket in halving.groups:
         rungs = halving.rungs(bracket)
-        for epoch, _candidates, _path, decision in halving.walk(bracket):
-            if decision is None:
+        for rung in halving.walk(bracket):
+            if rung.decision is None:
                 break
+            epoch, decision = rung.epoch, rung.decision
             for rank, entry in enumerate(decision["ranking"], 1):
-                if entry["point"] in decision["continuing"]:
+                if entry["point"] in rung.past_ids:
                     continue
                 mean = "no mean subset loss" if entry["mean_loss"] is None else f"mean subset loss {entry['mean_loss']:.4f}"
                 note = (f"stopped at rung {rungs.index(epoch) + 1}, epoch {epoch} (bracket {bracket.name}: ranked {rank} "
-                        f"of {len(decision['ranking'])}, {mean}; kept {len(decision['continuing'])})")
+                        f"of {len(decision['ranking'])}, {mean}; kept {len(rung.past)})")
                 notes.update({run_id: note for run_id in entry["losses"]})
     return notes
 
@@ -185,16 +186,17 @@ def _bracket_lines(halving: Halving, rows: list[RunStatus]) -> list[str]:
         rungs = halving.rungs(bracket)
         decided, left = 0, len(bracket.points)
         waiting = ""
-        for epoch, candidates, _path, decision in halving.walk(bracket):
-            if decision is None:
-                runs = bracket.runs(candidates)
+        for rung in halving.walk(bracket):
+            epoch = rung.epoch
+            if rung.decision is None:
+                runs = bracket.runs(rung.candidates)
                 there = [reached[run.id] for run in runs if reached[run.id].epochs_done >= epoch]
                 for row in there:
                     if row.state == "pending":
                         row.detail = f"{row.detail}, waiting for rung {decided + 1}'s decision"
                 waiting = f"waiting for rung {decided + 1} ({len(there)} of {len(runs)} runs at epoch {epoch})"
                 break
-            decided, left = decided + 1, len(decision["continuing"])
+            decided, left = decided + 1, len(rung.past)
         done = f"rung {decided} of {len(rungs)} decided, {left} of {len(bracket.points)} points train on" if decided else ""
         lines.append(f"bracket {bracket.name}: " + "; ".join(part for part in (done, waiting) if part))
     return lines

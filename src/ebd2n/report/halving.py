@@ -74,8 +74,8 @@ def stopped_at(outputs: dict[str, Any] | None) -> dict[str, int]:
 
 
 def _bracket(campaign: CampaignResults, halving: Halving, bracket: Bracket, fates: dict[str, int | None]) -> dict[str, Any]:
-    decisions = [(epoch, decision) for epoch, _candidates, _path, decision in halving.walk(bracket) if decision is not None]
-    rungs = [{"epoch": epoch, "candidates": decision["candidates"], "continuing": decision["continuing"]} for epoch, decision in decisions]
+    decided = [rung for rung in halving.walk(bracket) if rung.decision is not None]
+    rungs = [{"epoch": rung.epoch, "candidates": rung.decision["candidates"], "continuing": rung.past_ids} for rung in decided]
     points = []
     for lr, beta2 in sorted(bracket.points):
         identifier = point_id(lr, beta2)
@@ -83,11 +83,11 @@ def _bracket(campaign: CampaignResults, halving: Halving, bracket: Bracket, fate
         fate = fates.get(runs[0], TRAINING)  # the rung it stopped at; None: it trains to the end; absent: a rung still open
         stopped = fate if isinstance(fate, int) else None
         ranked = {}
-        for epoch, decision in decisions:
-            for rank, entry in enumerate(decision["ranking"], start=1):
+        for rung in decided:
+            for rank, entry in enumerate(rung.decision["ranking"], start=1):
                 if entry["point"] == identifier:
-                    ranked[str(epoch)] = {"rank": rank, "mean_loss": entry["mean_loss"],
-                                          "continued": identifier in decision["continuing"]}
+                    ranked[str(rung.epoch)] = {"rank": rank, "mean_loss": entry["mean_loss"],
+                                               "continued": identifier in rung.past_ids}
         if stopped is not None:
             outcome = f"stopped at epoch {stopped}"
         else:
