@@ -90,3 +90,13 @@ def campaign_tree(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for a module's page tests (offline_browser: Debian's, never downloaded)."""
+    from offline_browser import launch
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        yield browser
+        browser.close()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from offline_browser import MARKS, launch, open_offline, overflowing, toggle_states, toolbar_overlaps
+from offline_browser import MARKS, open_offline, overflowing, toggle_states, toolbar_overlaps
 from run_dir_factory import HOSTILE, fabricate_run
 
 from ebd2n.config import load_recipe
@@ -67,15 +67,6 @@ def runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
                           "parallel.freeze_prefix=1", "parallel.lora={rank: 4}"),
         "fabricated": fabricated,
     }
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = launch(playwright)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module", params=list(STATES))

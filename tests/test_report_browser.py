@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from campaign_tree import HOSTILE, grid_runs, report_runs, write_campaign
-from offline_browser import MARKS, Loaded, launch, open_offline, overflowing, toggle_states, toolbar_overlaps
+from offline_browser import MARKS, Loaded, open_offline, overflowing, toggle_states, toolbar_overlaps
 from run_dir_factory import fabricate_run
 
 from ebd2n.report import build_report
@@ -32,15 +32,6 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_dashboard(first)
     build_report(campaign)
     return campaign
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = launch(playwright)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from offline_browser import MARKS, Loaded, launch, open_offline, overflowing, toolbar_overlaps
+from offline_browser import MARKS, Loaded, open_offline, overflowing, toolbar_overlaps
 from workflow_support import TINY, copy_repo, snakemake, write_campaign
 
 from ebd2n.campaign.analysis import group_runs, load_runs, select
@@ -153,15 +153,6 @@ def test_report_of_a_grid_campaign_has_no_halving(campaign_tree: Callable[..., P
     result = ("search" in _results(campaign), "stopped_runs" in _results(campaign), "halving" in page,
               sorted(p.name for p in report.iterdir() if "halving" in p.name or p.name == "brackets.csv"))
     assert result == (False, False, False, [])
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = launch(playwright)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
