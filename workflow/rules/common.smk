@@ -279,6 +279,10 @@ def get_previous_slice(wildcards):
 def get_promotion(wildcards, epoch):
     """Under successive halving, a slice that starts at a rung needs the rung's decision to name
     its run's point among those that train on; a stopped run is refused, whoever asks for it.
+    The decision orders the slice through the checkpoint (decided) but is no input of it: an
+    extension decides the rung again under a new name, and a changed input set would make
+    Snakemake rerun the carried runs' slices and, masking the new rung's decision behind them
+    (its inputs are ancient), never train the newly promoted runs (all then fails on their fate).
     """
     run = get_run(wildcards)
     if HALVING is None:
@@ -299,7 +303,7 @@ def get_promotion(wildcards, epoch):
             f"{wildcards.run}: stopped at rung {epoch} of bracket {bracket.name} ({path}): it trains on only once a "
             "decision promotes it (a larger search.keep, or more points)"
         )
-    return [ancient(str(path))]
+    return []
 
 
 def get_run_resource(wildcards, field):
