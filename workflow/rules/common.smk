@@ -292,18 +292,19 @@ def get_promotion(wildcards, epoch):
     )
     if epoch not in HALVING.rungs(bracket):
         return []
+    point = point_id(run.lr, run.beta2)
     try:
-        points = HALVING.candidates(bracket, epoch, read=decided)
+        for rung, _points, path, decision in HALVING.walk(bracket, read=decided):
+            # named at the rung it stopped at, not at a later one it never reached
+            if point not in decision["continuing"]:
+                raise WorkflowError(
+                    f"{wildcards.run}: stopped at rung {rung} of bracket {bracket.name} ({path}): it trains on only once a "
+                    "decision promotes it (a larger search.keep, or more points)"
+                )
+            if rung == epoch:
+                return []
     except UserError as error:
         raise WorkflowError(f"{wildcards.run}: {error}") from None
-    path = HALVING.decision_path(bracket, epoch, points)
-    decision = decided(bracket.name, epoch, path)
-    if point_id(run.lr, run.beta2) not in decision["continuing"]:
-        raise WorkflowError(
-            f"{wildcards.run}: stopped at rung {epoch} of bracket {bracket.name} ({path}): it trains on only once a "
-            "decision promotes it (a larger search.keep, or more points)"
-        )
-    return []
 
 
 def get_run_resource(wildcards, field):
