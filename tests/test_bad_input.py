@@ -120,6 +120,8 @@ WORKFLOW_CASES: dict[str, tuple[dict | None, str, list[str]]] = {
     "--config given": ({}, "--config", ["--config", "seeds=[1]"]),
     "name with a trailing newline": ({"campaign": "badinput\n"}, "campaign", []),
     "seed beyond int64": ({"seeds": [2**64]}, "seeds.0", []),
+    "search keep 0": ({"search": {"method": "successive-halving", "keep": 0}}, "search.keep", []),
+    "search of one point": ({"search": {"method": "successive-halving"}}, "search", []),
 }
 _SNAKEMAKE_PREAMBLE = ("Using workflow specific profile",)
 """Lines Snakemake itself writes before the Snakefile runs."""
