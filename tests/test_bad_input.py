@@ -120,6 +120,8 @@ WORKFLOW_CASES: dict[str, tuple[dict | None, str, list[str]]] = {
     "--config given": ({}, "--config", ["--config", "seeds=[1]"]),
     "name with a trailing newline": ({"campaign": "badinput\n"}, "campaign", []),
     "seed beyond int64": ({"seeds": [2**64]}, "seeds.0", []),
+    "search keep 0": ({"search": {"method": "successive-halving", "keep": 0}}, "search.keep", []),
+    "search of one point": ({"search": {"method": "successive-halving"}}, "search", []),
 }
 _SNAKEMAKE_PREAMBLE = ("Using workflow specific profile",)
 """Lines Snakemake itself writes before the Snakefile runs."""
@@ -744,6 +746,34 @@ def _(world, tmp):
 @case("campaign check seed beyond int64")
 def _(world, tmp):
     return Case(_check(tmp, _campaign(seeds=[42, 2**64])), "seeds.1")
+
+
+def _search(tmp: Path, search: dict, learning_rates: tuple[float, ...] = (0.003, 0.006), **changes) -> list[str]:
+    """`campaign check` of a campaign searching two points (the demo's runs: 2 epochs, 1 per slice) by `search`."""
+    grid = _campaign()["grid"] | {"learning_rates": {"synchronous": list(learning_rates)}}
+    return _check(tmp, _campaign(grid=grid, search=search, **changes))
+
+
+for _name, _search_setting, _changes, _names in [
+    ("rung not a slice end", {"rungs": [5]}, {}, "search.rungs: [5]"),
+    ("rung at the last epoch", {"rungs": [2]}, {}, "search.rungs: [2]"),
+    ("one slice, no rung", {}, {"epochs_per_slice": 2}, "search"),
+    ("keep 0", {"keep": 0}, {}, "search.keep"),
+    ("keep above 1", {"keep": 1.5}, {}, "search.keep"),
+    ("unknown key", {"kep": 0.5}, {}, "kep"),
+]:
+    case(f"campaign check search {_name}")(lambda world, tmp, setting=_search_setting, changes=_changes, names=_names: Case(
+        _search(tmp, {"method": "successive-halving", **setting}, **changes), names))
+
+
+@case("campaign check search method misspelt")
+def _(world, tmp):
+    return Case(_search(tmp, {"method": "successive-halvin"}), "search.method")
+
+
+@case("campaign check search of one point per bracket")
+def _(world, tmp):
+    return Case(_search(tmp, {"method": "successive-halving"}, learning_rates=(0.003,)), "search")
 
 
 @case("campaign check frozen record damaged")

@@ -299,9 +299,10 @@ def get_previous_slice(wildcards):
 
 
 def get_promotion(wildcards, epoch):
-    """Under successive halving, a slice that starts at a rung needs the rung's decision to name
-    its run's point among those that train on; a stopped run is refused, whoever asks for it.
-    """
+    """Under successive halving, a slice that starts at a rung waits for the rung's decision (a
+    checkpoint, no input: a later decision, an extension's, must not make the slice look changed),
+    and every rung up to it must let the run's point train on. A stopped run is refused, named at
+    the rung it stopped at, whoever asks for it."""
     run = get_run(wildcards)
     if HALVING is None:
         return []
@@ -311,19 +312,17 @@ def get_promotion(wildcards, epoch):
     if epoch not in HALVING.rungs(bracket):
         return []
     try:
-        points = HALVING.candidates(bracket, epoch, read=decided)
+        for rung in HALVING.walk(bracket, read=decided):
+            if rung.past is not None and (run.lr, run.beta2) not in rung.past:
+                raise WorkflowError(
+                    f"{wildcards.run}: stopped at rung {rung.epoch} of bracket {bracket.name} ({rung.path}): it trains "
+                    "on only once a decision promotes it (a larger search.keep, or more points)"
+                )
+            if rung.epoch == epoch:
+                break
     except UserError as error:
         raise WorkflowError(f"{wildcards.run}: {error}") from None
-    path = HALVING.decision_path(bracket, epoch, points)
-    decision = decided(bracket.name, epoch, path)
-    if (run.lr, run.beta2) not in HALVING.past(bracket, epoch, points, decision):
-        raise WorkflowError(
-            f"{wildcards.run}: stopped at rung {epoch} of bracket {bracket.name} ({path}): it trains on only once a "
-            "decision promotes it (a larger search.keep, or more points)"
-        )
-    return (
-        []
-    )  # the decision is no input: a later one (an extension) must not make the slice look changed
+    return []
 
 
 def get_run_resource(wildcards, field):
