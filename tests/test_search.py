@@ -234,6 +234,35 @@ def test_extension_promotes_stopped_runs_and_continues_them_bitwise(repo: Path) 
     assert audit(repo).returncode == 0
 
 
+def test_extension_with_a_new_point_then_a_smaller_keep_throws_no_training_away(repo: Path) -> None:
+    """A learning rate added: only its runs train (to rung 1, and on if promoted); rung 1 is decided
+    again over four points, carrying what the first decision promoted. keep then lowered: the rungs
+    are decided again, nothing trains, no run that trained on is called stopped, the audit passes."""
+    _ranked, fate = expected_search(repo)
+    finished = [run_id(lr, seed) for lr, stop in fate.items() if stop is None for seed in SEEDS]
+    before = {run: hashes(repo / PATHS.run(run).directory) for run in finished}
+    first = json.loads(the_decision(repo, 1).read_text())
+    raw = json.loads(json.dumps(RAW))
+    raw["grid"]["learning_rates"]["synchronous"] = [*LRS, 0.002]
+    snakemake(repo, "--configfile", write_campaign(repo, raw))
+    (again,) = [path for path in decision_files(repo, 1) if path.name != f"rung-1-{first['digest']}.json"]
+    decision = json.loads(again.read_text())
+    assert decision["candidates"] == 4 and decision["earlier"] == [f"rung-1-{first['digest']}.json"]
+    assert set(first["continuing"]) <= set(decision["continuing"])
+    assert set(decision["carried"]) == set(first["continuing"]) - set(decision["promoted"])
+    assert {run: hashes(repo / PATHS.run(run).directory) for run in finished} == before
+    assert all((repo / PATHS.run(run_id(0.002, seed)).directory / "slices/epoch-1.json").is_file() for seed in SEEDS)
+    assert audit(repo).returncode == 0, audit(repo).stdout
+
+    finals = sorted(p.relative_to(repo).as_posix() for p in (repo / PATHS.runs).glob("*/final.pt"))
+    raw["search"]["keep"] = 0.2
+    result = snakemake(repo, "--configfile", write_campaign(repo, raw))
+    assert "train_slice" not in result.stdout + result.stderr and "validate_run" not in result.stdout + result.stderr
+    assert sorted(p.relative_to(repo).as_posix() for p in (repo / PATHS.runs).glob("*/final.pt")) == finals
+    checked = audit(repo)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_grid_campaign_plans_trains_and_audits_as_before(campaign: Path) -> None:
     """No search key in the frozen spec or campaign.json, no search/ folder, and the audit's checks
     are the halving campaign's but the halving check."""
