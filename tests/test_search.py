@@ -263,6 +263,17 @@ def test_extension_with_a_new_point_then_a_smaller_keep_throws_no_training_away(
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def test_each_bracket_asks_for_its_own_rung_decision_at_once(tmp_path: Path) -> None:
+    """Two modes, two brackets: the plan asks for both first decisions from the start, so neither
+    bracket's rung waits for the other's runs."""
+    repo = copy_repo(tmp_path)
+    raw = json.loads(json.dumps(RAW))
+    raw["grid"] |= {"modes": ["synchronous", "packed-2"], "learning_rates": {"synchronous": LRS, "packed-2": LRS}}
+    result = snakemake(repo, "-n", "--configfile", write_campaign(repo, raw))
+    assert "successive halving: 2 rung decisions would run" in result.stdout + result.stderr
+    assert not (repo / "results").exists()  # a dry run writes nothing
+
+
 def test_grid_campaign_plans_trains_and_audits_as_before(campaign: Path) -> None:
     """No search key in the frozen spec or campaign.json, no search/ folder, and the audit's checks
     are the halving campaign's but the halving check."""

@@ -177,8 +177,8 @@ def get_final_output(wildcards):
     checkpoint, or a record) a missing input that Snakemake remakes, not an intermediate it skips;
     and it ties every job whose output a later job reads through ancient() straight to `all`, so a
     job of those that Snakemake runs again after a crash never leaves `all` unevaluated. Under
-    successive halving this is what every run has up to the first rung; get_searched_output adds
-    the rest, which waits for decisions (a separate function, so that while a decision is not made
+    successive halving this is what every run has up to the first rung; get_bracket_output adds
+    the rest, which waits for decisions (separate functions, so that while a decision is not made
     `all` still names these: Snakemake replaces only that function's files by the decision).
     """
     paths = CAMPAIGN.paths
@@ -204,19 +204,32 @@ def get_final_output(wildcards):
     return [str(path) for path in records]
 
 
-def get_searched_output(wildcards):
-    """What successive halving's decisions add to `all`: each run's records as far as its fate
-    takes it (its rung, or its whole budget), and every decision."""
-    if HALVING is None:
-        return []
-    paths, fates, records = CAMPAIGN.paths, run_fates(), []
-    for run in CAMPAIGN.runs():
+def get_bracket_output(wildcards, bracket):
+    """What successive halving's decisions add to `all` for one bracket: each run's records as far
+    as its fate takes it (its rung, or its whole budget), and every decision. One function per
+    bracket (BRACKET_OUTPUTS), so that a rung waits only for its own bracket: Snakemake asks for
+    every bracket's next decision at once."""
+    group = HALVING.bracket(bracket)
+    try:
+        fates = HALVING.fates(group, read=decided)
+    except UserError as error:
+        raise WorkflowError(str(error)) from None
+    paths, records = CAMPAIGN.paths, []
+    for run in group.runs():
         files, stop = paths.run(run.id), fates.get(run.id, 0)
         ends = [e for e in PLANS[run.base].ends[:-1] if stop is None or e <= stop]
         records += [files.slice_record(end) for end in ends]
         if stop is None:
             records += [files.final, files.best, files.results]
-    return [str(path) for path in records] + get_decisions(wildcards)
+    decisions = [rung.path for rung in HALVING.walk(group, read=decided)]
+    return [str(path) for path in records + decisions]
+
+
+# The inputs of `all` that wait for decisions, one per bracket (none for the full grid).
+BRACKET_OUTPUTS = {
+    f"bracket_{index}": functools.partial(get_bracket_output, bracket=group.name)
+    for index, group in enumerate(HALVING.groups if HALVING else ())
+}
 
 
 def get_decisions(wildcards):

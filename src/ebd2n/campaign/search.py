@@ -289,18 +289,18 @@ class Halving:
     def outcome(self, read=None) -> dict[str, int | None]:
         """Each run that has a fate so far: the rung it stopped at, or None (it trains to the end,
         every rung decided). Runs of a bracket whose rungs are still open are left out."""
+        return {run: fate for bracket in self.groups for run, fate in self.fates(bracket, read).items()}
+
+    def fates(self, bracket: Bracket, read=None) -> dict[str, int | None]:
+        """`outcome` of one bracket."""
         fate: dict[str, int | None] = {}
-        for bracket in self.groups:
-            candidates, done = list(bracket.points), True
-            for rung in self.walk(bracket, read=read):
-                if rung.decision is None:
-                    done = False
-                    break
-                fate.update({run.id: rung.epoch for run in bracket.runs(rung.stopped)})
-                candidates = rung.past
-            if done:
-                fate.update({run.id: None for run in bracket.runs(candidates)})
-        return fate
+        candidates = list(bracket.points)
+        for rung in self.walk(bracket, read=read):
+            if rung.decision is None:
+                return fate
+            fate.update({run.id: rung.epoch for run in bracket.runs(rung.stopped)})
+            candidates = rung.past
+        return fate | {run.id: None for run in bracket.runs(candidates)}
 
     def record(self) -> dict[str, Any]:
         """What campaign.json says of the search: each bracket's rungs, their decision files and
