@@ -1,12 +1,12 @@
 """Successive halving against the full grid: the same demo-recipe grid trained both ways, in one run.
 
-    PYTHONPATH=src python benchmarks/halving.py [--repeats 3] [--lrs 9] [--seeds 3] [--slices 4] [--keep 1/3]
+    PYTHONPATH=src python benchmarks/halving.py [--repeats 3] [--lrs 9] [--seeds 3] [--slices 4] [--keep 1/3] [--cores all]
 
-Each repeat copies the tracked files of this checkout into two new temporary directories and runs
-the real workflow (`snakemake --cores all --configfile ...`) in each: one campaign trains the whole
-grid (one mode, `--lrs` learning rates spread geometrically over --lr-range, `--seeds` seeds,
-`--slices` one-epoch slices of the demo recipe's model on a tiny synthetic corpus), the other the
-same grid under `search: {method: successive-halving, keep: --keep}` with a rung at every slice end
+Each repeat (the two campaigns' order alternating between repeats, as the machine's load drifts)
+copies the tracked files of this checkout into two new temporary directories and runs the real
+workflow (`snakemake --cores CORES --configfile ...`) in each: one campaign trains the whole grid
+(one mode, `--lrs` learning rates spread geometrically over --lr-range, `--seeds` seeds, `--slices`
+one-epoch slices of the demo recipe's model on a tiny synthetic corpus), the other the same grid under `search: {method: successive-halving, keep: --keep}` with a rung at every slice end
 before the last. Measured in the same repeat:
 
   training slice-seconds  the sum of every run's epoch `wall_s` (metrics.jsonl; stopped runs included)
@@ -68,7 +68,7 @@ def campaign(name: str, lrs: list[float], seeds: int, slices: int, keep: float |
     return raw
 
 
-def run_campaign(raw: dict) -> dict:
+def run_campaign(raw: dict, cores: str) -> dict:
     """Run `raw` with the real workflow in a fresh copy of the checkout; its measured figures."""
     with tempfile.TemporaryDirectory(prefix=f"ebd2n-{raw['campaign']}-") as scratch:
         copy = Path(scratch) / "repo"
@@ -76,7 +76,7 @@ def run_campaign(raw: dict) -> dict:
         config = copy / "config" / "campaigns" / f"{raw['campaign']}.yaml"
         config.write_text(yaml.safe_dump(raw, sort_keys=False))
         started = time.perf_counter()
-        result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "all", "--configfile",
+        result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", cores, "--configfile",
                                  config.relative_to(copy).as_posix()], cwd=copy, env=env, capture_output=True, text=True)
         workflow_s = time.perf_counter() - started
         directory = copy / "results" / raw["campaign"]
@@ -87,7 +87,8 @@ def run_campaign(raw: dict) -> dict:
 
 def measure(directory: Path, workflow_s: float) -> dict:
     """Training slice-seconds and epochs over every run, job seconds, the selection, the rungs,
-    each point's final losses and its mean subset-validation loss at each epoch it reached."""
+    the mean `wall_s` of each epoch over the runs that trained it, each point's final losses and
+    its mean subset-validation loss at each epoch it reached."""
     epochs, curves = [], {}
     for run in sorted((directory / "runs").iterdir()):
         lr = yaml.safe_load((run / "recipe.yaml").read_text())["optimizer"]["lr"]
@@ -106,17 +107,19 @@ def measure(directory: Path, workflow_s: float) -> dict:
         for row in csv.DictReader(handle):
             if row["loss"]:
                 losses.setdefault(float(row["lr"]), []).append(float(row["loss"]))
-    rungs = [{"epoch": d["epoch"], "candidates": d["candidates"], "continuing": [directory_lr(d, p) for p in d["continuing"]]}
+    rungs = [{"epoch": d["epoch"], "candidates": d["candidates"], "continuing": [decision_lr(d, p) for p in d["continuing"]]}
              for d in sorted((json.loads(p.read_text()) for p in (directory / "search").rglob("rung-*.json")),
                              key=lambda d: d["epoch"])] if (directory / "search").is_dir() else []
     return {"slice_s": sum(record["wall_s"] for record in epochs), "epochs": len(epochs), "job_s": jobs,
             "workflow_s": workflow_s, "winner": {key: winner[key] for key in ("lr", "beta2", "mean_loss", "std_loss")},
             "losses": {str(lr): values for lr, values in sorted(losses.items())}, "rungs": rungs,
+            "epoch_wall_s": {epoch: statistics.mean(r["wall_s"] for r in epochs if r["epoch"] == epoch)
+                             for epoch in sorted({r["epoch"] for r in epochs})},
             "subset_curves": {str(lr): {epoch: statistics.mean(values) for epoch, values in sorted(by_epoch.items())}
                               for lr, by_epoch in sorted(curves.items())}}
 
 
-def directory_lr(decision: dict, point: str) -> float:
+def decision_lr(decision: dict, point: str) -> float:
     """A decision's point id as its learning rate."""
     return next(entry["lr"] for entry in decision["ranking"] if entry["point"] == point)
 
@@ -148,34 +151,42 @@ def main() -> None:
     parser.add_argument("--slices", type=int, default=4, help="one-epoch slices per run (rungs at every slice end but the last)")
     parser.add_argument("--keep", type=lambda text: float(Fraction(text)), default=1 / 3,
                         help="share of a rung's candidates that train on (a fraction such as 1/3 is fine)")
+    parser.add_argument("--cores", default="all", help="snakemake --cores (1: one job at a time, no job slows another)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "halving.json")
     args = parser.parse_args()
     lrs = grid_lrs(args.lrs, *args.lr_range)
     print(f"grid: lr {', '.join(f'{lr:g}' for lr in lrs)}; {args.seeds} seeds; {args.slices} slices; keep {args.keep:.4g}", flush=True)
     repeats = []
     for index in range(args.repeats):
-        grid = run_campaign(campaign("grid", lrs, args.seeds, args.slices, None))
-        print(line("grid", grid), flush=True)
-        halving = run_campaign(campaign("halving", lrs, args.seeds, args.slices, args.keep))
-        print(line("halving", halving), flush=True)
+        figures = {}
+        for kind in ("grid", "halving") if index % 2 == 0 else ("halving", "grid"):  # alternating: load drifts
+            raw = campaign(kind, lrs, args.seeds, args.slices, args.keep if kind == "halving" else None)
+            figures[kind] = run_campaign(raw, args.cores)
+            print(line(kind, figures[kind]), flush=True)
+        grid, halving = figures["grid"], figures["halving"]
         verdict = compare(grid, halving)
         print(f"repeat {index + 1}: halving / grid slice {verdict['slice_ratio']:.3f} (epochs {verdict['epoch_ratio']:.3f}), "
               f"jobs {verdict['job_ratio']:.3f}, workflow {verdict['workflow_ratio']:.3f}; winner "
               f"{'the same point' if verdict['same_point'] else 'another point'}, {verdict['difference']:+.4f} "
               f"(seed SD {verdict['seed_sd']:.4f})", flush=True)
         repeats.append({"grid": grid, "halving": halving, **verdict})
+        record = summary(args, lrs, repeats)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")  # after every repeat: a cut run keeps what it measured
+    median = record["median"]
+    print(f"median halving / grid: slice {median['slice_ratio']:.3f}, jobs {median['job_ratio']:.3f}, "
+          f"workflow {median['workflow_ratio']:.3f}; goal (winner within one SD, slice <= {GOAL:.0%}) met in "
+          f"{sum(record['goal_met'])} of {len(repeats)} repeats")
+
+
+def summary(args: argparse.Namespace, lrs: list[float], repeats: list[dict]) -> dict:
+    """The JSON record: the configuration, the medians over the repeats so far, and every repeat."""
     median = {key: statistics.median(r[key] for r in repeats) for key in ("slice_ratio", "epoch_ratio", "job_ratio", "workflow_ratio")}
     median.update({f"{kind}_{key}": statistics.median(r[kind][key] for r in repeats)
                    for kind in ("grid", "halving") for key in ("slice_s", "job_s", "workflow_s")})
-    passed = [(r["same_point"] or r["within_sd"]) and r["slice_ratio"] <= GOAL for r in repeats]
-    print(f"median halving / grid: slice {median['slice_ratio']:.3f}, jobs {median['job_ratio']:.3f}, "
-          f"workflow {median['workflow_ratio']:.3f}; goal (winner within one SD, slice <= {GOAL:.0%}) met in "
-          f"{sum(passed)} of {len(passed)} repeats")
-    record = {"command": " ".join(["python", "benchmarks/halving.py", *sys.argv[1:]]),
-              "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, torch {version('torch')}",
-              "lrs": lrs, "seeds": args.seeds, "slices": args.slices, "keep": args.keep,
-              "median": median, "goal_met": passed, "repeats": repeats}
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    return {"command": " ".join(["python", "benchmarks/halving.py", *sys.argv[1:]]),
+            "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, torch {version('torch')}",
+            "lrs": lrs, "seeds": args.seeds, "slices": args.slices, "keep": args.keep, "cores": args.cores, "median": median,
+            "goal_met": [(r["same_point"] or r["within_sd"]) and r["slice_ratio"] <= GOAL for r in repeats], "repeats": repeats}
 
 
 if __name__ == "__main__":
