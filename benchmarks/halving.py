@@ -1,13 +1,15 @@
 """Successive halving against the full grid: the same demo-recipe grid trained both ways, in one run.
 
-    PYTHONPATH=src python benchmarks/halving.py [--repeats 3] [--lrs 9] [--seeds 3] [--slices 4] [--keep 1/3] [--cores all]
+    PYTHONPATH=src python benchmarks/halving.py [--repeats 3] [--lrs 9] [--seeds 3] [--slices 4] [--keep 1/3]
+                                                [--cores all] [--resources mem_mb=4000]
 
 Each repeat (the two campaigns' order alternating between repeats, as the machine's load drifts)
 copies the tracked files of this checkout into two new temporary directories and runs the real
 workflow (`snakemake --cores CORES --configfile ...`) in each: one campaign trains the whole grid
 (one mode, `--lrs` learning rates spread geometrically over --lr-range, `--seeds` seeds, `--slices`
-one-epoch slices of the demo recipe's model on a tiny synthetic corpus), the other the same grid under `search: {method: successive-halving, keep: --keep}` with a rung at every slice end
-before the last. Measured in the same repeat:
+one-epoch slices of the demo recipe's model on a tiny synthetic corpus), the other the same grid
+under `search: {method: successive-halving, keep: --keep}` with a rung at every slice end before
+the last. Measured in the same repeat:
 
   training slice-seconds  the sum of every run's epoch `wall_s` (metrics.jsonl; stopped runs included)
   job seconds             the sum of the campaign's Snakemake job benchmarks (benchmarks/*.tsv, column s)
@@ -68,7 +70,7 @@ def campaign(name: str, lrs: list[float], seeds: int, slices: int, keep: float |
     return raw
 
 
-def run_campaign(raw: dict, cores: str) -> dict:
+def run_campaign(raw: dict, cores: str, resources: list[str]) -> dict:
     """Run `raw` with the real workflow in a fresh copy of the checkout; its measured figures."""
     with tempfile.TemporaryDirectory(prefix=f"ebd2n-{raw['campaign']}-") as scratch:
         copy = Path(scratch) / "repo"
@@ -76,8 +78,9 @@ def run_campaign(raw: dict, cores: str) -> dict:
         config = copy / "config" / "campaigns" / f"{raw['campaign']}.yaml"
         config.write_text(yaml.safe_dump(raw, sort_keys=False))
         started = time.perf_counter()
-        result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", cores, "--configfile",
-                                 config.relative_to(copy).as_posix()], cwd=copy, env=env, capture_output=True, text=True)
+        command = [sys.executable, "-m", "snakemake", "--cores", cores, "--configfile", config.relative_to(copy).as_posix()]
+        command += ["--resources", *resources] if resources else []
+        result = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True)
         workflow_s = time.perf_counter() - started
         directory = copy / "results" / raw["campaign"]
         if result.returncode or not (directory / "audit.passed").is_file():
@@ -152,6 +155,9 @@ def main() -> None:
     parser.add_argument("--keep", type=lambda text: float(Fraction(text)), default=1 / 3,
                         help="share of a rung's candidates that train on (a fraction such as 1/3 is fine)")
     parser.add_argument("--cores", default="all", help="snakemake --cores (1: one job at a time, no job slows another)")
+    parser.add_argument("--resources", nargs="*", default=[], metavar="NAME=N",
+                        help="snakemake --resources: mem_mb=4000 holds the training jobs (2000 MB each) to two at a "
+                             "time even after a rung decision, where Snakemake 9.15 overruns --cores")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "halving.json")
     args = parser.parse_args()
     lrs = grid_lrs(args.lrs, *args.lr_range)
@@ -161,7 +167,7 @@ def main() -> None:
         figures = {}
         for kind in ("grid", "halving") if index % 2 == 0 else ("halving", "grid"):  # alternating: load drifts
             raw = campaign(kind, lrs, args.seeds, args.slices, args.keep if kind == "halving" else None)
-            figures[kind] = run_campaign(raw, args.cores)
+            figures[kind] = run_campaign(raw, args.cores, args.resources)
             print(line(kind, figures[kind]), flush=True)
         grid, halving = figures["grid"], figures["halving"]
         verdict = compare(grid, halving)
@@ -185,7 +191,8 @@ def summary(args: argparse.Namespace, lrs: list[float], repeats: list[dict]) -> 
                    for kind in ("grid", "halving") for key in ("slice_s", "job_s", "workflow_s")})
     return {"command": " ".join(["python", "benchmarks/halving.py", *sys.argv[1:]]),
             "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, torch {version('torch')}",
-            "lrs": lrs, "seeds": args.seeds, "slices": args.slices, "keep": args.keep, "cores": args.cores, "median": median,
+            "lrs": lrs, "seeds": args.seeds, "slices": args.slices, "keep": args.keep, "cores": args.cores,
+            "resources": args.resources, "median": median,
             "goal_met": [(r["same_point"] or r["within_sd"]) and r["slice_ratio"] <= GOAL for r in repeats], "repeats": repeats}
 
 
