@@ -156,8 +156,7 @@ def main() -> None:
                         help="share of a rung's candidates that train on (a fraction such as 1/3 is fine)")
     parser.add_argument("--cores", default="all", help="snakemake --cores (1: one job at a time, no job slows another)")
     parser.add_argument("--resources", nargs="*", default=[], metavar="NAME=N",
-                        help="snakemake --resources: mem_mb=4000 holds the training jobs (2000 MB each) to two at a "
-                             "time even after a rung decision, where Snakemake 9.15 overruns --cores")
+                        help="snakemake --resources, e.g. mem_mb=4000 (the training jobs ask 2000 MB each)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "halving.json")
     args = parser.parse_args()
     lrs = grid_lrs(args.lrs, *args.lr_range)
