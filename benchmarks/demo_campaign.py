@@ -26,17 +26,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def copy_checkout(copy: Path) -> dict[str, str]:
+    """Copy the tracked files of this checkout to `copy`; the environment a workflow runs in there."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, copy / name)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = str(copy / "src")  # the copy's package, whatever the interpreter's editable install points at
+    return env
+
+
 def run_demo(warm: bool) -> float:
     """Seconds of `snakemake --cores all` over a fresh copy of the tracked files."""
     with tempfile.TemporaryDirectory(prefix="ebd2n-demo-") as scratch:
         copy = Path(scratch) / "repo"
-        tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-        for name in filter(None, tracked.decode().split("\0")):
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
-        env = {**os.environ, "EBD2N_WARM": "1" if warm else "0"}
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        env["PYTHONPATH"] = str(copy / "src")  # the copy's package, whatever the interpreter's editable install points at
+        env = {**copy_checkout(copy), "EBD2N_WARM": "1" if warm else "0"}
         started = time.perf_counter()
         result = subprocess.run(
             [sys.executable, "-m", "snakemake", "--cores", "all"], cwd=copy, env=env, capture_output=True, text=True
