@@ -189,7 +189,8 @@ def summary(args: argparse.Namespace, lrs: list[float], repeats: list[dict]) -> 
     median.update({f"{kind}_{key}": statistics.median(r[kind][key] for r in repeats)
                    for kind in ("grid", "halving") for key in ("slice_s", "job_s", "workflow_s")})
     return {"command": " ".join(["python", "benchmarks/halving.py", *sys.argv[1:]]),
-            "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, torch {version('torch')}",
+            "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, "
+                       f"torch {version('torch')}, Snakemake {version('snakemake')}",
             "lrs": lrs, "seeds": args.seeds, "slices": args.slices, "keep": args.keep, "cores": args.cores,
             "resources": args.resources, "median": median,
             "goal_met": [(r["same_point"] or r["within_sd"]) and r["slice_ratio"] <= GOAL for r in repeats], "repeats": repeats}
