@@ -365,3 +365,25 @@ def test_tampering_fails_the_audit_naming_the_rung_and_the_run(repo: Path, tampe
     assert result.returncode != 0
     halving = [line for line in output.splitlines() if line.startswith(f"ebd2n audit: {HALVING_CHECK}:")]
     assert any(all(text in line for text in named) for line in halving), output
+
+
+def test_a_killed_decide_jobs_temporary_is_cleaned_and_a_corrupt_decision_named_in_one_line(repo: Path) -> None:
+    """What a decide job killed mid-write leaves (its temporary beside the decisions) is removed by
+    the audit, which still passes; a decision whose points are not names is one violation naming
+    the file, not a traceback."""
+    from ebd2n.atomic import temporary_name
+
+    decision = the_decision(repo, 1)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = temporary_name(decision, int(gone.stdout))
+    leftover.write_text("{")
+    passed = audit(repo)
+    assert passed.returncode == 0 and not leftover.exists(), passed.stdout + passed.stderr
+
+    content = json.loads(decision.read_text())
+    decision.write_text(json.dumps(content | {"continuing": [["not", "a", "point"]]}))
+    failed = audit(repo)
+    output = failed.stdout + failed.stderr
+    assert failed.returncode == 1 and "Traceback" not in output, output
+    assert any(line.startswith(f"ebd2n audit: {HALVING_CHECK}:") and f"{decision.name}: " in line and "not a rung decision" in line
+               for line in output.splitlines()), output

@@ -93,6 +93,11 @@ def remove_temporaries(directory: Path) -> list[Path]:
     return leftovers
 
 
+def is_temporary(path: Path) -> bool:
+    """Whether `path` is the temporary file of an atomic write (finished or not)."""
+    return path.name.startswith(".") and path.name.endswith(".tmp") and _WRITER.search(path.name) is not None
+
+
 def temporary_name(path: Path, pid: int) -> Path:
     """The name `_temporary` gives a write of `path` by process `pid` (the tests make killed ones)."""
     return path.with_name(f".{path.name}.{_HOST}-{pid}-k1ll3d_.tmp")

@@ -319,12 +319,10 @@ def get_promotion(wildcards, epoch):
     run = get_run(wildcards)
     if HALVING is None:
         return []
-    bracket = next(
-        b for b in HALVING.groups if (b.preset, b.mode) == (run.preset, run.mode)
-    )
-    if epoch not in HALVING.rungs(bracket):
-        return []
     try:
+        bracket = HALVING.bracket_of(run)
+        if epoch not in HALVING.rungs(bracket):
+            return []
         for rung in HALVING.walk(bracket, read=decided):
             if rung.past is not None and (run.lr, run.beta2) not in rung.past:
                 raise WorkflowError(

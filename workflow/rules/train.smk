@@ -71,11 +71,12 @@ rule resolve_recipe:
 # Successive halving (campaign `search`, ebd2n.campaign.search): after each rung the bracket's runs
 # are ranked by their subset loss there; the decision is a checkpoint, so Snakemake plans the
 # bracket's next slices (of the points that train on) as soon as it is made, other brackets aside.
+# Its output is update(): run again (after a kill), the job finds what it decided and keeps it.
 checkpoint decide_rung:
     input:
         get_rung_slices,
     output:
-        str(C.rung_decision("{bracket}", "{epoch}", "{digest}")),
+        update(str(C.rung_decision("{bracket}", "{epoch}", "{digest}"))),
     log:
         log_of(C.rung_decision("{bracket}", "{epoch}", "{digest}")),
     conda:

@@ -10,13 +10,16 @@ would continue from), and one that trained on past it is named.
 
 from __future__ import annotations
 
-import re
+import json
 from pathlib import Path
+from typing import Any
 
+from ebd2n.atomic import is_temporary, remove_temporaries
 from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.campaign.search import (
+    DECISION_NAME,
     Halving,
     brackets,
     decide,
@@ -31,7 +34,6 @@ from ebd2n.campaign.spec import spec_runs
 from ebd2n.errors import UserError
 from ebd2n.layout import FINAL, FROZEN, FROZEN_SPEC, METRICS, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
 
-_DECISION = re.compile(r"rung-(?P<epoch>[0-9]+)-(?P<digest>[0-9a-f]{16})\.json")
 _COMPARED = ("ranking", "promoted", "carried", "continuing")
 
 
@@ -41,8 +43,11 @@ def check_search(halving: Halving, views: dict[str, RunView], history: list[dict
     check = Check("successive-halving decisions recomputed from the runs' subset losses", unit="decisions")
     paths = halving.paths
     grids = _recorded_grids(history)
+    for directory in sorted(paths.search.iterdir()) if paths.search.is_dir() else []:
+        if directory.is_dir():
+            remove_temporaries(directory)  # of a killed decide job; one still writing is passed over below
     for path in sorted(paths.search.rglob("*")) if paths.search.is_dir() else []:
-        if path.is_file():
+        if path.is_file() and not is_temporary(path):
             check.examined += 1
             check.violations += _decision_problems(halving, path, grids)
     fates: dict[str, int | None] = {}
@@ -90,7 +95,7 @@ def _untraced(halving: Halving, path: Path, decision: dict, grids: dict, epoch: 
     """Why a decision is not one this campaign's recorded grids make, None when it is: its share
     and seeds are a recording's, and its candidates are that grid's points (first rung) or the
     points the decisions it draws from promoted at the rung before."""
-    seeds = tuple(sorted({parse_run_id(run).seed for entry in decision["ranking"] for run in entry["losses"]}))
+    seeds = _seeds(decision)
     points = {entry["point"] for entry in decision["ranking"]}
     recorded = [grid for grid in grids.get(path.parent.name, []) if grid[0] == decision["keep"] and tuple(sorted(grid[1])) == seeds]
     if not recorded:
@@ -100,18 +105,26 @@ def _untraced(halving: Halving, path: Path, decision: dict, grids: dict, epoch: 
         return None if any(grid[2] == points for grid in recorded) else "its candidates are not the points of a recorded grid"
     drawn = decision.get("drawn_from") or []
     before = rungs[rungs.index(epoch) - 1]
-    if not drawn or any(_DECISION.fullmatch(name) is None or not name.startswith(f"rung-{before}-") or not (path.parent / name).is_file()
+    if not drawn or any(DECISION_NAME.fullmatch(name) is None or not name.startswith(f"rung-{before}-") or not (path.parent / name).is_file()
                         for name in drawn):
         return f"it draws its candidates from {drawn}, not from decisions of rung {before} that are there"
-    promoted = {point for name in drawn for point in (read_decision(path.parent / name) or {}).get("continuing", [])}
+    drawn_from = [read_decision(path.parent / name) or {} for name in drawn]
+    if not any(other.get("keep") == decision["keep"] and _seeds(other) == seeds for other in drawn_from):
+        return f"none of the decisions of rung {before} it draws from ({', '.join(drawn)}) was made with its keep and seeds"
+    promoted = {point for other in drawn_from for point in other.get("continuing", [])}
     return None if promoted == points else f"its candidates are not the points rung {before} promoted ({', '.join(sorted(promoted))})"
+
+
+def _seeds(decision: dict) -> tuple[int, ...]:
+    """The seeds a decision ranked, from its run ids."""
+    return tuple(sorted({parse_run_id(run).seed for entry in decision.get("ranking", []) for run in entry.get("losses", {})}))
 
 
 def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
     """What is wrong with one decision file: its name, its inputs, its grid, or what it decided."""
     paths = halving.paths
     where = _where(paths, path)
-    match = _DECISION.fullmatch(path.name)
+    match = DECISION_NAME.fullmatch(path.name)
     try:
         bracket = halving.bracket(path.parent.name) if path.parent.parent == paths.search else None
     except UserError:
@@ -129,7 +142,7 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
         candidates = [bracket.point(entry["point"]) for entry in decision["ranking"]]
         keep = float(decision["keep"])
         earlier_names = list(decision.get("earlier") or [])
-        seeds = sorted({parse_run_id(run).seed for entry in decision["ranking"] for run in entry["losses"]})
+        seeds = list(_seeds(decision))
         untraced = _untraced(halving, path, decision, grids, epoch)
     except (KeyError, TypeError, ValueError, AttributeError, UserError) as error:
         return [f"{where}: rung {epoch}: not a decision of this grid ({type(error).__name__}: {error})"]
@@ -144,7 +157,7 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
                          and run.id in entry["losses"]), None)
         if losses[run.id] is None:
             problems.append(f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its {METRICS}")
-        elif recorded != losses[run.id]:
+        elif not _same(recorded, losses[run.id]):
             problems.append(f"{where}: rung {epoch}: {run.id} is recorded with loss {recorded}, its {METRICS} says "
                             f"{losses[run.id]} at epoch {epoch}")
     earlier = {}
@@ -157,10 +170,15 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
         return problems
     recomputed = decide(bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds)
     for key in _COMPARED:
-        if decision.get(key) != recomputed[key]:
+        if not _same(decision.get(key), recomputed[key]):
             problems.append(f"{where}: rung {epoch}: {key} {_points(decision.get(key))} is not what the runs decide, "
                             f"{_points(recomputed[key])}")
     return problems
+
+
+def _same(recorded: Any, recomputed: Any) -> bool:
+    """Equal as the decision file writes them (a NaN loss, which never equals itself, included)."""
+    return json.dumps(recorded, sort_keys=True) == json.dumps(recomputed, sort_keys=True)
 
 
 def _points(value) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ class Search:
 
     method: str = GRID
     keep: float = 1.0
-    """Share of a rung's candidates that train on (at least one)."""
+    """Share of a rung's candidates a decision promotes (at least one; earlier decisions' promotions are carried)."""
     rungs: tuple[int, ...] | None = None
     """Epochs (slice ends) the candidates are compared at; None: every slice end before the last."""
 
@@ -65,8 +66,12 @@ def search_from_dict(raw: Mapping[str, Any] | None) -> Search:
     """The campaign file's (or a frozen spec's) `search` section; absent: the full grid."""
     if not raw:
         return Search()
-    rungs = raw.get("rungs")
-    return Search(raw.get("method", GRID), float(raw.get("keep", 1.0)), None if rungs is None else tuple(sorted(int(r) for r in rungs)))
+    method, keep, rungs = raw.get("method", GRID), raw.get("keep", 1.0), raw.get("rungs")
+    if method not in (GRID, HALVING) or isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 < keep <= 1:
+        raise ValueError(f"search {dict(raw)!r}: method grid or {HALVING}, keep in (0, 1]")
+    if rungs is not None and not (isinstance(rungs, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in rungs)):
+        raise ValueError(f"search rungs {rungs!r}: a list of epochs")
+    return Search(method, float(keep), None if rungs is None else tuple(sorted(rungs)))
 
 
 def point_id(lr: float, beta2: float) -> str:
@@ -239,6 +244,13 @@ class Halving:
                 return bracket
         raise UserError(f"no bracket {name} in the campaign's grid (brackets: {', '.join(b.name for b in self.groups)})")
 
+    def bracket_of(self, run: Run) -> Bracket:
+        """The bracket a run belongs to."""
+        for bracket in self.groups:
+            if (bracket.preset, bracket.mode) == (run.preset, run.mode):
+                return bracket
+        raise UserError(f"run {run.id}: mode {run.mode} is not in the campaign's grid")
+
     def rungs(self, bracket: Bracket) -> tuple[int, ...]:
         return self.search.rung_epochs(self.plans[bracket.base])
 
@@ -340,14 +352,29 @@ class Halving:
         return path, True
 
 
+DECISION_NAME = re.compile(r"rung-(?P<epoch>[0-9]+)-(?P<digest>[0-9a-f]{16})\.json")
+"""A decision file's name (CampaignPaths.rung_decision); the names a decision lists must match it."""
+
+
 def read_decision(path: Path) -> dict[str, Any] | None:
-    """A decision file, None when absent; one that is not a decision is a user error naming it."""
+    """A decision file, None when absent; one that is not a decision (its points, rankings and the
+    decisions it names checked for shape) is a user error naming it."""
     decision = read_json(path)
-    if decision is None:
-        return None
-    if not (isinstance(decision, dict) and isinstance(decision.get("continuing"), list) and isinstance(decision.get("ranking"), list)):
+    if decision is not None and not _shaped(decision):
         raise UserError(f"{path}: not a rung decision (ebd2n.campaign.search)")
     return decision
+
+
+def _shaped(decision: Any) -> bool:
+    """Whether a decision has the shape `decide` gives it, as far as its readers rely on it."""
+    if not isinstance(decision, dict) or not isinstance(decision.get("ranking"), list):
+        return False
+    named = all(isinstance(names, list) and all(isinstance(name, str) and DECISION_NAME.fullmatch(name) for name in names)
+                for names in (decision.get("earlier", []), decision.get("drawn_from", [])))
+    points = isinstance(decision.get("continuing"), list) and all(isinstance(point, str) for point in decision["continuing"])
+    ranked = all(isinstance(entry, dict) and isinstance(entry.get("point"), str) and isinstance(entry.get("losses"), dict)
+                 for entry in decision["ranking"])
+    return named and points and ranked
 
 
 def _continuing(path: Path) -> list[str]:
@@ -356,7 +383,7 @@ def _continuing(path: Path) -> list[str]:
         decision = read_decision(path)
     except UserError:
         return []
-    return [point for point in (decision or {}).get("continuing", []) if isinstance(point, str)]
+    return (decision or {}).get("continuing", [])
 
 
 def campaign_halving(paths: CampaignPaths, search: Search, runs: Iterable[Run], plans: Mapping[str, SlicePlan]) -> Halving:

@@ -527,6 +527,7 @@ def spec_history(paths: CampaignPaths) -> list[dict[str, Any]]:
         version = read_json(path)
         try:
             spec_runs(version)
+            search_from_dict(version.get("search"))
         except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise UserError(f"{path}: not a campaign spec ({type(error).__name__}: {error})") from None
         history.append(version if not history else _merged(history[-1], version))
