@@ -115,6 +115,21 @@ def test_shortened_epoch_steps_resume_bitwise(demo_cache: Path, tmp_path: Path, 
     assert epochs == [(4 * e, e * blocks * 64) for e in (1, 2, 3)]
 
 
+def test_slice_record_rewritten_without_a_killed_writers_temporary(demo_cache: Path, tmp_path: Path) -> None:
+    """A job killed while it wrote its slice record leaves the record's temporary and no record; the
+    job run again (its checkpoint is there: it trains nothing) writes the record and removes the
+    temporary, which the audit would name as a stray file."""
+    recipe = _recipe(demo_cache, tmp_path / "run")
+    train(recipe, until_epoch=1, progress=False)
+    record = tmp_path / "run" / "slices" / "epoch-1.json"
+    content = record.read_bytes()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = temporary_name(record, int(gone.stdout))
+    record.rename(leftover)
+    train(recipe, until_epoch=1, progress=False)
+    assert record.read_bytes() == content and not leftover.exists()
+
+
 def test_killed_slice_rerun_replaces_its_partial_metrics(demo_cache: Path, tmp_path: Path) -> None:
     recipe = _recipe(demo_cache, tmp_path / "run")
     train(recipe, until_epoch=2, progress=False)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from ebd2n.config import Recipe, dump_recipe, hf_identity, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import RunFailed, UserError
-from ebd2n.atomic import atomic_write_text
+from ebd2n.atomic import atomic_write_text, remove_temporaries
 from ebd2n.layout import RECIPE, RunPaths, checkpoint_epoch
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
@@ -172,8 +172,11 @@ def _reached(run_dir: Path, end_epoch: int, epochs: int, context: Context) -> bo
 
 
 def _write_slice_record(run_dir: Path, epoch: int, epochs: int) -> None:
-    """A slice job's output: the run has reached `epoch` (the same bytes whoever writes it)."""
-    atomic_write_text(RunPaths(run_dir).slice_record(epoch), json.dumps({"epoch": epoch, "epochs": epochs}) + "\n")
+    """A slice job's output: the run has reached `epoch` (the same bytes whoever writes it). The
+    temporaries of records whose killed writers never renamed them go first (this is their only writer)."""
+    path = RunPaths(run_dir).slice_record(epoch)
+    remove_temporaries(path.parent)
+    atomic_write_text(path, json.dumps({"epoch": epoch, "epochs": epochs}) + "\n")
 
 
 def _let_go(run_dir: Path, retention: Retention, epoch: int) -> None:
