@@ -270,13 +270,14 @@ class Halving:
             names |= set(_continuing(other))
         return [point for point in candidates if point_id(*point) in names]
 
-    def walk(self, bracket: Bracket, read=None) -> Iterator[Rung]:
-        """Each rung of `bracket` in order, up to the first not decided yet. `read(bracket name,
-        epoch, path)` reads a decision (the workflow's asks Snakemake's checkpoint first)."""
+    def walk(self, bracket: Bracket, read=None, before: int | None = None) -> Iterator[Rung]:
+        """Each rung of `bracket` in order, up to the first not decided yet, or up to rung `before`
+        (yielded unread: its decision is what waits for its candidates). `read(bracket name, epoch,
+        path)` reads a decision (the workflow's asks Snakemake's checkpoint first)."""
         candidates = list(bracket.points)
         for epoch in self.rungs(bracket):
             path = self.decision_path(bracket, epoch, candidates)
-            decision = read(bracket.name, epoch, path) if read else read_decision(path)
+            decision = None if epoch == before else read(bracket.name, epoch, path) if read else read_decision(path)
             if decision is None:
                 yield Rung(epoch, candidates, path, None, None)
                 return
@@ -289,14 +290,10 @@ class Halving:
         rungs = self.rungs(bracket)
         if epoch not in rungs:
             raise UserError(f"bracket {bracket.name}: epoch {epoch} is not one of its rungs {list(rungs)}")
-        candidates = list(bracket.points)
-        for rung in rungs[:rungs.index(epoch)]:  # never the rung itself: its decision is what waits for these
-            path = self.decision_path(bracket, rung, candidates)
-            decision = read(bracket.name, rung, path) if read else read_decision(path)
-            if decision is None:
-                raise UserError(f"bracket {bracket.name}: rung {rung} is not decided yet, so rung {epoch} has no candidates")
-            candidates = self.past(bracket, rung, candidates, decision)
-        return candidates
+        last = list(self.walk(bracket, read, before=epoch))[-1]
+        if last.epoch != epoch:
+            raise UserError(f"bracket {bracket.name}: rung {last.epoch} is not decided yet, so rung {epoch} has no candidates")
+        return last.candidates
 
     def outcome(self, read=None) -> dict[str, int | None]:
         """Each run that has a fate so far: the rung it stopped at, or None (it trains to the end,
