@@ -53,7 +53,8 @@ def build_campaign(directory: Path) -> Path:
     from ebd2n.campaign.collect import collect_campaign
     from ebd2n.campaign.freeze import freeze_base, freeze_trainer
     from ebd2n.campaign.resolve import resolve_run
-    from ebd2n.campaign.spec import load_campaign, prepare_campaign_cache
+    from ebd2n.campaign.describe import prepare_campaign_cache
+    from ebd2n.campaign.check import load_campaign
     from ebd2n.config import load_recipe
     from ebd2n.evaluate import validate_run
     from ebd2n.report import build_report
@@ -63,9 +64,9 @@ def build_campaign(directory: Path) -> Path:
     campaign = load_campaign(campaign_file(directory))
     prepare_campaign_cache(campaign)
     freeze_trainer(campaign)
-    for base in campaign.bases:
+    for base in campaign.grid.bases:
         freeze_base(campaign, base)
-    runs = campaign.runs()
+    runs = campaign.grid.runs()
     started = time.perf_counter()
     for index, run in enumerate(runs, start=1):
         run_dir = campaign.paths.run(run.id).directory

@@ -22,7 +22,7 @@ from workflow_support import TINY, copy_repo, environment, snakemake, write_camp
 
 from ebd2n.audit import audit_campaign, violations
 from ebd2n.campaign.collect import collect_campaign
-from ebd2n.campaign.spec import load_campaign
+from ebd2n.campaign.check import load_campaign
 from ebd2n.errors import UserError
 from ebd2n.layout import named_campaign
 from ebd2n.report import build_report

@@ -28,7 +28,7 @@ from conftest import TINY_DATA, TINY_VOCAB
 from workflow_support import copy_repo, environment
 
 from ebd2n.atomic import sha256_file
-from ebd2n.campaign.spec import load_campaign
+from ebd2n.campaign.check import load_campaign
 from ebd2n.cli import main
 from ebd2n.config import resolve_recipe_path
 from ebd2n.data import Cache, verify_cache
@@ -175,7 +175,7 @@ def test_campaign_check_reads_exponent_floats(tmp_path: Path, monkeypatch: pytes
     monkeypatch.chdir(tmp_path)
     _ok(*argv)
     result = load_campaign(argv[-1])
-    assert (result.learning_rates, result.base_recipe("base").optimizer.lr) == ({"synchronous": (0.003,)}, 0.01)
+    assert (result.grid.learning_rates, result.base_recipe("base").optimizer.lr) == ({"synchronous": (0.003,)}, 0.01)
 
 
 # --- a reader that stops early ----------------------------------------------------------------------

@@ -19,7 +19,8 @@ from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.campaign.freeze import freeze_base, freeze_trainer
 from ebd2n.campaign.resolve import resolve_run, run_recipe
 from ebd2n.campaign.runs import Run, parse_run_id
-from ebd2n.campaign.spec import base_plans, campaign_from_dict, campaign_warnings, load_campaign
+from ebd2n.campaign.check import campaign_from_dict, campaign_warnings, load_campaign
+from ebd2n.campaign.plans import campaign_plans
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
@@ -126,9 +127,9 @@ def test_demo_campaign_grid() -> None:
     if shown.returncode != 0:
         pytest.skip(f"not a git checkout: {shown.stderr.strip()}")
     campaign = campaign_from_dict(yaml.safe_load(shown.stdout), source="HEAD:config/config.yaml")
-    slices = {base: len(plan.ends) for base, plan in base_plans(campaign).items()}
-    lrs = {mode: len(lrs) for mode, lrs in campaign.learning_rates.items()}
-    result = (len(campaign.runs()), lrs, len(campaign.beta2), campaign.seeds, slices)
+    slices = {base: len(plan.ends) for base, plan in campaign_plans(campaign).items()}
+    lrs = {mode: len(lrs) for mode, lrs in campaign.grid.learning_rates.items()}
+    result = (len(campaign.grid.runs()), lrs, len(campaign.grid.beta2), campaign.grid.seeds, slices)
     assert result == (36, {"synchronous": 3, "packed-4": 3}, 2, (42, 43, 44), {"base": 2})
 
 
@@ -137,7 +138,7 @@ def test_recipe_sweep_reproduces_reference_grid() -> None:
         pytest.skip(f"reference results not found at {REFERENCE}")
     reference = json.loads(REFERENCE.read_text())
     campaign = load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml")
-    result = ({mode: list(lrs) for mode, lrs in campaign.learning_rates.items()}, list(campaign.beta2), list(campaign.seeds))
+    result = ({mode: list(lrs) for mode, lrs in campaign.grid.learning_rates.items()}, list(campaign.grid.beta2), list(campaign.grid.seeds))
     assert result == (reference["learning_rates"], reference["beta2"], reference["seeds"])
 
 
@@ -146,25 +147,25 @@ def test_recipe_sweep_runs_match_reference_runs() -> None:
         pytest.skip(f"reference results not found at {REFERENCE}")
     runs = json.loads(REFERENCE.read_text())["runs"]
     reference = {(run["mode"], run["lr"], run["beta2"], run["seed"]) for run in runs}
-    result = {(run.mode, run.lr, run.beta2, run.seed) for run in load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml").runs()}
+    result = {(run.mode, run.lr, run.beta2, run.seed) for run in load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml").grid.runs()}
     assert result == reference
 
 
 def test_recipe_sweep_jobs_fit_one_gpu_and_30_minutes() -> None:
     campaign = load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml")
-    result = {(r.gpus, r.minutes) for r in (campaign.job_resources("base", mode) for mode in campaign.modes)}
+    result = {(r.gpus, r.minutes) for r in (campaign.job_resources("base", mode) for mode in campaign.grid.modes)}
     assert result == {(1, 30)}
 
 
 def test_scaling_campaign_resources_per_preset() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    result = {preset: campaign.job_resources(preset, "synchronous").job_gpus for preset in campaign.presets}
+    result = {preset: campaign.job_resources(preset, "synchronous").job_gpus for preset in campaign.grid.presets}
     assert result == {"254m": 4, "483m": 4, "778m": 8, "1.41b": 8}
 
 
 def test_scaling_campaign_largest_runs_span_two_nodes_of_four_gpus() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    result = {preset: campaign.job_resources(preset, "synchronous").slurm.get("nodes") for preset in campaign.presets}
+    result = {preset: campaign.job_resources(preset, "synchronous").slurm.get("nodes") for preset in campaign.grid.presets}
     assert result == {"254m": None, "483m": None, "778m": 2, "1.41b": 2}
 
 
@@ -178,7 +179,7 @@ def test_two_node_job_asks_slurm_for_nodes_and_gpus_per_node() -> None:
 
 def test_scaling_campaign_slices_fit_a_day() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    result = max(campaign.job_resources(preset, "synchronous").minutes for preset in campaign.presets)
+    result = max(campaign.job_resources(preset, "synchronous").minutes for preset in campaign.grid.presets)
     assert result <= 24 * 60
 
 
@@ -203,7 +204,7 @@ BAD_CAMPAIGNS = [
     ),
     pytest.param(tiny(seeds=[]), "seeds: \\[\\] should be non-empty", id="empty-seeds"),
     pytest.param(
-        with_grid(modes=["synchronous", "packed-1"]), "grid.modes.1: 'packed-1' does not match", id="unknown-mode"
+        with_grid(modes=["synchronous", "packed-1"]), "grid.modes.1: unknown mode 'packed-1' \\(modes: synchronous, packed-K for K >= 2\\)", id="unknown-mode"
     ),
     pytest.param(
         tiny(recipe=None, grid={**TINY["grid"], "presets": ["20m", "99m"]}),
@@ -319,29 +320,29 @@ def test_started_campaign_keeps_its_settings(in_tmp: Path) -> None:
 
 def test_started_campaign_may_grow(in_tmp: Path) -> None:
     freeze_trainer(campaign_from_dict(tiny()))
-    result = len(campaign_from_dict(tiny(seeds=[42, 43, 44])).runs())
+    result = len(campaign_from_dict(tiny(seeds=[42, 43, 44])).grid.runs())
     assert result == 9
 
 
 def test_frozen_trainer_plans_the_slices(in_tmp: Path) -> None:
-    """Once its plan file is written, the slices are the frozen trainer's, whatever this checkout
-    would cut; before it, the checkout's plan, which the frozen trainer refuses to confirm when it
-    cuts otherwise (`ebd2n plan --expect`: the plan job fails, no run trains)."""
+    """The slices come from the frozen base recipe (ebd2n.campaign.plans), which the frozen trainer
+    refuses to confirm when it cuts otherwise (`ebd2n plan --expect`: the plan job fails, no run
+    trains); a plan file written by hand changes nothing the workflow plans."""
     campaign = campaign_from_dict(tiny(epochs_per_slice=1))
     freeze_trainer(campaign)
     freeze_base(campaign, "base")
     planner = campaign.paths.frozen_package / "train/plan.py"  # a frozen trainer that cuts every run in one slice
     planner.write_text(planner.read_text().replace("return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]",
                                                    "return [epochs]"))
-    before = base_plans(campaign)["base"].ends
+    before = campaign_plans(campaign)["base"].ends
     command = [sys.executable, "-m", "ebd2n", "plan", str(campaign.paths.base_recipe("base")), "--epochs-per-slice", "1",
                "--expect", ",".join(map(str, before)), "--output", str(campaign.paths.slice_plan("base"))]
     confirmed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(campaign.paths.frozen_src)},
                                timeout=120)
     write_slice_plan(plan_slices(2, 2), campaign.paths.slice_plan("base"))  # what a frozen trainer cutting one slice writes
     result = (before, confirmed.returncode, "--expect 1,2: this trainer cuts 2 epochs into slices ending at 2" in confirmed.stderr,
-              base_plans(campaign)["base"].ends)
-    assert result == ((1, 2), 2, True, (2,))
+              campaign_plans(campaign)["base"].ends)
+    assert result == ((1, 2), 2, True, (1, 2))
 
 
 def test_campaign_frozen_by_an_older_ebd2n_is_refused(in_tmp: Path) -> None:
@@ -351,14 +352,14 @@ def test_campaign_frozen_by_an_older_ebd2n_is_refused(in_tmp: Path) -> None:
     freeze_base(campaign, "base")
     (campaign.paths.frozen_package / "train/plan.py").unlink()
     with pytest.raises(UserError, match=f"frozen by an older ebd2n \\(source {digest}, frozen .*finish the campaign with the ebd2n checkout that froze it"):
-        base_plans(campaign)
+        campaign_plans(campaign)
 
 
 def test_collect_writes_a_table_analysis_reads(in_tmp: Path) -> None:
     campaign = campaign_from_dict(tiny())
     freeze_trainer(campaign)
     freeze_base(campaign, "base")
-    for index, run in enumerate(campaign.runs()[:2]):
+    for index, run in enumerate(campaign.grid.runs()[:2]):
         run_dir = campaign.directory / "runs" / run.id
         resolve_run(run_dir)
         result = {"run": run.id, "mode": run.mode, "lr": run.lr, "beta2": run.beta2, "seed": run.seed, "status": "complete",
@@ -380,7 +381,7 @@ def test_collect_records_the_campaign(in_tmp: Path) -> None:
 
 def test_scaling_campaign_plan_has_the_seeds_slices() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    result = {base: len(plan.ends) for base, plan in base_plans(campaign).items()}
+    result = {base: len(plan.ends) for base, plan in campaign_plans(campaign).items()}
     assert result == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
 
 
@@ -430,15 +431,15 @@ def test_execution_record_has_concurrency_limits_and_versions() -> None:
 
 def test_scaling_campaign_is_the_seeds() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    plans = base_plans(campaign)
+    plans = campaign_plans(campaign)
     result = {
         base: (plans[base].epochs, len(plans[base].ends),
                campaign.job_resources(base, "synchronous").job_gpus, campaign.job_resources(base, "synchronous").minutes)
-        for base in campaign.bases
+        for base in campaign.grid.bases
     }
     expected = {"254m": (5, 2, 4, 1440), "483m": (6, 3, 4, 1440), "778m": (6, 6, 8, 1440), "1.41b": (5, 5, 8, 1440)}
     parallel = campaign.base_recipe("1.41b").parallel
-    assert (result, len(campaign.runs())) == (expected, 4)
+    assert (result, len(campaign.grid.runs())) == (expected, 4)
     assert (parallel.pipeline_stages, parallel.data_parallel, parallel.pipeline_depth) == (2, 4, 3)
 
 
@@ -447,7 +448,7 @@ def test_preset_learning_rates_replace_the_modes() -> None:
     raw["grid"] = {"presets": ["demo", "20m"], "modes": ["synchronous"], "beta2": [0.99],
                    "learning_rates": {"synchronous": [0.003], "20m-synchronous": [0.001, 0.002]}}
     campaign = campaign_from_dict(raw)
-    result = sorted((run.base, run.lr) for run in campaign.runs() if run.seed == 42), campaign.slice_epochs("20m")
+    result = sorted((run.base, run.lr) for run in campaign.grid.runs() if run.seed == 42), campaign.slice_epochs("20m")
     assert result == ([("20m", 0.001), ("20m", 0.002), ("demo", 0.003)], 2)
 
 

@@ -310,14 +310,15 @@ PRICED = {
 
 def test_report_cost_from_the_plan(campaign_tree: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """24 runs of 4 recorded epochs of 0.5 s: 2 s each, on 1 GPU and 8 or 4 CPUs, at 3.0 per GPU-hour."""
-    from ebd2n.campaign.spec import campaign_from_dict
+    from ebd2n.campaign.check import campaign_from_dict
+    from ebd2n.campaign.plans import campaign_plans
     from ebd2n.campaign.status import campaign_plan
 
     campaign = campaign_tree()
     monkeypatch.chdir(tmp_path)
     spec = campaign_from_dict(json.loads(json.dumps(PRICED)))
     info = campaign / "campaign.json"
-    info.write_text(json.dumps({**json.loads(info.read_text()), "plan": campaign_plan(spec)}))
+    info.write_text(json.dumps({**json.loads(info.read_text()), "plan": campaign_plan(spec, campaign_plans(spec))}))
     build_report(campaign)
     cost = _results(campaign)["cost"]
     modes = {entry["mode"]: (entry["runs"], round(entry["gpu_hours"] * 3600, 6), round(entry["cpu_hours"] * 3600, 6))

@@ -26,7 +26,8 @@ from campaign_tree import RunSpec, grid_runs, write_campaign
 from offline_browser import CHROMIUM, launch
 
 from ebd2n.campaign.search import read_decision
-from ebd2n.campaign.spec import campaign_from_dict
+from ebd2n.campaign.check import campaign_from_dict
+from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.status import CampaignStatus, campaign_status, finished, format_status, write_plan
 from ebd2n.errors import UserError
 from ebd2n.layout import LEASE
@@ -66,7 +67,7 @@ def stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The campaign in its midway state; returns each run's role by run id."""
     monkeypatch.chdir(tmp_path)
     campaign = campaign_from_dict(json.loads(json.dumps(CAMPAIGN)))
-    write_plan(campaign)
+    write_plan(campaign, campaign_plans(campaign))
     write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))
     runs = [spec.run_id for spec in _runs()]
     root = write_campaign(tmp_path, "sweep", _runs(), epochs=2, campaign_json=False, audit=None)
@@ -199,7 +200,7 @@ def finished_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[o
     """The page of the same campaign once every run is done."""
     monkeypatch.chdir(tmp_path)
     campaign = campaign_from_dict(json.loads(json.dumps(CAMPAIGN)))
-    write_plan(campaign)
+    write_plan(campaign, campaign_plans(campaign))
     write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))
     root = write_campaign(tmp_path, "sweep", _runs(), epochs=2, campaign_json=False, audit=None)
     for run in (root / "runs").iterdir():

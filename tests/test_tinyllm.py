@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ebd2n.campaign.spec import campaign_from_dict
+from ebd2n.campaign.check import campaign_from_dict
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.train.budget import budget_of

@@ -32,7 +32,7 @@ from workflow_support import (
     write_campaign,
 )
 
-from ebd2n.campaign.spec import load_campaign
+from ebd2n.campaign.check import load_campaign
 from ebd2n.errors import UserError
 from ebd2n.provenance import source_hash
 

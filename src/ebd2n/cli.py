@@ -175,7 +175,8 @@ def cmd_hf_init(args: argparse.Namespace) -> None:
 
 
 def cmd_campaign(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.spec import describe_campaign, load_campaign, prepare_campaign_cache
+    from ebd2n.campaign.describe import describe_campaign, prepare_campaign_cache
+    from ebd2n.campaign.check import load_campaign
 
     campaign = load_campaign(args.campaign_file)
     print(prepare_campaign_cache(campaign) if args.action == "prepare" else describe_campaign(campaign))
@@ -183,7 +184,7 @@ def cmd_campaign(args: argparse.Namespace) -> None:
 
 def cmd_freeze(args: argparse.Namespace) -> None:
     from ebd2n.campaign.freeze import freeze_base, freeze_trainer
-    from ebd2n.campaign.spec import load_campaign
+    from ebd2n.campaign.check import load_campaign
 
     campaign = load_campaign(args.campaign_file)
     print(freeze_base(campaign, args.base) if args.base else f"frozen trainer, source {freeze_trainer(campaign)}")
@@ -197,26 +198,19 @@ def cmd_resolve(args: argparse.Namespace) -> None:
 
 def cmd_collect(args: argparse.Namespace) -> None:
     from ebd2n.campaign.collect import collect_campaign
-    from ebd2n.campaign.spec import load_campaign
+    from ebd2n.campaign.check import load_campaign
 
     print(collect_campaign(load_campaign(args.campaign_file), max_jobs=args.max_jobs))
 
 
 def cmd_decide(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.spec import campaign_search, load_campaign, record_spec
+    from ebd2n.campaign.check import load_campaign
+    from ebd2n.campaign.workflow import decide_rung
 
-    campaign = load_campaign(args.campaign_file)
-    halving = campaign_search(campaign)
-    bracket = halving.bracket(args.bracket)
-    expected = halving.decision_path(bracket, args.epoch, halving.candidates(bracket, args.epoch))
-    if args.digest and expected.stem != f"rung-{args.epoch}-{args.digest}":
-        raise UserError(f"{args.campaign_file}: bracket {bracket.name} rung {args.epoch}: the grid now decides {expected.name}, "
-                        f"not rung-{args.epoch}-{args.digest}.json (the campaign file changed while the workflow ran: run it again)")
-    record_spec(campaign)  # the grid and share it is decided under: what the audit holds the decision to
-    path, written = halving.decide(bracket, args.epoch)
+    path, written = decide_rung(load_campaign(args.campaign_file), args.bracket, args.epoch, args.digest)
     decision = json.loads(path.read_text(encoding="utf-8"))
     promoted = ", ".join(decision["continuing"])
-    print(f"{path} {'written' if written else 'unchanged'}: bracket {bracket.name} rung {args.epoch}: "
+    print(f"{path} {'written' if written else 'unchanged'}: bracket {decision['bracket']} rung {args.epoch}: "
           f"{len(decision['continuing'])} of {decision['candidates']} point(s) train on ({promoted})")
 
 

@@ -33,7 +33,7 @@ rule freeze_recipe:
 
 
 # The slice chain of a base recipe's runs, written by the frozen trainer (the code the jobs run).
-# The workflow planned the same chain (common.smk: PLANS); the trainer refuses to write a
+# The workflow planned the same chain (ebd2n.campaign.plans); the trainer refuses to write a
 # different one, so no job runs under a plan the frozen trainer does not share.
 rule plan_slices:
     input:

@@ -29,10 +29,12 @@ from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_bytes
 from ebd2n.audit import checks
 from ebd2n.audit.ledger import Ledger, accepted, compare, ledger_json, protected, read_ledger, retrained
 from ebd2n.audit.runs import RunView, json_object, read_run
-from ebd2n.campaign.runs import BASE, parse_run_id
+from ebd2n.campaign.runs import parse_run_id
 from ebd2n.audit.search import check_search, readable
 from ebd2n.campaign.search import Halving
-from ebd2n.campaign.spec import read_spec, spec_history, spec_runs, spec_search
+from ebd2n.campaign.fates import finished_runs
+from ebd2n.campaign.history import GridHistory, read_history
+from ebd2n.campaign.plans import recorded_search
 from ebd2n.errors import UserError
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
 from ebd2n.provenance import timestamp
@@ -51,7 +53,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     paths = CampaignPaths(Path(campaign_dir))
     if not paths.directory.is_dir() or not (paths.frozen.is_dir() or paths.runs.is_dir()):
         raise UserError(f"{paths.directory}: not a campaign directory (no frozen/ or runs/); pass results/<campaign>")
-    spec = read_spec(paths)
+    history = read_history(paths)
     remove_temporaries(paths.directory)  # of a killed write of a campaign record
     files = checks.Check("campaign records present and readable", unit="files")
     info = _read_record(paths, paths.campaign_json, files)
@@ -65,22 +67,21 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         ledger = Ledger()
     files.examined += 1 if paths.ledger.exists() else 0
 
-    expected = spec_runs(spec)
+    expected = history.grid.runs()
     views = _views(paths, expected)
-    halving, search = _search(paths, spec, views)
+    halving, search = _search(paths, history, views)
+    fates = {run.id: None for run in expected}
     if halving is not None:  # successive halving: only the runs every rung promoted train to the end
         try:
             fates = halving.outcome(read=readable)
         except UserError:  # a decision naming no point of the grid: the search check names it
             fates = {}
-        expected_finished = [run for run in expected if run.id in fates and fates[run.id] is None]
-    else:
-        expected_finished = expected
+    expected_finished = finished_runs(expected, fates)
     finished = [view for view in views.values() if view.finished]
     cache_identity = _cache_identity(finished)
     cache_check, targets = checks.check_cache(_cache_dir(paths, finished), cache_identity)
     run_list = list(views.values())
-    recomputed = _recomputed(paths, info)
+    recomputed = _recomputed(paths, info, history)
     settings = freeze.get("settings") if isinstance(freeze.get("settings"), dict) else {}
     result = [
         files,
@@ -90,8 +91,8 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         checks.check_files(run_list),
         cache_check,
         checks.check_validation(run_list, cache_identity, targets),
-        checks.check_recipes(paths, run_list, spec["campaign"]),
-        checks.check_plans(paths, spec["grid"]["presets"] or [BASE], settings.get("epochs_per_slice")),
+        checks.check_recipes(paths, run_list, history.name),
+        checks.check_plans(paths, history.grid.bases, settings.get("epochs_per_slice")),
         checks.check_trainer(paths, frozen_hash, run_list),
         checks.check_final(run_list, cache_identity, _final_states(finished)),
         checks.check_artifacts(run_list),
@@ -112,7 +113,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     passed = all(check.status != "failed" for check in result)
     earlier = ledger.digest is not None or bool((previous_audit or {}).get("ledger_sha256"))
     record = {
-        "campaign": spec["campaign"],
+        "campaign": history.name,
         "stage": stage,
         "audited_at": timestamp(),
         "passed": passed,
@@ -145,15 +146,15 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     return record
 
 
-def _search(paths: CampaignPaths, spec: dict, views: dict[str, RunView]) -> tuple[Halving | None, list[checks.Check]]:
+def _search(paths: CampaignPaths, history: GridHistory, views: dict[str, RunView]) -> tuple[Halving | None, list[checks.Check]]:
     """The campaign's successive halving and its check; none for the full grid (whose audit is as it was)."""
     try:
-        halving = spec_search(paths, spec)
+        halving = recorded_search(paths, history.grid)
     except UserError as error:
         failed = checks.Check("successive-halving decisions recomputed from the runs' subset losses", unit="decisions")
         failed.violations.append(str(error))
         return None, [failed]
-    return halving, ([] if halving is None else [check_search(halving, views, spec_history(paths))])
+    return halving, ([] if halving is None else [check_search(halving, views, history)])
 
 
 def _same_audit(previous: dict | None, record: dict) -> bool:
@@ -259,7 +260,7 @@ def _final_states(finished: list[RunView]) -> dict[str, dict]:
     return states
 
 
-def _recomputed(paths: CampaignPaths, info: dict | None) -> dict | str:
+def _recomputed(paths: CampaignPaths, info: dict | None, history: GridHistory) -> dict | str:
     """campaign.json as the campaign's sources make it (what they cannot say, how the jobs ran, the
     cost plan and the signing key's id, is taken from the file as it stands), or why it cannot be
     recomputed."""
@@ -267,7 +268,7 @@ def _recomputed(paths: CampaignPaths, info: dict | None) -> dict | str:
 
     kept = {key: info[key] for key in ("execution", "plan", "signing") if key in info} if isinstance(info, dict) else {}
     try:
-        return {**campaign_record(paths), **kept}
+        return {**campaign_record(paths, history), **kept}
     except UserError as error:
         return str(error)
 

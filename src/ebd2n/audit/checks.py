@@ -18,7 +18,7 @@ from pathlib import Path
 from ebd2n.audit.runs import RunView, metric_records
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import Run, parse_run_id
-from ebd2n.campaign.spec import frozen_trainer_plan
+from ebd2n.campaign.plans import frozen_trainer_plan
 from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.data import verify_cache
 from ebd2n.errors import UserError

@@ -17,29 +17,27 @@ from typing import Any
 from ebd2n.atomic import is_temporary, remove_temporaries
 from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object
+from ebd2n.campaign.history import GridHistory
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.campaign.search import (
     DECISION_NAME,
     Halving,
-    brackets,
     decide,
     decision_digest,
     epoch_loss,
     point_id,
     read_decision,
     recorded_epochs,
-    search_from_dict,
 )
-from ebd2n.campaign.spec import spec_runs
 from ebd2n.errors import UserError
 from ebd2n.layout import FINAL, FROZEN, FROZEN_SPEC, METRICS, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
 
 _COMPARED = ("ranking", "promoted", "carried", "continuing")
 
 
-def check_search(halving: Halving, views: dict[str, RunView], history: list[dict]) -> Check:
+def check_search(halving: Halving, views: dict[str, RunView], history: GridHistory) -> Check:
     """Every decision recomputed and traced back to a recorded grid; the current ones present; each
-    run where its fate puts it. `history` is the spec as each recording left it (spec_history)."""
+    run where its fate puts it."""
     check = Check("successive-halving decisions recomputed from the runs' subset losses", unit="decisions")
     paths = halving.paths
     grids = _recorded_grids(history)
@@ -79,15 +77,14 @@ def _where(paths, path: Path) -> str:
     return path.relative_to(paths.directory).as_posix()
 
 
-def _recorded_grids(history: list[dict]) -> dict[str, list[tuple[float, tuple[int, ...], set[str]]]]:
+def _recorded_grids(history: GridHistory) -> dict[str, list[tuple[float, tuple[int, ...], set[str]]]]:
     """Per bracket, each recorded grid a decision may be made under: (keep, seeds, point ids)."""
     grids: dict[str, list] = {}
-    for spec in history:
-        search = search_from_dict(spec.get("search"))
-        if search.halving:
-            for bracket in brackets(spec_runs(spec)):
+    for grid in history.versions:
+        if grid.search.halving:
+            for bracket in grid.brackets():
                 grids.setdefault(bracket.name, []).append(
-                    (search.keep, bracket.seeds, {point_id(*point) for point in bracket.points}))
+                    (grid.search.keep, bracket.seeds, {point_id(*point) for point in bracket.points}))
     return grids
 
 

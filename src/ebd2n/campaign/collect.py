@@ -11,8 +11,9 @@ import polars as pl
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.results import RUN_COLUMNS, read_results, run_directories
-from ebd2n.campaign.runs import BASE
-from ebd2n.campaign.spec import Campaign, read_spec, record_spec, spec_runs, spec_search
+from ebd2n.campaign.file import Campaign
+from ebd2n.campaign.history import GridHistory, record_grid
+from ebd2n.campaign.plans import campaign_plans, recorded_search
 from ebd2n.campaign.status import campaign_plan
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.jsonio import read_json
@@ -25,11 +26,11 @@ def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
     and runs.csv (the runs table every reader shares); `max_jobs` is how many jobs the orchestrator
     ran at once (None: not known)."""
     paths = campaign.paths
-    record_spec(campaign)
+    history = record_grid(paths, campaign.name, campaign.description, campaign.grid)
     record = {
-        **campaign_record(paths),
+        **campaign_record(paths, history),
         "execution": campaign.execution_record(max_jobs),
-        "plan": campaign_plan(campaign),  # what the report's costs are priced from
+        "plan": campaign_plan(campaign, campaign_plans(campaign)),  # what the report's costs are priced from
         "signing": signing_record(campaign.signing_key),  # the key the passing audit signs with; the report names its id
     }
     atomic_write_text(paths.campaign_json, json.dumps(record, indent=2) + "\n")
@@ -38,28 +39,29 @@ def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
     return paths.runs_csv
 
 
-def campaign_record(paths: CampaignPaths) -> dict:
+def campaign_record(paths: CampaignPaths, history: GridHistory) -> dict:
     """Resolved grid, seeds, frozen trainer hash, base recipe identities, when it started: from the
     campaign's sources alone (frozen/ and the runs), so the audit recomputes it and compares."""
-    spec, freeze = read_spec(paths), read_json(paths.freeze_record) or {}
+    freeze = read_json(paths.freeze_record) or {}
     settings = freeze.get("settings") or {}
     finished = [read_json(path) for path in sorted(paths.runs.glob(f"*/{RESULTS_JSON}"))]
     caches = sorted({str(result.get("cache_identity")) for result in finished if isinstance(result, dict)})
     cache = caches[0] if len(caches) == 1 else None
-    bases = spec["grid"]["presets"] or [BASE]
-    halving = spec_search(paths, spec)
+    grid = history.grid
+    halving = recorded_search(paths, grid)
+    spec = history.record()
     return {
         "campaign": spec["campaign"],
         "description": spec["description"],
         "grid": spec["grid"],
         "seeds": spec["seeds"],
-        "runs_planned": len(spec_runs(spec)),
+        "runs_planned": len(grid.runs()),
         "runs_finished": len(finished),
         "epochs_per_slice": settings.get("epochs_per_slice"),
         "checkpoint_policy": settings.get("checkpoint_policy"),
         "source_hash": paths.source_hash.read_text(encoding="utf-8").strip() if paths.source_hash.is_file() else None,
         "cache_identities": caches,
-        "base_recipes": {base: _base_record(paths, base, cache) for base in bases},
+        "base_recipes": {base: _base_record(paths, base, cache) for base in grid.bases},
         "created": freeze.get("created"),
         **({"search": halving.record()} if halving else {}),  # successive halving: each rung's decision
     }

@@ -21,7 +21,8 @@ import yaml
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.analysis import group_runs, select, winner_notes
 from ebd2n.campaign.results import read_results
-from ebd2n.campaign.spec import Campaign, campaign_from_dict, load_campaign
+from ebd2n.campaign.check import campaign_from_dict, load_campaign
+from ebd2n.campaign.file import Campaign
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths
@@ -55,13 +56,13 @@ def extend_campaign(campaign_dir: Path, campaign_file: Path | None = None) -> Ex
     campaign = load_campaign(campaign_file)
     if campaign.name != paths.name:
         raise UserError(f"{campaign_file}: names campaign {campaign.name}, not {paths.name} ({paths.directory})")
-    if campaign.presets:
+    if campaign.grid.presets:
         raise UserError(f"{campaign_file}: a scaling campaign (grid.presets); extend its per-preset learning rates by hand")
     proposals = edge_proposals(paths.directory, campaign)
     if not proposals:
         return None
     old = read_text(campaign_file, "campaign file")
-    lrs = {mode: sorted({*campaign.learning_rates[mode], *added}) for mode, (added, _) in proposals.items()}
+    lrs = {mode: sorted({*campaign.grid.learning_rates[mode], *added}) for mode, (added, _) in proposals.items()}
     new = _with_learning_rates(old, lrs, campaign_file)
     campaign_from_dict(load_yaml(new), source=str(campaign_file))  # the new revision must load, frozen settings intact
     history = read_json(paths.extension_history) or []
@@ -90,7 +91,7 @@ def edge_proposals(campaign_dir: Path, campaign: Campaign) -> dict[str, tuple[li
     winners = select(groups)
     proposals = {}
     for mode, notes in winner_notes(groups, results.runs, results.seeds).items():
-        added = [lr for lr in notes["next_lrs"] if lr not in campaign.learning_rates.get(mode, ())]
+        added = [lr for lr in notes["next_lrs"] if lr not in campaign.grid.learning_rates.get(mode, ())]
         if notes["edge"] and added:
             winner = winners[mode]
             proposals[mode] = (added, f"winner LR {winner['lr']:g} (beta2 {winner['beta2']:g}) is the {notes['edge']} "

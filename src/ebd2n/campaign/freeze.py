@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.spec import Campaign
+from ebd2n.campaign.file import Campaign
 from ebd2n.config import save_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash, timestamp
@@ -51,8 +51,8 @@ def freeze_trainer(campaign: Campaign) -> str:
 
 def freeze_base(campaign: Campaign, base: str) -> Path:
     """Write one base recipe (preset or file + data + overrides + policy) to frozen/recipes/<base>.yaml."""
-    if base not in campaign.bases:
-        raise UserError(f"--base {base}: not a base recipe of campaign {campaign.name} ({', '.join(campaign.bases)})")
+    if base not in campaign.grid.bases:
+        raise UserError(f"--base {base}: not a base recipe of campaign {campaign.name} ({', '.join(campaign.grid.bases)})")
     path = campaign.paths.base_recipe(base)
     if not path.exists():  # written once, atomically: a freeze job run again leaves it as it is
         save_recipe(campaign.base_recipe(base), path)

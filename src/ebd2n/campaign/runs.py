@@ -1,6 +1,5 @@
-"""Run ids and the grid of a campaign.
+"""Run ids: a grid point and a seed, written so that the id alone says how to train the run.
 
-A run id is a grid point and a seed, written so that the id alone says how to train the run:
 `packed-4-lr0.0012-beta20.999-seed42`; scaling campaigns prefix the preset:
 `254m-synchronous-lr0.0008-beta20.95-seed42`. Floats are written as Python's repr, the shortest
 text that reads back as the same float, so an id maps to exactly one grid point and back.
@@ -9,7 +8,6 @@ text that reads back as the same float, so an id maps to exactly one grid point 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ebd2n.errors import UserError
@@ -45,6 +43,11 @@ class Run:
         return self.preset or BASE
 
 
+def unknown_mode(mode: str) -> str:
+    """What a misspelt mode is told (the schema's pattern would say a regular expression)."""
+    return f"unknown mode {mode!r} (modes: synchronous, packed-K for K >= 2)"
+
+
 def packed_models(mode: str) -> int | None:
     """K of `packed-K`; None for synchronous."""
     return None if mode == "synchronous" else int(mode.removeprefix("packed-"))
@@ -65,27 +68,3 @@ def parse_run_id(run_id: str) -> Run:
     if run.id != run_id:
         raise UserError(f"run id {run_id!r}: not in canonical form; the run with these values is {run.id!r}")
     return run
-
-
-def point_learning_rates(learning_rates: Mapping[str, Sequence[float]], preset: str | None, mode: str) -> Sequence[float]:
-    """The learning rates of one preset's runs in one mode: its `<preset>-<mode>` list, else the mode's."""
-    return (learning_rates.get(f"{preset}-{mode}") if preset else None) or learning_rates[mode]
-
-
-def grid_runs(
-    presets: Sequence[str] | None,
-    modes: Sequence[str],
-    learning_rates: Mapping[str, Sequence[float]],
-    beta2: Sequence[float],
-    seeds: Sequence[int],
-) -> list[Run]:
-    """Every run of a grid, ordered by preset, mode, learning rate, beta2, seed (the one place a
-    grid becomes runs: the campaign file's plan and the audit's expectation agree by construction)."""
-    return [
-        Run(preset, mode, float(lr), float(b), int(seed))
-        for preset in presets or [None]
-        for mode in modes
-        for lr in point_learning_rates(learning_rates, preset, mode)
-        for b in beta2
-        for seed in seeds
-    ]

@@ -381,7 +381,3 @@ def _continuing(path: Path) -> list[str]:
     except UserError:
         return []
     return (decision or {}).get("continuing", [])
-
-
-def campaign_halving(paths: CampaignPaths, search: Search, runs: Iterable[Run], plans: Mapping[str, SlicePlan]) -> Halving:
-    return Halving(paths, search, tuple(brackets(runs)), plans)

@@ -1,7 +1,7 @@
 """Where a campaign stands, while it runs: one row per run and a campaign line, as text and as a page.
 
 It reads only files the campaign's jobs write: the plan the workflow writes when it starts
-(status/plan.json: every run and its job's GPUs and CPUs), the frozen trainer's slice plans, and
+(status/plan.json: the grid, each job's GPUs and CPUs, each base recipe's slices), and
 each run directory (metrics.jsonl, final.pt, results.json, and the lease of a job working there:
 a run whose lease has a live holder is running; each job's log under logs/ holds its error). It
 never asks a scheduler nor reads Snakemake's records, so it works the same on a laptop and on a
@@ -26,22 +26,26 @@ import html
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.runs import parse_run_id
-from ebd2n.campaign.search import Halving, campaign_halving, search_from_dict
+from ebd2n.campaign.grid import grid_from_record
+from ebd2n.campaign.plans import grid_search
+from ebd2n.campaign.resources import scope_name
+from ebd2n.campaign.runs import Run
+from ebd2n.campaign.search import Halving
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths
 from ebd2n.quantities import format_amount, format_duration
 from ebd2n.train.lease import live_holder
-from ebd2n.train.plan import SlicePlan, read_slice_plan
+from ebd2n.train.plan import SlicePlan, parse_plan, plan_record
 
-if TYPE_CHECKING:  # the workflow's onstart imports this module; keep it free of the recipe machinery
-    from ebd2n.campaign.spec import Campaign
+if TYPE_CHECKING:
+    from ebd2n.campaign.file import Campaign
 
 REFRESH_S = 30
 """How often the page reloads itself."""
@@ -99,21 +103,31 @@ class CampaignStatus:
     """Successive halving: one line per bracket, the rung it is at (none for the full grid)."""
 
 
-def campaign_plan(campaign: Campaign) -> dict[str, Any]:
-    """Every run of a campaign with its job resources, and the GPU-hour price (its slices are in
-    the frozen trainer's plan files)."""
-    runs = []
-    for run in campaign.runs():
-        resources = campaign.job_resources(run.base, run.mode)
-        runs.append({"run": run.id, "base": run.base, "gpus": resources.job_gpus, "cpus": resources.cpus})
-    return {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, "runs": runs}
+def campaign_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> dict[str, Any]:
+    """What `ebd2n status` expects and the report prices: the grid, each job scope's GPUs and CPUs,
+    each base recipe's slices (`plans`, ebd2n.campaign.plans) and the GPU-hour price."""
+    grid = campaign.grid
+    jobs = {}
+    for base in grid.bases:
+        for mode in grid.modes:
+            resources = campaign.job_resources(base, mode)
+            jobs[scope_name(base, mode)] = {"gpus": resources.job_gpus, "cpus": resources.cpus}
+    slices = {base: plan_record(plan) for base, plan in plans.items()}
+    return {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, **grid.record(),
+            "jobs": jobs, "slices": slices}
 
 
-def write_plan(campaign: Campaign) -> Path:
+def planned_runs(plan: Mapping[str, Any]) -> list[tuple[Run, int, int]]:
+    """Every run of a `campaign_plan` with its job's GPUs and CPUs."""
+    jobs = plan["jobs"]
+    return [(run, jobs[scope_name(run.base, run.mode)]["gpus"], jobs[scope_name(run.base, run.mode)]["cpus"])
+            for run in grid_from_record(plan).runs()]
+
+
+def write_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> Path:
     """status/plan.json of a campaign (the workflow's onstart): what `ebd2n status` expects to run."""
     path = campaign.paths.status_plan
-    search = {"search": campaign.search.record()} if campaign.search.halving else {}  # which runs rungs compare
-    text = json.dumps({**campaign_plan(campaign), **search}, indent=1) + "\n"
+    text = json.dumps(campaign_plan(campaign, plans), indent=1) + "\n"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         atomic_write_text(path, text)
     return path
@@ -132,12 +146,16 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
     if plan is None:
         raise UserError(f"{paths.status_plan}: no such file; it is written when Snakemake starts the campaign - "
                         f"is {campaign_dir} a campaign directory?")
+    if "grid" not in plan:
+        raise UserError(f"{paths.status_plan}: written by an older ebd2n; start the workflow again to rewrite it")
     now = time.time() if now is None else now
-    slices = {base: read_slice_plan(paths.slice_plan(base)) for base in {entry["base"] for entry in plan["runs"]}}
-    halving = _halving(paths, plan, slices)
+    grid = grid_from_record(plan)
+    slices = {base: parse_plan(raw, str(paths.status_plan)) for base, raw in plan["slices"].items()}
+    halving = grid_search(paths, grid, slices)
     stopped = _stopped_notes(halving) if halving else {}
-    rows = [_run_status(campaign_dir, entry, slices[entry["base"]], now, stopped.get(entry["run"])) for entry in plan["runs"]]
-    states = (*STATES, STOPPED) if plan.get("search") else STATES
+    rows = [_run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, stopped.get(run.id))
+            for run, gpus, cpus in planned_runs(plan)]
+    states = (*STATES, STOPPED) if halving else STATES
     counts = {state: sum(row.counted == state for row in rows) for state in states}
     return CampaignStatus(
         campaign=plan["campaign"], runs=rows, counts=counts,
@@ -146,16 +164,6 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
         eta_s=_eta(rows, counts["running"]),
         brackets=_bracket_lines(halving, rows) if halving else [],
     )
-
-
-def _halving(paths: CampaignPaths, plan: dict[str, Any], slices: dict[str, SlicePlan | None]) -> Halving | None:
-    """The plan's successive halving over the brackets whose slices the frozen trainer has planned
-    (no run of the others trained yet); None for the full grid."""
-    search = search_from_dict(plan.get("search"))
-    if not search.halving:
-        return None
-    runs = [parse_run_id(entry["run"]) for entry in plan["runs"] if slices[entry["base"]] is not None]
-    return campaign_halving(paths, search, runs, {base: sliced for base, sliced in slices.items() if sliced is not None})
 
 
 def _stopped_notes(halving: Halving) -> dict[str, str]:
@@ -217,17 +225,16 @@ def _eta(rows: list[RunStatus], running: int) -> float | None:
     return (slices * sum(trained) / len(trained) + validations * validation) / max(running, 1)
 
 
-def _run_status(campaign_dir: Path, entry: dict[str, Any], plan: SlicePlan | None, now: float,
+def _run_status(campaign_dir: Path, run: str, gpus: int, cpus: int, plan: SlicePlan, now: float,
                 stopped: str | None = None) -> RunStatus:
     """One run's row; `stopped`: why a rung stopped it (successive halving), None if none did."""
-    run = entry["run"]
     files = CampaignPaths(Path(campaign_dir)).run(run)
     epochs = _epoch_records(files.metrics)
     done_epochs = len(epochs)
-    ends = list(plan.ends) if plan is not None else [done_epochs or 1]  # not planned yet: no epoch known
+    ends = list(plan.ends)
     slices_done = sum(end <= done_epochs for end in ends)
     row = RunStatus(run=run, state="pending", detail="", epochs_done=done_epochs, epochs=ends[-1],
-                    slices_done=slices_done, slices=len(ends), gpus=entry["gpus"], cpus=entry["cpus"])
+                    slices_done=slices_done, slices=len(ends), gpus=gpus, cpus=cpus)
     if epochs:
         row.loss, row.accuracy = epochs[-1].get("val_loss"), epochs[-1].get("val_accuracy")
         row.loss_epoch = epochs[-1].get("epoch", done_epochs)

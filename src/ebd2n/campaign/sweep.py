@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ebd2n.campaign.extend import edge_proposals, extend_campaign
-from ebd2n.campaign.spec import load_campaign
+from ebd2n.campaign.check import load_campaign
 from ebd2n.errors import RunFailed, UserError
 
 

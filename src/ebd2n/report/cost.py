@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.campaign.results import CampaignResults
+from ebd2n.campaign.status import planned_runs
 
 GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
 """The levels the report sums runs at, with the keys that define a group."""
@@ -22,7 +23,7 @@ GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
 def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     """Per run, per grid point, per mode and in all: seconds, GPU-hours, CPU-hours and cost (None without a price)."""
     plan = (campaign.info or {}).get("plan") or {}
-    resources = {entry["run"]: (entry["gpus"], entry["cpus"]) for entry in plan.get("runs", [])}
+    resources = {run.id: (gpus, cpus) for run, gpus, cpus in planned_runs(plan)} if "grid" in plan else {}
     price = plan.get("cost_per_gpu_hour")
     runs = []
     for row in campaign.runs.iter_rows(named=True):

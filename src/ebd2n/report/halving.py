@@ -16,7 +16,8 @@ import polars as pl
 
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.campaign.search import Bracket, Halving, point_id
-from ebd2n.campaign.spec import read_spec, spec_search
+from ebd2n.campaign.history import read_history
+from ebd2n.campaign.plans import recorded_search
 from ebd2n.layout import RUNS, CampaignPaths
 from ebd2n.report.cost import epoch_walls
 
@@ -36,7 +37,7 @@ def report_halving(campaign: CampaignResults) -> Halving | None:
     if not (campaign.info or {}).get("search"):
         return None
     paths = CampaignPaths(campaign.directory)
-    return spec_search(paths, read_spec(paths))
+    return recorded_search(paths, read_history(paths).grid)
 
 
 def halving_outputs(campaign: CampaignResults, halving: Halving) -> dict[str, Any]:

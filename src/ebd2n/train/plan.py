@@ -2,7 +2,7 @@
 
 A campaign's slices are planned by its frozen trainer (`ebd2n plan`, which writes
 frozen/plans/<base>.json for each base recipe), so the `--until-epoch` of every job is a boundary
-the frozen trainer's budget has; see `ebd2n.campaign.spec.base_plans`. This module imports no
+the frozen trainer's budget has; see `ebd2n.campaign.plans`. This module imports no
 torch: the workflow reads plans with it.
 """
 
@@ -52,10 +52,14 @@ def recipe_plan(recipe: Recipe, epochs_per_slice: int) -> SlicePlan:
     return plan_slices(budget_of(recipe).epochs, epochs_per_slice)
 
 
+def plan_record(plan: SlicePlan) -> dict[str, Any]:
+    """The plan as JSON holds it (its file, the status plan); `parse_plan` reads it back."""
+    return {"epochs": plan.epochs, "epochs_per_slice": plan.epochs_per_slice, "slice_ends": list(plan.ends)}
+
+
 def plan_json(plan: SlicePlan) -> str:
     """The plan as its file holds it."""
-    return json.dumps({"epochs": plan.epochs, "epochs_per_slice": plan.epochs_per_slice, "slice_ends": list(plan.ends)},
-                      indent=1) + "\n"
+    return json.dumps(plan_record(plan), indent=1) + "\n"
 
 
 def write_slice_plan(plan: SlicePlan, path: Path) -> None:

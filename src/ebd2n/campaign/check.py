@@ -1,0 +1,175 @@
+"""A checked campaign: the schema, then what a schema cannot say (axes that fit together, presets
+and resources that fit the recipes, settings a started campaign must keep, a search that fits the
+slices).
+
+Every check raises a one-line UserError naming the campaign file and the key; `ebd2n campaign
+check` and the workflow's Snakefile load a campaign here, so both refuse a bad file alike.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ebd2n.campaign.resolve import run_recipe
+from ebd2n.campaign.resources import DEFAULT, PREPARE, scope_name
+from ebd2n.campaign.runs import BASE, Run, packed_models
+from ebd2n.campaign.file import Campaign, validate_schema
+from ebd2n.campaign.grid import grid_from_dict
+from ebd2n.campaign.plans import campaign_plans
+from ebd2n.campaign.search import check_search
+from ebd2n.config import Recipe
+from ebd2n.errors import UserError
+from ebd2n.train.budget import budget_of
+from ebd2n.yamlio import read_yaml_mapping
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read and check a campaign file."""
+    return campaign_from_dict(read_yaml_mapping(path, "campaign file"), source=str(path))
+
+
+def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
+    """Check a parsed campaign (the schema, then consistency) and build the Campaign."""
+    validate_schema(raw, source)
+    epochs = raw["epochs_per_slice"]
+    campaign = Campaign(
+        name=raw["campaign"],
+        source=source,
+        description=raw.get("description", ""),
+        recipe=raw.get("recipe"),
+        grid=grid_from_dict(raw["grid"], raw["seeds"], raw.get("search")),
+        data=dict(raw.get("data", {})),
+        overrides=dict(raw.get("overrides", {})),
+        preset_overrides={preset: dict(keys) for preset, keys in raw.get("preset_overrides", {}).items()},
+        epochs_per_slice=epochs if isinstance(epochs, int) else dict(epochs),
+        checkpoint_policy=raw.get("checkpoint_policy", "final"),
+        resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
+        cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
+        signing_key=raw.get("signing_key"),
+    )
+    _check_campaign(campaign)
+    return campaign
+
+
+def _check_campaign(campaign: Campaign) -> None:
+    """What the schema cannot say; the first problem, one line."""
+    where, grid = f"campaign file {campaign.source}", campaign.grid
+    if (campaign.recipe is None) == (grid.presets is None):
+        raise UserError(
+            f"{where}: set either recipe (the base recipe of every run) or grid.presets "
+            "(a scaling campaign, one base recipe per preset), not both or neither"
+        )
+    for mode in grid.modes:
+        if mode not in grid.learning_rates and not all(f"{base}-{mode}" in grid.learning_rates for base in grid.bases):
+            raise UserError(f"{where}: grid.learning_rates: no list for mode {mode}; give each mode in grid.modes its learning rates")
+    scoped = {f"{preset}-{mode}" for preset in grid.presets or () for mode in grid.modes}
+    for mode in grid.learning_rates:
+        if mode in scoped:
+            continue
+        if mode not in grid.modes:
+            raise UserError(f"{where}: grid.learning_rates.{mode}: mode {mode} is not in grid.modes {list(grid.modes)}")
+    scopes = {DEFAULT, PREPARE, *grid.modes}
+    if grid.presets:
+        scopes |= {*grid.presets, *(f"{p}-{m}" for p in grid.presets for m in grid.modes)}
+    if not isinstance(campaign.epochs_per_slice, int) and set(campaign.epochs_per_slice) != set(grid.presets or ()):
+        raise UserError(
+            f"{where}: epochs_per_slice: one value per preset needs exactly grid.presets {list(grid.presets or ())}, "
+            f"got {list(campaign.epochs_per_slice)}"
+        )
+    for preset in campaign.preset_overrides:
+        if preset not in (grid.presets or ()):
+            raise UserError(f"{where}: preset_overrides.{preset}: not in grid.presets {list(grid.presets or ())}")
+    for scope in campaign.resources:
+        if scope not in scopes:
+            raise UserError(
+                f"{where}: resources.{scope}: not a scope of this campaign; use one of {', '.join(sorted(scopes))}"
+            )
+    _check_frozen(campaign)
+    bases = campaign.current_bases
+    caches = {recipe.data.cache_dir for recipe in bases.values()}
+    if len(caches) > 1:
+        raise UserError(f"{where}: the presets use different data caches ({', '.join(sorted(caches))}); set data.cache_dir")
+    for base, recipe in bases.items():
+        epochs = budget_of(recipe).epochs
+        for mode in grid.modes:
+            lr = grid.mode_learning_rates(base, mode)[0]
+            probe = Run(None if base == BASE else base, mode, lr, grid.beta2[0], grid.seeds[0])
+            try:
+                probe_epochs = budget_of(run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)).epochs
+            except UserError as error:
+                raise UserError(f"{where}: {probe.id}: {error}") from None
+            if probe_epochs != epochs:
+                # packed-K rounds derived budgets to whole blocks per model, which can change the epoch count
+                raise UserError(
+                    f"{where}: {base} in mode {mode} has a different number of epochs than its base recipe; "
+                    "set training.max_tokens and training.epoch_tokens"
+                )
+            _check_resources(campaign, base, mode, recipe, where)
+    check_search(grid.search, campaign_plans(campaign), grid.brackets(), where)
+
+
+def campaign_warnings(campaign: Campaign) -> list[str]:
+    """What a campaign file may mean to set but leaves empty: one line each, for the workflow to print
+    before it plans (dry runs included). A scope that names `account: null` is written for SLURM,
+    where many clusters refuse a job without an account, and a dry run cannot tell."""
+    return [
+        f"{campaign.source}: resources.{scope}.account is null, so its SLURM jobs go to your default account; "
+        f"a cluster that requires an account refuses them at submission: set it (sbatch --account) or remove the key"
+        for scope, fields in campaign.resources.items()
+        if "account" in fields and fields["account"] is None
+    ]
+
+
+def _check_frozen(campaign: Campaign) -> None:
+    """A started campaign may grow along its grid axes and seeds; its fixed settings must not change."""
+    record_path = campaign.paths.freeze_record
+    if not record_path.is_file():
+        return
+    try:
+        frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{record_path}: damaged ({type(error).__name__}); it records how campaign {campaign.name} started") from None
+    now = campaign.settings()
+    # presets added after the start may bring their own overrides; those frozen must stay
+    now["preset_overrides"] = {base: now["preset_overrides"].get(base, {}) for base in frozen["preset_overrides"]}
+    changed = [key for key in frozen if frozen[key] != now[key]]
+    if changed:
+        details = "; ".join(f"{key}: frozen {frozen.get(key)!r}, now {now[key]!r}" for key in changed)
+        raise UserError(
+            f"campaign file {campaign.source}: campaign {campaign.name} started with other settings ({details}). "
+            "A started campaign can only gain learning rates, beta2 values, modes, presets and seeds; "
+            f"restore the settings, or give the changed campaign a new name (or remove {campaign.paths.frozen} "
+            "and its runs to start over)"
+        )
+
+
+def _check_resources(campaign: Campaign, base: str, mode: str, recipe: Recipe, where: str) -> None:
+    """Packed-K trains its K models on one device; a multi-GPU synchronous job needs a placement for every GPU."""
+    resources = campaign.job_resources(base, mode)
+    gpus = resources.job_gpus
+    scope = scope_name(base, mode)
+    if resources.nodes > 1 and resources.gpus_per_node is None:
+        raise UserError(f"{where}: resources for {scope}: nodes {resources.nodes} needs gpus_per_node (the GPUs of each node)")
+    parallel = recipe.parallel
+    if resources.gpus_per_node is not None and parallel.pipeline_stages * parallel.data_parallel != gpus:
+        raise UserError(
+            f"{where}: resources for {scope}: nodes x gpus_per_node = {resources.nodes} x {resources.gpus_per_node} GPUs, "
+            f"but the recipe places the model on parallel.pipeline_stages x parallel.data_parallel = "
+            f"{parallel.pipeline_stages} x {parallel.data_parallel} devices; make them equal"
+        )
+    if packed_models(mode) is not None and gpus > 1:
+        raise UserError(
+            f"{where}: resources for {scope}: gpus {gpus}, but packed-K mode trains its K models on one device; set gpus to 0 or 1"
+        )
+    if gpus >= 1 and parallel.pipeline_stages * parallel.data_parallel != gpus:
+        raise UserError(
+            f"{where}: resources for {scope}: gpus {gpus}, but the recipe places the model on "
+            f"parallel.pipeline_stages x parallel.data_parallel = {parallel.pipeline_stages} x {parallel.data_parallel} devices; "
+            "make them equal (overrides: parallel.data_parallel or parallel.pipeline_stages)"
+        )
+    if gpus == 0 and recipe.runtime.device.startswith("cuda"):
+        raise UserError(f"{where}: resources for {scope}: gpus 0, but runtime.device is {recipe.runtime.device}; give the job a GPU")
+
+

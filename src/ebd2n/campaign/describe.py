@@ -1,0 +1,39 @@
+"""What `ebd2n campaign check` and `ebd2n campaign prepare` say and do for a checked campaign file."""
+
+from __future__ import annotations
+
+from ebd2n.campaign.file import Campaign
+from ebd2n.campaign.plans import campaign_plans
+from ebd2n.campaign.resources import scope_name
+
+
+def describe_campaign(campaign: Campaign) -> str:
+    """A few lines saying what the campaign will train."""
+    grid = campaign.grid
+    runs = grid.runs()
+    lines = [f"campaign {campaign.name}: {len(runs)} runs -> {campaign.directory}"]
+    for base, plan in campaign_plans(campaign).items():
+        epochs, slices = plan.epochs, len(plan.ends)
+        for mode in grid.modes:
+            count = sum(1 for run in runs if run.base == base and run.mode == mode)
+            resources = campaign.job_resources(base, mode)
+            lines.append(
+                f"  {scope_name(base, mode)}: {count} runs x {slices} slice(s) of <= {campaign.slice_epochs(base)} of "
+                f"{epochs} epochs; per job {resources.gpus_text}, {resources.minutes} min, {resources.mem_mb} MB, "
+                f"{resources.cpus} CPU(s)"
+            )
+        if grid.search.halving:
+            lines.append(
+                f"  successive halving: at epochs {list(grid.search.rung_epochs(plan))} each preset x mode keeps "
+                f"{grid.search.keep:g} of its points (at least one); the others stop at that rung"
+            )
+    return "\n".join(lines)
+
+
+def prepare_campaign_cache(campaign: Campaign, progress: bool = False) -> str:
+    """Build (or reuse) the campaign's data cache, defined by its base recipe's data section."""
+    from ebd2n.data import prepare_cache
+
+    recipe = next(iter(campaign.current_bases.values()))
+    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=progress, context_length=recipe.model.context_length)
+    return "\n".join([f"cache {cache.directory}  identity {cache.identity}", *cache.record_counts()])

@@ -1,0 +1,114 @@
+"""The slices of a campaign's runs: one plan per base recipe, cut from its budget.
+
+A run's slice chain depends on its base recipe (the budget) and the campaign's epochs per slice,
+never on its grid point. There is one source: `recipe_plan` (ebd2n.train.plan) of the frozen base
+recipe, frozen/recipes/<base>.yaml. Its one fallback, before the campaign is frozen: the base
+recipe as it would be frozen now (`Campaign.current_bases`). The frozen trainer confirms the same
+chain before any run of the base trains (`ebd2n plan --expect`, which writes frozen/plans/<base>.json);
+the audit holds that file to the frozen trainer's own plan (`frozen_trainer_plan`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from ebd2n.campaign.file import Campaign
+from ebd2n.campaign.grid import Grid
+from ebd2n.campaign.search import Halving
+from ebd2n.config import load_recipe
+from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json
+from ebd2n.layout import CampaignPaths
+from ebd2n.train.plan import SlicePlan, parse_plan, recipe_plan
+
+
+def campaign_plans(campaign: Campaign) -> dict[str, SlicePlan]:
+    """Each base recipe's slices, as the campaign file and its frozen base recipes say (see the module)."""
+    plans = {}
+    for base, recipe in campaign.current_bases.items():
+        if not campaign.paths.slice_plan(base).is_file() and campaign.paths.source_hash.is_file():
+            _refuse_older_frozen_trainer(campaign.paths)
+        plans[base] = recipe_plan(recipe, campaign.slice_epochs(base))
+    return plans
+
+
+def frozen_plans(paths: CampaignPaths, bases: Iterable[str]) -> dict[str, SlicePlan]:
+    """Each base recipe's slices from the campaign's frozen sources alone (the frozen base recipes and
+    the epochs per slice frozen/freeze.json records): what status, collect and the audit read."""
+    per_slice = frozen_epochs_per_slice(paths)
+    plans = {}
+    for base in bases:
+        path = paths.base_recipe(base)
+        if not path.is_file():
+            raise UserError(f"{path}: missing; it is frozen when the campaign starts (snakemake --configfile CAMPAIGN_FILE)")
+        epochs = per_slice if isinstance(per_slice, int) else per_slice.get(base)
+        if not isinstance(epochs, int):
+            raise UserError(f"{paths.freeze_record}: settings.epochs_per_slice has no value for {base}")
+        plans[base] = recipe_plan(load_recipe(path), epochs)
+    return plans
+
+
+def frozen_epochs_per_slice(paths: CampaignPaths) -> int | Mapping[str, int]:
+    """The campaign's epochs per slice as frozen/freeze.json records it."""
+    record = read_json(paths.freeze_record)
+    settings = record.get("settings") if isinstance(record, dict) else None
+    value = settings.get("epochs_per_slice") if isinstance(settings, dict) else None
+    if value is None:
+        raise UserError(f"{paths.freeze_record}: missing or damaged; it records the campaign's epochs per slice")
+    return value
+
+
+def grid_search(paths: CampaignPaths, grid: Grid, plans: Mapping[str, SlicePlan]) -> Halving | None:
+    """The grid's successive halving as the campaign's files stand; None for the full grid."""
+    if not grid.search.halving:
+        return None
+    return Halving(paths, grid.search, tuple(grid.brackets()), plans)
+
+
+def campaign_search(campaign: Campaign) -> Halving | None:
+    """A campaign file's successive halving over its plans (see `grid_search`)."""
+    return grid_search(campaign.paths, campaign.grid, campaign_plans(campaign))
+
+
+def recorded_search(paths: CampaignPaths, grid: Grid) -> Halving | None:
+    """A recorded grid's successive halving over the frozen plans (what collect, the report and the
+    audit read: the campaign's sources, not its file)."""
+    if not grid.search.halving:
+        return None
+    return grid_search(paths, grid, frozen_plans(paths, grid.bases))
+
+
+def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) -> SlicePlan:
+    """The slices of frozen base recipe `base`, as the campaign's frozen trainer plans them
+    (`ebd2n plan --json` run from frozen/src): what the audit holds a plan file to."""
+    _refuse_older_frozen_trainer(paths)
+    command = [
+        sys.executable, "-m", "ebd2n", "plan", str(paths.base_recipe(base)),
+        "--epochs-per-slice", str(epochs_per_slice), "--json",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(paths.frozen_src)}
+    shown = subprocess.run(command, env=env, capture_output=True, text=True)
+    if shown.returncode:
+        raise UserError(f"{paths.frozen_src}: the frozen trainer could not plan base recipe {base}: {shown.stderr.strip()}")
+    try:
+        return parse_plan(json.loads(shown.stdout), f"the frozen trainer's plan of {base}")
+    except json.JSONDecodeError:
+        raise UserError(f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}") from None
+
+
+def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:
+    """A campaign frozen before its trainer could plan slices (`ebd2n plan`, train/plan.py): that
+    copy also predates the launcher the jobs start through (`python -m ebd2n.launch train ...`), and
+    run by this workflow it would plan nothing and train nothing."""
+    if (paths.frozen_package / "train" / "plan.py").is_file() and (paths.frozen_package / "launch.py").is_file():
+        return
+    record = read_json(paths.freeze_record)
+    when = f", frozen {record.get('created')}" if isinstance(record, dict) else ""
+    raise UserError(
+        f"{paths.frozen_src}: frozen by an older ebd2n (source {paths.source_hash.read_text().strip()}{when}), "
+        "whose trainer cannot plan slices nor run under this workflow's launcher: finish the campaign with "
+        f"the ebd2n checkout that froze it (its source hash is in {paths.freeze_record}), or start a new campaign"
+    )

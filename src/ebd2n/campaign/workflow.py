@@ -1,0 +1,193 @@
+"""What the Snakemake workflow asks of a campaign, answered by the package so that it can be tested.
+
+`workflow/rules/common.smk` builds one `WorkflowPlan` after validating the campaign file and each of
+its `get_<thing>(wildcards)` input functions is one call here. Nothing here reads a job's output
+but the rung decisions, which reach it through `read` (the workflow's asks Snakemake's checkpoint
+first, so a decision not made yet becomes a job). Problems are one-line UserErrors; the workflow
+turns them into Snakemake's WorkflowError.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ebd2n.campaign.fates import Read, bracket_records, finished_runs, run_fates, run_records
+from ebd2n.campaign.file import Campaign
+from ebd2n.campaign.history import record_grid
+from ebd2n.campaign.plans import campaign_plans, campaign_search, grid_search
+from ebd2n.campaign.resources import Resources
+from ebd2n.campaign.runs import Run, parse_run_id
+from ebd2n.campaign.search import Bracket, Halving
+from ebd2n.errors import UserError
+
+
+class WorkflowPlan:
+    """A checked campaign with its slice plans and search, as the workflow plans it."""
+
+    def __init__(self, campaign: Campaign) -> None:
+        self.campaign = campaign
+        self.paths = campaign.paths
+        self.plans = campaign_plans(campaign)
+        self.halving = grid_search(campaign.paths, campaign.grid, self.plans)
+        self.cache = Path(next(iter(campaign.current_bases.values())).data.cache_dir)
+
+    @property
+    def brackets(self) -> list[str]:
+        """The brackets successive halving decides in (none for the full grid)."""
+        return [bracket.name for bracket in self.halving.groups] if self.halving else []
+
+    def run(self, run_id: str) -> Run:
+        """The run a job's `run` wildcard names; one of a preset the campaign does not have is refused."""
+        run = parse_run_id(run_id)
+        if run.base not in self.campaign.grid.bases:
+            raise UserError(f"run {run_id}: preset {run.preset} is not in grid.presets of {self.campaign.source}")
+        return run
+
+    def final_output(self) -> list[str]:
+        """What `all` audits: the published report and every file the jobs before it leave. Under
+        successive halving each run up to the first rung only (`bracket_output` adds the rest, which
+        waits for decisions: while one is pending, Snakemake replaces that function's files alone)."""
+        paths = self.paths
+        records = [paths.report_index, paths.audit_runs, paths.runs_csv, paths.campaign_json, self.cache, paths.source_hash]
+        for base in self.campaign.grid.bases:
+            records += [paths.base_recipe(base), paths.slice_plan(base)]
+        for run in self.campaign.grid.runs():
+            plan = self.plans[run.base]
+            until = self.campaign.grid.search.rung_epochs(plan)[0] if self.halving else None
+            records += [paths.run(run.id).recipe, *run_records(paths, run, plan, until)]
+        return [str(path) for path in records]
+
+    def bracket_output(self, bracket: str, read: Read) -> list[str]:
+        """One bracket's runs as far as their fates take them, and its decisions."""
+        return [str(path) for path in bracket_records(self.paths, self.halving, self.halving.bracket(bracket), read)]
+
+    def decisions(self, read: Read) -> list[str]:
+        """Every rung decision of the search (none for the full grid)."""
+        groups = self.halving.groups if self.halving else ()
+        return [str(rung.path) for bracket in groups for rung in self.halving.walk(bracket, read=read)]
+
+    def run_results(self, read: Read) -> list[str]:
+        """The results of every run that trains its whole budget, and the decisions that say which."""
+        fates = run_fates(self.campaign.grid, self.halving, read)
+        finished = finished_runs(self.campaign.grid.runs(), fates)
+        return [str(self.paths.run(run.id).results) for run in finished] + self.decisions(read)
+
+    def rung_slices(self, bracket_name: str, epoch: int, digest: str, read: Read) -> list[str]:
+        """The slice records, at the rung, of every seed of the points a rung decision compares; a
+        decision asked for under another name than the grid gives it now is refused."""
+        bracket = self.halving.bracket(bracket_name)
+        points = asked_candidates(self.halving, bracket, epoch, digest, self.campaign.source, read)
+        return [str(self.paths.run(run.id).slice_record(epoch)) for run in bracket.runs(points)]
+
+    def previous_slice(self, run_id: str, epoch: int | None, read: Read) -> str | None:
+        """The record of the slice before the one ending at `epoch` (None: the final slice), none for
+        the first. A slice that starts at a rung must be one its point was promoted past."""
+        run = self.run(run_id)
+        plan = self.plans[run.base]
+        try:
+            previous = plan.previous(plan.epochs if epoch is None else epoch)
+        except UserError as error:
+            raise UserError(f"{run_id}: {error}") from None
+        if previous is None:
+            return None
+        self._refuse_stopped(run, previous, read)
+        return str(self.paths.run(run_id).slice_record(previous))
+
+    def _refuse_stopped(self, run: Run, epoch: int, read: Read) -> None:
+        """A run a rung up to `epoch` stopped is refused, named at the rung it stopped at."""
+        if self.halving is None:
+            return
+        bracket = self.halving.bracket_of(run)
+        if epoch not in self.halving.rungs(bracket):
+            return
+        for rung in self.halving.walk(bracket, read=read):
+            if rung.past is not None and (run.lr, run.beta2) not in rung.past:
+                raise UserError(
+                    f"{run.id}: stopped at rung {rung.epoch} of bracket {bracket.name} ({rung.path}): it trains on "
+                    "only once a decision promotes it (a larger search.keep, or more points)"
+                )
+            if rung.epoch == epoch:
+                return
+
+    def expected_ends(self, base: str) -> str:
+        """The slice ends this workflow planned for a base recipe, which the frozen trainer must confirm."""
+        return ",".join(map(str, self.plans[base].ends))
+
+    def resources(self, run_id: str) -> Resources:
+        run = self.run(run_id)
+        return self.campaign.job_resources(run.base, run.mode)
+
+    def launcher(self, run_id: str) -> str:
+        """`-m ebd2n.launch`: the run's local GPU slots, then its S x D processes (torchrun, or srun +
+        torchrun over the job's nodes) or the warm-start launcher for one."""
+        run = self.run(run_id)
+        parallel = self.campaign.current_bases[run.base].parallel
+        resources = self.resources(run_id)
+        processes = parallel.pipeline_stages * parallel.data_parallel
+        return f"-m ebd2n.launch --gpus {resources.job_gpus} --processes {processes} --nodes {resources.nodes}"
+
+    def validation_launcher(self, run_id: str) -> str:
+        """Full validation is one process, on the GPU slots its job asked for."""
+        return f"-m ebd2n.launch --gpus {self.resources(run_id).job_gpus}"
+
+    def run_job_resources(self) -> tuple[dict[str, Any], Any]:
+        """Training and validation jobs' SLURM resources and threads (see `job_settings`)."""
+        grid = self.campaign.grid
+        scopes = [self.campaign.job_resources(base, mode) for base in grid.bases for mode in grid.modes]
+        return job_settings(scopes, self.resources)
+
+    def prepare_job_resources(self) -> tuple[dict[str, Any], Any]:
+        """The data-cache job's SLURM resources and threads."""
+        return job_settings([self.campaign.job_resources(self.campaign.grid.bases[0], None)], self.resources)
+
+
+def asked_candidates(halving: Halving, bracket: Bracket, epoch: int, digest: str | None, source: str,
+                     read: Read | None = None) -> list[tuple[float, float]]:
+    """The points rung `epoch` compares, when the grid names their decision by `digest` (None: any)."""
+    points = halving.candidates(bracket, epoch, read=read)
+    path = halving.decision_path(bracket, epoch, points)
+    if digest is not None and path.name != f"rung-{epoch}-{digest}.json":
+        raise UserError(
+            f"{source}: bracket {bracket.name} rung {epoch}: the grid now decides {path.name}, not rung-{epoch}-{digest}.json "
+            "(the campaign file changed while the workflow ran: run it again)"
+        )
+    return points
+
+
+def decide_rung(campaign: Campaign, bracket_name: str, epoch: int, digest: str | None) -> tuple[Path, bool]:
+    """The decide job: decide rung `epoch` of a bracket and record the grid it decided under (what the
+    audit holds the decision to). Returns the decision file and whether it was written."""
+    halving = campaign_search(campaign)
+    if halving is None:
+        raise UserError(f"{campaign.source}: search: no successive halving to decide")
+    bracket = halving.bracket(bracket_name)
+    asked_candidates(halving, bracket, epoch, digest, campaign.source)
+    record_grid(campaign.paths, campaign.name, campaign.description, campaign.grid)
+    return halving.decide(bracket, epoch)
+
+
+def job_settings(scopes: Iterable[Resources], of_run: Callable[[str], Resources]) -> tuple[dict[str, Any], Any]:
+    """SLURM resources in the plugin's names, and threads: each a constant when every job of the
+    scopes asks the same (Snakemake then evaluates nothing per job, which keeps planning 324 runs
+    quick), else a function of the job's wildcards that asks `of_run(wildcards.run)`."""
+    scopes = list(scopes)
+    names = {name: None for scope in scopes for name in scope.slurm}
+    resources = {
+        name: _constant_or_per_run([scope.slurm.get(name) for scope in scopes], lambda r, name=name: r.slurm.get(name), of_run)
+        for name in names
+    }
+    threads = _constant_or_per_run([scope.cpus for scope in scopes], lambda r: r.cpus, of_run)
+    return resources, threads
+
+
+def _constant_or_per_run(values: list, field: Callable[[Resources], Any], of_run: Callable[[str], Resources]):
+    if len(set(values)) == 1:
+        return values[0]
+    return functools.partial(_per_run, field=field, of_run=of_run)
+
+
+def _per_run(wildcards: Any, field: Callable[[Resources], Any], of_run: Callable[[str], Resources]) -> Any:
+    return field(of_run(wildcards.run))
