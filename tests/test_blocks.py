@@ -40,7 +40,7 @@ def test_block_reader_blocks_are_consecutive_pieces_of_the_stream(tiny_cache: Ca
 
 def test_block_reader_num_blocks_drops_the_partial_tail(tiny_cache: Cache) -> None:
     result = BlockReader(tiny_cache, "validation", 65).num_blocks
-    assert result == tiny_cache.split_tokens("validation") // 65
+    assert result == tiny_cache.manifest["splits"]["validation"]["tokens"] // 65
 
 
 def test_block_reader_read_follows_indices(tiny_cache: Cache) -> None:
@@ -55,7 +55,7 @@ def test_block_reader_returns_long_tensors(tiny_cache: Cache) -> None:
 
 
 def test_block_reader_context_larger_than_split_raises(tiny_cache: Cache) -> None:
-    block_len = tiny_cache.split_tokens("validation") + 1
+    block_len = tiny_cache.manifest["splits"]["validation"]["tokens"] + 1
     with pytest.raises(UserError, match=rf"model\.context_length {block_len - 1}: the validation split .* has only"):
         BlockReader(tiny_cache, "validation", block_len)
 

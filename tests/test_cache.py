@@ -28,7 +28,8 @@ from ebd2n.data import (
     synthetic,
     verify_cache,
 )
-from ebd2n.data.cache import MANIFEST, STAMP
+from ebd2n.data.cache import MANIFEST
+from ebd2n.data.cache_verify import STAMP
 from ebd2n.errors import UserError
 
 _PREPARE_SCRIPT = """
@@ -124,7 +125,7 @@ def test_prepare_cache_identity_depends_on_shuffle_seed(tiny_data, prepare_tiny,
 def test_prepare_cache_shard_sizes_match_manifest(kind: str, tiny_data, prepare_tiny, tmp_path: Path) -> None:
     data = tiny_data() if kind == "synthetic" else _local_data(tiny_data, tmp_path, kind, shard_tokens=4_000)
     cache = prepare_tiny(data)
-    result = _shard_sizes(cache), {split: cache.split_tokens(split) for split in ("train", "validation")}
+    result = _shard_sizes(cache), {split: counts["tokens"] for split, counts in cache.manifest["splits"].items()}
     expected = (
         {split: [shard["tokens"] for shard in entry["shards"]] for split, entry in cache.manifest["splits"].items()},
         {split: sum(sizes) for split, sizes in _shard_sizes(cache).items()},
@@ -182,7 +183,7 @@ def test_prepare_cache_huggingface_pins_the_resolved_revision(
 
 
 def test_prepare_cache_stops_at_prepare_train_tokens(tiny_data, prepare_tiny) -> None:
-    result = prepare_tiny(tiny_data(prepare_train_tokens=12_345)).split_tokens("train")
+    result = prepare_tiny(tiny_data(prepare_train_tokens=12_345)).manifest["splits"]["train"]["tokens"]
     assert result == 12_345
 
 
@@ -193,7 +194,7 @@ def test_prepare_cache_appends_eos_to_every_document(tiny_cache: Cache) -> None:
 
 
 def test_prepare_cache_records_validation_targets(tiny_cache: Cache) -> None:
-    assert tiny_cache.validation_targets == tiny_cache.split_tokens("validation") - 1
+    assert tiny_cache.validation_targets == tiny_cache.manifest["splits"]["validation"]["tokens"] - 1
 
 
 def test_prepare_cache_uses_uint32_beyond_uint16_ids(tiny_data, prepare_tiny, large_tokenizer: Path) -> None:

@@ -16,7 +16,8 @@ import pytest
 from run_dir_factory import BUSIEST, HOSTILE, JOB_IDS, fabricate_run
 
 from ebd2n.errors import UserError
-from ebd2n.report.dashboard import MAX_POINTS, downsample, write_dashboard
+from ebd2n.report.dashboard import write_dashboard
+from ebd2n.report.dashboard_figures import MAX_POINTS, downsample
 from ebd2n.report.plotly_embed import plotly_asset_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -34,7 +34,9 @@ from ebd2n.data import (
     train_bpe,
     verify_cache,
 )
-from ebd2n.data.cache import MANIFEST, STAMP, _request
+from ebd2n.data.cache import MANIFEST
+from ebd2n.data.cache_prepare import _request
+from ebd2n.data.cache_verify import STAMP
 from ebd2n.errors import UserError
 from ebd2n.model import GPT
 from ebd2n.targets import IGNORE_INDEX, split_block

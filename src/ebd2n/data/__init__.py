@@ -5,16 +5,10 @@ The block readers need torch; they load on first use, so preparing a cache start
 
 from typing import Any
 
-from ebd2n.data.cache import (
-    Cache,
-    build_cache,
-    cache_identity,
-    find_cache_identity,
-    open_cache,
-    open_verified_cache,
-    prepare_cache,
-    verify_cache,
-)
+from ebd2n.data.cache import Cache, find_cache_identity, open_cache
+from ebd2n.data.cache_build import build_cache
+from ebd2n.data.cache_prepare import prepare_cache
+from ebd2n.data.cache_verify import open_verified_cache, verify_cache
 from ebd2n.data.sources import SPLITS, Source, open_source
 from ebd2n.data.tokenizer import EOS_TOKEN, eos_id, obtain_tokenizer, train_bpe
 
@@ -29,7 +23,6 @@ __all__ = [
     "Cache",
     "Source",
     "build_cache",
-    "cache_identity",
     "eos_id",
     "find_cache_identity",
     "obtain_tokenizer",
