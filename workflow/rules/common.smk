@@ -1,7 +1,6 @@
 # All workflow Python: validate the campaign, then the input functions get_<thing>(wildcards), each
-# a call of the package's WorkflowPlan (ebd2n.campaign.workflow), where the logic is tested.
-# Nothing else happens while the Snakefile is parsed: no file is written or deleted, no process is
-# started, nothing of Snakemake's own records is read.
+# a call of the package's WorkflowPlan (ebd2n.campaign.workflow). Nothing else happens while the
+# Snakefile is parsed: no file written or deleted, no process started, no Snakemake record read.
 import functools
 import re
 import shlex
@@ -64,9 +63,8 @@ validate(CAMPAIGN_CONFIG, schema=str(SCHEMA_PATH), set_default=False)
 CAMPAIGN = PLAN.campaign
 CACHE = PLAN.cache
 
-# `python -m ebd2n` of the installed package (prepare, freeze, collect, audit, report) or, TRAINER,
-# of the campaign's frozen copy (plan, resolve, train, validate): the trainer is passed by path,
-# never as an input. Training and validation start through `-m ebd2n.launch` (get_launcher).
+# `python -m ebd2n` of the installed package or, TRAINER, of the campaign's frozen copy (plan, resolve,
+# train, validate): the trainer is passed by path, never as an input.
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"{PYTHON} -m ebd2n"
 FROZEN_SRC = named_campaign("{wildcards.campaign}").frozen_src
@@ -81,8 +79,7 @@ RUN_RESOURCES, RUN_THREADS = PLAN.run_job_resources()
 PREPARE_RESOURCES, PREPARE_THREADS = PLAN.prepare_job_resources()
 
 
-# When jobs are about to run (not while the Snakefile is parsed, not in a dry run): the runs
-# `ebd2n status` expects, with their resources and slices.
+# When jobs are about to run (not while parsing, not in a dry run): what `ebd2n status` expects.
 onstart:
     from ebd2n.campaign.status import write_plan
 
@@ -129,9 +126,8 @@ def workflow_errors(function):
 
 
 def decided(bracket, epoch, path):
-    """A rung decision, through Snakemake's checkpoint: asking for one not made yet makes it a job,
-    and Snakemake plans what depends on it (the bracket's next slices) once it is made. One on
-    disk is read as it is: each is written once, atomically."""
+    """A rung decision through Snakemake's checkpoint (one not made yet becomes a job, what depends on it
+    is planned once it is made); one on disk is read as it is: each is written once, atomically."""
     if not Path(path).is_file():
         digest = Path(path).stem.removeprefix(f"rung-{epoch}-")
         checkpoints.decide_rung.get(campaign=CAMPAIGN.name, bracket=bracket, epoch=epoch, digest=digest)
@@ -162,8 +158,7 @@ def get_run_results(wildcards):
 
 @workflow_errors
 def get_rung_slices(wildcards):
-    """Not ancient(): while a later rung is undecided, `all` reaches the slices before it only through
-    its decision, and Snakemake passes a needed rerun on through files that are not ancient."""
+    """Not ancient(): Snakemake passes a needed rerun on to `all` through files that are not ancient."""
     return PLAN.rung_slices(wildcards.bracket, int(wildcards.epoch), wildcards.digest, read=decided)
 
 
@@ -188,9 +183,8 @@ def get_expected_ends(wildcards):
 
 @workflow_errors
 def get_previous_slice(wildcards):
-    """The slice before (the trainer finds its starting checkpoint itself); a rung's decision orders
-    the slice after it through the checkpoint, never as an input (an extension's new decision must
-    not make the slice look changed)."""
+    """The slice before; a rung's decision orders the slice after it through the checkpoint, never as
+    an input (an extension's new decision must not make the slice look changed)."""
     epoch = int(wildcards.epoch) if "epoch" in wildcards.keys() else None
     previous = PLAN.previous_slice(wildcards.run, epoch, read=decided)
     return [] if previous is None else [ancient(previous)]

@@ -49,8 +49,7 @@ rule plan_slices:
         epochs_per_slice=get_slice_epochs,
         expect=get_expected_ends,
     shell:
-        TRAINER
-        + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
+        TRAINER + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
         " --output {output} > {log} 2>&1"
 
 
@@ -84,8 +83,7 @@ checkpoint decide_rung:
     params:
         campaign=CAMPAIGN_FILE,
     shell:
-        EBD2N
-        + " decide {params.campaign:q} --bracket {wildcards.bracket} --epoch {wildcards.epoch}"
+        EBD2N + " decide {params.campaign:q} --bracket {wildcards.bracket} --epoch {wildcards.epoch}"
         " --digest {wildcards.digest} > {log} 2>&1"
 
 
@@ -112,8 +110,7 @@ rule train_slice:
     params:
         launcher=get_launcher,
     shell:
-        LAUNCHED_TRAINER
-        + " train --config {input.recipe} --until-epoch {wildcards.epoch} --wait --quiet > {log} 2>&1"
+        LAUNCHED_TRAINER + " train --config {input.recipe} --until-epoch {wildcards.epoch} --wait --quiet > {log} 2>&1"
 
 
 # metrics.jsonl is no output: every slice appends to it, and the trainer cuts it back to the
