@@ -20,14 +20,17 @@ from gpu_reference import CUDA_RNG_STATE
 from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import load_recipe
-from ebd2n.data import open_cache
+from ebd2n.data import iter_full_validation, open_cache
 from ebd2n.evaluate import validate_run
+from ebd2n.layout import RunPaths
 from ebd2n.targets import split_block
 from ebd2n.train import train
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import load_checkpoint, save_checkpoint
 from ebd2n.train.engine import build_engine
 from ebd2n.train.runlog import read_metrics
+from ebd2n.train.validation import evaluate_sequences
+from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 """torch._inductor's import warns through torch.utils.mkldnn in torch 2.13; torch's matter, not ebd2n's."""
@@ -37,9 +40,10 @@ CUDA_PATH = ("runtime.cuda_path_on_cpu=true", "runtime.amp=true")
 FIRST_STEPS = 4
 """The steps compared across numerics: the first epoch, before training amplifies rounding differences."""
 LOSS_RTOL = 2e-3
-"""Relative loss difference allowed over FIRST_STEPS where the kernels differ (compiled against eager,
-BF16 against FP32): half of BF16's rounding unit (2**-8). Measured on this CPU: at most 5e-5 compiled
-against eager, 3.2e-4 BF16 against FP32; a wrong mask, dtype or lost update is orders larger."""
+"""Relative loss difference allowed where the kernels differ (compiled against eager, BF16 against
+FP32; training losses over FIRST_STEPS, full validation): half of BF16's rounding unit (2**-8).
+Measured on this CPU: at most 5e-5 compiled against eager, 3.2e-4 BF16 against FP32; a wrong mask,
+dtype or lost update is orders larger."""
 
 
 def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
@@ -69,12 +73,23 @@ def _step_losses(run_dir: Path) -> list[float]:
     return [r["loss"] for r in read_metrics(run_dir) if r["type"] == "step"]
 
 
-def _assert_validates(run_dir: Path, cache_dir: Path, numerics: dict) -> None:
-    """`ebd2n validate`'s evaluation of the run counts every validation target to a finite loss, and
-    run.json records the numerics the run took."""
+def _fp32_validation_loss(run_dir: Path) -> float:
+    """Full validation of the run's final weights on the CPU's own path (FP32)."""
+    recipe = load_recipe(RunPaths(run_dir).recipe)
+    model = model_with_weights(recipe, evaluation_state_dict(recipe, _weights(run_dir)))
+    batches = iter_full_validation(open_cache(recipe.data.cache_dir), recipe.model.context_length,
+                                   recipe.evaluation.batch_size)
+    return evaluate_sequences(model, batches, torch.device("cpu"), amp=False)[0]
+
+
+def _assert_validates_in_bf16(run_dir: Path, cache_dir: Path, numerics: dict) -> None:
+    """`ebd2n validate` counts every validation target to a finite loss, under BF16 autocast (its loss
+    is not, but is close to, the FP32 one of the same weights), and run.json records the numerics."""
     validation = validate_run(run_dir)
+    fp32 = _fp32_validation_loss(run_dir)
     assert json.loads((run_dir / "run.json").read_text())["numerics"] == numerics
     assert validation["targets"] == open_cache(cache_dir).validation_targets and math.isfinite(validation["loss"])
+    assert validation["loss"] != fp32 and validation["loss"] == pytest.approx(fp32, rel=LOSS_RTOL)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +148,7 @@ def test_cuda_path_on_cpu_losses_within_tolerance_of_fp32(eager_runs: tuple[Path
 
 
 def test_cuda_path_on_cpu_run_validates(eager_runs: tuple[Path, Path], demo_cache: Path) -> None:
-    _assert_validates(eager_runs[1], demo_cache, {"dtype": "bf16", "compile": False, "deterministic": True})
+    _assert_validates_in_bf16(eager_runs[1], demo_cache, {"dtype": "bf16", "compile": False, "deterministic": True})
 
 
 def test_compiled_two_slices_equal_one_job_bitwise(compiled_runs: tuple[Path, Path, dict]) -> None:
@@ -158,7 +173,7 @@ def test_compiled_forward_is_one_graph(compiled_runs: tuple[Path, Path, dict]) -
 
 
 def test_compiled_run_validates(compiled_runs: tuple[Path, Path, dict], demo_cache: Path) -> None:
-    _assert_validates(compiled_runs[1], demo_cache, {"dtype": "bf16", "compile": True, "deterministic": True})
+    _assert_validates_in_bf16(compiled_runs[1], demo_cache, {"dtype": "bf16", "compile": True, "deterministic": True})
 
 
 def test_checkpoint_with_cuda_rng_states_resumes_on_cpu(fp32_runs: tuple[Path, Path], demo_cache: Path,
