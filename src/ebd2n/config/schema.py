@@ -246,7 +246,7 @@ class RuntimeConfig(Section):
     deterministic: bool = False
     """Deterministic algorithms (bitwise-reproducible on CPU)."""
     amp: bool = True
-    """BF16 autocast on CUDA (CPU always computes in FP32)."""
+    """BF16 autocast on CUDA (CPU computes in FP32, unless cuda_path_on_cpu)."""
     compile: bool = False
     """torch.compile the model."""
     cuda_path_on_cpu: bool = False
