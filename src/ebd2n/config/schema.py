@@ -246,9 +246,12 @@ class RuntimeConfig(Section):
     deterministic: bool = False
     """Deterministic algorithms (bitwise-reproducible on CPU)."""
     amp: bool = True
-    """BF16 autocast on CUDA (CPU always computes in FP32)."""
+    """BF16 autocast on CUDA (CPU computes in FP32, unless cuda_path_on_cpu)."""
     compile: bool = False
     """torch.compile the model."""
+    cuda_path_on_cpu: bool = False
+    """Test-only: a CPU run takes the CUDA path's decisions (BF16 autocast when amp, fused AdamW), so CI
+    runs that code without a GPU; no effect on CUDA. CPU BF16 is slower than FP32: not for real runs."""
     purpose: str = ""
     """Free text shown on the run dashboard (why this run exists)."""
     cpu_threads: int | None = Field(default=None, gt=0)

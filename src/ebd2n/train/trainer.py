@@ -47,7 +47,7 @@ from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import format_memory
 from ebd2n.train.schedule import learning_rate
 from ebd2n.train.state import DataPosition, Progress, RandomState
-from ebd2n.train.step import Engine, StepResult
+from ebd2n.train.step import Engine, StepResult, bf16_autocast
 from ebd2n.train.validation import block_batches, evaluate_sequences
 
 
@@ -284,7 +284,7 @@ class _Loop:
         evaluation_model = self.engine.evaluation_model()  # the whole model on the main process only
         subset = None if evaluation_model is None else evaluate_sequences(
             evaluation_model, block_batches(self.eval_blocks, self.recipe.evaluation.batch_size),
-            self.device, self.recipe.runtime.amp,
+            self.device, self.engine.use_amp,
         )
         memory = distributed.gather_memory(self.job.context)  # every device of the job, on the main process
         if subset is None:
@@ -365,7 +365,7 @@ def _write_run_record(job: Slice, parts: Parts, output: RunOutput | SilentOutput
         "started": timestamp(counters.started), "ended": timestamp(),
         "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
         "steps": steps, "skipped_steps": counters.skipped_steps, "tokens": job.budget.tokens_after(steps),
-        "numerics": {"dtype": "bf16" if device.type == "cuda" and recipe.runtime.amp else "fp32",
+        "numerics": {"dtype": "bf16" if bf16_autocast(recipe, device) else "fp32",
                      "compile": recipe.runtime.compile, "deterministic": recipe.runtime.deterministic},
         "placement": context.placement_record(),
         "units": units,
@@ -387,7 +387,7 @@ def _log_header(output: RunOutput | SilentOutput, job: Slice) -> None:
         f"mode {recipe.mode} | parameters {budget.parameters:,} | budget {budget.total_tokens:,} tokens in {budget.epochs} "
         f"epochs, {budget.total_steps:,} steps of up to {budget.tokens_per_step:,} tokens | lr {recipe.optimizer.lr} beta2 {recipe.optimizer.beta2} | seed {recipe.runtime.seed}"
     )
-    dtype = "bf16 autocast" if device.type == "cuda" and recipe.runtime.amp else "fp32"
+    dtype = "bf16 autocast" if bf16_autocast(recipe, device) else "fp32"
     output.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
     if job.resume is None:  # the whole recipe once; later slices resume the same recipe (same identity)
         for line in dump_recipe(recipe).splitlines():
