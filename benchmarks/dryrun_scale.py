@@ -5,14 +5,17 @@
 
 For each seed count the 20M sweep's campaign file (config/campaigns/recipe-sweep-20m.yaml, 108 grid
 points) gets that many seeds (3: the published 324 runs; 31: 3,348; 93: 10,044) and both checkouts
-dry-run it with the slurm profile, alternately, `--repeats` times each. Prints the median seconds
-of each and their ratio; writes benchmarks/dryrun_scale.json after every measurement.
+dry-run it with the slurm profile, alternately, `--repeats` times each. Prints the median wall
+seconds and CPU seconds (user + system of the snakemake process: what the planning costs, whatever
+else loads the machine) of each and their ratios; writes benchmarks/dryrun_scale.json after every
+measurement.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEP = "config/campaigns/recipe-sweep-20m.yaml"
 
 
-def dry_run(checkout: Path, seeds: int) -> float:
-    """Seconds of one dry run of the sweep with `seeds` seeds, from `checkout`."""
+def dry_run(checkout: Path, seeds: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one dry run of the sweep with `seeds` seeds, from `checkout`."""
     raw = yaml.safe_load((checkout / SWEEP).read_text())
     raw["seeds"] = list(range(42, 42 + seeds))
     raw["campaign"] = f"dryrun-scale-{seeds}"
@@ -34,13 +37,19 @@ def dry_run(checkout: Path, seeds: int) -> float:
     campaign.write_text(yaml.safe_dump(raw, sort_keys=False))
     env = {"PYTHONPATH": str(checkout / "src"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
     command = [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "--configfile", str(campaign)]
+    before = _children_cpu()
     started = time.perf_counter()
     result = subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     campaign.unlink()
     if result.returncode:
         raise SystemExit(f"{checkout}: dry run of {seeds} seeds failed:\n{result.stderr[-3000:]}")
-    return elapsed
+    return elapsed, _children_cpu() - before
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -53,15 +62,18 @@ def main() -> None:
     record: dict = {"compared": str(checkouts["compared"]), "cases": {}}
     for seeds in args.seeds:
         times: dict[str, list[float]] = {name: [] for name in checkouts}
+        cpu: dict[str, list[float]] = {name: [] for name in checkouts}
         for _ in range(args.repeats):
             for name, checkout in checkouts.items():  # alternately, so load on the machine hits both alike
-                times[name].append(dry_run(checkout, seeds))
-                medians = {key: statistics.median(values) for key, values in times.items() if values}
-                record["cases"][str(seeds)] = {"runs": 108 * seeds, "seconds": times, "median_s": medians}
+                wall, used = dry_run(checkout, seeds)
+                times[name].append(wall)
+                cpu[name].append(used)
+                record["cases"][str(seeds)] = {"runs": 108 * seeds, "wall_s": times, "cpu_s": cpu}
                 (ROOT / "benchmarks" / "dryrun_scale.json").write_text(json.dumps(record, indent=2) + "\n")
-        this, compared = statistics.median(times["this"]), statistics.median(times["compared"])
-        print(f"{108 * seeds:6d} runs: this {this:7.2f} s, compared {compared:7.2f} s, ratio {this / compared:.3f} "
-              f"({', '.join(f'{t:.1f}' for t in times['this'])} / {', '.join(f'{t:.1f}' for t in times['compared'])})")
+        for label, values in (("wall", times), ("cpu", cpu)):
+            this, compared = statistics.median(values["this"]), statistics.median(values["compared"])
+            print(f"{108 * seeds:6d} runs, {label}: this {this:7.2f} s, compared {compared:7.2f} s, ratio {this / compared:.3f} "
+                  f"({', '.join(f'{t:.1f}' for t in values['this'])} / {', '.join(f'{t:.1f}' for t in values['compared'])})")
 
 
 if __name__ == "__main__":
