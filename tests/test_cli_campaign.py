@@ -61,7 +61,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory, tiny_cache) -> Path:
     write_campaign(root, "edgy", grid_runs(["synchronous"], [0.00025, 0.0005, 0.001], [0.99], [1, 2]), audit=True)
     (root / "config/campaigns").mkdir(parents=True)
     cache = shutil.copytree(tiny_cache.directory, root / "cache")  # `campaign prepare` finds it built
-    data = ", ".join(f"{key}: {value}" for key, value in {"source": "synthetic", "cache_dir": cache, **TINY_DATA}.items())
+    settings = {"source": "synthetic", "cache_dir": cache, **TINY_DATA}
+    data = ", ".join(f"{key}: {value}" for key, value in settings.items())
     (root / FILE).write_text(TEXT + f"data: {{{data}}}\noverrides: {{model.vocab_size: {TINY_VOCAB}}}\n")
     new_key_pair(root / "keys")
     return root
@@ -118,7 +119,9 @@ def test_cli_campaign_check_says_the_same_of_file_and_directory(here: Path, caps
     assert outputs[0] == outputs[1] and outputs[0].startswith("campaign edgy: 6 runs -> results/edgy")
 
 
-def test_cli_status_of_a_directory_that_is_no_campaign_lists_the_campaigns(here: Path, capsys: pytest.CaptureFixture) -> None:
+def test_cli_status_of_a_directory_that_is_no_campaign_lists_the_campaigns(
+    here: Path, capsys: pytest.CaptureFixture
+) -> None:
     status = main(["status", "config"])
     err = capsys.readouterr().err
     assert (status, err) == (2, "ebd2n status: error: config: not a campaign directory (none of frozen/, runs/, "
@@ -136,7 +139,7 @@ def test_cli_status_of_no_campaign_without_results_says_none_is_there(tmp_path: 
 
 def test_locate_directory_without_its_file_where_the_file_is_needed(here: Path) -> None:
     (here / "results/orphan/runs").mkdir(parents=True, exist_ok=True)
-    with pytest.raises(UserError, match=r"^campaign orphan: 0 campaign files name it .* give the campaign file itself$"):
+    with pytest.raises(UserError, match=r"^campaign orphan: 0 campaign files name it .* give the campaign file itself"):
         locate_campaign("results/orphan", need_file=True)
     assert locate_campaign("results/orphan").describe() == "campaign orphan: results/orphan"
 

@@ -70,7 +70,9 @@ def test_cli_help_lists_every_subcommand_the_parser_has() -> None:
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)
-def test_cli_help_of_each_subcommand_describes_it_and_shows_an_example(command: str, capsys: pytest.CaptureFixture) -> None:
+def test_cli_help_of_each_subcommand_describes_it_and_shows_an_example(
+    command: str, capsys: pytest.CaptureFixture
+) -> None:
     text = _help(command, capsys)
     usage, _, rest = text.partition("\n\n")
     description = rest.split("\n\n")[0]

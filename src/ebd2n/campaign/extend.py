@@ -29,6 +29,7 @@ from ebd2n.layout import CampaignPaths
 from ebd2n.provenance import timestamp
 from ebd2n.yamlio import compose_yaml, load_yaml, read_text
 
+
 @dataclass(frozen=True)
 class Extension:
     """One extension written: its number, the LRs added per mode, why, and the file's diff."""

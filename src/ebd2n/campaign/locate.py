@@ -108,7 +108,8 @@ def _require_campaign_directory(directory: Path, lead: str = "") -> None:
         return
     known = campaigns_under()
     listed = f"campaigns under {RESULTS}/: {', '.join(known)}" if known else f"no campaign under {RESULTS}/ here"
-    what = "no such directory" if not directory.exists() else f"none of {FROZEN}/, {RUNS}/, {CAMPAIGN_JSON}, {STATUS_PLAN}"
+    held = f"none of {FROZEN}/, {RUNS}/, {CAMPAIGN_JSON}, {STATUS_PLAN}"
+    what = held if directory.exists() else "no such directory"
     raise UserError(f"{lead}{directory}: not a campaign directory ({what}); {listed}")
 
 
