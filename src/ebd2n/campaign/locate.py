@@ -72,13 +72,14 @@ def locate_campaign(argument: str | os.PathLike, need_file: bool = False) -> Loc
         if not need_file:
             _require_campaign_directory(located.directory, f"{given} names campaign {name}, but ")
         return located
+    name = Path(os.path.abspath(given)).name  # `.` inside results/<name> names <name>
     if need_file:
         if given.suffix in YAML_SUFFIXES:
             raise UserError(f"{given}: no such campaign file")
-        _require_same_directory(given)
-        return Located(given.name, given, find_campaign_file(given.name), from_file=False)
+        _require_same_directory(given, name)
+        return Located(name, given, find_campaign_file(name), from_file=False)
     _require_campaign_directory(given)
-    return Located(given.name, given, None, from_file=False)
+    return Located(name, given, None, from_file=False)
 
 
 def find_campaign_file(name: str, root: Path = Path(".")) -> Path:
@@ -113,10 +114,10 @@ def _require_campaign_directory(directory: Path, lead: str = "") -> None:
     raise UserError(f"{lead}{directory}: not a campaign directory ({what}); {listed}")
 
 
-def _require_same_directory(given: Path) -> None:
+def _require_same_directory(given: Path, name: str) -> None:
     """A command acting on the campaign file writes to results/<name> under the working directory:
     refused for a directory elsewhere, which it would not touch."""
-    expected = named_campaign(given.name).directory
+    expected = named_campaign(name).directory
     if os.path.abspath(given) != os.path.abspath(expected):
         raise UserError(f"{given}: this command works on {expected} under the working directory; "
                         f"run it from the folder holding {RESULTS}/, or give the campaign file")
