@@ -19,6 +19,7 @@ from conftest import TINY_DATA, TINY_VOCAB
 
 from ebd2n.campaign.locate import locate_campaign
 from ebd2n.campaign.check import load_campaign
+from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.status import write_plan
 from ebd2n.cli import main
 from ebd2n.errors import UserError
@@ -76,7 +77,7 @@ def here(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     if revision.is_file():
         (repo / FILE).write_text(revision.read_text())
     campaign = load_campaign(FILE)
-    write_plan(campaign)
+    write_plan(campaign, campaign_plans(campaign))
     write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))
     return repo
 
