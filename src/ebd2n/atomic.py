@@ -98,11 +98,6 @@ def is_temporary(path: Path) -> bool:
     return path.name.startswith(".") and path.name.endswith(".tmp") and _WRITER.search(path.name) is not None
 
 
-def temporary_name(path: Path, pid: int) -> Path:
-    """The name `_temporary` gives a write of `path` by process `pid` (the tests make killed ones)."""
-    return path.with_name(f".{path.name}.{_HOST}-{pid}-k1ll3d_.tmp")
-
-
 def pid_alive(pid: int) -> bool:
     """A process with this pid exists on this host (possibly another user's)."""
     try:
