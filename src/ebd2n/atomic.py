@@ -47,6 +47,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def remove_file(path: str | os.PathLike) -> None:
     """Delete `path` (if it is there) for good: the directory entry is fsynced."""
     path = Path(path)
+    at("removing", path)
     path.unlink(missing_ok=True)
     fsync_dir(path.parent)
     at("removed", path)

@@ -144,11 +144,7 @@ class CheckpointManager:
         earlier = sorted(recorded | {relative for found, relative in self._on_disk() if found < epoch})
         if recorded:
             _write_ledger(self.run_dir, {relative: digest for relative, digest in ledger.items() if relative not in recorded})
-        for relative in earlier:
-            remove_file(self.run_dir / relative)
-        folder = self.run_dir / CHECKPOINT_DIR
-        if earlier and folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
+        self._remove(earlier)
 
     def _on_disk(self) -> list[tuple[int, str]]:
         """(epoch, file) of every checkpoint in the run's checkpoints/ folder."""
@@ -165,9 +161,16 @@ class CheckpointManager:
         yet recorded, or let go of after their entry was; none can be resumed from."""
         ledger = read_checkpoint_ledger(self.run_dir)
         unrecorded = sorted(relative for _epoch, relative in self._on_disk() if relative not in ledger)
-        for relative in unrecorded:
-            remove_file(self.run_dir / relative)
+        self._remove(unrecorded)
         return unrecorded
+
+    def _remove(self, relatives: list[str]) -> None:
+        """Delete checkpoint files (none recorded any more); an emptied checkpoints/ folder goes too."""
+        for relative in relatives:
+            remove_file(self.run_dir / relative)
+        folder = self.run_dir / CHECKPOINT_DIR
+        if relatives and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
     def _newest(self) -> tuple[Saved | None, list[str]]:
         """The newest checkpoint this run can resume from, checked by content (the ledger's hash, the
