@@ -80,9 +80,8 @@ def test_checkpoint_policy_docs_say_the_definition() -> None:
     text = (REPO / "docs/configuration.md").read_text(encoding="utf-8")
     section = text.split("### Checkpoint policy\n", 1)[1].split("\n### ", 1)[0]
     meanings = re.findall(r"^\| `([a-z]+)` \| (.+) \|$", section, flags=re.MULTILINE)
-    fields = [(re.findall(r"`([a-z]+)`", names), default)
-              for names, default in re.findall(r"^\| `checkpoint_policy` \| ([^|]*(?:\\\|[^|]*)*) \| `([a-z]+)` \|", text,
-                                               flags=re.MULTILINE)]
+    rows = re.findall(r"^\| `checkpoint_policy` \| ([^|]*(?:\\\|[^|]*)*) \| `([a-z]+)` \|", text, flags=re.MULTILINE)
+    fields = [(re.findall(r"`([a-z]+)`", names), default) for names, default in rows]
     definition = list(CHECKPOINT_POLICIES)
     assert (meanings, fields) == ([(policy.name, policy.meaning) for policy in CHECKPOINT_POLICIES.values()],
                                   [(definition, DEFAULT_CHECKPOINT_POLICY)] * 2)
@@ -112,7 +111,7 @@ def test_checkpoint_manager_killed_between_ledger_and_removal_leaves_records_tha
     settings = _settings(demo_cache, run)
     recipe = load_recipe("demo", settings)
     train(recipe, until_epoch=1, progress=False)
-    command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", *(arg for s in settings for arg in ("--set", s))]
+    command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", *(a for s in settings for a in ("--set", s))]
     env = {**environment(), KILL_AT: f"removing:{run}/checkpoints/epoch-1.pt", KILL_TARGET: ""}
     killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     left = (killed.returncode, _ledger(run), _checkpoint_files(run))
@@ -124,7 +123,8 @@ def test_checkpoint_manager_killed_between_ledger_and_removal_leaves_records_tha
     validate_run(run)
     assert left == (KILLED, ["final.pt"], ["checkpoints/epoch-1.pt", "final.pt"]), killed.stderr
     assert named == [f"{RUN.id}: unexpected file(s) checkpoints/epoch-1.pt (policy final)"]
-    assert (again, _retention_violations(run), _ledger(run), _checkpoint_files(run)) == (False, [], ["final.pt"], ["final.pt"])
+    result = (again, _retention_violations(run), _ledger(run), _checkpoint_files(run))
+    assert result == (False, [], ["final.pt"], ["final.pt"])
     assert not (run / "checkpoints").exists()
 
 

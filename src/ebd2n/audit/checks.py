@@ -379,7 +379,8 @@ def check_retention(views: list[RunView]) -> Check:
         if gone:
             yield f"{CHECKPOINT_LEDGER} records {', '.join(sorted(gone))}, which the run does not hold"
 
-    return each_run("run directories hold exactly what the checkpoint policy keeps, as their ledgers record", views, problem)
+    return each_run("run directories hold exactly what the checkpoint policy keeps, as their ledger records", views,
+                    problem)
 
 
 def check_best(views: list[RunView]) -> Check:

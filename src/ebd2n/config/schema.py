@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ebd2n.layout import BEST, FINAL, slice_checkpoint
+
 INT_RANGE = (-(2**63), 2**63 - 1)
 """What the trainer can hold in an integer (torch and numpy keep them as int64): every integer
 field of a recipe lies in it, so a seed of 2**64 is refused here, not by torch mid-training."""
@@ -36,17 +38,17 @@ CHECKPOINT_POLICIES = {
     for policy in (
         CheckpointPolicy(
             "final", keeps_epochs=False, keeps_initial=False,
-            meaning="`final.pt` only: the trainer deletes a slice checkpoint once a later one is written. "
-            "`best.json` records the best epoch-subset statistics with `weights: null`.",
+            meaning=f"`{FINAL}` only: the trainer deletes a slice checkpoint once a later one is written. "
+            f"`{BEST}` records the best epoch-subset statistics with `weights: null`.",
         ),
         CheckpointPolicy(
             "epoch", keeps_epochs=True, keeps_initial=False,
-            meaning="`final.pt` and a resumable checkpoint at every epoch boundary, "
-            "`checkpoints/epoch-1.pt` … `epoch-(E−1).pt`; `best.json` names the best epoch's.",
+            meaning=f"`{FINAL}` and a resumable checkpoint at every epoch boundary, "
+            f"`{slice_checkpoint(1)}` … `epoch-(E−1).pt`; `{BEST}` names the best epoch's.",
         ),
         CheckpointPolicy(
             "all", keeps_epochs=True, keeps_initial=True,
-            meaning="those of `epoch` and the initial weights, `checkpoints/epoch-0.pt`.",
+            meaning=f"those of `epoch` and the initial weights, `{slice_checkpoint(0)}`.",
         ),
     )
 }

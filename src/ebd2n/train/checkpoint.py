@@ -85,8 +85,8 @@ class CheckpointManager:
         state = load_checkpoint(resume, self.provenance, resume=True)
         if run_dir_of(Path(resume)).resolve() != self.run_dir.resolve():
             raise UserError(
-                f"--resume {resume}: a checkpoint of run directory {run_dir_of(Path(resume))}, not of runtime.output_dir "
-                f"{self.run_dir}; a run resumes in its own directory"
+                f"--resume {resume}: a checkpoint of run directory {run_dir_of(Path(resume))}, not of "
+                f"runtime.output_dir {self.run_dir}; a run resumes in its own directory"
             )
         relative = Path(resume).resolve().relative_to(self.run_dir.resolve()).as_posix()
         epoch = checkpoint_epoch(relative)
@@ -140,10 +140,10 @@ class CheckpointManager:
         if self.retention.keeps_earlier():
             return
         ledger = read_checkpoint_ledger(self.run_dir)
-        recorded = {relative for relative in ledger if (found := checkpoint_epoch(relative)) is not None and found < epoch}
-        earlier = sorted(recorded | {relative for found, relative in self._on_disk() if found < epoch})
+        recorded = {name for name in ledger if (found := checkpoint_epoch(name)) is not None and found < epoch}
+        earlier = sorted(recorded | {name for found, name in self._on_disk() if found < epoch})
         if recorded:
-            _write_ledger(self.run_dir, {relative: digest for relative, digest in ledger.items() if relative not in recorded})
+            _write_ledger(self.run_dir, {name: digest for name, digest in ledger.items() if name not in recorded})
         self._remove(earlier)
 
     def _on_disk(self) -> list[tuple[int, str]]:

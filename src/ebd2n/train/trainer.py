@@ -2,8 +2,9 @@
 
 The trainer is made of stateful parts: the engine (model and optimizer), the data position, the
 random number generators, the counters and the metrics writer. A checkpoint is their assembly,
-which the run's `ebd2n.train.checkpoint.CheckpointManager` saves, resumes from and lets go of; and the training order is a pure function of the seed and
-the data position, so N slices give the same result as one job (bitwise on CPU when deterministic).
+which the run's `ebd2n.train.checkpoint.CheckpointManager` saves, resumes from and lets go of;
+the training order is a pure function of the seed and the data position, so N slices give the
+same result as one job (bitwise on CPU when deterministic).
 
 Every process of a torchrun job runs this same code: the distributed engine does the collectives
 (its state_dict and evaluation model are assembled on the main process) and the process context
@@ -81,7 +82,8 @@ class Parts:
 
     def stateful(self) -> dict[str, Stateful]:
         """Every part by its key in a checkpoint."""
-        return {"engine": self.engine, "data": self.data, "progress": self.progress, "rng": self.rng, "metrics": self.metrics}
+        return {"engine": self.engine, "data": self.data, "progress": self.progress, "rng": self.rng,
+                "metrics": self.metrics}
 
 
 def train(
@@ -189,7 +191,8 @@ def _run_slice(job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_
     _log_header(output, job)
 
     def save(epoch: int) -> None:
-        relative, digest = job.checkpoints.save(epoch, parts.stateful(), budget.tokens_after(parts.data.step), output.writes)
+        tokens = budget.tokens_after(parts.data.step)
+        relative, digest = job.checkpoints.save(epoch, parts.stateful(), tokens, output.writes)
         output.write(f"checkpoint {relative} written, sha256 {digest}")
 
     loop = _Loop(job, parts, output, eval_blocks, progress)
