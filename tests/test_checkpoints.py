@@ -142,3 +142,25 @@ def test_checkpoint_audit_names_a_ledger_entry_whose_file_is_gone(demo_cache: Pa
     validate_run(run)
     assert (clean, _retention_violations(run)) == (
         [], [f"{RUN.id}: checkpoints.json records checkpoints/epoch-1.pt, which the run does not hold"])
+
+
+def test_checkpoint_manager_removes_a_killed_jobs_unrecorded_checkpoint(demo_cache: Path, tmp_path: Path) -> None:
+    """A trainer killed after writing a checkpoint, before recording it, leaves a file no ledger entry
+    vouches for: the next job removes it (saying so in train.log), resumes from the newest recorded
+    one and ends with its ledger equal to its checkpoints on disk (policy epoch, 3 epochs)."""
+    run = tmp_path / RUN.id
+    settings = [*_settings(demo_cache, run), "training.checkpoint_policy=epoch", "training.max_tokens=12288"]
+    recipe = load_recipe("demo", settings)
+    train(recipe, until_epoch=1, progress=False)
+    command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--until-epoch", "2",
+               *(a for s in settings for a in ("--set", s))]
+    env = {**environment(), KILL_AT: f"after:{run}/checkpoints/epoch-2.pt", KILL_TARGET: ""}
+    killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    left = (killed.returncode, _ledger(run), _checkpoint_files(run))
+    train(recipe, until_epoch=2, progress=False)
+    log = (run / "train.log").read_text(encoding="utf-8")
+    said = ["removed checkpoints/epoch-2.pt, a checkpoint not recorded in checkpoints.json" in log,
+            "resume from checkpoints/epoch-1.pt at epoch 1" in log]
+    both = ["checkpoints/epoch-1.pt", "checkpoints/epoch-2.pt"]
+    assert left == (KILLED, ["checkpoints/epoch-1.pt"], both), killed.stderr
+    assert (said, _ledger(run), _checkpoint_files(run)) == ([True, True], both, both)
