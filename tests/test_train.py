@@ -213,8 +213,8 @@ def test_temporaries_of_killed_writes_are_removed_by_the_next_writer(demo_cache:
     run = tmp_path / "run"
     recipe = _recipe(demo_cache, run)
     train(recipe, until_epoch=1, progress=False)
-    in_checkpoints, in_run = (killed_write(run / name, data) for name, data in (("checkpoints/epoch-2.pt", b"half a checkpoint"),
-                                                                                ("run.json", b"{")))
+    in_checkpoints = killed_write(run / "checkpoints/epoch-2.pt", b"half a checkpoint")
+    in_run = killed_write(run / "run.json", b"{")
     train(recipe, resume=run / "checkpoints/epoch-1.pt", progress=False)
     removed = [line for line in (run / "train.log").read_text().splitlines() if "temporary file of a write" in line]
     in_results = killed_write(run / "results.json", b"{")
@@ -285,7 +285,9 @@ def test_corrupt_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
     checkpoint.write_bytes(checkpoint.read_bytes()[:-100])
     with pytest.raises(UserError, match=r"epoch-2\.pt: SHA-256 .* does not match"):
         train(recipe, resume=checkpoint, progress=False)
-    assert (whole, _is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt"), _is_recorded(tmp_path / "run", "final.pt")) == (True, False, False)
+    result = (whole, _is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt"),
+              _is_recorded(tmp_path / "run", "final.pt"))
+    assert result == (True, False, False)
 
 
 def test_foreign_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
