@@ -357,24 +357,30 @@ def slice_records(recipe: Recipe) -> list[str]:
 
 
 def check_retention(views: list[RunView]) -> Check:
-    """A run directory holds exactly its artifacts and the checkpoints its policy keeps."""
+    """A run directory holds exactly its artifacts and the checkpoints its policy keeps, and its
+    ledger records no checkpoint that is gone (the trainer lets go of an entry before its file)."""
 
     def problem(view: RunView) -> Iterable[str]:
         if view.recipe is None:
             return
-        kept = retention_of(view.recipe).kept()
+        retention = retention_of(view.recipe)
+        kept = retention.kept()
         allowed = {*RUN_ARTIFACTS, *kept, *slice_records(view.recipe)}
         stray = [name for name in view.files if name not in allowed]
         if stray:
-            yield f"unexpected file(s) {', '.join(stray)} (policy {view.recipe.training.checkpoint_policy})"
+            yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"
         missing = [name for name in kept if name not in view.files]
         if missing:
-            yield f"checkpoint(s) {', '.join(missing)} missing (policy {view.recipe.training.checkpoint_policy} keeps them)"
+            yield f"checkpoint(s) {', '.join(missing)} missing (policy {retention.policy} keeps them)"
         for name in kept:
             if name in view.hashes and (view.checkpoints or {}).get(name) != view.hashes[name]:
                 yield f"{name} does not match its SHA-256 in {CHECKPOINT_LEDGER}"
+        gone = [name for name in view.checkpoints or {} if name not in {*view.files, *missing, *RUN_ARTIFACTS}]
+        if gone:
+            yield f"{CHECKPOINT_LEDGER} records {', '.join(sorted(gone))}, which the run does not hold"
 
-    return each_run("run directories hold exactly what the checkpoint policy keeps", views, problem)
+    return each_run("run directories hold exactly what the checkpoint policy keeps, as their ledger records", views,
+                    problem)
 
 
 def check_best(views: list[RunView]) -> Check:
@@ -382,10 +388,11 @@ def check_best(views: list[RunView]) -> Check:
         if view.best is None or view.recipe is None:
             return
         weights = view.best.get("weights")
-        if view.recipe.training.checkpoint_policy == "final":
+        retention = retention_of(view.recipe)
+        if not retention.keeps_earlier():
             if weights is not None:
-                yield f"{BEST} holds weights ({weights!r}) under the final policy"
-        elif not isinstance(weights, str) or weights not in {FINAL, *retention_of(view.recipe).kept()} or weights not in view.files:
+                yield f"{BEST} holds weights ({weights!r}) under the {retention.policy} policy"
+        elif not isinstance(weights, str) or weights not in {FINAL, *retention.kept()} or weights not in view.files:
             yield f"{BEST} points at {weights!r}, which the run does not keep"
 
     return each_run(f"{BEST} names weights the run keeps (null under the final policy)", views, problem)
