@@ -11,7 +11,7 @@ import filecmp
 import math
 import re
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +40,7 @@ from ebd2n.layout import (
 from ebd2n.provenance import source_hash
 from ebd2n.report.campaign_report import build_report, report_files
 from ebd2n.train.budget import budget_of
-from ebd2n.train.plan import plan_json
+from ebd2n.train.plan import SlicePlan, plan_json
 from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import CLOSING_LINES
 
@@ -351,12 +351,13 @@ def retention_of(recipe: Recipe) -> Retention:
     return Retention(recipe.training.checkpoint_policy, budget_of(recipe).epochs)
 
 
-def slice_records(recipe: Recipe) -> list[str]:
-    """The slice records a run may hold: one per epoch boundary before the end of its budget."""
-    return [slice_record(epoch) for epoch in range(1, budget_of(recipe).epochs)]
+def slice_records(plan: SlicePlan | None) -> list[str]:
+    """The slice records a run may hold: one per slice end of its plan before the last (none without
+    a plan, which check_plans names)."""
+    return [slice_record(epoch) for epoch in plan.ends[:-1]] if plan is not None else []
 
 
-def check_retention(views: list[RunView]) -> Check:
+def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None]) -> Check:
     """A run directory holds exactly its artifacts and the checkpoints its policy keeps, and its
     ledger records no checkpoint that is gone (the trainer lets go of an entry before its file)."""
 
@@ -365,7 +366,7 @@ def check_retention(views: list[RunView]) -> Check:
             return
         retention = retention_of(view.recipe)
         kept = retention.kept()
-        allowed = {*RUN_ARTIFACTS, *kept, *slice_records(view.recipe)}
+        allowed = {*RUN_ARTIFACTS, *kept, *slice_records(plans.get(view.run.base))}
         stray = [name for name in view.files if name not in allowed]
         if stray:
             yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"
