@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", type=Path,
                    help="a checkpoint to resume from (default: the run directory's newest valid one)")
     p.add_argument("--until-epoch", type=int, help="stop at this epoch boundary (default: the whole budget)")
+    p.add_argument("--plan", type=Path,
+                   help="the run's slice plan (frozen/plans/<base>.json): a run that diverges records every slice end")
     p.add_argument("--wait", action="store_true", help=wait)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -78,7 +78,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.report.jobs import train_job
 
     summary = train_job(args.recipe, args.overrides, resume=args.resume, until_epoch=args.until_epoch,
-                        progress=not args.quiet and sys.stderr.isatty(), wait=args.wait)
+                        progress=not args.quiet and sys.stderr.isatty(), wait=args.wait, plan=args.plan)
     if summary is not None:
         print(summary)
 

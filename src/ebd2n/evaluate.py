@@ -58,6 +58,11 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
         return json.loads(previous)
     started = time.time()
     state = load_checkpoint(paths.final, provenance)
+    diverged = state.get("progress", {}).get("diverged")
+    if diverged is not None:  # the weights of a run that stopped learning: not worth a full pass
+        return _write_results(paths, recipe, provenance, state, started, {
+            "status": "diverged", "loss": None, "perplexity": None, "accuracy": None, "diverged": diverged,
+            "validation": "not run: the run diverged"})
     target = resolve_device(device or recipe.runtime.device)
     model = model_with_weights(recipe, evaluation_state_dict(recipe, state["engine"]))
     model.to(target)
@@ -65,20 +70,28 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     loss, accuracy, targets = evaluate_sequences(model, batches, target, bf16_autocast(recipe, target))
     if targets != cache.validation_targets:
         raise UserError(f"{run_dir}: evaluated {targets} targets, the cache has {cache.validation_targets}")
+    outcome = {"status": "complete", "loss": loss, "perplexity": math.exp(loss), "accuracy": accuracy,
+               "targets": targets}
+    if not math.isfinite(loss):  # non-finite weights the trainer did not stop at: a failed run, never a missing one
+        outcome |= {"status": "failed", "reason": f"non-finite full-validation loss ({loss})",
+                    "loss": None, "perplexity": None, "accuracy": None}
+    return _write_results(paths, recipe, provenance, state, started, outcome)
+
+
+def _write_results(paths: RunPaths, recipe: Recipe, provenance: Provenance, state: dict, started: float,
+                   outcome: dict) -> dict:
+    """results.json: the run, its `outcome` (status and measurements), who trained and validated it,
+    and the SHA-256 of every file its trainer left."""
     results = {
-        "run": run_dir.name,
+        "run": paths.directory.name,
         "mode": recipe.mode,
         "lr": recipe.optimizer.lr,
         "beta2": recipe.optimizer.beta2,
         "seed": recipe.runtime.seed,
-        "status": "complete",
-        "loss": loss,
-        "perplexity": math.exp(loss),
-        "accuracy": accuracy,
-        "targets": targets,
+        **outcome,
         "tokens": int(state["tokens"]),
         "recipe_identity": provenance.recipe_identity,
-        "cache_identity": cache.identity,
+        "cache_identity": provenance.cache_identity,
         "source_hash": state["source_hash"],
         "validator_source_hash": source_hash(),
         "job_ids": list(state["progress"]["job_ids"]),
@@ -87,9 +100,6 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
         "wall_seconds": time.time() - started,
         "artifacts": {name: sha256_file(paths / name) for name in TRAINING_ARTIFACTS if (paths / name).is_file()},
     }
-    if not math.isfinite(loss):  # a diverged model: a failed run, never a silently missing one
-        results |= {"status": "failed", "reason": f"non-finite full-validation loss ({loss})",
-                    "loss": None, "perplexity": None, "accuracy": None}
     atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
     return results
 
@@ -103,5 +113,5 @@ def _unchanged_results(paths: RunPaths, provenance: Provenance) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     same = (previous.get("recipe_identity"), previous.get("cache_identity")) == (provenance.recipe_identity, provenance.cache_identity)
-    return text if unchanged and same and previous.get("status") == "complete" else None
+    return text if unchanged and same and previous.get("status") in ("complete", "diverged") else None
 

@@ -111,6 +111,7 @@ _ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
     "lora": {"train_norms": False},
     "data": {"supervised": None},
     "runtime": {"cuda_path_on_cpu": False},
+    "training": {"divergence_margin": 1.0, "divergence_patience": 20},
 }
 """Fields added after recipes were first identified: left out of dumps and identities at their
 default, so every earlier recipe keeps its recipe.yaml and its identity."""
@@ -120,7 +121,7 @@ def _recipe_data(recipe: Recipe) -> dict[str, Any]:
     """The resolved recipe as plain data, without added fields at their default."""
     data = recipe.model_dump(mode="json")
     sections = {"model": data["model"], "lora": data["parallel"].get("lora"), "data": data["data"],
-                "runtime": data["runtime"]}
+                "runtime": data["runtime"], "training": data["training"]}
     for section, defaults in _ADDED_DEFAULTS.items():
         for key, default in defaults.items():
             if sections[section] is not None and sections[section].get(key, default) == default:

@@ -259,7 +259,11 @@ class TrainingConfig(Section):
     log_every: int = Field(default=20, gt=0)
     """Optimizer steps between progress lines in train.log."""
     max_consecutive_skips: int = Field(default=10, gt=0)
-    """A run with this many non-finite steps in a row fails instead of spinning."""
+    """This many steps in a row with non-finite gradients: the run diverged (rule non-finite)."""
+    divergence_margin: float | None = Field(default=1.0, ge=0)
+    """Nats above ln(vocab_size), uniform guessing's loss, that make a training step's loss over bound; null: off."""
+    divergence_patience: int = Field(default=20, gt=0)
+    """After warm-up, this many steps in a row over the loss bound: the run diverged (rule loss-bound)."""
     init_from: str | None = None
     """Start from the weights of this ebd2n checkpoint (fine-tuning)."""
 

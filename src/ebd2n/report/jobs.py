@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ebd2n.errors import UserError
 from ebd2n.layout import DASHBOARD, FINAL, RUN_RECORD
 
 
@@ -19,6 +20,7 @@ def train_job(
     until_epoch: int | None = None,
     progress: bool = False,
     wait: bool = False,
+    plan: Path | None = None,
 ) -> str | None:
     """Train a run (or one slice of it) and, once the run is complete, write its dashboard; return
     one line on what the job left (None on a torchrun process other than the main one)."""
@@ -27,12 +29,16 @@ def train_job(
     from ebd2n.provenance import job_usage
     from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
+    from ebd2n.train.plan import read_slice_plan
     from ebd2n.train.runlog import append_to_train_log
 
     loaded = load_recipe(recipe, overrides)
+    slice_plan = None if plan is None else read_slice_plan(plan)
+    if plan is not None and slice_plan is None:
+        raise UserError(f"--plan {plan}: no such file")
     run_dir = Path(loaded.runtime.output_dir)
     trained = train(loaded, config_path=resolve_recipe_path(recipe), resume=resume, until_epoch=until_epoch,
-                    progress=progress, wait=wait)
+                    progress=progress, wait=wait, slice_ends=slice_plan.ends if slice_plan else ())
     if not is_main_process():  # torchrun: the main process writes and speaks for the run
         return None
     complete = (run_dir / FINAL).is_file()
@@ -48,11 +54,15 @@ def _train_summary(run_dir: Path, trained: bool, until_epoch: int | None) -> str
     and the last subset loss."""
     from ebd2n.train.runlog import read_metrics
 
-    epochs = [record for record in read_metrics(run_dir) if record["type"] == "epoch"]
-    last = epochs[-1]
+    records = read_metrics(run_dir)
+    done = "done" if trained else "done already (nothing trained)"
+    diverged = [record for record in records if record["type"] == "diverged"]
+    if diverged:
+        return (f"{done}: the run diverged at step {diverged[-1]['step']} ({diverged[-1]['rule']}); "
+                f"{run_dir / FINAL} holds its weights there")
+    last = [record for record in records if record["type"] == "epoch"][-1]
     loss = (f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % "
             f"(epoch {last['epoch']} subset)")
-    done = "done" if trained else "done already (nothing trained)"
     if (run_dir / FINAL).is_file():
         return f"{done}: {run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
     return f"slice {done}: epoch {until_epoch} of {run_dir}; `ebd2n train` without --until-epoch resumes it; {loss}"
@@ -71,7 +81,10 @@ def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -
 
         write_dashboard(run_dir)
     results = validate_run(run_dir, device=device, wait=wait)
-    if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
+    if results["status"] == "diverged":
+        outcome = (f"{run_dir}: diverged at step {results['diverged']['step']} ({results['diverged']['rule']}); "
+                   f"full validation {results['validation']}")
+    elif results["status"] == "failed":  # recorded in results.json, which the report and the audit show
         outcome = f"{run_dir}: failed run: {results['reason']}"
     else:
         outcome = f"{run_dir}: full-validation loss {results['loss']:.6f} nats over {results['targets']:,} targets"

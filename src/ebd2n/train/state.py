@@ -55,11 +55,17 @@ class RandomState:
 
 @dataclass
 class Progress:
-    """Counters carried across slices: epochs done, skipped steps, the best subset epoch, the jobs."""
+    """Counters carried across slices: epochs done, skipped steps, the divergence rules' streaks and
+    decision, the best subset epoch, the jobs."""
 
     epoch: int = 0
     skipped_steps: int = 0
     consecutive_skips: int = 0
+    over_bound: int = 0
+    """Steps in a row over the loss bound (ebd2n.train.divergence)."""
+    last_finite_loss: float | None = None
+    diverged: dict | None = None
+    """The divergence decision (metrics.jsonl's `diverged` record), None while the run goes on."""
     best: dict | None = None
     job_ids: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)

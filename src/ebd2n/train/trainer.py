@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ebd2n.config import Recipe, dump_recipe, hf_identity, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
-from ebd2n.errors import RunFailed, UserError
+from ebd2n.errors import UserError
 from ebd2n.atomic import atomic_write_text, remove_temporaries
 from ebd2n.layout import RECIPE, RunPaths
 from ebd2n.parallel import distributed
@@ -32,6 +32,7 @@ from ebd2n.provenance import environment, job_id, source_hash, timestamp
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import Budget, budget_of
 from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Stateful
+from ebd2n.train.divergence import RECORD_TYPE, Rules, observe
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
 from ebd2n.train.retention import Retention
@@ -55,6 +56,9 @@ class Slice:
     """The checkpoint (relative to the run directory) the slice starts from; None: the start."""
     start_epoch: int
     end_epoch: int
+    slice_ends: tuple[int, ...] = ()
+    """The run's planned slice ends (its campaign's plan; none for a run trained alone): a diverged
+    run leaves the record of each one still ahead, so the jobs that would train them find them."""
 
     @property
     def run_dir(self) -> Path:
@@ -93,6 +97,7 @@ def train(
     until_epoch: int | None = None,
     progress: bool = True,
     wait: bool = False,
+    slice_ends: tuple[int, ...] = (),
 ) -> bool:
     """Train the run to `until_epoch` (default: the end of its budget); False when it was there already.
 
@@ -100,6 +105,8 @@ def train(
     when that epoch is reached already, so a job can always be run again. `wait`: wait for a live
     trainer holding the run directory instead of refusing. The run's dashboard is its caller's to
     write once the run is complete (`ebd2n train` does): the report layer builds on this one.
+    A run that diverges (ebd2n.train.divergence) stops at once and leaves its final records, and
+    the record of each of `slice_ends` still ahead: every later job of the run has nothing to do.
     """
     run_dir = Path(recipe.runtime.output_dir)
     budget = budget_of(recipe)
@@ -121,7 +128,7 @@ def train(
                 checkpoints.let_go(start.epoch)
             return False  # reached already: nothing to train, train.log and metrics.jsonl untouched
         job = Slice(recipe, budget, checkpoints, context, config_path, start and start.relative,
-                    min(start.epoch, end_epoch) if start else 0, end_epoch)
+                    min(start.epoch, end_epoch) if start else 0, end_epoch, tuple(slice_ends))
         _train_job(job, parts_of, start, notes, progress)
     finally:
         try:
@@ -199,9 +206,16 @@ def _run_slice(job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_
     if job.resume is None and retention.writes(0, job.end_epoch):  # the initial weights (policy all)
         save(0)
     for epoch in range(job.start_epoch, job.end_epoch):
+        if parts.progress.diverged is not None:
+            break
         loop.run_epoch(epoch)
-        if retention.writes(epoch + 1, job.end_epoch):
+        if parts.progress.diverged is not None:
+            save(budget.epochs)  # final.pt: the weights at the decision (a skipped step's update was never applied)
+        elif retention.writes(epoch + 1, job.end_epoch):
             save(epoch + 1)
+    if parts.progress.diverged is not None:
+        _end_diverged(job, parts, output)
+        return
     if job.start_epoch == job.end_epoch:
         output.write(f"epoch {job.end_epoch} reached already ({job.resume}): its records written")
     if not output.writes:
@@ -213,6 +227,20 @@ def _run_slice(job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_
         _write_slice_record(job.run_dir, job.end_epoch, budget.epochs)
     job.checkpoints.let_go(job.end_epoch)
     output.write(f"slice done: epochs {job.start_epoch}..{job.end_epoch} of {budget.epochs}")
+
+
+def _end_diverged(job: Slice, parts: Parts, output: RunOutput | SilentOutput) -> None:
+    """What a diverged run leaves besides final.pt: the record of every slice end still ahead, then
+    best.json and run.json, as a run at the end of its budget does; nothing is trained after it."""
+    if not output.writes:
+        return
+    epochs = job.budget.epochs
+    for end in sorted({*(end for end in job.slice_ends if job.end_epoch <= end < epochs), job.end_epoch} - {epochs}):
+        _write_slice_record(job.run_dir, end, epochs)
+    _write_best(job, parts.progress, output)
+    _write_run_record(job, parts, output)
+    job.checkpoints.let_go(epochs)
+    output.write(f"slice done: epochs {job.start_epoch}..{job.end_epoch} of {epochs}, stopped: the run diverged")
 
 
 def _eval_subset(recipe: Recipe, cache: Cache) -> torch.Tensor:
@@ -229,8 +257,10 @@ class _Loop:
                  progress: bool) -> None:
         self.job, self.parts, self.output, self.eval_blocks, self.progress = job, parts, output, eval_blocks, progress
         self.recipe, self.budget, self.engine, self.device = job.recipe, job.budget, parts.engine, job.context.device
+        self.rules = Rules.of(job.recipe, job.budget)
 
     def run_epoch(self, epoch: int) -> None:
+        """Train epoch `epoch` and measure it, or stop at a step where the run diverged."""
         budget, counters = self.budget, self.parts.progress
         started = time.perf_counter()
         if self.device.type == "cuda":
@@ -239,7 +269,10 @@ class _Loop:
         steps = budget.epoch_steps(epoch)
         bar = tqdm(steps, desc=f"epoch {epoch + 1}/{budget.epochs}", disable=not self.progress, leave=False)
         for step in bar:
-            result = self._step(step)
+            result = self._step(step, epoch)
+            if counters.diverged is not None:
+                bar.close()
+                return  # no step, and no measurement, after the decision
             losses.append(result.loss)
             bar.set_postfix(loss=f"{result.loss:.4f}")
         elapsed = time.perf_counter() - started
@@ -273,35 +306,43 @@ class _Loop:
             f"val loss {val_loss:.4f} acc {100 * val_accuracy:.2f}% | lr {record['lr']:.3e}{extra}"
         )
 
-    def _step(self, step: int) -> StepResult:
+    def _step(self, step: int, epoch: int) -> StepResult:
+        """One optimizer step and its record; the divergence decision when a rule fires at it."""
         budget, counters = self.budget, self.parts.progress
         sequences = self.parts.data.next_batch()  # an epoch's last step may be shortened
-        lr = learning_rate(budget.tokens_after(step + 1), budget.total_tokens, self.recipe.optimizer)
+        tokens = budget.tokens_after(step + 1)
+        lr = learning_rate(tokens, budget.total_tokens, self.recipe.optimizer)
         result = self.engine.train_step(sequences, lr)
         if result.skipped:
             counters.skipped_steps += 1
-            counters.consecutive_skips += 1
             self.output.write(f"step {step + 1}: non-finite gradient norm ({result.grad_norm}); step skipped")
-            if counters.consecutive_skips >= self.recipe.training.max_consecutive_skips:
-                raise RunFailed(
-                    f"{counters.consecutive_skips} consecutive steps had non-finite gradients (last at step {step + 1}); "
-                    "lower optimizer.lr or check the data"
-                )
-        else:
-            counters.consecutive_skips = 0
+        fired = observe(self.rules, counters, result.loss, result.skipped, tokens)
         self.output.append({
             "type": "step", "step": step + 1, "loss": result.loss, "accuracy": result.accuracy, "lr": lr,
             "grad_norm": result.grad_norm, "skipped": result.skipped,
         })
         if (step + 1) % self.recipe.training.log_every == 0:
             self.output.write(f"step {step + 1}/{budget.total_steps} | loss {result.loss:.4f} | lr {lr:.3e}")
+        if fired is not None:
+            rule, detail = fired
+            counters.diverged = {"type": RECORD_TYPE, "step": step + 1, "tokens": tokens, "epoch": epoch + 1,
+                                 "rule": rule, "last_finite_loss": counters.last_finite_loss, "detail": detail}
+            self.output.append(counters.diverged)
+            last = "none" if counters.last_finite_loss is None else f"{counters.last_finite_loss:.4f}"
+            self.output.write(f"diverged at step {step + 1} (rule {rule}): {detail}; last finite loss {last}; "
+                              "training stops here, its weights in final.pt, no full validation")
         return result
 
 
 def _write_best(job: Slice, counters: Progress, output: RunOutput | SilentOutput) -> None:
     """best.json, whose `weights` name the kept checkpoint of the best epoch (null under the final
     policy, which keeps none)."""
-    if counters.best is None:  # another process of the job: it measured no epoch
+    if counters.best is None and counters.diverged is None:  # another process of the job: it measured no epoch
+        return
+    if counters.best is None:  # diverged before its first epoch ended: no epoch was measured
+        output.write_json(RunPaths(job.run_dir).best, {"epoch": None, "step": None, "tokens": None, "val_loss": None,
+                                                       "val_accuracy": None, "weights": None})
+        output.write(f"best subset epoch: none, the run diverged in epoch 1 ({RunPaths(job.run_dir).best.name})")
         return
     best = dict(counters.best, weights=job.retention.best_weights(counters.best["epoch"]))
     path = RunPaths(job.run_dir).best
@@ -333,6 +374,8 @@ def _write_run_record(job: Slice, parts: Parts, output: RunOutput | SilentOutput
         "placement": context.placement_record(),
         "units": units,
     }
+    if counters.diverged is not None:
+        record["diverged"] = counters.diverged
     if recipe.model.source == "huggingface":  # which model was fine-tuned, for the dashboard's identity section
         record["model"] = {"path": recipe.model.path, **hf_identity(recipe.model)}
     output.write_json(RunPaths(job.run_dir).record, record)
