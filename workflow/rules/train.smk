@@ -111,7 +111,8 @@ rule train_slice:
         launcher=get_launcher,
         until="--until-epoch {epoch}",
     shell:
-        LAUNCHED_TRAINER + " train --config {input.recipe} {params.until} --plan {input.plan} --wait --quiet > {log} 2>&1"
+        LAUNCHED_TRAINER
+        + " train --config {input.recipe} {params.until} --plan {input.plan} --wait --quiet > {log} 2>&1"
 
 
 # The last slice: the same job to the end of the budget. metrics.jsonl is no output: every slice

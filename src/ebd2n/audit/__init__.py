@@ -28,6 +28,7 @@ from typing import Any, Literal
 from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_bytes
 from ebd2n.audit import checks
 from ebd2n.audit.ledger import Ledger, accepted, compare, ledger_json, protected, read_ledger, retrained
+from ebd2n.audit.outcomes import check_outcomes
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.audit.search import check_search, readable
@@ -98,6 +99,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         checks.check_final(run_list, cache_identity, _final_states(finished)),
         checks.check_artifacts(run_list),
         checks.check_history(run_list),
+        check_outcomes(run_list),
         checks.check_retention(run_list, _recorded_plans(paths, history.grid.bases)),
         checks.check_best(run_list),
         _check_collected(paths, info, recomputed, finished),

@@ -152,6 +152,10 @@ def check_files(views: list[RunView]) -> Check:
 def check_validation(views: list[RunView], cache_identity: str | None, targets: int | None) -> Check:
     def problem(view: RunView) -> Iterable[str]:
         results = view.results
+        if results.get("status") == "diverged":  # an outcome, not validated (ebd2n.audit.outcomes checks the claim)
+            if cache_identity is None or results.get("cache_identity") != cache_identity:
+                yield f"cache identity {str(results.get('cache_identity'))[:12]}… is not the campaign's cache"
+            return
         if results.get("status") != "complete":
             reason = results.get("reason")
             yield f"full validation {results.get('status', 'missing')}" + (f" ({reason})" if reason else "")
@@ -282,10 +286,12 @@ def check_history(views: list[RunView]) -> Check:
         if steps != list(range(1, len(steps) + 1)):
             yield f"{METRICS}: steps are not 1..N once each in order (two trainers, or an edit)"
         budget = budget_of(view.recipe)
-        if epochs != list(range(1, budget.epochs + 1)):
-            yield f"{METRICS}: epoch records {_span(epochs)}, expected 1..{budget.epochs} once each"
-        if steps and len(steps) != budget.total_steps:
-            yield f"{METRICS}: {len(steps)} step records, the budget has {budget.total_steps}"
+        diverged = records[-1] if records and records[-1].get("type") == "diverged" else {}  # the run stopped there
+        last_epoch, last_step = diverged.get("epoch", budget.epochs + 1) - 1, diverged.get("step", budget.total_steps)
+        if epochs != list(range(1, last_epoch + 1)):
+            yield f"{METRICS}: epoch records {_span(epochs)}, expected 1..{last_epoch} once each"
+        if steps and len(steps) != last_step:
+            yield f"{METRICS}: {len(steps)} step records, the {'decision' if diverged else 'budget'} has {last_step}"
         if TRAIN_LOG in view.hashes:
             blocks = log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
             jobs = {job for job, _ in blocks}

@@ -31,6 +31,7 @@ from ebd2n.campaign.search import (
 )
 from ebd2n.errors import UserError
 from ebd2n.layout import FINAL, FROZEN, FROZEN_SPEC, METRICS, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
+from ebd2n.train.divergence import diverged_record
 
 _COMPARED = ("ranking", "promoted", "carried", "continuing")
 
@@ -152,7 +153,7 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
         losses[run.id] = epoch_loss(paths.run(run.id).metrics, epoch) if paths.run(run.id).metrics.is_file() else None
         recorded = next((entry["losses"].get(run.id) for entry in decision["ranking"] if isinstance(entry.get("losses"), dict)
                          and run.id in entry["losses"]), None)
-        if losses[run.id] is None:
+        if losses[run.id] is None and diverged_record(paths.run(run.id).metrics) is None:  # diverged: no loss, last
             problems.append(f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its {METRICS}")
         elif not _same(recorded, losses[run.id]):
             problems.append(f"{where}: rung {epoch}: {run.id} is recorded with loss {recorded}, its {METRICS} says "
@@ -189,6 +190,8 @@ def _stopped_problems(halving: Halving, view: RunView | None, rung: int) -> list
     where = f"stopped at rung {rung}"
     if view is None:
         return [f"{where}, but its run directory is missing"]
+    if diverged_record(view.paths.metrics) is not None:
+        return []  # it diverged: its final records stand (ebd2n.audit.outcomes checks that it stopped there)
     problems = []
     on = [name for name in view.files if name in (FINAL, RESULTS_JSON)
           or max(checkpoint_epoch(name) or 0, slice_record_epoch(name) or 0) > rung]

@@ -31,6 +31,7 @@ from ebd2n.campaign.runs import BASE, Run
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.layout import METRICS, CampaignPaths
+from ebd2n.train.divergence import diverged_record
 from ebd2n.train.plan import SlicePlan
 
 GRID = "grid"
@@ -176,8 +177,8 @@ def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], 
            losses: Mapping[str, float | None], earlier: Mapping[str, list[str]], drawn_from: Iterable[str] = (),
            seeds: Iterable[int] | None = None) -> dict[str, Any]:
     """The decision at rung `epoch`: candidates ranked (mean loss over seeds; a point missing a
-    seed's loss, or with a non-finite one, ranks last), the best ceil(keep x n) promoted, and the
-    points earlier decisions of this rung promoted carried. `earlier` maps each earlier decision's
+    seed's loss, a diverged run's or a non-finite one, ranks last and is never promoted), the best
+    ceil(keep x n) promoted, and the points earlier decisions of this rung promoted carried. `earlier` maps each earlier decision's
     file name to the points it let train on; `drawn_from` names the decisions of the rung before
     whose promoted points are the candidates (what the audit traces each decision back through);
     `seeds` are those of the grid it is made under (default: the bracket's)."""
@@ -188,7 +189,7 @@ def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], 
         mean = sum(values) / len(values) if len(values) == len(point) else None
         ranking.append({"point": point_id(lr, beta2), "lr": lr, "beta2": beta2, "mean_loss": mean, "losses": point})
     ranking.sort(key=lambda entry: (entry["mean_loss"] is None, entry["mean_loss"] or 0.0, entry["lr"], entry["beta2"]))
-    promoted = [entry["point"] for entry in ranking[:promoted_count(keep, len(ranking))]]
+    promoted = [entry["point"] for entry in ranking[:promoted_count(keep, len(ranking))] if entry["mean_loss"] is not None]
     listed = {entry["point"] for entry in ranking}
     carried = sorted({point for points in earlier.values() for point in points if point in listed} - set(promoted),
                      key=[entry["point"] for entry in ranking].index)
@@ -332,7 +333,8 @@ class Halving:
         candidates = self.candidates(bracket, epoch)
         path = self.decision_path(bracket, epoch, candidates)
         losses = {run.id: epoch_loss(self.paths.run(run.id).metrics, epoch) for run in bracket.runs(candidates)}
-        missing = [run_id for run_id, loss in losses.items() if loss is None]
+        missing = [run_id for run_id, loss in losses.items()  # a diverged run has no loss there: it ranks last
+                   if loss is None and diverged_record(self.paths.run(run_id).metrics) is None]
         if missing:
             raise UserError(f"bracket {bracket.name} rung {epoch}: no subset-validation loss at epoch {epoch} in "
                             f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} ({METRICS}): train them to the rung first")

@@ -28,6 +28,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,9 @@ STATES = ("done", "running", "failed", "pending")
 """The campaign line's counts; a run that trains or validates counts as running."""
 STOPPED = "stopped"
 """A run successive halving stopped at a rung: counted apart, under halving only."""
-_EPOCH = re.compile(rb'"type": ?"epoch"')
+DIVERGED = "diverged"
+"""A run the trainer stopped because it diverged (ebd2n.train.divergence): an outcome, counted apart."""
+_RECORD = re.compile(rb'"type": ?"(epoch|diverged)"')
 _ERROR = re.compile(r"^(ebd2n [a-z]+: (error|run failed|interrupted)|Traceback \(most recent call last\)|\S*Error: )", re.M)
 
 
@@ -63,7 +66,7 @@ class RunStatus:
 
     run: str
     state: str
-    """pending, training, validating, done, failed or stopped (at a rung, successive halving)."""
+    """pending, training, validating, done, diverged, failed or stopped (at a rung, successive halving)."""
     detail: str
     epochs_done: int
     epochs: int
@@ -155,7 +158,7 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
     stopped = _stopped_notes(halving) if halving else {}
     rows = [_run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, stopped.get(run.id))
             for run, gpus, cpus in planned_runs(plan)]
-    states = (*STATES, STOPPED) if halving else STATES
+    states = (*STATES, DIVERGED, STOPPED) if halving else (*STATES, DIVERGED)
     counts = {state: sum(row.counted == state for row in rows) for state in states}
     return CampaignStatus(
         campaign=plan["campaign"], runs=rows, counts=counts,
@@ -212,7 +215,7 @@ def _bracket_lines(halving: Halving, rows: list[RunStatus]) -> list[str]:
 
 def _eta(rows: list[RunStatus], running: int) -> float | None:
     """Seconds until every run that has not failed nor stopped is validated; None before any job finished."""
-    left = [row for row in rows if row.state not in ("failed", "done", STOPPED)]
+    left = [row for row in rows if row.state not in ("failed", "done", DIVERGED, STOPPED)]
     slices = sum(row.slices - row.slices_done for row in left)
     validations = len(left)
     trained = [seconds for row in rows for seconds in row.slice_seconds]
@@ -229,7 +232,7 @@ def _run_status(campaign_dir: Path, run: str, gpus: int, cpus: int, plan: SliceP
                 stopped: str | None = None) -> RunStatus:
     """One run's row; `stopped`: why a rung stopped it (successive halving), None if none did."""
     files = CampaignPaths(Path(campaign_dir)).run(run)
-    epochs = _epoch_records(files.metrics)
+    epochs, diverged = _epoch_records(files.metrics)
     done_epochs = len(epochs)
     ends = list(plan.ends)
     slices_done = sum(end <= done_epochs for end in ends)
@@ -244,7 +247,10 @@ def _run_status(campaign_dir: Path, run: str, gpus: int, cpus: int, plan: SliceP
                 row.slice_seconds.append(sum(record.get("wall_s", 0.0) for record in epochs[start:end]))
     results = read_json(files.results) if files.results.is_file() else None
     holder = live_holder(files.directory)
-    if isinstance(results, dict):
+    if diverged is not None and files.final.is_file():  # the trainer's decision, recorded with its final records
+        row.state, row.detail = DIVERGED, f"diverged at step {diverged.get('step')} ({diverged.get('rule')})"
+        row.wall_s += _stopped_epoch_seconds(epochs, diverged, files.record)
+    elif isinstance(results, dict):
         row.state = "done"
         row.full_loss = results.get("loss")
         row.validation_seconds = results.get("wall_seconds")
@@ -265,31 +271,47 @@ def _run_status(campaign_dir: Path, run: str, gpus: int, cpus: int, plan: SliceP
     return row
 
 
-_READ: dict[Path, tuple[tuple[int, int], list[dict[str, Any]]]] = {}
+_READ: dict[Path, tuple[tuple[int, int], tuple[list[dict[str, Any]], dict[str, Any] | None]]] = {}
 """Epoch records by file, with the (mtime, size) they were read at: a process that asks again
 (Snakemake's console, rewriting status pages) reads only the files that changed."""
 
 
-def _epoch_records(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's epoch records, without parsing its many step records; a line being written
-    (no newline yet) is left out."""
+def _epoch_records(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """metrics.jsonl's epoch records and its divergence decision (None: none), without parsing its
+    many step records; a line being written (no newline yet) is left out."""
     try:
         stat = path.stat()
     except FileNotFoundError:
-        return []
+        return [], None
     key = (stat.st_mtime_ns, stat.st_size)
     if path in _READ and _READ[path][0] == key:
         return _READ[path][1]
     records = []
     for line in path.read_bytes().splitlines(keepends=True):
-        if line.endswith(b"\n") and _EPOCH.search(line):
+        if line.endswith(b"\n") and _RECORD.search(line):
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
     epochs = [record for record in records if record.get("type") == "epoch"]
-    _READ[path] = (key, epochs)
-    return epochs
+    diverged = next((record for record in reversed(records) if record.get("type") == DIVERGED), None)
+    _READ[path] = (key, (epochs, diverged))
+    return epochs, diverged
+
+
+def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: dict[str, Any], run_record: Path) -> float:
+    """The training time of a diverged run's last, unfinished epoch, which no epoch record holds: its
+    tokens at the mean rate of the finished epochs, or (none finished) run.json's start to end."""
+    rates = [record["tokens_per_s"] for record in epochs if record.get("tokens_per_s")]
+    if rates:
+        done = epochs[-1].get("tokens", 0) if epochs else 0
+        return max(0.0, (diverged.get("tokens", done) - done) / (sum(rates) / len(rates)))
+    record = read_json(run_record) if run_record.is_file() else None
+    try:
+        ended, started = (datetime.strptime(record[key], "%Y-%m-%dT%H:%M:%S%z") for key in ("ended", "started"))
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return max(0.0, (ended - started).total_seconds())
 
 
 def _failure(campaign_dir: Path, run: str) -> str | None:
@@ -312,7 +334,8 @@ COLUMNS = ("run", "state", "epochs", "subset val loss", "subset acc.", "full val
 LOSSES = ("subset val loss: the last epoch's check on a fixed validation subset; "
           "full val loss: the whole validation split, which the report ranks runs by.")
 """What the two loss columns are, under the table."""
-_COLOURS = {"done": "32", "training": "36", "validating": "36", "failed": "31", "pending": "2", STOPPED: "33"}
+_COLOURS = {"done": "32", "training": "36", "validating": "36", "failed": "31", "pending": "2", STOPPED: "33",
+            DIVERGED: "33"}
 
 
 def format_status(status: CampaignStatus, colour: bool = False) -> str:
@@ -337,6 +360,7 @@ def campaign_line(status: CampaignStatus) -> str:
     counts = status.counts
     eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
     stopped = f"{counts[STOPPED]} stopped, " if STOPPED in counts else ""
+    stopped += f"{counts[DIVERGED]} diverged, " if counts.get(DIVERGED) else ""
     return (f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
             f"{stopped}{counts['failed']} failed, {counts['pending']} pending; {format_amount(status.gpu_hours)} GPU-hours, "
             f"{format_amount(status.cpu_hours)} CPU-hours so far; ETA {eta}")
@@ -383,7 +407,7 @@ table {{ border-collapse: collapse; }} th, td {{ padding: 0.2rem 0.7rem; text-al
 td:nth-child(n+3):nth-child(-n+7) {{ text-align: right; font-variant-numeric: tabular-nums; }}
 tr.done td:nth-child(2) {{ color: #1e7a3c; }} tr.failed td {{ color: #b3261e; }}
 tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; font-weight: 600; }} tr.pending {{ color: #6b7480; }}
-tr.stopped td:nth-child(2) {{ color: #8a5a00; }}
+tr.stopped td:nth-child(2), tr.diverged td:nth-child(2) {{ color: #8a5a00; }}
 </style>
 </head>
 <body>

@@ -61,7 +61,7 @@ def observe(rules: Rules, streaks: Streaks | Any, loss: float, skipped: bool, to
     fires and why, None while the run goes on."""
     streaks.consecutive_skips = streaks.consecutive_skips + 1 if skipped else 0
     finite = math.isfinite(loss)
-    if finite and not skipped:
+    if finite:
         streaks.last_finite_loss = loss
     over = rules.bound is not None and tokens > rules.warmup_tokens and not skipped and finite and loss > rules.bound
     streaks.over_bound = streaks.over_bound + 1 if over else 0

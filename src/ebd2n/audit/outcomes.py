@@ -1,0 +1,100 @@
+"""The audit of a run's outcome: a run recorded as diverged must have diverged, and one recorded as
+finished must not have.
+
+A divergence is claimed in three places the trainer writes together: metrics.jsonl's last record,
+the `progress` of final.pt, and results.json (`status: diverged`). The evidence is the run's own
+step records: the rules of its recipe (ebd2n.train.divergence), replayed over them, must fire at
+the recorded step for the recorded rule, and no step may follow it. So a converged run relabelled
+as diverged (to hide it from selection) and a diverged run relabelled as finished are both named.
+That the frozen trainer wrote these records is `check_trainer`'s (results.json's source hash).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ebd2n.audit.checks import Check
+from ebd2n.audit.runs import RunView, metric_records
+from ebd2n.layout import FINAL, METRICS, RESULTS_JSON
+from ebd2n.train.budget import budget_of
+from ebd2n.train.divergence import RECORD_TYPE, Rules, replay
+
+
+def check_outcomes(views: Iterable[RunView]) -> Check:
+    """Every run that claims an outcome anywhere (results.json, or a divergence in metrics.jsonl)
+    shows it in its step records, as the rules of its recipe decide."""
+    check = Check("every recorded outcome (finished or diverged) is what the run's own steps show")
+    for view in views:
+        if view.recipe is None or METRICS not in view.hashes:
+            continue  # the files and recipe checks name these
+        records, bad = metric_records(view.paths.metrics)
+        claims = _claims(view, records)
+        if bad or not (view.finished or claims):
+            continue  # unreadable metrics: the history check names it; not finished and no claim: nothing claimed yet
+        check.examined += 1
+        check.violations += [f"{view.id}: {problem}" for problem in _problems(view, records, claims)]
+    return check
+
+
+def _claims(view: RunView, records: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """Where the run says it diverged, and what each place says."""
+    claims: dict[str, dict[str, Any] | None] = {}
+    last = records[-1] if records else {}
+    if last.get("type") == RECORD_TYPE:
+        claims[METRICS] = last
+    elif any(record.get("type") == RECORD_TYPE for record in records):
+        claims[METRICS] = None  # a decision that is not the last record: steps followed it
+    results = view.results or {}
+    if results.get("status") == RECORD_TYPE:
+        claims[RESULTS_JSON] = results.get("diverged") if isinstance(results.get("diverged"), dict) else None
+    final = _final_outcome(view)
+    if final is not None:
+        claims[FINAL] = final
+    return claims
+
+
+def _final_outcome(view: RunView) -> dict[str, Any] | None:
+    """The divergence final.pt records in its progress, None when it records none (or is unreadable:
+    the final check names that)."""
+    if FINAL not in view.hashes:
+        return None
+    import torch
+
+    try:
+        state = torch.load(view.paths.final, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - any unpickling failure means an unreadable file
+        return None
+    progress = state.get("progress") if isinstance(state, dict) else None
+    diverged = progress.get("diverged") if isinstance(progress, dict) else None
+    return diverged if isinstance(diverged, dict) else None
+
+
+def _problems(view: RunView, records: list[dict[str, Any]], claims: dict[str, dict[str, Any] | None]) -> Iterable[str]:
+    budget = budget_of(view.recipe)
+    steps = [record for record in records if record.get("type") == "step" and isinstance(record.get("step"), int)]
+    fired = replay(Rules.of(view.recipe, budget), steps, budget.tokens_after)
+    places = ", ".join(sorted(claims))
+    if fired is None:
+        if claims:
+            yield (f"recorded as diverged ({places}), but no divergence rule fires over its {METRICS} steps: "
+                   "a converged run relabelled as diverged")
+        return
+    step, rule = fired
+    if not claims or (view.finished and RESULTS_JSON not in claims):
+        status = (view.results or {}).get("status", "not validated")
+        yield (f"its {METRICS} steps diverge at step {step} (rule {rule}), but {RESULTS_JSON} says {status}"
+               f"{'' if not claims else ' (diverged only in ' + places + ')'}: a diverged run relabelled as finished")
+        return
+    for place in (METRICS, FINAL, RESULTS_JSON) if view.finished else (METRICS, FINAL):
+        claim = claims.get(place)
+        if claim is None:
+            yield f"diverged at step {step} (rule {rule}), but {place} records no such decision as its last"
+        elif (claim.get("step"), claim.get("rule")) != (step, rule):
+            yield (f"{place} records divergence at step {claim.get('step')} (rule {claim.get('rule')}), "
+                   f"the rules fire at step {step} (rule {rule})")
+    if steps and steps[-1]["step"] != step:
+        yield f"diverged at step {step} (rule {rule}), but it trained on to step {steps[-1]['step']}"
+    decisions = [claim for claim in claims.values() if claim is not None]
+    if any(claim != decisions[0] for claim in decisions):
+        yield f"{', '.join(sorted(claims))} record different divergence decisions"
