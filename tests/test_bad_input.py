@@ -122,6 +122,8 @@ WORKFLOW_CASES: dict[str, tuple[dict | None, str, list[str]]] = {
     "seed beyond int64": ({"seeds": [2**64]}, "seeds.0", []),
     "search keep 0": ({"search": {"method": "successive-halving", "keep": 0}}, "search.keep", []),
     "search of one point": ({"search": {"method": "successive-halving"}}, "search", []),
+    "divergence patience not an integer": ({"overrides": {"training.divergence_patience": 2.5}},
+                                           "training.divergence_patience", []),
 }
 _SNAKEMAKE_PREAMBLE = ("Using workflow specific profile",)
 """Lines Snakemake itself writes before the Snakefile runs."""
@@ -274,6 +276,9 @@ for _name, _sets, _names in [
     ("negative seed", ["runtime.seed=-1"], "runtime.seed"),
     ("max_tokens beyond int64", [f"training.max_tokens={10**24}"], "training.max_tokens"),
     ("max_tokens of absurdly many epochs", [f"training.max_tokens={10**18}"], "training.max_tokens"),
+    ("negative divergence margin", ["training.divergence_margin=-1"], "training.divergence_margin"),
+    ("divergence margin not a number", ["training.divergence_margin=high"], "training.divergence_margin"),
+    ("zero divergence patience", ["training.divergence_patience=0"], "training.divergence_patience"),
 ]:
     case(f"recipe --set {_name}")(lambda world, tmp, sets=_sets, names=_names: Case(
         ["recipe", "demo", *[arg for pair in sets for arg in ("--set", pair)]], names))
