@@ -13,12 +13,17 @@ import torch
 from workflow_support import TINY, copy_repo, snakemake, write_campaign
 
 from ebd2n.atomic import sha256_file
+from ebd2n.audit.checks import check_best, check_retention
+from ebd2n.audit.outcomes import check_outcomes
+from ebd2n.audit.runs import read_run
+from ebd2n.campaign.runs import Run
 from ebd2n.campaign.search import Bracket, decide
 from ebd2n.campaign.status import campaign_status, campaign_line
 from ebd2n.config import dump_recipe, load_recipe, recipe_identity
 from ebd2n.evaluate import validate_run
-from ebd2n.layout import slice_record
+from ebd2n.layout import RunPaths, slice_record
 from ebd2n.train import train
+from ebd2n.train.plan import plan_slices
 from ebd2n.train.runlog import read_metrics
 
 DIVERGING = "synchronous-lr1000.0-beta20.99-seed42"
@@ -31,7 +36,8 @@ def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
 
 
 def _hashes(run_dir: Path) -> dict[str, str]:
-    return {path.relative_to(run_dir).as_posix(): sha256_file(path) for path in sorted(run_dir.rglob("*")) if path.is_file()}
+    return {path.relative_to(run_dir).as_posix(): sha256_file(path)
+            for path in sorted(run_dir.rglob("*")) if path.is_file()}
 
 
 def test_train_non_finite_rule_stops_the_run_at_its_decision(demo_cache: Path, tmp_path: Path) -> None:
@@ -79,7 +85,8 @@ def test_validate_diverged_run_records_its_outcome_without_validating(demo_cache
     run_dir = tmp_path / "run"
     train(_recipe(demo_cache, run_dir, "optimizer.lr=1000"), progress=False)
     results = validate_run(run_dir)
-    assert (results["status"], results["loss"], results["validation"]) == ("diverged", None, "not run: the run diverged")
+    assert (results["status"], results["loss"]) == ("diverged", None)
+    assert results["validation"] == "not run: the run diverged"
     assert results["diverged"] == read_metrics(run_dir)[-1]
     assert "targets" not in results and results["artifacts"]["final.pt"] == sha256_file(run_dir / "final.pt")
     assert validate_run(run_dir) == results  # unchanged: the same record
@@ -96,7 +103,8 @@ def test_recipe_divergence_defaults_keep_identities(demo_cache: Path, tmp_path: 
 def test_decide_ranks_a_diverged_point_last_and_never_promotes_it() -> None:
     bracket = Bracket(None, "synchronous", ((0.003, 0.99), (1000.0, 0.99)), (42,))
     losses = {run.id: (None if run.lr == 1000.0 else 4.2) for run in bracket.runs()}
-    decision = decide(bracket, 1, [(0.003, 0.99), (1000.0, 0.99)], 1.0, losses, {})
+    diverged = frozenset(run.id for run in bracket.runs() if run.lr == 1000.0)
+    decision = decide(bracket, 1, [(0.003, 0.99), (1000.0, 0.99)], 1.0, losses, {}, diverged=diverged)
     assert [entry["lr"] for entry in decision["ranking"]] == [0.003, 1000.0]
     assert decision["promoted"] == ["lr0.003-beta20.99"] and decision["continuing"] == ["lr0.003-beta20.99"]
 
@@ -114,6 +122,17 @@ def _campaign(tmp_path: Path, learning_rates: list[float], **extra) -> Path:
 
 def _audit(campaign: Path) -> dict:
     return json.loads((campaign / "audit.json").read_text())
+
+
+def _outcome_check(audit: dict) -> dict:
+    return next(check for check in audit["checks"] if check["name"].startswith("every recorded outcome"))
+
+
+def _assert_nothing_to_do(repo: Path) -> None:
+    """A second invocation trains and validates nothing (its dry run plans the audit alone)."""
+    again = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
+    said = again.stdout + again.stderr
+    assert "would train: no run" in said and "would validate: no run" in said
 
 
 def _assert_diverged_soon(run_dir: Path) -> dict:
@@ -135,19 +154,19 @@ def test_workflow_grid_with_a_diverging_lr_completes_and_its_audit_names_relabel
     assert (campaign / "runs" / DIVERGING / "report.html").is_file()
     audit = _audit(campaign)
     assert audit["passed"], audit["summary"]
-    assert any(check["name"].startswith("every recorded outcome") and check["examined"] == 2 for check in audit["checks"])
+    assert _outcome_check(audit)["examined"] == 2
     status = campaign_status(campaign)
     row = next(row for row in status.runs if row.run == DIVERGING)
-    assert (row.state, row.detail) == ("diverged", f"diverged at step {decision['step']} (non-finite)") and row.wall_s > 0
+    assert (row.state, row.detail) == ("diverged", f"diverged at step {decision['step']} (non-finite)")
+    assert row.wall_s > 0
     assert "1 done, 0 running, 1 diverged, 0 failed, 0 pending" in campaign_line(status)
-    again = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
-    assert "would train: no run" in again.stdout and "would validate: no run" in again.stdout
+    _assert_nothing_to_do(repo)
 
     _relabel(campaign / "runs" / CONVERGING, diverged=True)
     _relabel(campaign / "runs" / DIVERGING, diverged=False)
     from ebd2n.audit import audit_campaign
 
-    outcome = next(check for check in audit_campaign(campaign)["checks"] if check["name"].startswith("every recorded outcome"))
+    outcome = _outcome_check(audit_campaign(campaign))
     assert [violation.split(":")[0] for violation in outcome["violations"]] == [CONVERGING, DIVERGING]
     assert "a converged run relabelled as diverged" in outcome["violations"][0]
     assert "a diverged run relabelled as finished" in outcome["violations"][1]
@@ -182,5 +201,23 @@ def test_workflow_halving_with_a_diverging_point_completes_without_promoting_it(
     assert "lr1000.0-beta20.99" not in decision["continuing"]
     audit = _audit(campaign)
     assert audit["passed"], audit["summary"]
-    again = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
-    assert "would train: no run" in again.stdout and "would validate: no run" in again.stdout
+    _assert_nothing_to_do(repo)
+
+
+@pytest.mark.parametrize("overrides", [["optimizer.lr=1000"], ["optimizer.lr=1000", "training.max_consecutive_skips=3"]],
+                         ids=["in-epoch-3", "in-epoch-1"])
+def test_audit_accepts_a_diverged_run_keeping_epoch_checkpoints(demo_cache: Path, tmp_path: Path,
+                                                                overrides: list[str]) -> None:
+    """Policy epoch: the checkpoints of the epochs it never reached are not missing; diverged in its
+    first epoch, it has no best epoch to name."""
+    run_dir = tmp_path / "run"
+    recipe = _recipe(demo_cache, run_dir, "training.checkpoint_policy=epoch", *overrides)
+    train(recipe, progress=False)
+    validate_run(run_dir)
+    run = Run(None, "synchronous", 1000.0, recipe.optimizer.beta2, recipe.runtime.seed)
+    view = read_run(RunPaths(run_dir), run)
+    retention = check_retention([view], {run.base: plan_slices(4, 1)})
+    assert (retention.examined, retention.violations) == (1, [])
+    assert check_best([view]).violations == []
+    outcome = check_outcomes([view])
+    assert (outcome.examined, outcome.violations) == (1, [])

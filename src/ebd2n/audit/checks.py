@@ -34,6 +34,7 @@ from ebd2n.layout import (
     TRAIN_LOG,
     TRAINING_ARTIFACTS,
     CampaignPaths,
+    checkpoint_epoch,
     named_campaign,
     slice_record,
 )
@@ -376,7 +377,9 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
         stray = [name for name in view.files if name not in allowed]
         if stray:
             yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"
-        missing = [name for name in kept if name not in view.files]
+        stopped = ((view.results or {}).get("diverged") or {}).get("epoch")  # a diverged run wrote none from there on
+        missing = [name for name in kept if name not in view.files
+                   and not (isinstance(stopped, int) and (checkpoint_epoch(name) or 0) >= stopped)]
         if missing:
             yield f"checkpoint(s) {', '.join(missing)} missing (policy {retention.policy} keeps them)"
         for name in kept:
@@ -392,8 +395,8 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
 
 def check_best(views: list[RunView]) -> Check:
     def problem(view: RunView) -> Iterable[str]:
-        if view.best is None or view.recipe is None:
-            return
+        if view.best is None or view.recipe is None or view.best.get("epoch") is None and "diverged" in view.results:
+            return  # a run that diverged in its first epoch has no best epoch
         weights = view.best.get("weights")
         retention = retention_of(view.recipe)
         if not retention.keeps_earlier():

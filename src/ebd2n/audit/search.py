@@ -153,7 +153,7 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
         losses[run.id] = epoch_loss(paths.run(run.id).metrics, epoch) if paths.run(run.id).metrics.is_file() else None
         recorded = next((entry["losses"].get(run.id) for entry in decision["ranking"] if isinstance(entry.get("losses"), dict)
                          and run.id in entry["losses"]), None)
-        if losses[run.id] is None and diverged_record(paths.run(run.id).metrics) is None:  # diverged: no loss, last
+        if losses[run.id] is None and diverged_record(paths.run(run.id).metrics) is None:  # diverged: none, ranks last
             problems.append(f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its {METRICS}")
         elif not _same(recorded, losses[run.id]):
             problems.append(f"{where}: rung {epoch}: {run.id} is recorded with loss {recorded}, its {METRICS} says "
@@ -166,7 +166,9 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
             problems.append(f"{where}: rung {epoch}: names the earlier decision {name}, which is gone or unreadable")
     if problems:
         return problems
-    recomputed = decide(bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds)
+    diverged = frozenset(run.id for run in runs if diverged_record(paths.run(run.id).metrics) is not None)
+    recomputed = decide(bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds,
+                        diverged)
     for key in _COMPARED:
         if not _same(decision.get(key), recomputed[key]):
             problems.append(f"{where}: rung {epoch}: {key} {_points(decision.get(key))} is not what the runs decide, "

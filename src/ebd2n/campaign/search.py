@@ -175,10 +175,11 @@ def recorded_epochs(metrics: Path) -> list[int]:
 
 def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], keep: float,
            losses: Mapping[str, float | None], earlier: Mapping[str, list[str]], drawn_from: Iterable[str] = (),
-           seeds: Iterable[int] | None = None) -> dict[str, Any]:
+           seeds: Iterable[int] | None = None, diverged: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The decision at rung `epoch`: candidates ranked (mean loss over seeds; a point missing a
-    seed's loss, a diverged run's or a non-finite one, ranks last and is never promoted), the best
-    ceil(keep x n) promoted, and the points earlier decisions of this rung promoted carried. `earlier` maps each earlier decision's
+    seed's loss, or with a non-finite one, ranks last), the best ceil(keep x n) promoted (never a point
+    with a run in `diverged`, which has no loss), and the points earlier decisions of this rung promoted
+    carried. `earlier` maps each earlier decision's
     file name to the points it let train on; `drawn_from` names the decisions of the rung before
     whose promoted points are the candidates (what the audit traces each decision back through);
     `seeds` are those of the grid it is made under (default: the bracket's)."""
@@ -189,7 +190,8 @@ def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], 
         mean = sum(values) / len(values) if len(values) == len(point) else None
         ranking.append({"point": point_id(lr, beta2), "lr": lr, "beta2": beta2, "mean_loss": mean, "losses": point})
     ranking.sort(key=lambda entry: (entry["mean_loss"] is None, entry["mean_loss"] or 0.0, entry["lr"], entry["beta2"]))
-    promoted = [entry["point"] for entry in ranking[:promoted_count(keep, len(ranking))] if entry["mean_loss"] is not None]
+    promoted = [entry["point"] for entry in ranking[:promoted_count(keep, len(ranking))]
+                if not diverged.intersection(entry["losses"])]
     listed = {entry["point"] for entry in ranking}
     carried = sorted({point for points in earlier.values() for point in points if point in listed} - set(promoted),
                      key=[entry["point"] for entry in ranking].index)
@@ -344,7 +346,9 @@ class Halving:
         rungs = self.rungs(bracket)
         before = rungs[rungs.index(epoch) - 1] if rungs.index(epoch) else None
         drawn = made.get("drawn_from", []) if made else [other.name for other in self.decisions(bracket, before)] if before else []
-        text = decision_json(decide(bracket, epoch, candidates, self.search.keep, losses, earlier, drawn))
+        diverged = frozenset(run_id for run_id in losses if diverged_record(self.paths.run(run_id).metrics) is not None)
+        text = decision_json(decide(bracket, epoch, candidates, self.search.keep, losses, earlier, drawn,
+                                    diverged=diverged))
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             return path, False
         atomic_write_text(path, text)

@@ -158,7 +158,8 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
     stopped = _stopped_notes(halving) if halving else {}
     rows = [_run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, stopped.get(run.id))
             for run, gpus, cpus in planned_runs(plan)]
-    states = (*STATES, DIVERGED, STOPPED) if halving else (*STATES, DIVERGED)
+    states = (*STATES, *([DIVERGED] if any(row.state == DIVERGED for row in rows) else []),
+              *([STOPPED] if halving else []))
     counts = {state: sum(row.counted == state for row in rows) for state in states}
     return CampaignStatus(
         campaign=plan["campaign"], runs=rows, counts=counts,
