@@ -195,7 +195,21 @@ class OptimizerConfig(Section):
     warmup_fraction: float = Field(default=0.05, ge=0, lt=1)
     """Share of the token budget spent in linear warm-up."""
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
-    """Cosine decay ends at this fraction of the peak."""
+    """Cosine decay ends at this fraction of the peak (schedule cosine only; wsd decays to zero)."""
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    """cosine: warm-up, then cosine to min_lr_ratio over the rest; wsd (warm-up, stable, decay, as
+    tiny-llm's): warm-up, the peak held, then decay_shape to zero over the last decay_fraction."""
+    decay_fraction: float = Field(default=0.1, ge=0, le=1)
+    """wsd: share of the token budget, at its end, in which the learning rate decays (0: never)."""
+    decay_shape: Literal["sqrt", "linear", "cosine"] = "sqrt"
+    """wsd: the decay's shape over progress p in [0, 1]: sqrt 1 - sqrt(p) (tiny-llm's), linear 1 - p,
+    cosine (1 + cos(pi p)) / 2."""
+
+    @model_validator(mode="after")
+    def _decay_needs_wsd(self) -> OptimizerConfig:
+        if self.schedule != "wsd" and (self.decay_fraction != 0.1 or self.decay_shape != "sqrt"):
+            raise ValueError("optimizer.decay_fraction and decay_shape shape the wsd schedule; set schedule: wsd")
+        return self
 
 
 class TrainingConfig(Section):
