@@ -76,12 +76,14 @@ def test_wsd_every_step_of_a_budget_follows_the_formula(shape: str) -> None:
 
 
 def test_wsd_settings_keep_the_identity_of_cosine_recipes() -> None:
-    cosine = load_recipe("20m")
-    assert recipe_identity(load_recipe("20m", ["optimizer.schedule=cosine"]), "c" * 64) == recipe_identity(cosine, "c" * 64)
-    wsd = recipe_identity(load_recipe("20m", ["optimizer.schedule=wsd"]), "c" * 64)
-    assert wsd != recipe_identity(cosine, "c" * 64)
-    assert recipe_identity(load_recipe("20m", ["optimizer.schedule=wsd", "optimizer.decay_shape=linear"]), "c" * 64) != wsd
-    assert recipe_identity(load_recipe("20m", ["optimizer.schedule=wsd", "optimizer.decay_fraction=0.2"]), "c" * 64) != wsd
+    def identity(*overrides: str) -> str:
+        return recipe_identity(load_recipe("20m", list(overrides)), "c" * 64)
+
+    assert identity("optimizer.schedule=cosine") == identity()
+    wsd = identity("optimizer.schedule=wsd")
+    assert wsd != identity()
+    assert identity("optimizer.schedule=wsd", "optimizer.decay_shape=linear") != wsd
+    assert identity("optimizer.schedule=wsd", "optimizer.decay_fraction=0.2") != wsd
 
 
 def test_wsd_decay_settings_without_wsd_are_refused() -> None:
