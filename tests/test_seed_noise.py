@@ -78,3 +78,39 @@ def test_seed_noise_search_section() -> None:
         search_from_dict({"method": "successive-halving", "seed_noise": 1.5})
     with pytest.raises(UserError, match="campaign.yaml: search.keep, search.rungs and search.seed_noise apply"):
         check_search(Search(seed_noise=0.05), {}, [], "campaign.yaml")
+
+
+@pytest.mark.slow  # a halving campaign of its own, through Snakemake and the audit CLI
+def test_seed_noise_campaign_decides_by_paired_tests_the_audit_recomputes(tmp_path) -> None:
+    """test_search's tiny campaign (3 learning rates x 2 seeds, rungs 1 and 2, keep 0.34) with
+    seed_noise 0.05: each rung's p-values are scipy's paired t-test (one-sided) on the runs'
+    metrics.jsonl, the audit passes, and an edited rule in a decision fails it."""
+    import json
+    import math
+
+    from scipy import stats
+    from test_search import RAW, SEEDS, audit, run_id, subset_loss
+    from workflow_support import copy_repo, snakemake, write_campaign
+
+    from ebd2n.layout import named_campaign
+
+    repo = copy_repo(tmp_path)
+    snakemake(repo, "--configfile", write_campaign(repo, RAW | {"search": RAW["search"] | {"seed_noise": 0.05}}))
+    search = repo / named_campaign("tiny").search / "synchronous"
+    for epoch in (1, 2):
+        (path,) = sorted(search.glob(f"rung-{epoch}-*.json"))
+        decision = json.loads(path.read_text())
+        best, by_rank = decision["ranking"][0]["lr"], math.ceil(0.34 * len(decision["ranking"]))
+        assert {entry["seed_noise_rule"]["rule"] for entry in decision["ranking"][:by_rank]} == {"kept: rank"}
+        for entry in decision["ranking"][by_rank:]:
+            losses = [subset_loss(repo, run_id(entry["lr"], seed), epoch) for seed in SEEDS]
+            against = [subset_loss(repo, run_id(best, seed), epoch) for seed in SEEDS]
+            expected = stats.ttest_rel(losses, against, alternative="greater").pvalue
+            assert entry["seed_noise_rule"]["p_value"] == pytest.approx(expected)
+            assert (entry["point"] in decision["continuing"]) == (entry["seed_noise_rule"]["p_value"] > 0.05)
+    assert audit(repo).returncode == 0
+    decision = json.loads(path.read_text())
+    decision["ranking"][-1]["seed_noise_rule"]["rule"] = "kept: rank"
+    path.write_text(json.dumps(decision, indent=1) + "\n")
+    failed = audit(repo)
+    assert failed.returncode != 0 and "rung 2: ranking" in failed.stdout + failed.stderr, failed.stdout + failed.stderr

@@ -271,6 +271,15 @@ class RuntimeConfig(Section):
     """Keys of an imported tiny-llm recipe that ebd2n does not use (recorded, never applied)."""
 
 
+class AdaptiveConsensusConfig(Section):
+    """tiny-llm's adaptive consensus: after a share of the steps, gossip weakens with the learning rate."""
+
+    start_fraction: float = Field(ge=0, le=1)
+    """From step ceil(start_fraction x steps) on, each step mixes with W' = gamma W + (1 - gamma) I."""
+    p: float = Field(ge=0)
+    """gamma = (lr / lr_max)^p, lr_max the largest learning rate of those steps (0: plain gossip)."""
+
+
 class DecentralizedConfig(Section):
     """Packed-K mode: K local models trained together on one device."""
 
@@ -280,6 +289,8 @@ class DecentralizedConfig(Section):
     """Gossip peer choice after each step."""
     scheme: Literal["awc", "atc"] = "awc"
     """awc: clip, mix, then local step; atc: clip, local step, then mix."""
+    adaptive_consensus: AdaptiveConsensusConfig | None = None
+    """Gossip that weakens as the learning rate decays (None: every step mixes with W)."""
 
     @model_validator(mode="after")
     def _exponential_needs_power_of_two(self) -> DecentralizedConfig:

@@ -10,8 +10,11 @@ end gets zero.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from ebd2n.config import OptimizerConfig
+from ebd2n.config import OptimizerConfig, Recipe
+from ebd2n.errors import UserError
+from ebd2n.train.budget import Budget
 
 DECAY_SHAPES = {
     "sqrt": lambda progress: 1 - math.sqrt(progress),
@@ -43,6 +46,37 @@ def _wsd_share(tokens: int, total_tokens: int, warmup: float, optimizer: Optimiz
     if tokens >= total_tokens:
         return 0.0
     return DECAY_SHAPES[optimizer.decay_shape]((tokens - decay_start) / (total_tokens - decay_start))
+
+
+@dataclass(frozen=True)
+class ConsensusSchedule:
+    """tiny-llm's adaptive consensus: from step `start_step` (0-based) on, gossip mixes with
+    W' = gamma W + (1 - gamma) I, gamma = (lr / lr_max)^p; before it, and with p 0, gamma is 1."""
+
+    start_step: int
+    lr_max: float | None
+    """The largest learning rate of the steps from start_step on (None: there are none)."""
+    p: float
+
+    def gamma(self, step: int, lr: float) -> float:
+        if step < self.start_step or self.p == 0 or self.lr_max is None:
+            return 1.0
+        return (lr / self.lr_max) ** self.p
+
+
+def consensus_schedule(recipe: Recipe, budget: Budget) -> ConsensusSchedule | None:
+    """The adaptive-consensus schedule of a packed recipe over its budget (None: plain gossip)."""
+    settings = recipe.decentralized.adaptive_consensus if recipe.decentralized else None
+    if settings is None:
+        return None
+    start = math.ceil(settings.start_fraction * budget.total_steps)
+    rates = [learning_rate(budget.tokens_after(step + 1), budget.total_tokens, recipe.optimizer)
+             for step in range(start, budget.total_steps)]
+    lr_max = max(rates, default=None)
+    if lr_max == 0 and settings.p > 0:
+        raise UserError("decentralized.adaptive_consensus: the learning rate is 0 over every step from "
+                        f"start_fraction {settings.start_fraction} on; start earlier")
+    return ConsensusSchedule(start, lr_max, settings.p)
 
 
 def describe_schedule(optimizer: OptimizerConfig) -> str:
