@@ -76,7 +76,8 @@ def test_adaptive_consensus_packed_run_trains_with_weaker_gossip(demo_cache: Pat
     train(_recipe(*common, f"runtime.output_dir={tmp_path / 'plain'}"), progress=False)
     train(_recipe(*common, f"runtime.output_dir={tmp_path / 'adaptive'}",
                   "decentralized.adaptive_consensus={start_fraction: 0.25, p: 2}"), progress=False)
-    plain, adaptive = ([r for r in read_metrics(tmp_path / name) if r["type"] == "epoch"] for name in ("plain", "adaptive"))
+    plain, adaptive = ([r for r in read_metrics(tmp_path / name) if r["type"] == "epoch"]
+                       for name in ("plain", "adaptive"))
     assert plain[0]["val_loss"] == adaptive[0]["val_loss"]  # the first epoch's 4 steps precede step ceil(0.25 x 16)
     assert plain[-1]["consensus_distance"] < adaptive[-1]["consensus_distance"]
     assert adaptive[-1]["val_loss"] < adaptive[0]["val_loss"]

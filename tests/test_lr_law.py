@@ -32,7 +32,8 @@ def surface(rng: np.random.Generator, sizes=SIZES, horizons=(20, 80), seeds: int
             best = optimum(n, n * per_parameter, bend)
             centre = best + rng.uniform(-0.35, 0.35)
             lrs = [math.exp(centre + math.log(2) * (i - 3)) for i in range(7)]
-            losses = {lr: list(3 + 0.05 * (math.log(lr) - best) ** 2 + 0.003 * rng.standard_normal(seeds)) for lr in lrs}
+            noise = 0.003 * rng.standard_normal((len(lrs), seeds))
+            losses = {lr: list(3 + 0.05 * (math.log(lr) - best) ** 2 + noise[i]) for i, lr in enumerate(lrs)}
             cells.append(Cell(n, n * per_parameter, losses))
     return cells
 

@@ -36,7 +36,8 @@ def within_noise(ranking: list[dict[str, Any]], by_rank: list[str], alpha: float
             else:
                 spread = stats.tstd(differences)
                 if spread > 0:
-                    p_value = float(stats.t.sf(difference / (spread / math.sqrt(len(differences))), len(differences) - 1))
+                    t = difference / (spread / math.sqrt(len(differences)))
+                    p_value = float(stats.t.sf(t, len(differences) - 1))
                 else:  # every seed the same difference: worse for certain, or not worse at all
                     p_value = 0.0 if difference > 0 else 1.0
                 kept = p_value > alpha

@@ -110,7 +110,7 @@ _ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {"source": "gpt", "path": None, "name": None, "revision": None},
     "lora": {"train_norms": False},
     "data": {"supervised": None},
-    "optimizer": {"schedule": "cosine", "decay_fraction": 0.1, "decay_shape": "sqrt"},
+    "optimizer": {"schedule": "cosine", "decay_fraction": 0.1, "decay_shape": "sqrt", "accum_iter": 1},
     "decentralized": {"adaptive_consensus": None},
 }
 """Fields added after recipes were first identified: left out of dumps and identities at their

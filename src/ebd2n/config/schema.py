@@ -192,6 +192,8 @@ class OptimizerConfig(Section):
     """Decoupled weight decay, applied to matrices only (not norms)."""
     grad_clip: float = Field(default=1.0, gt=0)
     """Global gradient-norm clip."""
+    accum_iter: int = Field(default=1, ge=1)
+    """AccumAdamW (tiny-llm's): moments committed once per this many steps from their mean gradient; 1: AdamW."""
     warmup_fraction: float = Field(default=0.05, ge=0, lt=1)
     """Share of the token budget spent in linear warm-up."""
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
