@@ -50,6 +50,7 @@ from ebd2n.model import GPT
 from ebd2n.train.budget import budget_of
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.schedule import learning_rate
+from ebd2n.train.step import bf16_autocast
 from ebd2n.train.validation import block_batches, evaluate_sequences
 
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "GH200": 989e12, "A100": 312e12}
@@ -197,10 +198,10 @@ def validation(args, device: torch.device, train_tokens_per_s: float | None) -> 
     generator = torch.Generator().manual_seed(2)
     blocks = torch.randint(0, recipe.model.vocab_size, (args.validation_batches * size, recipe.model.context_length + 1),
                            generator=generator)
-    evaluate_sequences(model, block_batches(blocks[:size], size), device, amp=True)  # warm-up
+    evaluate_sequences(model, block_batches(blocks[:size], size), device, bf16_autocast(recipe, device))  # warm-up
     _sync(device)
     started = time.perf_counter()
-    _, _, targets = evaluate_sequences(model, block_batches(blocks, size), device, amp=True)
+    _, _, targets = evaluate_sequences(model, block_batches(blocks, size), device, bf16_autocast(recipe, device))
     _sync(device)
     tokens_per_s = targets / (time.perf_counter() - started)
     return {"section": "validation", "preset": args.preset, "batch_size": size, "tokens_per_s": tokens_per_s,

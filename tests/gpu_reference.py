@@ -14,3 +14,8 @@ PEAK_MEMORY = {
 """Peak GPU memory (GiB, 2**30 bytes) of training steps of this recipe."""
 PEAK_MARGIN = 0.10
 """A test fails when the peak rises more than this fraction above the recorded one."""
+
+CUDA_RNG_STATE = {"dtype": "torch.uint8", "numel": 16}
+"""One CUDA device's generator state as `torch.cuda.get_rng_state_all()` lists it (Philox: 8 bytes of
+seed, 8 of offset): tests/test_gpu_paths_on_cpu.py writes checkpoints in this layout on the CPU, and
+tests/test_gpu.py checks it on a CUDA device."""

@@ -71,7 +71,8 @@ def test_identity_stable_across_processes() -> None:
 @pytest.mark.parametrize(
     "override",
     ["optimizer.lr=0.0029", "optimizer.beta2=0.99", "runtime.seed=43", "model.layers=9", "training.batch_tokens=65536",
-     "evaluation.seed=1", "data.shuffle_seed=7", "decentralized.num_models=4", "runtime.deterministic=true"],
+     "evaluation.seed=1", "data.shuffle_seed=7", "decentralized.num_models=4", "runtime.deterministic=true",
+     "runtime.cuda_path_on_cpu=true"],
 )
 def test_identity_changes_with_result_relevant_fields(override: str) -> None:
     result = recipe_identity(load_recipe("20m", [override]), CACHE)

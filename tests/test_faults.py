@@ -172,6 +172,7 @@ SCENARIOS = [
     ("slice-record-written", "resolved", "after:*/slices/epoch-1.json", "group"),
     ("final", "sliced", "before:*/final.pt", "group"),
     ("final-recorded", "sliced", "before:*/best.json", "group"),
+    ("slice-checkpoint-let-go-from-ledger", "sliced", "removing:*/checkpoints/epoch-1.pt", "group"),
     ("slice-checkpoint-let-go", "sliced", "removed:*/checkpoints/epoch-1.pt", "group"),
     ("job-end", "sliced", f"after:*/runs/{RUNS[1]}/report.html", "group"),
     ("results", "trained", "before:*/runs/*/results.json", "group"),

@@ -1,6 +1,8 @@
 """GPU checks of issue #19 (`pytest -m gpu`; skipped without a CUDA device): exact resume on CUDA,
-BF16 + torch.compile training that runs and resumes, packed resume, and peak memory of the 20M
-step against the recorded figure (tests/gpu_reference.py). benchmarks/gpu_check.sh runs them."""
+BF16 + torch.compile training that runs and resumes, packed resume, peak memory of the 20M step against
+the recorded figure and the CUDA RNG state's layout (tests/gpu_reference.py). The same code paths on
+the CPU (compile, BF16 autocast, fused AdamW, CUDA-layout checkpoints) are tests/test_gpu_paths_on_cpu.py,
+which CI runs. benchmarks/gpu_check.sh runs these."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpu_reference import PEAK_MARGIN, PEAK_MEMORY
+from gpu_reference import CUDA_RNG_STATE, PEAK_MARGIN, PEAK_MEMORY
 from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import load_recipe
@@ -22,6 +24,7 @@ from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import load_checkpoint
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import read_metrics
+from ebd2n.train.state import RandomState
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -100,3 +103,8 @@ def test_peak_memory_of_20m_steps_within_recorded_peak() -> None:
         engine.train_step(sequences, lr=1e-4)
     peak = torch.cuda.max_memory_allocated(device) / 2**30
     assert peak <= PEAK_MEMORY["peak_gib"] * (1 + PEAK_MARGIN), f"peak {peak:.2f} GiB; recorded {PEAK_MEMORY['peak_gib']} GiB"
+
+
+def test_cuda_rng_state_has_recorded_layout() -> None:
+    result = [{"dtype": str(state.dtype), "numel": state.numel()} for state in RandomState().state_dict()["cuda"]]
+    assert result == [CUDA_RNG_STATE] * torch.cuda.device_count()

@@ -21,6 +21,7 @@ LAYERS = (
     {"campaign"},
     {"report"},
     {"audit"},
+    {"commands"},
     {"cli"},
     {"warm", "launch"},
     {"__main__"},

@@ -254,7 +254,7 @@ def test_cli_report_regenerates_from_disk(campaign_tree: Callable[..., Path]) ->
 
 def test_cli_report_missing_directory_exits_2_with_one_line(tmp_path: Path) -> None:
     completed = _cli("report", str(tmp_path / "absent"))
-    result = (completed.returncode, len(completed.stderr.strip().splitlines()), "no such campaign directory" in completed.stderr)
+    result = (completed.returncode, len(completed.stderr.strip().splitlines()), "not a campaign directory (no such directory)" in completed.stderr)
     assert result == (2, 1, True)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_faults import KILLED, interrupted
-from workflow_support import TINY, copy_repo, environment, snakemake, write_campaign
+from workflow_support import TINY, copy_repo, environment, killed_write, snakemake, write_campaign
 
 from ebd2n.campaign.search import Bracket, decide, point_id, promoted_count
 from ebd2n.layout import named_campaign
@@ -371,12 +371,8 @@ def test_a_killed_decide_jobs_temporary_is_cleaned_and_a_corrupt_decision_named_
     """What a decide job killed mid-write leaves (its temporary beside the decisions) is removed by
     the audit, which still passes; a decision whose points are not names is one violation naming
     the file, not a traceback."""
-    from ebd2n.atomic import temporary_name
-
     decision = the_decision(repo, 1)
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    leftover = temporary_name(decision, int(gone.stdout))
-    leftover.write_text("{")
+    leftover = killed_write(decision, b"{")
     passed = audit(repo)
     assert passed.returncode == 0 and not leftover.exists(), passed.stdout + passed.stderr
 

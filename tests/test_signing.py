@@ -42,6 +42,11 @@ def ebd2n(*args: str | Path, cwd: Path | None = None, torch: bool = False) -> su
     return subprocess.run([sys.executable, *command, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=variables)
 
 
+def _resolved(directory: Path) -> str:
+    """What `ebd2n verify` says on stderr once done: the campaign it resolved, and nothing else."""
+    return f"ebd2n verify: campaign {directory.name}: {directory}\n"
+
+
 # --- keys and envelopes ------------------------------------------------------------------------
 
 
@@ -161,7 +166,7 @@ def flip_byte(path: Path) -> None:
 
 def test_signing_workflow_signed_the_campaign_and_it_verifies(campaign: Path, keys: tuple[Path, Path]) -> None:
     result = ebd2n("verify", campaign, "--key", keys[1])
-    assert (result.returncode, result.stderr, "verified" in result.stdout) == (0, "", True)
+    assert (result.returncode, result.stderr, "verified" in result.stdout) == (0, _resolved(campaign), True)
 
 
 def test_signing_statement_names_the_selection_and_the_audit(campaign: Path, public) -> None:
@@ -309,7 +314,7 @@ def test_signing_cp_r_copy_verifies_without_torch(campaign: Path, keys: tuple[Pa
     copy.parent.mkdir()
     subprocess.run(["cp", "-r", str(campaign), str(copy)], check=True)
     result = ebd2n("verify", copy, "--key", keys[1], cwd=tmp_path)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, result.stderr) == (0, _resolved(copy))
 
 
 def test_signing_tarball_round_trip_verifies_without_torch(campaign: Path, keys: tuple[Path, Path], tmp_path: Path) -> None:
@@ -319,7 +324,7 @@ def test_signing_tarball_round_trip_verifies_without_torch(campaign: Path, keys:
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
     result = ebd2n("verify", tmp_path / "unpacked" / "tiny", "--key", keys[1], cwd=tmp_path)
-    assert (result.returncode, result.stderr) == (0, "")
+    assert (result.returncode, result.stderr) == (0, _resolved(tmp_path / "unpacked" / "tiny"))
 
 
 def test_signing_unsigned_campaign_is_reported_unsigned_never_verified(campaign: Path, keys: tuple[Path, Path]) -> None:

@@ -20,7 +20,8 @@ from campaign_tree import RunSpec, synthetic_loss, write_campaign
 from workflow_support import TINY, copy_repo, environment
 from workflow_support import write_campaign as write_campaign_file
 
-from ebd2n.campaign.extend import extend_campaign, find_campaign_file
+from ebd2n.campaign.extend import extend_campaign
+from ebd2n.campaign.locate import find_campaign_file
 from ebd2n.cli import main
 from ebd2n.errors import UserError
 
@@ -91,7 +92,7 @@ def test_extend_cli_prints_the_diff(edgy: Path, capsys: pytest.CaptureFixture) -
 
 
 def test_find_campaign_file_none_names_it(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="campaign ghost: 0 campaign files name it .* give the file with --campaign-file"):
+    with pytest.raises(UserError, match="campaign ghost: 0 campaign files name it .* give the campaign file itself"):
         find_campaign_file("ghost", tmp_path)
 
 

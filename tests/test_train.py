@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from workflow_support import assert_states_equal, comparable_metrics
+from workflow_support import assert_states_equal, comparable_metrics, killed_write
 
-from ebd2n.atomic import temporary_name
 from ebd2n.audit.checks import log_blocks, overlapping_blocks
 from ebd2n.config import load_recipe
 from ebd2n.data import open_cache
@@ -23,7 +22,7 @@ from ebd2n.errors import RunFailed, UserError
 from ebd2n.evaluate import validate_run
 from ebd2n.train import train
 from ebd2n.train.budget import budget_of
-from ebd2n.train.checkpoint import is_recorded, load_checkpoint, save_checkpoint
+from ebd2n.train.checkpoint import load_checkpoint, save_checkpoint
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.runlog import read_metrics
 from ebd2n.train.schedule import learning_rate
@@ -123,9 +122,8 @@ def test_slice_record_rewritten_without_a_killed_writers_temporary(demo_cache: P
     train(recipe, until_epoch=1, progress=False)
     record = tmp_path / "run" / "slices" / "epoch-1.json"
     content = record.read_bytes()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    leftover = temporary_name(record, int(gone.stdout))
-    record.rename(leftover)
+    record.unlink()
+    leftover = killed_write(record, content)
     train(recipe, until_epoch=1, progress=False)
     assert record.read_bytes() == content and not leftover.exists()
 
@@ -215,14 +213,11 @@ def test_temporaries_of_killed_writes_are_removed_by_the_next_writer(demo_cache:
     run = tmp_path / "run"
     recipe = _recipe(demo_cache, run)
     train(recipe, until_epoch=1, progress=False)
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
-    in_checkpoints, in_run = (temporary_name(run / name, int(gone)) for name in ("checkpoints/epoch-2.pt", "run.json"))
-    in_checkpoints.write_bytes(b"half a checkpoint")
-    in_run.write_text("{")
+    in_checkpoints = killed_write(run / "checkpoints/epoch-2.pt", b"half a checkpoint")
+    in_run = killed_write(run / "run.json", b"{")
     train(recipe, resume=run / "checkpoints/epoch-1.pt", progress=False)
     removed = [line for line in (run / "train.log").read_text().splitlines() if "temporary file of a write" in line]
-    in_results = temporary_name(run / "results.json", int(gone))
-    in_results.write_text("{")
+    in_results = killed_write(run / "results.json", b"{")
     validate_run(run)
     assert ([p.exists() for p in (in_checkpoints, in_run, in_results)], len(removed)) == ([False, False, False], 2)
 
@@ -273,15 +268,26 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ebd2n", *args], capture_output=True, text=True, env=env, timeout=300)
 
 
+def _is_recorded(run_dir: Path, relative: str) -> bool:
+    """The file is there and is the one the run's ledger recorded (a verified load accepts it)."""
+    try:
+        load_checkpoint(run_dir / relative)
+    except UserError:
+        return False
+    return True
+
+
 def test_corrupt_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
     recipe = _recipe(demo_cache, tmp_path / "run")
     train(recipe, until_epoch=2, progress=False)
     checkpoint = tmp_path / "run/checkpoints/epoch-2.pt"
-    whole = is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt")
+    whole = _is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt")
     checkpoint.write_bytes(checkpoint.read_bytes()[:-100])
     with pytest.raises(UserError, match=r"epoch-2\.pt: SHA-256 .* does not match"):
         train(recipe, resume=checkpoint, progress=False)
-    assert (whole, is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt"), is_recorded(tmp_path / "run", "final.pt")) == (True, False, False)
+    result = (whole, _is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt"),
+              _is_recorded(tmp_path / "run", "final.pt"))
+    assert result == (True, False, False)
 
 
 def test_foreign_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:

@@ -79,6 +79,19 @@ def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = Non
     return result
 
 
+def killed_write(path: Path, data: bytes) -> Path:
+    """What a writer killed inside `ebd2n.atomic.atomic_write_bytes(path, data)` leaves: its temporary
+    beside `path`, named by a process that is gone (a child SIGKILLed by EBD2N_KILL_AT before the rename)."""
+    code = "import sys; from ebd2n.atomic import atomic_write_bytes as w; w(sys.argv[1], sys.stdin.buffer.read())"
+    env = {**environment(), "EBD2N_KILL_AT": f"before:{Path(path).absolute()}", "EBD2N_KILL_TARGET": ""}
+    before = set(Path(path).parent.glob(f".{Path(path).name}.*.tmp"))
+    killed = subprocess.run([sys.executable, "-c", code, str(path)], input=data, env=env, capture_output=True,
+                            timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    (leftover,) = set(Path(path).parent.glob(f".{Path(path).name}.*.tmp")) - before
+    return leftover
+
+
 def assert_states_equal(left, right) -> None:
     """Bitwise equality of nested checkpoint states (tensors, dicts, lists, plain values)."""
     if isinstance(left, torch.Tensor):

@@ -47,6 +47,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def remove_file(path: str | os.PathLike) -> None:
     """Delete `path` (if it is there) for good: the directory entry is fsynced."""
     path = Path(path)
+    at("removing", path)
     path.unlink(missing_ok=True)
     fsync_dir(path.parent)
     at("removed", path)
@@ -96,11 +97,6 @@ def remove_temporaries(directory: Path) -> list[Path]:
 def is_temporary(path: Path) -> bool:
     """Whether `path` is the temporary file of an atomic write (finished or not)."""
     return path.name.startswith(".") and path.name.endswith(".tmp") and _WRITER.search(path.name) is not None
-
-
-def temporary_name(path: Path, pid: int) -> Path:
-    """The name `_temporary` gives a write of `path` by process `pid` (the tests make killed ones)."""
-    return path.with_name(f".{path.name}.{_HOST}-{pid}-k1ll3d_.tmp")
 
 
 def pid_alive(pid: int) -> bool:

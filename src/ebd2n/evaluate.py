@@ -21,6 +21,7 @@ from ebd2n.parallel.distributed import resolve_device
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.lease import take_lease
+from ebd2n.train.step import bf16_autocast
 from ebd2n.train.validation import evaluate_sequences
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
@@ -61,7 +62,7 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     model = model_with_weights(recipe, evaluation_state_dict(recipe, state["engine"]))
     model.to(target)
     batches = iter_full_validation(cache, recipe.model.context_length, recipe.evaluation.batch_size)
-    loss, accuracy, targets = evaluate_sequences(model, batches, target, recipe.runtime.amp)
+    loss, accuracy, targets = evaluate_sequences(model, batches, target, bf16_autocast(recipe, target))
     if targets != cache.validation_targets:
         raise UserError(f"{run_dir}: evaluated {targets} targets, the cache has {cache.validation_targets}")
     results = {

@@ -2,9 +2,10 @@
 
 Every write that matters goes through `ebd2n.atomic` (files written whole, directories published,
 checkpoints let go), and that one place calls `at(when, path)`. A test names the moment with
-`EBD2N_KILL_AT=<when>:<pattern>`: `before` or `after` the write or publication, or once the
-`removed` removal, of a path matching the fnmatch pattern (matched against the path as written and as an absolute path, so
-`*/runs/*seed42/checkpoints/epoch-1.pt` works from any directory). `EBD2N_KILL_TARGET` says what
+`EBD2N_KILL_AT=<when>:<pattern>`: `before` or `after` the write or publication, or `removing`
+(before) or `removed` (after) the removal, of a path matching the fnmatch pattern (matched
+against the path as written and as an absolute path, so `*/runs/*seed42/checkpoints/epoch-1.pt`
+works from any directory). `EBD2N_KILL_TARGET` says what
 dies there besides the writing process: a process group id (the test's controller session:
 controller and jobs), `parent` (the process that started this one, e.g. a warm-start server), or
 nothing; `term:<pid>` instead sends SIGTERM to that process (the controller) and carries on.
@@ -22,7 +23,7 @@ from ebd2n.errors import UserError
 
 KILL_AT = "EBD2N_KILL_AT"
 KILL_TARGET = "EBD2N_KILL_TARGET"
-MOMENTS = ("before", "after", "removed")
+MOMENTS = ("before", "after", "removing", "removed")
 
 
 def at(when: str, path: str | os.PathLike) -> None:
@@ -32,7 +33,7 @@ def at(when: str, path: str | os.PathLike) -> None:
         return
     moment, _, pattern = wanted.partition(":")
     if moment not in MOMENTS or not pattern:
-        raise UserError(f"{KILL_AT}={wanted}: expected before:<pattern>, after:<pattern> or removed:<pattern>")
+        raise UserError(f"{KILL_AT}={wanted}: expected before:<pattern>, after:<pattern>, removing:<pattern> or removed:<pattern>")
     if moment != when or not any(fnmatch.fnmatchcase(name, pattern) for name in (os.fspath(path), str(Path(path).absolute()))):
         return
     target = os.environ.get(KILL_TARGET, "")

@@ -367,10 +367,6 @@ class CampaignPaths:
         return self.directory / EXTENSIONS / f"revision-{extension - 1}.yaml"
 
 
-def campaign_paths(directory: str | Path) -> CampaignPaths:
-    return CampaignPaths(Path(directory))
-
-
 def named_campaign(name: str) -> CampaignPaths:
     """results/<name>."""
     return CampaignPaths(RESULTS / name)

@@ -109,18 +109,14 @@ rule train_slice:
         **RUN_RESOURCES,
     params:
         launcher=get_launcher,
+        until="--until-epoch {epoch}",
     shell:
-        LAUNCHED_TRAINER + " train --config {input.recipe} --until-epoch {wildcards.epoch} --wait --quiet > {log} 2>&1"
+        LAUNCHED_TRAINER + " train --config {input.recipe} {params.until} --wait --quiet > {log} 2>&1"
 
 
-# metrics.jsonl is no output: every slice appends to it, and the trainer cuts it back to the
-# checkpoint it resumes from.
-rule train_final:
-    input:
-        recipe=ancient(str(R.recipe)),
-        cache=ancient(str(CACHE)),
-        plan=get_plan_file,
-        previous=get_previous_slice,
+# The last slice: the same job to the end of the budget. metrics.jsonl is no output: every slice
+# appends to it, and the trainer cuts it back to the checkpoint it resumes from.
+use rule train_slice as train_final with:
     output:
         final=update(str(R.final)),
         best=update(str(R.best)),
@@ -128,12 +124,6 @@ rule train_final:
         log_of(R.final),
     benchmark:
         benchmark_of(R.final)
-    conda:
-        CONDA_ENV
-    threads: RUN_THREADS
-    resources:
-        **RUN_RESOURCES,
     params:
         launcher=get_launcher,
-    shell:
-        LAUNCHED_TRAINER + " train --config {input.recipe} --wait --quiet > {log} 2>&1"
+        until="",

@@ -35,6 +35,7 @@ from ebd2n.campaign.search import Halving
 from ebd2n.campaign.fates import finished_runs
 from ebd2n.campaign.history import GridHistory, read_history
 from ebd2n.campaign.plans import recorded_search
+from ebd2n.train.plan import SlicePlan, read_slice_plan
 from ebd2n.errors import UserError
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
 from ebd2n.provenance import timestamp
@@ -97,7 +98,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         checks.check_final(run_list, cache_identity, _final_states(finished)),
         checks.check_artifacts(run_list),
         checks.check_history(run_list),
-        checks.check_retention(run_list),
+        checks.check_retention(run_list, _recorded_plans(paths, history.grid.bases)),
         checks.check_best(run_list),
         _check_collected(paths, info, recomputed, finished),
     ]
@@ -155,6 +156,17 @@ def _search(paths: CampaignPaths, history: GridHistory, views: dict[str, RunView
         failed.violations.append(str(error))
         return None, [failed]
     return halving, ([] if halving is None else [check_search(halving, views, history)])
+
+
+def _recorded_plans(paths: CampaignPaths, bases: tuple[str, ...]) -> dict[str, SlicePlan | None]:
+    """Each base's slices as the frozen trainer confirmed them; None where unreadable (check_plans names it)."""
+    plans: dict[str, SlicePlan | None] = {}
+    for base in bases:
+        try:
+            plans[base] = read_slice_plan(paths.slice_plan(base))
+        except UserError:
+            plans[base] = None
+    return plans
 
 
 def _same_audit(previous: dict | None, record: dict) -> bool:

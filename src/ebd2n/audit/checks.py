@@ -11,7 +11,7 @@ import filecmp
 import math
 import re
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +40,7 @@ from ebd2n.layout import (
 from ebd2n.provenance import source_hash
 from ebd2n.report.campaign_report import build_report, report_files
 from ebd2n.train.budget import budget_of
-from ebd2n.train.plan import plan_json
+from ebd2n.train.plan import SlicePlan, plan_json
 from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import CLOSING_LINES
 
@@ -351,30 +351,37 @@ def retention_of(recipe: Recipe) -> Retention:
     return Retention(recipe.training.checkpoint_policy, budget_of(recipe).epochs)
 
 
-def slice_records(recipe: Recipe) -> list[str]:
-    """The slice records a run may hold: one per epoch boundary before the end of its budget."""
-    return [slice_record(epoch) for epoch in range(1, budget_of(recipe).epochs)]
+def slice_records(plan: SlicePlan | None) -> list[str]:
+    """The slice records a run may hold: one per slice end of its plan before the last (none without
+    a plan, which check_plans names)."""
+    return [slice_record(epoch) for epoch in plan.ends[:-1]] if plan is not None else []
 
 
-def check_retention(views: list[RunView]) -> Check:
-    """A run directory holds exactly its artifacts and the checkpoints its policy keeps."""
+def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None]) -> Check:
+    """A run directory holds exactly its artifacts and the checkpoints its policy keeps, and its
+    ledger records no checkpoint that is gone (the trainer lets go of an entry before its file)."""
 
     def problem(view: RunView) -> Iterable[str]:
         if view.recipe is None:
             return
-        kept = retention_of(view.recipe).kept()
-        allowed = {*RUN_ARTIFACTS, *kept, *slice_records(view.recipe)}
+        retention = retention_of(view.recipe)
+        kept = retention.kept()
+        allowed = {*RUN_ARTIFACTS, *kept, *slice_records(plans.get(view.run.base))}
         stray = [name for name in view.files if name not in allowed]
         if stray:
-            yield f"unexpected file(s) {', '.join(stray)} (policy {view.recipe.training.checkpoint_policy})"
+            yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"
         missing = [name for name in kept if name not in view.files]
         if missing:
-            yield f"checkpoint(s) {', '.join(missing)} missing (policy {view.recipe.training.checkpoint_policy} keeps them)"
+            yield f"checkpoint(s) {', '.join(missing)} missing (policy {retention.policy} keeps them)"
         for name in kept:
             if name in view.hashes and (view.checkpoints or {}).get(name) != view.hashes[name]:
                 yield f"{name} does not match its SHA-256 in {CHECKPOINT_LEDGER}"
+        gone = [name for name in view.checkpoints or {} if name not in {*view.files, *missing, *RUN_ARTIFACTS}]
+        if gone:
+            yield f"{CHECKPOINT_LEDGER} records {', '.join(sorted(gone))}, which the run does not hold"
 
-    return each_run("run directories hold exactly what the checkpoint policy keeps", views, problem)
+    return each_run("run directories hold exactly what the checkpoint policy keeps, as their ledger records", views,
+                    problem)
 
 
 def check_best(views: list[RunView]) -> Check:
@@ -382,10 +389,11 @@ def check_best(views: list[RunView]) -> Check:
         if view.best is None or view.recipe is None:
             return
         weights = view.best.get("weights")
-        if view.recipe.training.checkpoint_policy == "final":
+        retention = retention_of(view.recipe)
+        if not retention.keeps_earlier():
             if weights is not None:
-                yield f"{BEST} holds weights ({weights!r}) under the final policy"
-        elif not isinstance(weights, str) or weights not in {FINAL, *retention_of(view.recipe).kept()} or weights not in view.files:
+                yield f"{BEST} holds weights ({weights!r}) under the {retention.policy} policy"
+        elif not isinstance(weights, str) or weights not in {FINAL, *retention.kept()} or weights not in view.files:
             yield f"{BEST} points at {weights!r}, which the run does not keep"
 
     return each_run(f"{BEST} names weights the run keeps (null under the final policy)", views, problem)

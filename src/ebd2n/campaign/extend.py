@@ -20,6 +20,7 @@ import yaml
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.analysis import group_runs, select, winner_notes
+from ebd2n.campaign.locate import find_campaign_file
 from ebd2n.campaign.results import read_results
 from ebd2n.campaign.check import campaign_from_dict, load_campaign
 from ebd2n.campaign.file import Campaign
@@ -28,9 +29,6 @@ from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths
 from ebd2n.provenance import timestamp
 from ebd2n.yamlio import compose_yaml, load_yaml, read_text
-
-CAMPAIGN_FILES = ("config/config.yaml", "config/campaigns/*.yaml")
-"""Where `ebd2n extend` looks for the file of a campaign it is not given, relative to the repository root."""
 
 
 @dataclass(frozen=True)
@@ -99,28 +97,9 @@ def edge_proposals(campaign_dir: Path, campaign: Campaign) -> dict[str, tuple[li
     return proposals
 
 
-def find_campaign_file(name: str, root: Path = Path(".")) -> Path:
-    """The one campaign file under `root` (config/config.yaml, config/campaigns/*.yaml) naming `name`."""
-    candidates = [path for pattern in CAMPAIGN_FILES for path in sorted(root.glob(pattern))]
-    matches = [path for path in candidates if _names(path, name)]
-    if len(matches) != 1:
-        found = "none" if not matches else ", ".join(map(str, matches))
-        raise UserError(f"campaign {name}: {len(matches)} campaign files name it under {root.resolve()} ({found}); "
-                        "give the file with --campaign-file")
-    return matches[0]
-
-
 def extension_history(paths: CampaignPaths) -> list[dict[str, Any]]:
     """Every extension made so far, oldest first ([] for a campaign never extended)."""
     return read_json(paths.extension_history) or []
-
-
-def _names(path: Path, name: str) -> bool:
-    try:
-        raw = load_yaml(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
-    return isinstance(raw, dict) and raw.get("campaign") == name
 
 
 def _with_learning_rates(text: str, lrs: dict[str, list[float]], source: Path) -> str:

@@ -2,10 +2,13 @@
 
 A run's slice chain depends on its base recipe (the budget) and the campaign's epochs per slice,
 never on its grid point. There is one source: `recipe_plan` (ebd2n.train.plan) of the frozen base
-recipe, frozen/recipes/<base>.yaml. Its one fallback, before the campaign is frozen: the base
-recipe as it would be frozen now (`Campaign.current_bases`). The frozen trainer confirms the same
-chain before any run of the base trains (`ebd2n plan --expect`, which writes frozen/plans/<base>.json);
-the audit holds that file to the frozen trainer's own plan (`frozen_trainer_plan`).
+recipe, frozen/recipes/<base>.yaml; its one fallback, before the campaign is frozen, is the base
+recipe as it would be frozen now (`Campaign.current_bases`). The workflow plans every job from it
+(`campaign_plans`) and hands it to `ebd2n status` (status/plan.json). The frozen trainer confirms
+the same chain before any run of the base trains (`ebd2n plan --expect` writes
+frozen/plans/<base>.json only when its own plan is the same), and what reads a campaign directory
+without its file reads that confirmation (`frozen_plans`); the audit holds it to the frozen
+trainer's own plan (`frozen_trainer_plan`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,10 @@ from collections.abc import Iterable, Mapping
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.search import Halving
-from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths
-from ebd2n.train.plan import SlicePlan, parse_plan, recipe_plan
+from ebd2n.train.plan import SlicePlan, parse_plan, read_slice_plan, recipe_plan
 
 
 def campaign_plans(campaign: Campaign) -> dict[str, SlicePlan]:
@@ -36,29 +38,15 @@ def campaign_plans(campaign: Campaign) -> dict[str, SlicePlan]:
 
 
 def frozen_plans(paths: CampaignPaths, bases: Iterable[str]) -> dict[str, SlicePlan]:
-    """Each base recipe's slices from the campaign's frozen sources alone (the frozen base recipes and
-    the epochs per slice frozen/freeze.json records): what status, collect and the audit read."""
-    per_slice = frozen_epochs_per_slice(paths)
-    plans = {}
-    for base in bases:
-        path = paths.base_recipe(base)
-        if not path.is_file():
-            raise UserError(f"{path}: missing; it is frozen when the campaign starts (snakemake --configfile CAMPAIGN_FILE)")
-        epochs = per_slice if isinstance(per_slice, int) else per_slice.get(base)
-        if not isinstance(epochs, int):
-            raise UserError(f"{paths.freeze_record}: settings.epochs_per_slice has no value for {base}")
-        plans[base] = recipe_plan(load_recipe(path), epochs)
+    """Each base recipe's slices as the frozen trainer confirmed them (frozen/plans/<base>.json): what
+    collect, the report and the audit read of a campaign directory (the audit holds each file to the
+    frozen trainer's own plan)."""
+    plans = {base: read_slice_plan(paths.slice_plan(base)) for base in bases}
+    missing = [base for base, plan in plans.items() if plan is None]
+    if missing:
+        raise UserError(f"{paths.slice_plan(missing[0])}: missing; the frozen trainer writes it before any run of "
+                        f"{missing[0]} trains (ebd2n plan)")
     return plans
-
-
-def frozen_epochs_per_slice(paths: CampaignPaths) -> int | Mapping[str, int]:
-    """The campaign's epochs per slice as frozen/freeze.json records it."""
-    record = read_json(paths.freeze_record)
-    settings = record.get("settings") if isinstance(record, dict) else None
-    value = settings.get("epochs_per_slice") if isinstance(settings, dict) else None
-    if value is None:
-        raise UserError(f"{paths.freeze_record}: missing or damaged; it records the campaign's epochs per slice")
-    return value
 
 
 def grid_search(paths: CampaignPaths, grid: Grid, plans: Mapping[str, SlicePlan]) -> Halving | None:

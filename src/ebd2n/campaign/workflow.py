@@ -16,8 +16,7 @@ from typing import Any
 
 from ebd2n.campaign.fates import Read, bracket_records, finished_runs, run_fates, run_records
 from ebd2n.campaign.file import Campaign
-from ebd2n.campaign.history import record_grid
-from ebd2n.campaign.plans import campaign_plans, campaign_search, grid_search
+from ebd2n.campaign.plans import campaign_plans, grid_search
 from ebd2n.campaign.resources import Resources
 from ebd2n.campaign.runs import Run, parse_run_id
 from ebd2n.campaign.search import Bracket, Halving
@@ -33,6 +32,11 @@ class WorkflowPlan:
         self.plans = campaign_plans(campaign)
         self.halving = grid_search(campaign.paths, campaign.grid, self.plans)
         self.cache = Path(next(iter(campaign.current_bases.values())).data.cache_dir)
+
+    @property
+    def headline(self) -> str:
+        """What the workflow plans, said first: the campaign, the file it was read from, where it goes."""
+        return f"campaign {self.campaign.name} from {self.campaign.source} -> {self.campaign.directory}"
 
     @property
     def brackets(self) -> list[str]:
@@ -155,18 +159,6 @@ def asked_candidates(halving: Halving, bracket: Bracket, epoch: int, digest: str
             "(the campaign file changed while the workflow ran: run it again)"
         )
     return points
-
-
-def decide_rung(campaign: Campaign, bracket_name: str, epoch: int, digest: str | None) -> tuple[Path, bool]:
-    """The decide job: decide rung `epoch` of a bracket and record the grid it decided under (what the
-    audit holds the decision to). Returns the decision file and whether it was written."""
-    halving = campaign_search(campaign)
-    if halving is None:
-        raise UserError(f"{campaign.source}: search: no successive halving to decide")
-    bracket = halving.bracket(bracket_name)
-    asked_candidates(halving, bracket, epoch, digest, campaign.source)
-    record_grid(campaign.paths, campaign.name, campaign.description, campaign.grid)
-    return halving.decide(bracket, epoch)
 
 
 def job_settings(scopes: Iterable[Resources], of_run: Callable[[str], Resources]) -> tuple[dict[str, Any], Any]:

@@ -6,13 +6,54 @@ silently trains the default. Each field's docstring says what it controls.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ebd2n.layout import BEST, FINAL, slice_checkpoint
+
 INT_RANGE = (-(2**63), 2**63 - 1)
 """What the trainer can hold in an integer (torch and numpy keep them as int64): every integer
 field of a recipe lies in it, so a seed of 2**64 is refused here, not by torch mid-training."""
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """A value of `training.checkpoint_policy`: which checkpoints a run keeps. CHECKPOINT_POLICIES is
+    the one definition: the recipe field, the campaign schema, the trainer's retention
+    (`ebd2n.train.retention`), the audit and the docs follow it (tests compare them)."""
+
+    name: str
+    keeps_epochs: bool
+    """The checkpoint of every epoch boundary survives the writing of a later one."""
+    keeps_initial: bool
+    """The initial weights (epoch 0) are written and kept too."""
+    meaning: str
+    """What a finished run keeps, as docs/configuration.md's table says."""
+
+
+CHECKPOINT_POLICIES = {
+    policy.name: policy
+    for policy in (
+        CheckpointPolicy(
+            "final", keeps_epochs=False, keeps_initial=False,
+            meaning=f"`{FINAL}` only: the trainer deletes a slice checkpoint once a later one is written. "
+            f"`{BEST}` records the best epoch-subset statistics with `weights: null`.",
+        ),
+        CheckpointPolicy(
+            "epoch", keeps_epochs=True, keeps_initial=False,
+            meaning=f"`{FINAL}` and a resumable checkpoint at every epoch boundary, "
+            f"`{slice_checkpoint(1)}` … `epoch-(E−1).pt`; `{BEST}` names the best epoch's.",
+        ),
+        CheckpointPolicy(
+            "all", keeps_epochs=True, keeps_initial=True,
+            meaning=f"those of `epoch` and the initial weights, `{slice_checkpoint(0)}`.",
+        ),
+    )
+}
+DEFAULT_CHECKPOINT_POLICY = "final"
+CheckpointPolicyName = Literal[tuple(CHECKPOINT_POLICIES)]
 
 
 class Section(BaseModel):
@@ -229,8 +270,8 @@ class TrainingConfig(Section):
     """Tokens per optimizer step (gradient accumulation reaches it)."""
     micro_batch_size: int = Field(default=32, gt=0)
     """Sequences per forward/backward pass."""
-    checkpoint_policy: Literal["final", "epoch", "all"] = "final"
-    """final: only final.pt survives; epoch: one checkpoint per epoch kept; all: also slice ones."""
+    checkpoint_policy: CheckpointPolicyName = DEFAULT_CHECKPOINT_POLICY
+    """Which checkpoints a run keeps: a name in CHECKPOINT_POLICIES, which says what each keeps."""
     log_every: int = Field(default=20, gt=0)
     """Optimizer steps between progress lines in train.log."""
     max_consecutive_skips: int = Field(default=10, gt=0)
@@ -262,9 +303,12 @@ class RuntimeConfig(Section):
     deterministic: bool = False
     """Deterministic algorithms (bitwise-reproducible on CPU)."""
     amp: bool = True
-    """BF16 autocast on CUDA (CPU always computes in FP32)."""
+    """BF16 autocast on CUDA (CPU computes in FP32, unless cuda_path_on_cpu)."""
     compile: bool = False
     """torch.compile the model."""
+    cuda_path_on_cpu: bool = False
+    """Test-only: a CPU run takes the CUDA path's decisions (BF16 autocast when amp, fused AdamW), so CI
+    runs that code without a GPU; no effect on CUDA. CPU BF16 is slower than FP32: not for real runs."""
     purpose: str = ""
     """Free text shown on the run dashboard (why this run exists)."""
     cpu_threads: int | None = Field(default=None, gt=0)

@@ -14,7 +14,7 @@ import torch
 
 from ebd2n.data.cache import Cache
 from ebd2n.errors import UserError
-from ebd2n.targets import IGNORE_INDEX, split_block
+from ebd2n.targets import split_block
 
 
 class TokenStream:

@@ -1,9 +1,10 @@
 """Checkpoints: the assembly of the trainer's stateful parts; atomic writes, a hash ledger per run,
-verified and safe loads.
+verified and safe loads; resuming and letting go.
 
 A checkpoint holds a provenance header (run, recipe, cache and trainer source, tokens trained)
 and the `state_dict()` of every stateful part of the trainer under its own key (engine, data
-position, RNG, counters, metrics writer); `Checkpointer` saves and restores them together.
+position, RNG, counters, metrics writer); `CheckpointManager` saves and restores them together,
+finds the newest valid one to resume from and lets go of those the run's retention replaces.
 Every checkpoint's SHA-256 is recorded in the run's `checkpoints.json` when it is written; a load
 recomputes the hash and refuses a file that is truncated or altered, and refuses one written for
 another recipe, cache or trainer source (resuming it would silently mix two experiments).
@@ -16,7 +17,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -24,6 +25,10 @@ from ebd2n.atomic import atomic_write_bytes, atomic_write_text, remove_file, sha
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER as LEDGER, FINAL, checkpoint_epoch
+from ebd2n.train.retention import Retention
+
+if TYPE_CHECKING:
+    from ebd2n.parallel.distributed import Context
 
 FORMAT = 2
 """2: one entry per stateful part (1 kept the counters, RNG and metrics offset in loose keys)."""
@@ -59,21 +64,60 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class Checkpointer:
-    """Saves and restores a run's checkpoints: the provenance header and every part's state.
+class CheckpointManager:
+    """A run's checkpoints, in the shape of torchtitan's CheckpointManager: `save` one, `load` the
+    newest valid one to resume from, and `let_go` of those the run's `Retention` does not keep.
 
-    Every process of a job assembles the parts (a distributed engine's state_dict is collective);
-    only the process that `writes` (the job's main process) saves the file.
+    The ledger (checkpoints.json) is the record: a checkpoint is written whole, then recorded; it
+    is let go of in the other order, its entry first, then its file. So a kill anywhere leaves at
+    worst a file without an entry, never an entry without its file, and such a file is removed by
+    the run's next job (as the temporaries of killed writes are). Only the job's main process, under
+    its lease on the run directory, writes or deletes; the others assemble and restore state.
     """
 
-    def __init__(self, run_dir: Path, provenance: Provenance, parts: Mapping[str, Stateful], writes: bool) -> None:
-        self.run_dir, self.provenance, self.parts, self.writes = run_dir, provenance, parts, writes
+    def __init__(self, run_dir: Path, provenance: Provenance, retention: Retention) -> None:
+        self.run_dir, self.provenance, self.retention = run_dir, provenance, retention
 
-    def save(self, relative: str, tokens: int) -> str | None:
-        """Write `relative` (in the run directory) holding `tokens` trained; its SHA-256 (None where this process does not write)."""
-        states = {key: part.state_dict() for key, part in self.parts.items()}
-        if not self.writes:
+    def named(self, resume: Path | None) -> Saved | None:
+        """The checkpoint `--resume` names, checked (before anything is written) to be this run's."""
+        if resume is None:
             return None
+        state = load_checkpoint(resume, self.provenance, resume=True)
+        if run_dir_of(Path(resume)).resolve() != self.run_dir.resolve():
+            raise UserError(
+                f"--resume {resume}: a checkpoint of run directory {run_dir_of(Path(resume))}, not of "
+                f"runtime.output_dir {self.run_dir}; a run resumes in its own directory"
+            )
+        relative = Path(resume).resolve().relative_to(self.run_dir.resolve()).as_posix()
+        epoch = checkpoint_epoch(relative)
+        return Saved(self.retention.epochs if epoch is None else epoch, relative, state)
+
+    def load(self, context: Context, named: Saved | None = None) -> tuple[Saved | None, list[str]]:
+        """The checkpoint the job starts from: `named`, else the newest valid one (None: the start),
+        and what the main process noted on the way (files removed, newer checkpoints passed over,
+        for train.log). The main process looks, under its lease, and tells the others, which load
+        the same file."""
+        notes: list[str] = []
+        found = named
+        if context.is_main:
+            notes = [f"removed {relative}, a checkpoint not recorded in {LEDGER} (a killed job's)"
+                     for relative in self._remove_unrecorded()]
+            if found is None:
+                found, passed = self._newest()
+                notes += [f"passed over {reason}" for reason in passed]
+        choice = context.broadcast(None if found is None else (found.epoch, found.relative))
+        if found is None and choice is not None:  # another process of the job
+            found = Saved(choice[0], choice[1], load_checkpoint(self.run_dir / choice[1], self.provenance, resume=True))
+        return found, notes
+
+    def save(self, epoch: int, parts: Mapping[str, Stateful], tokens: int, writes: bool) -> tuple[str, str | None]:
+        """The state after `epoch` epochs (`tokens` trained): every part's state and the provenance
+        header, written and recorded where this process `writes`. The file (relative to the run
+        directory) and its SHA-256 (None where this process does not write)."""
+        relative = self.retention.checkpoint(epoch)
+        states = {key: part.state_dict() for key, part in parts.items()}  # collective on a distributed engine
+        if not writes:
+            return relative, None
         header = {
             "run_id": self.run_dir.name,
             "recipe_identity": self.provenance.recipe_identity,
@@ -81,12 +125,71 @@ class Checkpointer:
             "source_hash": self.provenance.source_hash,
             "tokens": tokens,
         }
-        return save_checkpoint(self.run_dir, relative, {**header, **states})
+        return relative, save_checkpoint(self.run_dir, relative, {**header, **states})
 
-    def restore(self, checkpoint: dict[str, Any]) -> None:
-        """Every part from a checkpoint `load_checkpoint` read."""
-        for key, part in self.parts.items():
-            part.load_state_dict(checkpoint[key])
+    @staticmethod
+    def restore(parts: Mapping[str, Stateful], saved: Saved) -> None:
+        """Every part from a checkpoint `load` found."""
+        for key, part in parts.items():
+            part.load_state_dict(saved.state[key])
+
+    def let_go(self, epoch: int) -> None:
+        """Delete the checkpoints that the one holding `epoch` replaces under the run's retention:
+        their ledger entries first (one atomic write), then their files; an emptied checkpoints/
+        folder goes too."""
+        if self.retention.keeps_earlier():
+            return
+        ledger = read_checkpoint_ledger(self.run_dir)
+        recorded = {name for name in ledger if (found := checkpoint_epoch(name)) is not None and found < epoch}
+        earlier = sorted(recorded | {name for found, name in self._on_disk() if found < epoch})
+        if recorded:
+            _write_ledger(self.run_dir, {name: digest for name, digest in ledger.items() if name not in recorded})
+        self._remove(earlier)
+
+    def _on_disk(self) -> list[tuple[int, str]]:
+        """(epoch, file) of every checkpoint in the run's checkpoints/ folder."""
+        folder = self.run_dir / CHECKPOINT_DIR
+        found = []
+        for path in folder.glob("*.pt") if folder.is_dir() else []:
+            epoch = checkpoint_epoch(f"{CHECKPOINT_DIR}/{path.name}")
+            if epoch is not None and epoch < self.retention.epochs:
+                found.append((epoch, f"{CHECKPOINT_DIR}/{path.name}"))
+        return found
+
+    def _remove_unrecorded(self) -> list[str]:
+        """Delete the checkpoints/ files the ledger does not record: a killed job's, written but not
+        yet recorded, or let go of after their entry was; none can be resumed from."""
+        ledger = read_checkpoint_ledger(self.run_dir)
+        unrecorded = sorted(relative for _epoch, relative in self._on_disk() if relative not in ledger)
+        self._remove(unrecorded)
+        return unrecorded
+
+    def _remove(self, relatives: list[str]) -> None:
+        """Delete checkpoint files (none recorded any more); an emptied checkpoints/ folder goes too."""
+        for relative in relatives:
+            remove_file(self.run_dir / relative)
+        folder = self.run_dir / CHECKPOINT_DIR
+        if relatives and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+    def _newest(self) -> tuple[Saved | None, list[str]]:
+        """The newest checkpoint this run can resume from, checked by content (the ledger's hash, the
+        run, recipe, cache and trainer identities, the format), None when there is none; and why
+        each newer one was passed over."""
+        passed = []
+        found = [(self.retention.epochs, FINAL)] if (self.run_dir / FINAL).is_file() else []
+        for epoch, relative in sorted(found + self._on_disk(), reverse=True):
+            try:
+                state = load_checkpoint(self.run_dir / relative, self.provenance, resume=True)
+            except UserError as error:
+                passed.append(str(error))
+                continue
+            if state.get("run_id") != self.run_dir.name:
+                passed.append(f"checkpoint {self.run_dir / relative}: written for run {state.get('run_id')!r}, "
+                              f"not {self.run_dir.name!r}")
+                continue
+            return Saved(epoch, relative, state), passed
+        return None, passed
 
 
 def read_checkpoint_ledger(run_dir: Path) -> dict[str, str]:
@@ -94,64 +197,19 @@ def read_checkpoint_ledger(run_dir: Path) -> dict[str, str]:
     return read_json(run_dir / LEDGER) or {}
 
 
+def _write_ledger(run_dir: Path, ledger: dict[str, str]) -> None:
+    atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
+
+
 def save_checkpoint(run_dir: Path, relative: str, payload: dict[str, Any]) -> str:
-    """Write a checkpoint atomically, record its hash in the ledger, return the hash."""
+    """Write a checkpoint atomically, then record its hash in the ledger; return the hash."""
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, **payload}, buffer)
     data = buffer.getvalue()
     digest = sha256_bytes(data)
     atomic_write_bytes(run_dir / relative, data)
-    ledger = read_checkpoint_ledger(run_dir)
-    ledger[relative] = digest
-    atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
+    _write_ledger(run_dir, read_checkpoint_ledger(run_dir) | {relative: digest})
     return digest
-
-
-def remove_checkpoints(run_dir: Path, names: list[str]) -> None:
-    """Delete checkpoints a later one has replaced (retention), then their ledger entries; an
-    emptied checkpoints/ folder goes too."""
-    for relative in names:
-        remove_file(run_dir / relative)
-    ledger = read_checkpoint_ledger(run_dir)
-    if any(ledger.pop(relative, None) is not None for relative in list(names)):
-        atomic_write_text(run_dir / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
-    folder = run_dir / CHECKPOINT_DIR
-    if folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-
-
-def saved_states(run_dir: Path, epochs: int) -> list[tuple[int, str]]:
-    """(epoch, file) of every checkpoint in the run directory, newest first (final.pt: `epochs`)."""
-    found = [(epochs, FINAL)] if (run_dir / FINAL).is_file() else []
-    folder = run_dir / CHECKPOINT_DIR
-    for path in folder.glob("*.pt") if folder.is_dir() else []:
-        epoch = checkpoint_epoch(f"{CHECKPOINT_DIR}/{path.name}")
-        if epoch is not None and epoch < epochs:
-            found.append((epoch, f"{CHECKPOINT_DIR}/{path.name}"))
-    return sorted(found, reverse=True)
-
-
-def newest_state(run_dir: Path, provenance: Provenance, epochs: int) -> tuple[Saved | None, list[str]]:
-    """The newest checkpoint this run can resume from, checked by content (the ledger's hash, the
-    run, recipe, cache and trainer identities, the format), None when there is none; and why each
-    newer one was passed over."""
-    passed = []
-    for epoch, relative in saved_states(run_dir, epochs):
-        try:
-            state = load_checkpoint(run_dir / relative, provenance, resume=True)
-        except UserError as error:
-            passed.append(str(error))
-            continue
-        if state.get("run_id") != run_dir.name:
-            passed.append(f"checkpoint {run_dir / relative}: written for run {state.get('run_id')!r}, not {run_dir.name!r}")
-            continue
-        return Saved(epoch, relative, state), passed
-    return None, passed
-
-
-def is_recorded(run_dir: Path, relative: str) -> bool:
-    """The file is there and is the one the run's ledger recorded (written whole, then recorded)."""
-    return _ledger_problem(run_dir, relative) is None
 
 
 def _ledger_problem(run_dir: Path, relative: str) -> str | None:

@@ -1,14 +1,11 @@
 """Checkpoint retention: which checkpoints a run holds after each slice, and which ones go.
 
-One rule, asked by the trainer (what to write, what to delete once a later state is safe), the
-audit (what a finished run may and must hold) and the docs. The trainer is the only one that
-deletes, and only checkpoints older than one it has just written and recorded, so a job that is
-killed anywhere, or run twice, always finds its newest state again.
-
-- `final`: a slice writes a checkpoint at its end; once a later one (or final.pt) is written, the
-  earlier ones are gone. A finished run keeps final.pt only.
-- `epoch`: a checkpoint at every epoch boundary, all kept.
-- `all`: also the initial weights (epoch 0).
+The policies themselves (names, default, what each keeps) are defined once, in
+`ebd2n.config.schema.CHECKPOINT_POLICIES`; `Retention` applies one to a run's budget. It is asked
+by the trainer's checkpoint manager (what to write, what to let go once a later state is safe),
+the audit (what a finished run may and must hold) and best.json. The manager is the only one
+that deletes, and only checkpoints older than one it has just written and recorded, so a job
+that is killed anywhere, or run twice, always finds its newest state again.
 
 This module imports no torch: the audit and the workflow read it.
 """
@@ -17,17 +14,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ebd2n.config.schema import CHECKPOINT_POLICIES, CheckpointPolicy
 from ebd2n.layout import FINAL, slice_checkpoint
-
-POLICIES = ("final", "epoch", "all")
 
 
 @dataclass(frozen=True)
 class Retention:
-    """The retention of one run: its policy over its budget's epochs."""
+    """The retention of one run: its policy (a name in CHECKPOINT_POLICIES) over its budget's epochs."""
 
     policy: str
     epochs: int
+
+    @property
+    def rule(self) -> CheckpointPolicy:
+        return CHECKPOINT_POLICIES[self.policy]
 
     def checkpoint(self, epoch: int) -> str:
         """The file holding the state after `epoch` epochs (final.pt at the end of the budget)."""
@@ -37,17 +37,17 @@ class Retention:
         """Whether a job training to epoch `until` writes a checkpoint after `epoch` epochs."""
         if epoch in (until, self.epochs):
             return epoch > 0
-        return self.policy == "all" or (self.policy == "epoch" and epoch > 0)
+        return self.rule.keeps_initial if epoch == 0 else self.rule.keeps_epochs
 
     def keeps_earlier(self) -> bool:
-        """Whether a checkpoint survives the writing of a later one (False: policy `final`)."""
-        return self.policy != "final"
+        """Whether a checkpoint survives the writing of a later one."""
+        return self.rule.keeps_epochs
 
     def kept(self) -> list[str]:
         """What a finished run holds besides final.pt."""
         if not self.keeps_earlier():
             return []
-        first = 0 if self.policy == "all" else 1
+        first = 0 if self.rule.keeps_initial else 1
         return [slice_checkpoint(epoch) for epoch in range(first, self.epochs)]
 
     def best_weights(self, best_epoch: int) -> str | None:

@@ -1,6 +1,6 @@
 """The trainer's stateful parts besides the engine and the metrics writer: the data position, the
 random number generators and the counters. Each has `state_dict()`/`load_state_dict()`, as torch
-modules and optimizers do, so a checkpoint is their assembly (ebd2n.train.checkpoint.Checkpointer).
+modules and optimizers do, so a checkpoint is their assembly (ebd2n.train.checkpoint.CheckpointManager).
 """
 
 from __future__ import annotations

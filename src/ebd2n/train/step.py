@@ -18,6 +18,18 @@ from ebd2n.train.accum_adamw import AccumAdamW
 from ebd2n.train.budget import Budget
 
 
+def takes_cuda_path(recipe: Recipe, device: torch.device) -> bool:
+    """Whether a run on `device` takes the CUDA path's decisions (fused AdamW; BF16 autocast when
+    runtime.amp): on CUDA, and on the CPU under the test-only runtime.cuda_path_on_cpu, so that CI
+    executes the code every GPU run executes."""
+    return device.type == "cuda" or recipe.runtime.cuda_path_on_cpu
+
+
+def bf16_autocast(recipe: Recipe, device: torch.device) -> bool:
+    """Whether forward passes on `device` run under BF16 autocast: training steps, subset and full validation."""
+    return recipe.runtime.amp and takes_cuda_path(recipe, device)
+
+
 @dataclass(frozen=True)
 class StepResult:
     """What one optimizer step did, for metrics.jsonl and the skip counter."""
@@ -38,18 +50,18 @@ class Engine:
         self.recipe = recipe
         self.budget = budget
         self.device = device
-        self.use_amp = device.type == "cuda" and recipe.runtime.amp
+        self.use_amp = bf16_autocast(recipe, device)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """BF16 autocast on CUDA; the CPU computes in FP32."""
+        """BF16 autocast on the CUDA path (`bf16_autocast`); otherwise FP32."""
         if self.use_amp:
-            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def _make_optimizer(self, groups: list[dict]) -> torch.optim.Optimizer:
-        """AdamW (fused on CUDA, foreach on CPU); groups carry their own weight decay."""
+        """AdamW (fused on the CUDA path, `takes_cuda_path`; foreach otherwise); groups carry their own weight decay."""
         opt = self.recipe.optimizer
-        fused = self.device.type == "cuda"
+        fused = takes_cuda_path(self.recipe, self.device)
         trained = [g for g in groups if g["params"]] or groups[:1]  # a pipeline stage may train nothing
         if opt.accum_iter > 1:
             return AccumAdamW(trained, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, accum_iter=opt.accum_iter)

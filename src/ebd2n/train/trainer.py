@@ -1,9 +1,10 @@
 """Train one run, or one slice of it, resuming exactly at an epoch boundary.
 
 The trainer is made of stateful parts: the engine (model and optimizer), the data position, the
-random number generators, the counters and the metrics writer. A checkpoint is their assembly
-(`ebd2n.train.checkpoint.Checkpointer`), and the training order is a pure function of the seed and
-the data position, so N slices give the same result as one job (bitwise on CPU when deterministic).
+random number generators, the counters and the metrics writer. A checkpoint is their assembly,
+which the run's `ebd2n.train.checkpoint.CheckpointManager` saves, resumes from and lets go of;
+the training order is a pure function of the seed and the data position, so N slices give the
+same result as one job (bitwise on CPU when deterministic).
 
 Every process of a torchrun job runs this same code: the distributed engine does the collectives
 (its state_dict and evaluation model are assembled on the main process) and the process context
@@ -24,30 +25,20 @@ from ebd2n.config import Recipe, dump_recipe, hf_identity, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import RunFailed, UserError
 from ebd2n.atomic import atomic_write_text, remove_temporaries
-from ebd2n.layout import RECIPE, RunPaths, checkpoint_epoch
+from ebd2n.layout import RECIPE, RunPaths
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
 from ebd2n.provenance import environment, job_id, source_hash, timestamp
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import Budget, budget_of
-from ebd2n.train.checkpoint import (
-    Checkpointer,
-    Provenance,
-    Saved,
-    Stateful,
-    load_checkpoint,
-    newest_state,
-    remove_checkpoints,
-    run_dir_of,
-    saved_states,
-)
+from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Stateful
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
 from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import format_memory
 from ebd2n.train.schedule import learning_rate
 from ebd2n.train.state import DataPosition, Progress, RandomState
-from ebd2n.train.step import Engine, StepResult
+from ebd2n.train.step import Engine, StepResult, bf16_autocast
 from ebd2n.train.validation import block_batches, evaluate_sequences
 
 
@@ -57,8 +48,7 @@ class Slice:
 
     recipe: Recipe
     budget: Budget
-    retention: Retention
-    provenance: Provenance
+    checkpoints: CheckpointManager
     context: Context
     config_path: Path | None
     resume: str | None
@@ -69,6 +59,14 @@ class Slice:
     @property
     def run_dir(self) -> Path:
         return Path(self.recipe.runtime.output_dir)
+
+    @property
+    def retention(self) -> Retention:
+        return self.checkpoints.retention
+
+    @property
+    def provenance(self) -> Provenance:
+        return self.checkpoints.provenance
 
 
 @dataclass(frozen=True)
@@ -82,9 +80,10 @@ class Parts:
     metrics: Stateful
     """The metrics writer (a MetricsLog on the main process)."""
 
-    def checkpointer(self, job: Slice, writes: bool) -> Checkpointer:
-        parts = {"engine": self.engine, "data": self.data, "progress": self.progress, "rng": self.rng, "metrics": self.metrics}
-        return Checkpointer(job.run_dir, job.provenance, parts, writes=writes)
+    def stateful(self) -> dict[str, Stateful]:
+        """Every part by its key in a checkpoint."""
+        return {"engine": self.engine, "data": self.data, "progress": self.progress, "rng": self.rng,
+                "metrics": self.metrics}
 
 
 def train(
@@ -109,21 +108,21 @@ def train(
         raise UserError(f"--until-epoch {end_epoch}: must be at least 1 and at most the budget's {budget.epochs} epochs")
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
-    retention = Retention(recipe.training.checkpoint_policy, budget.epochs)
-    named = _named_checkpoint(resume, run_dir, provenance, retention)
+    checkpoints = CheckpointManager(run_dir, provenance, Retention(recipe.training.checkpoint_policy, budget.epochs))
+    named = checkpoints.named(resume)
     configure_torch(recipe)
     context = distributed.init(recipe)
     parts_of = _parts_builder(recipe, budget, cache, context)  # every check before anything is written
     lease = claim_run_dir(recipe, provenance, context, wait)
     try:
-        start, passed = _starting_point(run_dir, provenance, retention, named, context)
+        start, notes = checkpoints.load(context, named)
         if start is not None and start.epoch >= end_epoch and _reached(run_dir, end_epoch, budget.epochs, context):
             if context.is_main:
-                _let_go(run_dir, retention, start.epoch)
+                checkpoints.let_go(start.epoch)
             return False  # reached already: nothing to train, train.log and metrics.jsonl untouched
-        job = Slice(recipe, budget, retention, provenance, context, config_path, start and start.relative,
+        job = Slice(recipe, budget, checkpoints, context, config_path, start and start.relative,
                     min(start.epoch, end_epoch) if start else 0, end_epoch)
-        _train_job(job, parts_of, start, passed, progress)
+        _train_job(job, parts_of, start, notes, progress)
     finally:
         try:
             context.close()  # leaves the process group it joined
@@ -131,32 +130,6 @@ def train(
             if lease is not None:
                 lease.release()
     return True
-
-
-def _named_checkpoint(resume: Path | None, run_dir: Path, provenance: Provenance, retention: Retention) -> Saved | None:
-    """The checkpoint `--resume` names, checked before anything is written."""
-    if resume is None:
-        return None
-    state = load_checkpoint(resume, provenance, resume=True)
-    if run_dir_of(Path(resume)).resolve() != run_dir.resolve():
-        raise UserError(
-            f"--resume {resume}: a checkpoint of run directory {run_dir_of(Path(resume))}, not of runtime.output_dir "
-            f"{run_dir}; a run resumes in its own directory"
-        )
-    relative = Path(resume).resolve().relative_to(run_dir.resolve()).as_posix()
-    epoch = checkpoint_epoch(relative)
-    return Saved(retention.epochs if epoch is None else epoch, relative, state)
-
-
-def _starting_point(run_dir: Path, provenance: Provenance, retention: Retention, named: Saved | None,
-                    context: Context) -> tuple[Saved | None, list[str]]:
-    """The checkpoint this job starts from: the one named by hand, else the newest valid one. The
-    main process looks (under its lease) and tells the others, which load the same file."""
-    found, passed = (named, []) if named is not None or not context.is_main else newest_state(run_dir, provenance, retention.epochs)
-    choice = context.broadcast(None if found is None else (found.epoch, found.relative))
-    if found is None and choice is not None:  # another process of the job
-        found = Saved(choice[0], choice[1], load_checkpoint(run_dir / choice[1], provenance, resume=True))
-    return found, passed
 
 
 def _reached(run_dir: Path, end_epoch: int, epochs: int, context: Context) -> bool:
@@ -179,15 +152,6 @@ def _write_slice_record(run_dir: Path, epoch: int, epochs: int) -> None:
     atomic_write_text(path, json.dumps({"epoch": epoch, "epochs": epochs}) + "\n")
 
 
-def _let_go(run_dir: Path, retention: Retention, epoch: int) -> None:
-    """Delete the checkpoints that the one holding `epoch` replaces under the run's retention."""
-    if retention.keeps_earlier():
-        return
-    earlier = [relative for found, relative in saved_states(run_dir, retention.epochs) if found < epoch]
-    if earlier:
-        remove_checkpoints(run_dir, earlier)
-
-
 def _parts_builder(recipe: Recipe, budget: Budget, cache: Cache, context: Context):
     """The engine, the data position and the validation subset, built (and so checked) now; the
     returned function assembles the trainer's parts around the job's metrics writer."""
@@ -203,33 +167,32 @@ def _parts_builder(recipe: Recipe, budget: Budget, cache: Cache, context: Contex
     return parts_of
 
 
-def _train_job(job: Slice, parts_of, start: Saved | None, passed: list[str], progress: bool) -> None:
+def _train_job(job: Slice, parts_of, start: Saved | None, notes: list[str], progress: bool) -> None:
     """Restore the parts from `start`, train the slice and write what it leaves."""
     this_job = job_id()
     output = RunOutput.open(job.run_dir, this_job, job.context)
     try:
-        for reason in passed:
-            output.write(f"passed over {reason}")
+        for note in notes:
+            output.write(note)
         parts, eval_blocks = parts_of(output.metrics)
-        checkpoints = parts.checkpointer(job, writes=output.writes)
         if start is not None:
-            checkpoints.restore(start.state)
+            job.checkpoints.restore(parts.stateful(), start)
         parts.progress.job_ids.append(this_job)
-        _run_slice(job, parts, checkpoints, output, eval_blocks, progress and output.writes)
+        _run_slice(job, parts, output, eval_blocks, progress and output.writes)
     finally:
         output.close()
 
 
-def _run_slice(job: Slice, parts: Parts, checkpoints: Checkpointer, output: RunOutput | SilentOutput,
-               eval_blocks: torch.Tensor, progress: bool) -> None:
+def _run_slice(job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_blocks: torch.Tensor,
+               progress: bool) -> None:
     """The slice's epochs, its checkpoints and what it leaves: the slice record or, at the end of
     the budget, the run's final records; then the checkpoints its retention lets go."""
     budget, retention = job.budget, job.retention
     _log_header(output, job)
 
     def save(epoch: int) -> None:
-        relative = retention.checkpoint(epoch)
-        digest = checkpoints.save(relative, budget.tokens_after(parts.data.step))
+        tokens = budget.tokens_after(parts.data.step)
+        relative, digest = job.checkpoints.save(epoch, parts.stateful(), tokens, output.writes)
         output.write(f"checkpoint {relative} written, sha256 {digest}")
 
     loop = _Loop(job, parts, output, eval_blocks, progress)
@@ -248,7 +211,7 @@ def _run_slice(job: Slice, parts: Parts, checkpoints: Checkpointer, output: RunO
         _write_run_record(job, parts, output)
     else:
         _write_slice_record(job.run_dir, job.end_epoch, budget.epochs)
-    _let_go(job.run_dir, retention, job.end_epoch)
+    job.checkpoints.let_go(job.end_epoch)
     output.write(f"slice done: epochs {job.start_epoch}..{job.end_epoch} of {budget.epochs}")
 
 
@@ -284,7 +247,7 @@ class _Loop:
         evaluation_model = self.engine.evaluation_model()  # the whole model on the main process only
         subset = None if evaluation_model is None else evaluate_sequences(
             evaluation_model, block_batches(self.eval_blocks, self.recipe.evaluation.batch_size),
-            self.device, self.recipe.runtime.amp,
+            self.device, self.engine.use_amp,
         )
         memory = distributed.gather_memory(self.job.context)  # every device of the job, on the main process
         if subset is None:
@@ -365,7 +328,7 @@ def _write_run_record(job: Slice, parts: Parts, output: RunOutput | SilentOutput
         "started": timestamp(counters.started), "ended": timestamp(),
         "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
         "steps": steps, "skipped_steps": counters.skipped_steps, "tokens": job.budget.tokens_after(steps),
-        "numerics": {"dtype": "bf16" if device.type == "cuda" and recipe.runtime.amp else "fp32",
+        "numerics": {"dtype": "bf16" if bf16_autocast(recipe, device) else "fp32",
                      "compile": recipe.runtime.compile, "deterministic": recipe.runtime.deterministic},
         "placement": context.placement_record(),
         "units": units,
@@ -387,7 +350,7 @@ def _log_header(output: RunOutput | SilentOutput, job: Slice) -> None:
         f"mode {recipe.mode} | parameters {budget.parameters:,} | budget {budget.total_tokens:,} tokens in {budget.epochs} "
         f"epochs, {budget.total_steps:,} steps of up to {budget.tokens_per_step:,} tokens | lr {recipe.optimizer.lr} beta2 {recipe.optimizer.beta2} | seed {recipe.runtime.seed}"
     )
-    dtype = "bf16 autocast" if device.type == "cuda" and recipe.runtime.amp else "fp32"
+    dtype = "bf16 autocast" if bf16_autocast(recipe, device) else "fp32"
     output.write(f"numerics {dtype} | compile {recipe.runtime.compile} | deterministic {recipe.runtime.deterministic}")
     if job.resume is None:  # the whole recipe once; later slices resume the same recipe (same identity)
         for line in dump_recipe(recipe).splitlines():

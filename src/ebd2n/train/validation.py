@@ -20,6 +20,7 @@ def evaluate_sequences(
 ) -> tuple[float, float, int]:
     """Mean loss (nats), token accuracy and target count over (inputs, targets) batches.
 
+    `amp`: BF16 autocast on `device`, as the caller's recipe decides (ebd2n.train.step.bf16_autocast).
     Targets of IGNORE_INDEX (padding, and the prompt tokens of supervised caches) are not counted:
     on supervised data these are the completion tokens' loss and accuracy.
     """
@@ -28,8 +29,7 @@ def evaluate_sequences(
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     count = 0
-    use_amp = amp and device.type == "cuda"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
     for inputs, targets in batches:
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         with autocast:

@@ -1,0 +1,80 @@
+"""How long Snakemake takes to plan the 20M sweep at 324 runs and more, this checkout against another.
+
+    git worktree add --detach /tmp/before <commit>       # the checkout to compare with
+    python benchmarks/dryrun_scale.py --compare /tmp/before --seeds 3 31 93 --repeats 3
+
+For each seed count the 20M sweep's campaign file (config/campaigns/recipe-sweep-20m.yaml, 108 grid
+points) gets that many seeds (3: the published 324 runs; 31: 3,348; 93: 10,044) and both checkouts
+dry-run it with the slurm profile, alternately, `--repeats` times each. Prints the median wall
+seconds and CPU seconds (user + system of the snakemake process: what the planning costs, whatever
+else loads the machine) of each and their ratios; writes benchmarks/dryrun_scale.json after every
+measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = "config/campaigns/recipe-sweep-20m.yaml"
+
+
+def dry_run(checkout: Path, seeds: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one dry run of the sweep with `seeds` seeds, from `checkout`."""
+    raw = yaml.safe_load((checkout / SWEEP).read_text())
+    raw["seeds"] = list(range(42, 42 + seeds))
+    raw["campaign"] = f"dryrun-scale-{seeds}"
+    campaign = checkout / "config" / "campaigns" / f"dryrun-scale-{seeds}.yaml"
+    campaign.write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {"PYTHONPATH": str(checkout / "src"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    command = [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "--configfile", str(campaign)]
+    before = _children_cpu()
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    campaign.unlink()
+    if result.returncode:
+        raise SystemExit(f"{checkout}: dry run of {seeds} seeds failed:\n{result.stderr[-3000:]}")
+    return elapsed, _children_cpu() - before
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compare", type=Path, required=True, help="another checkout (e.g. a worktree of the last release)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[3, 31])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    checkouts = {"this": ROOT, "compared": args.compare.resolve()}
+    record: dict = {"compared": str(checkouts["compared"]), "cases": {}}
+    for seeds in args.seeds:
+        times: dict[str, list[float]] = {name: [] for name in checkouts}
+        cpu: dict[str, list[float]] = {name: [] for name in checkouts}
+        for _ in range(args.repeats):
+            for name, checkout in checkouts.items():  # alternately, so load on the machine hits both alike
+                wall, used = dry_run(checkout, seeds)
+                times[name].append(wall)
+                cpu[name].append(used)
+                record["cases"][str(seeds)] = {"runs": 108 * seeds, "wall_s": times, "cpu_s": cpu}
+                (ROOT / "benchmarks" / "dryrun_scale.json").write_text(json.dumps(record, indent=2) + "\n")
+        for label, values in (("wall", times), ("cpu", cpu)):
+            this, compared = statistics.median(values["this"]), statistics.median(values["compared"])
+            print(f"{108 * seeds:6d} runs, {label}: this {this:7.2f} s, compared {compared:7.2f} s, ratio {this / compared:.3f} "
+                  f"({', '.join(f'{t:.1f}' for t in values['this'])} / {', '.join(f'{t:.1f}' for t in values['compared'])})")
+
+
+if __name__ == "__main__":
+    main()

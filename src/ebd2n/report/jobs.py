@@ -1,0 +1,78 @@
+"""A training or validation job from start to the run's dashboard: what `ebd2n train` and
+`ebd2n validate` do, in the package so the command line only parses and prints.
+
+It lives in the report layer because the dashboard does: the trainer leaves a complete run, and
+the job that completed it (or, if that job was killed first, the validation job) writes its page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ebd2n.layout import DASHBOARD, FINAL, RUN_RECORD
+
+
+def train_job(
+    recipe: str,
+    overrides: list[str],
+    resume: Path | None = None,
+    until_epoch: int | None = None,
+    progress: bool = False,
+    wait: bool = False,
+) -> str | None:
+    """Train a run (or one slice of it) and, once the run is complete, write its dashboard; return
+    one line on what the job left (None on a torchrun process other than the main one)."""
+    from ebd2n.config import load_recipe, resolve_recipe_path
+    from ebd2n.parallel.distributed import is_main_process
+    from ebd2n.provenance import job_usage
+    from ebd2n.report.dashboard import write_dashboard
+    from ebd2n.train import train
+    from ebd2n.train.runlog import append_to_train_log
+
+    loaded = load_recipe(recipe, overrides)
+    run_dir = Path(loaded.runtime.output_dir)
+    trained = train(loaded, config_path=resolve_recipe_path(recipe), resume=resume, until_epoch=until_epoch,
+                    progress=progress, wait=wait)
+    if not is_main_process():  # torchrun: the main process writes and speaks for the run
+        return None
+    complete = (run_dir / FINAL).is_file()
+    if complete and (trained or not (run_dir / DASHBOARD).is_file()):  # this job completed the run
+        append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
+    if trained:
+        append_to_train_log(run_dir, job_usage())
+    return _train_summary(run_dir, trained, until_epoch)
+
+
+def _train_summary(run_dir: Path, trained: bool, until_epoch: int | None) -> str:
+    """One line on what the job left: final.pt, or how far the run is (the same command goes on),
+    and the last subset loss."""
+    from ebd2n.train.runlog import read_metrics
+
+    epochs = [record for record in read_metrics(run_dir) if record["type"] == "epoch"]
+    last = epochs[-1]
+    loss = (f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % "
+            f"(epoch {last['epoch']} subset)")
+    done = "done" if trained else "done already (nothing trained)"
+    if (run_dir / FINAL).is_file():
+        return f"{done}: {run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
+    return f"slice {done}: epoch {until_epoch} of {run_dir}; `ebd2n train` without --until-epoch resumes it; {loss}"
+
+
+def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -> list[str]:
+    """Fully validate a run's final model (writing its dashboard first if its training job was killed
+    just before); return the lines the job prints: the result, then the job's usage."""
+    from ebd2n.evaluate import validate_run
+    from ebd2n.provenance import job_usage
+
+    run_dir = Path(run_dir)
+    trained = all((run_dir / name).is_file() for name in (FINAL, RUN_RECORD))
+    if trained and not (run_dir / DASHBOARD).is_file():
+        from ebd2n.report.dashboard import write_dashboard
+
+        write_dashboard(run_dir)
+    results = validate_run(run_dir, device=device, wait=wait)
+    if results["status"] == "failed":  # recorded in results.json, which the report and the audit show
+        outcome = f"{run_dir}: failed run: {results['reason']}"
+    else:
+        outcome = f"{run_dir}: full-validation loss {results['loss']:.6f} nats over {results['targets']:,} targets"
+    return [outcome, job_usage()]  # the job's log: results.json holds only what the checkpoint determines
