@@ -108,6 +108,11 @@ def test_lr_law_needs_cells_that_differ() -> None:
         fit_law(cells)
 
 
+def test_lr_law_needs_seeds_to_resample() -> None:
+    with pytest.raises(ValueError, match="N=100,000 D=2,000,000: one seed at a learning rate"):
+        fit_law(surface(np.random.default_rng(7), seeds=1))
+
+
 def test_lr_law_cells_from_a_runs_table() -> None:
     rows = [{"run": f"{preset}-{lr}-{seed}", "mode": "synchronous", "lr": lr, "beta2": 0.95, "seed": seed,
              "status": "complete", "loss": 3.0 + lr + seed / 100, "preset": preset, "tokens": tokens}
