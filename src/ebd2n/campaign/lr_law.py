@@ -128,7 +128,8 @@ def fit_law(cells: Sequence[Cell], seed: int = RESAMPLING_SEED) -> Law:
             notes.append(f"{cell.label} left out: {fit['reason']}")
             continue
         if min(len(losses) for losses in cell.losses.values()) < 2:
-            raise ValueError(f"{cell.label}: one seed at a learning rate; the law's intervals resample seeds (2 or more)")
+            raise ValueError(f"{cell.label}: one seed at a learning rate; the law's intervals resample seeds "
+                             "(2 or more)")
         x, _ = cell.curve()
         resampled = np.stack([resampled_means(np.asarray(cell.losses[lr], dtype=float), rng)
                               for lr in sorted(cell.losses)], axis=1)
