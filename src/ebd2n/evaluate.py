@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -33,10 +34,10 @@ def validate_run(run_dir: str | Path, device: str | None = None, wait: bool = Fa
     a touched checkpoint (a copy without preserved times) never changes a result. Validation holds
     the run's lease, as a trainer does (`wait`: for a live trainer still finishing the run).
     """
-    paths = RunPaths(Path(run_dir))
-    run_dir = paths.directory
+    paths = RunPaths(Path(os.path.realpath(run_dir)))  # one run, its lease and its id (its name), whatever path reached it
     if not paths.recipe.is_file():
         raise UserError(f"{run_dir}: no {paths.recipe.name}; not a run directory")
+    run_dir = paths.directory
     recipe = load_recipe(paths.recipe)
     configure_torch(recipe)
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)

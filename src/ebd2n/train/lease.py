@@ -80,7 +80,10 @@ def take_lease(run_dir: Path, wait: bool = False) -> Lease:
     """Hold run_dir for this process, breaking a lease whose holder is provably gone. A live
     holder is refused, or with `wait` (a workflow job, whose controller may have died while its
     trainer ran on) waited for: the trainer that comes after it finds what it left."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"runtime.output_dir {run_dir}: cannot be made ({error.strerror}); choose another runtime.output_dir") from None
     path = run_dir / LEASE
     waited = False
     while True:
