@@ -22,7 +22,8 @@ from ebd2n.parallel.distributed import resolve_device
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.lease import take_lease
-from ebd2n.train.validation import evaluate_sequences
+from ebd2n.train.budget import budget_of
+from ebd2n.train.validation import evaluate_sequences, position_problem
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
 
@@ -52,12 +53,16 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     run_dir = paths.directory
     remove_temporaries(run_dir)  # of a killed write (results.json, the dashboard): no artifact of the run
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
+    started = time.time()
+    state = load_checkpoint(paths.final, provenance)
+    budget = budget_of(recipe)
+    if (problem := position_problem(state, budget, budget.epochs)) is not None:  # never a loss of the wrong checkpoint
+        raise UserError(f"{paths.final}: {problem}; it is not this run's final checkpoint: "
+                        "restore it, or train the run again")
     previous = _unchanged_results(paths, provenance)
     if previous is not None:
         atomic_write_text(paths.results, previous)
         return json.loads(previous)
-    started = time.time()
-    state = load_checkpoint(paths.final, provenance)
     target = resolve_device(device or recipe.runtime.device)
     model = model_with_weights(recipe, evaluation_state_dict(recipe, state["engine"]))
     model.to(target)

@@ -39,7 +39,9 @@ class Ledger:
     history: list[dict] = field(default_factory=list)
     digest: str | None = None
     jobs: dict[str, list[str]] = field(default_factory=dict)
-    """Run id -> the jobs that trained it (results.json's job_ids)."""
+    """Run id -> the jobs that trained it (results.json's job_ids; a stopped run's, its rung checkpoint's)."""
+    stopped: dict[str, int] = field(default_factory=dict)
+    """Run id -> the rung a successive-halving decision stopped it at (its files are protected there)."""
 
 
 def read_ledger(paths: CampaignPaths) -> Ledger:
@@ -52,14 +54,18 @@ def read_ledger(paths: CampaignPaths) -> Ledger:
         raw = json.loads(data.decode("utf-8"))
         if not isinstance(raw, dict) or not isinstance(raw.get("artifacts"), dict):
             raise ValueError("no artifacts mapping")
-        return Ledger(dict(raw["artifacts"]), list(raw.get("history") or []), sha256_bytes(data), dict(raw.get("jobs") or {}))
+        return Ledger(dict(raw["artifacts"]), list(raw.get("history") or []), sha256_bytes(data),
+                      dict(raw.get("jobs") or {}), dict(raw.get("stopped") or {}))
     except (UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"{paths.ledger.name}: not a ledger ({error})") from None
 
 
-def ledger_json(artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]]) -> str:
-    """The ledger file's text (audit.json records its SHA-256)."""
+def ledger_json(artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]],
+                stopped: dict[str, int]) -> str:
+    """The ledger file's text (audit.json records its SHA-256); `stopped` only where a search stopped runs."""
     record = {"format": FORMAT, "artifacts": dict(sorted(artifacts.items())), "history": history, "jobs": dict(sorted(jobs.items()))}
+    if stopped:
+        record["stopped"] = dict(sorted(stopped.items()))
     return json.dumps(record, indent=2) + "\n"
 
 

@@ -121,7 +121,7 @@ def _take(run_dir: Path, path: Path) -> tuple[Lease | None, Holder | None]:
     """The lease, or None and its holder (None: unreadable)."""
     me = Holder.this_process()
     holder = None
-    with _serialized(run_dir):  # two trainers breaking one stale lease: one at a time
+    with serialized(run_dir):  # two trainers breaking one stale lease: one at a time
         for _ in range(3):  # a holder may end, or a stale lease be broken, between two looks
             lease = _create(path, me)
             if lease:
@@ -197,9 +197,11 @@ def _boot_id() -> str:
 
 
 @contextlib.contextmanager
-def _serialized(run_dir: Path) -> Iterator[None]:
+def serialized(directory: Path) -> Iterator[None]:
+    """One process at a time in this block for `directory` (flock on the directory itself, which adds
+    no file to it; where the file system has no locks, the block is not serialized)."""
     try:
-        fd = os.open(run_dir, os.O_RDONLY)
+        fd = os.open(directory, os.O_RDONLY)
     except OSError:
         yield
         return
