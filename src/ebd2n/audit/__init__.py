@@ -2,9 +2,10 @@
 
 Three kinds of evidence back each other, so no single deleted or edited file goes unnoticed:
 - each run's own records: final.pt names its run id and recipe identity, checkpoints.json its
-  SHA-256, and results.json the SHA-256 of every file the trainer left;
+  SHA-256, and results.json the SHA-256 of every file the trainer left; what a checkpoint or
+  slice record holds is the point of the budget its name claims (`ebd2n.audit.positions`);
 - the ledger (`audit-ledger.json`, see `ebd2n.audit.ledger`): every artifact of the last passing
-  audit; an audited run's files must never change afterwards;
+  audit, a stopped run's included; an audited run's files must never change afterwards;
 - audit.json records the ledger's own SHA-256, so a deleted or edited ledger is a violation.
 Sources only: what the campaign must hold comes from frozen/ (spec/: the grid and seeds;
 freeze.json: the fixed settings; the trainer, base recipes and slice plans) and the run
@@ -28,35 +29,19 @@ from typing import Any, Literal
 from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_bytes
 from ebd2n.audit import checks
 from ebd2n.audit.positions import check_positions, checkpoint_metadata
-from ebd2n.audit.ledger import Ledger, accepted, compare, ledger_json, protected, read_ledger, retrained
+from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read_ledger
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import BASE, parse_run_id
 from ebd2n.audit.search import check_search, readable
 from ebd2n.campaign.search import Halving
 from ebd2n.campaign.spec import read_spec, spec_history, spec_runs, spec_search
 from ebd2n.errors import UserError
-from ebd2n.layout import (
-    AUDIT_JSON,
-    AUDIT_LEDGER,
-    CAMPAIGN_JSON,
-    CHECKPOINT_DIR,
-    CHECKPOINT_LEDGER,
-    FINAL,
-    FROZEN,
-    METRICS,
-    RUNS_CSV,
-    TRAIN_LOG,
-    CampaignPaths,
-    slice_checkpoint,
-)
+from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
+from ebd2n.layout import slice_checkpoint
 from ebd2n.provenance import timestamp
 from ebd2n.train.lease import serialized
 
 Stage = Literal["runs", "full"]
-
-CONTINUED = (METRICS, TRAIN_LOG, CHECKPOINT_LEDGER, f"{CHECKPOINT_DIR}/")
-"""What a stopped run changes when a later decision promotes it: it appends to its histories,
-records its next checkpoints and lets go of the one it continued from."""
 
 
 def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool = False) -> dict:
@@ -133,7 +118,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
     ]
     current = _artifacts(paths, settled)
     jobs = _jobs(settled, stopped, metadata)
-    result.append(_check_ledger(paths, ledger, previous_audit, current, jobs, stopped, accept))
+    result.append(check_ledger(paths, ledger, previous_audit, current, jobs, stopped, accept))
     if stage == "full":
         result.append(_check_runs_record(paths, result))
         result.append(checks.check_report(paths, recomputed if isinstance(recomputed, dict) else None))
@@ -425,39 +410,4 @@ def _check_runs_record(paths: CampaignPaths, now: list[checks.Check]) -> checks.
     check.violations += [f"{paths.audit_runs.name}: names a check this audit has not, {name!r}" for name in shown]
     if check.violations:
         check.violations.append(f"run `ebd2n audit {paths.directory} --stage runs`, then `ebd2n report {paths.directory}`")
-    return check
-
-
-def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, current: dict[str, str],
-                  jobs: dict[str, list[str]], stopped: dict[str, int], accept: bool) -> checks.Check:
-    """The ledger is the one the last audit wrote, and nothing it protects has changed since, but
-    for runs trained again by other jobs and stopped runs a later decision promoted (both named in
-    the check's notes)."""
-    check = checks.Check("audited artifacts unchanged since the last audit (ledger)", unit="artifacts")
-    recorded = (audit or {}).get("ledger_sha256")
-    if ledger.digest is not None and ledger.digest == (audit or {}).get("previous_ledger_sha256"):
-        recorded = ledger.digest  # the last audit was killed between its record and its ledger
-    name = paths.ledger.name
-    if recorded and ledger.digest is None and not paths.ledger.exists():  # unreadable: the files check says so
-        check.violations.append(f"{name}: missing, but {paths.audit.name} records one; restore it, or re-baseline with `ebd2n audit --accept`")
-    elif ledger.digest is not None and recorded != ledger.digest:
-        check.violations.append(f"{name}: not the ledger the last audit wrote (edited, or {paths.audit.name} replaced)")
-    if check.violations and accept:
-        check.violations.clear()  # --accept re-baselines: recorded in the ledger's history
-    changed, gone = compare(ledger.artifacts, current)
-    again = retrained(ledger.jobs, jobs)
-    check.notes = [f"{run}: trained again since the last audit (jobs {', '.join(ledger.jobs[run])} -> {', '.join(jobs[run])})"
-                   for run in again]
-    promoted = sorted(run for run, rung in ledger.stopped.items() if stopped.get(run) != rung and run not in again)
-    check.notes += [f"{run}: stopped at rung {ledger.stopped[run]} at the last audit, trained on since (promoted)"
-                    for run in promoted]
-    continued = [f"{paths.runs.name}/{run}/{name}" for run in promoted for name in CONTINUED]
-    mine = (*(f"{paths.runs.name}/{run}/" for run in again), *continued)
-    changed, gone = [e for e in changed if not e.startswith(mine)], [e for e in gone if not e.startswith(mine)]
-    check.examined = sum(1 for entry in ledger.artifacts if protected(entry))
-    if not check.examined:
-        check.reason = "no earlier audit (this one sets the baseline)"
-    if not accept:
-        check.violations += [f"{entry}: changed since the last audit" for entry in changed]
-        check.violations += [f"{entry}: disappeared since the last audit" for entry in gone]
     return check
