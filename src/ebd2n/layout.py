@@ -172,6 +172,9 @@ SEARCH = "search"
 SIGNATURES = "signatures"
 """signatures/<n>.dsse.json: the signed statement of each signed audit, n = 1, 2, ..., each naming
 the SHA-256 of the one before (ebd2n.signing)."""
+LATEST_STATEMENT = f"{SIGNATURES}/latest.json"
+"""The sequence number and SHA-256 of the latest statement, written after it: a deleted latest
+statement is then named as missing, not taken for files changed since the one before."""
 CACHE_MANIFEST_COPY = f"{SIGNATURES}/cache-manifest.json"
 """The campaign cache's manifest as the signed audit saw it: the cache itself lives outside the campaign."""
 UNSIGNED = (LOGS, BENCHMARKS, STATUS_PAGE, STATUS_PLAN.split("/")[0], SIGNATURES)
@@ -337,6 +340,10 @@ class CampaignPaths:
     @property
     def signatures(self) -> Path:
         return self.directory / SIGNATURES
+
+    @property
+    def latest_statement(self) -> Path:
+        return self.directory / LATEST_STATEMENT
 
     @property
     def cache_manifest_copy(self) -> Path:

@@ -56,6 +56,7 @@ from ebd2n.report.tables import (
     scaling_rows,
     settings,
 )
+from ebd2n.train.lease import serialized
 
 SELECTION_RULE = {
     "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
@@ -74,7 +75,8 @@ def build_report(campaign_dir: Path, out: Path | None = None, info: dict[str, An
     _remove_killed_stagings(campaign.directory)
     with tempfile.TemporaryDirectory(prefix=f"{_STAGING}{os.getpid()}-", dir=campaign.directory) as staging:
         _write_report(campaign, Path(staging))
-        _publish(Path(staging), published)
+        with serialized(campaign.directory):  # two report jobs at once (two controllers): one publishes, one finds it
+            _publish(Path(staging), published)
     return published / REPORT_INDEX
 
 
