@@ -25,7 +25,8 @@ from ebd2n.report.plotly_embed import figure_json, plotly_asset_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 GRID_FILES = {
-    "runs.csv", "groups.csv", "selection.json", "lr-response.csv", "results.json", "curves.csv",
+    "runs.csv", "runs.parquet", "metrics", "groups.csv", "selection.json", "lr-response.csv", "results.json",
+    "curves.csv",
     "heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "index.html",
     "selected-synchronous.yaml", "selected-packed-4.yaml", "assets", "lr-optimum.png", "lr-optimum.pdf",
 }

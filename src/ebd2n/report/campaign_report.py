@@ -48,6 +48,7 @@ from ebd2n.report.cost import campaign_cost
 from ebd2n.report.halving import bracket_table, halving_outputs, report_halving, stopped_at
 from ebd2n.report.page import render_page
 from ebd2n.report.plotly_embed import shared_plotly
+from ebd2n.report.store import write_store
 from ebd2n.report.tables import (
     curve_table,
     data_facts,
@@ -92,6 +93,7 @@ def _remove_killed_stagings(directory: Path) -> None:
 
 def _write_report(campaign: CampaignResults, out: Path) -> Path:
     atomic_write_text(out / RUNS_CSV, campaign.runs.write_csv())
+    write_store(campaign, out)
     shared_plotly(out)  # every run dashboard loads it, even where this page draws no figure
     cost = campaign_cost(campaign)
     halving = _halving_outputs(campaign, out)
