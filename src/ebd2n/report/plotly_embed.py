@@ -83,9 +83,11 @@ def figure_json(figure: dict[str, Any]) -> Markup:
 
 
 def heatmap_figure(
-    mode: str, groups: pl.DataFrame, lrs: list[float], beta2: list[float], winner: dict[str, Any] | None
+    mode: str, groups: pl.DataFrame, lrs: list[float], beta2: list[float], winner: dict[str, Any] | None,
+    scale: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """One mode's LR x beta2 grid of mean loss, annotated; untested cells are empty (null)."""
+    """One mode's LR x beta2 grid of mean loss, annotated; untested cells are empty (null). `scale`
+    (lowest, highest) puts every mode's heatmap on one colour scale, so colours compare across modes."""
     cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
     z, text, hover = [], [], []
     for lr in lrs:
@@ -116,6 +118,7 @@ def heatmap_figure(
             "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
             "colorscale": "Viridis",
             "reversescale": True,
+            **({"zmin": scale[0], "zmax": scale[1]} if scale else {}),
             "hoverongaps": False,
             "colorbar": {"title": {"text": "mean loss (nats)", "side": "right"}, "thickness": 12, "nticks": 8},
         }],
