@@ -144,7 +144,7 @@ def test_dashboard_in_a_campaign_loads_the_shared_plotly(tmp_path: Path) -> None
     pages = [write_dashboard(_campaign_run(tmp_path, name)) for name in ("run-a", "run-b")]
     texts = [page.read_text(encoding="utf-8") for page in pages]
     assets = sorted(path.name for path in (tmp_path / "results" / "sweep" / "report" / "assets").iterdir())
-    result = ([text.count(f'<script src="../../report/assets/{plotly_asset_name()}">') for text in texts],
+    result = ([text.count(f'<script src="../../report/assets/{plotly_asset_name()}" defer>') for text in texts],
               [text.count("* plotly.js v") for text in texts], assets, max(page.stat().st_size for page in pages) < 500_000)
     assert result == ([1, 1], [0, 0], [plotly_asset_name()], True)
 

@@ -32,18 +32,31 @@ _KIND_ORDER = {"type": 0, "step": 1, "epoch": 2, "tokens": 3}
 
 def write_store(campaign: CampaignResults, out: Path) -> dict[str, pa.Table]:
     """Write `out/metrics/...` and `out/runs.parquet`; return each run's table by run directory."""
-    records = {directory: read_jsonl(run_paths(campaign.directory / directory).metrics)
+    records = {directory: _read(run_paths(campaign.directory / directory).metrics)
                for directory in campaign.runs["directory"]}
     schema = _schema([record for run in records.values() for record in run])
     tables = {}
     for mode, directory in campaign.runs.select("mode", "directory").iter_rows():
         if not records[directory]:
             continue  # no metrics yet (a resolved run that never trained): no partition
-        table = pa.Table.from_pylist([_row(record, schema) for record in records[directory]], schema=schema)
+        table = pa.table([_column(records[directory], field) for field in schema], schema=schema)
         atomic_write_bytes(out / partition(mode, Path(directory).name) / STORE_FILE, _parquet(table))
         tables[directory] = table
     atomic_write_bytes(out / RUNS_PARQUET, _parquet(campaign.runs.to_arrow()))
     return tables
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl parsed in one call (a long run has tens of thousands of lines); a corrupt
+    line is reported by jsonio's line-by-line reader."""
+    if not path.is_file():
+        return []
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line]
+    try:
+        records = json.loads(f"[{','.join(lines)}]")
+    except json.JSONDecodeError:
+        records = None
+    return records if isinstance(records, list) and len(records) == len(lines) else read_jsonl(path)
 
 
 def partition(mode: str, run_id: str) -> str:
@@ -75,15 +88,13 @@ def _arrow_type(kinds: set[type]) -> pa.DataType:
     return pa.string()
 
 
-def _row(record: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
-    """A record in the schema's types: text columns hold strings as they are, anything else as JSON."""
-    row = {}
-    for field in schema:
-        value = record.get(field.name)
-        if pa.types.is_string(field.type) and value is not None and not isinstance(value, str):
-            value = json.dumps(value)
-        row[field.name] = value
-    return row
+def _column(records: list[dict[str, Any]], field: pa.Field) -> pa.Array:
+    """One column of a run's records in the schema's type: text columns hold strings as they are,
+    anything else as JSON."""
+    values = [record.get(field.name) for record in records]
+    if pa.types.is_string(field.type):
+        values = [value if value is None or isinstance(value, str) else json.dumps(value) for value in values]
+    return pa.array(values, type=field.type)
 
 
 def _parquet(table: pa.Table) -> bytes:
