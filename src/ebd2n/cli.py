@@ -253,6 +253,12 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(f"report {build_report(args.campaign_dir)}")
 
 
+def cmd_export_tracker(args: argparse.Namespace) -> None:
+    from ebd2n.report.tracker import export_mlflow
+
+    print(f"mlflow store {export_mlflow(args.campaign_dir, args.out)}")
+
+
 def cmd_dashboard(args: argparse.Namespace) -> None:
     from ebd2n.report.dashboard import write_dashboard
 
@@ -437,6 +443,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("report", help="regenerate a campaign's report from disk, without training")
     p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
     p.set_defaults(func=cmd_report)
+
+    p = commands.add_parser("export-tracker", help="write a campaign's runs into a new MLflow file store (ebd2n[track])")
+    p.add_argument("campaign_dir", type=Path, help="results/<campaign>")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the new store: mlflow ui --backend-store-uri DIR")
+    p.set_defaults(func=cmd_export_tracker)
 
     p = commands.add_parser("dashboard", help=f"rewrite a finished run's {DASHBOARD}, or export it as one file")
     p.add_argument("run_dir", type=Path, help=f"a finished run directory ({RUN_RECORD}, {RECIPE}, {METRICS})")

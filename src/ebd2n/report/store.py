@@ -32,7 +32,7 @@ _KIND_ORDER = {"type": 0, "step": 1, "epoch": 2, "tokens": 3}
 
 def write_store(campaign: CampaignResults, out: Path) -> dict[str, pa.Table]:
     """Write `out/metrics/...` and `out/runs.parquet`; return each run's table by run directory."""
-    records = {directory: _read(run_paths(campaign.directory / directory).metrics)
+    records = {directory: read_metrics(run_paths(campaign.directory / directory).metrics)
                for directory in campaign.runs["directory"]}
     schema = _schema([record for run in records.values() for record in run])
     tables = {}
@@ -46,9 +46,9 @@ def write_store(campaign: CampaignResults, out: Path) -> dict[str, pa.Table]:
     return tables
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl parsed in one call (a long run has tens of thousands of lines); a corrupt
-    line is reported by jsonio's line-by-line reader."""
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl records ([] when absent), parsed in one call (a long run has tens of
+    thousands of lines); a corrupt line is reported by jsonio's line-by-line reader."""
     if not path.is_file():
         return []
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line]
