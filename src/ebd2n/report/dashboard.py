@@ -29,7 +29,7 @@ from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_jsonl
 from ebd2n.jsonio import read_json
-from ebd2n.layout import DASHBOARD, METRICS, RECIPE, RESULTS_JSON, RUN_RECORD, campaign_of_run
+from ebd2n.layout import DASHBOARD, FINAL, METRICS, RECIPE, RESULTS_JSON, RUN_RECORD, campaign_of_run
 from ebd2n.report import html
 from ebd2n.report.dashboard_figures import run_figures
 from ebd2n.report.dashboard_settings import identity_rows, settings_groups
@@ -104,7 +104,7 @@ def job_label(job_ids: list[str]) -> str:
 
 
 def _full_validation(results: dict[str, Any] | None) -> dict[str, str] | None:
-    """The full validation of final.pt as the page shows it; None before it ran or when it failed."""
+    """The full validation of the final checkpoint as the page shows it; None before it ran or when it failed."""
     if not results or not isinstance(results.get("loss"), (int, float)) or not math.isfinite(results["loss"]):
         return None
     targets = results.get("targets")
@@ -116,7 +116,7 @@ def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, 
            full: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """The headline numbers: (value, label) pairs; the full-validation loss first, once measured."""
     last = epochs[-1] if epochs else None
-    headline = [(full["loss"], f"full-validation loss, nats (final.pt, all {full['targets']} targets)")] if full else []
+    headline = [(full["loss"], f"full-validation loss, nats ({FINAL}, all {full['targets']} targets)")] if full else []
     wall = sum(epoch["wall_s"] for epoch in epochs)
     busiest = memory["busiest"]
     where = f" ({busiest['device']})" if busiest else ""
