@@ -11,6 +11,8 @@ stamps, so an unchanged campaign rebuilds to identical bytes (the audit compares
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -18,7 +20,7 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ebd2n.atomic import atomic_write_bytes
+from ebd2n.atomic import atomic_write_bytes, fsync_dir
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import METRICS_STORE, RUNS_PARQUET, run_paths
@@ -31,17 +33,34 @@ _KIND_ORDER = {"type": 0, "step": 1, "epoch": 2, "tokens": 3}
 
 
 def write_store(campaign: CampaignResults, out: Path) -> dict[str, pa.Table]:
-    """Write `out/metrics/...` and `out/runs.parquet`; return each run's table by run directory."""
+    """Write `out/metrics/...` and `out/runs.parquet`; return each run's table by run directory.
+
+    The dataset is written into a temporary folder beside it and renamed into place: one rename
+    for hundreds of files, none of them fsynced alone (a derived file the report rebuilds and the
+    audit compares byte for byte; the report itself is staged and published the same way)."""
     records = {directory: read_metrics(run_paths(campaign.directory / directory).metrics)
                for directory in campaign.runs["directory"]}
     schema = _schema([record for run in records.values() for record in run])
+    staging = out / f".{METRICS_STORE}-{os.getpid()}"  # mkdtemp's would be private (0700) once renamed
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
     tables = {}
-    for mode, directory in campaign.runs.select("mode", "directory").iter_rows():
-        if not records[directory]:
-            continue  # no metrics yet (a resolved run that never trained): no partition
-        table = pa.table([_column(records[directory], field) for field in schema], schema=schema)
-        atomic_write_bytes(out / partition(mode, Path(directory).name) / STORE_FILE, _parquet(table))
-        tables[directory] = table
+    try:
+        for mode, directory in campaign.runs.select("mode", "directory").iter_rows():
+            if not records[directory]:
+                continue  # no metrics yet (a resolved run that never trained): no partition
+            table = pa.table([_column(records[directory], field) for field in schema], schema=schema)
+            path = staging / partition(mode, Path(directory).name).removeprefix(f"{METRICS_STORE}/") / STORE_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(_parquet(table))
+            tables[directory] = table
+        if (out / METRICS_STORE).exists():
+            shutil.rmtree(out / METRICS_STORE)
+        staging.rename(out / METRICS_STORE)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_dir(out)
     atomic_write_bytes(out / RUNS_PARQUET, _parquet(campaign.runs.to_arrow()))
     return tables
 
