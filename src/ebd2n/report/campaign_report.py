@@ -94,8 +94,7 @@ def _remove_killed_stagings(directory: Path) -> None:
 
 def _write_report(campaign: CampaignResults, out: Path) -> Path:
     atomic_write_text(out / RUNS_CSV, campaign.runs.write_csv())
-    write_store(campaign, out)
-    explored = explore(campaign, out)
+    explored = explore(campaign, write_store(campaign, out))
     shared_plotly(out)  # every run dashboard loads it, even where this page draws no figure
     cost = campaign_cost(campaign)
     halving = _halving_outputs(campaign, out)

@@ -1,7 +1,7 @@
 """The campaign page's Explore section: every run's curves from the metrics store, for the page to
 overlay, group, smooth and filter; and the parallel-coordinates view of the axes against the loss.
 
-The curves are read back from the Parquet store the report just wrote and downsampled for the page:
+The curves are the Parquet store's tables, as the report just wrote them, downsampled for the page:
 per bucket of steps the lowest and the highest point, so spikes and the curve's shape survive at a
 few hundred points per run. They travel packed (gzip, base64), as the run dashboard's tables do.
 """
@@ -9,15 +9,14 @@ few hundred points per run. They travel packed (gzip, base64), as the run dashbo
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.report.dashboard_figures import pack_rows
 from ebd2n.report.plotly_embed import figure_json
-from ebd2n.report.store import STORE_FILE, partition
 
 BUCKETS = 120
 """Buckets of a per-step curve on the page: at most two points each (the bucket's min and max)."""
@@ -36,13 +35,13 @@ GROUPINGS = (
 _NAMES = {"lr": "LR"}
 
 
-def explore(campaign: CampaignResults, report: Path) -> dict[str, Any]:
+def explore(campaign: CampaignResults, store: dict[str, pa.Table]) -> dict[str, Any]:
     """The page's packed curve data (runs, their grid point and each metric's downsampled curve)
-    and its parallel-coordinates figure."""
+    from the store's tables (ebd2n.report.store.write_store), and its parallel-coordinates figure."""
     runs = []
     for row in campaign.runs.iter_rows(named=True):
-        path = report / partition(row["mode"], Path(row["directory"]).name) / STORE_FILE
-        records = pl.read_parquet(path) if path.is_file() else None
+        table = store.get(row["directory"])
+        records = pl.from_arrow(table) if table is not None else None
         curves = {name: _curve(records, kind, name) for name, (kind, _) in METRICS.items()}
         runs.append({**{axis: row[axis] for axis in AXES}, "run": row["run"], "status": row["status"],
                      "final": _finite(row["loss"]), "curves": curves})
