@@ -234,14 +234,15 @@ def test_dashboard_plots_gradient_norm_and_lr_schedule(run_dir: Path, html: str)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [record for record in steps if record["type"] == "step"]
     figure = _figure(html, "optimizer")
-    result = ([trace["name"] for trace in figure["data"]], figure["data"][-1]["yaxis"], figure["layout"]["yaxis"]["type"],
-              len(packed_rows(html, "optimizer")))
+    result = ([trace["name"] for trace in figure["data"]], figure["data"][-1]["yaxis"],
+              figure["layout"]["yaxis"]["type"], len(packed_rows(html, "optimizer")))
     assert result == (["gradient norm", "learning rate"], "y2", "log", len(steps))
 
 
 def test_dashboard_headline_is_the_full_validation_loss(tmp_path: Path) -> None:
     run = fabricate_run(tmp_path / "validated")
-    (run / "results.json").write_text(json.dumps({"loss": 3.14159, "accuracy": 0.25, "targets": 98304, "status": "complete"}))
+    results = {"loss": 3.14159, "accuracy": 0.25, "targets": 98304, "status": "complete"}
+    (run / "results.json").write_text(json.dumps(results))
     page = write_dashboard(run).read_text(encoding="utf-8")
     cards = _cards(page)
     assert cards[0] == ("3.1416", "full-validation loss, nats (final.pt, all 98,304 targets)")

@@ -46,14 +46,16 @@ def test_explore_grouping_changes_what_is_drawn(explored: Loaded) -> None:
 
 def test_explore_group_band_brackets_the_seed_mean(explored: Loaded) -> None:
     result = explored.page.evaluate(
-        f"(() => {{ const d = {PLOT}.data; return [d[0].fill, d[1].fill, d[2].y.every((y, i) => d[0].y[i] >= y && y >= d[1].y[i])]; }})()"
+        f"(() => {{ const d = {PLOT}.data; return [d[0].fill, d[1].fill,"
+        " d[2].y.every((y, i) => d[0].y[i] >= y && y >= d[1].y[i])]; })()"
     )
     assert result == [None, "tonexty", True]
 
 
 def test_explore_smoothing_changes_the_curves(explored: Loaded) -> None:
     def roughness() -> float:
-        return explored.page.evaluate(f"{PLOT}.data[2].y.slice(1).reduce((a, y, i) => a + Math.abs(y - {PLOT}.data[2].y[i]), 0)")
+        return explored.page.evaluate(
+            f"{PLOT}.data[2].y.slice(1).reduce((a, y, i) => a + Math.abs(y - {PLOT}.data[2].y[i]), 0)")
 
     raw = roughness()
     explored.page.evaluate("(() => { const s = document.getElementById('explore-smooth'); s.value = '0.9';"
@@ -96,7 +98,8 @@ def test_explore_parallel_coordinates_and_one_heatmap_scale(explored: Loaded) ->
 
 def _column(loaded: Loaded, index: int) -> list[str]:
     return loaded.page.evaluate(
-        f"[...document.querySelectorAll('table.runs tbody tr:not([hidden])')].map(r => r.cells[{index}].textContent.trim())"
+        "[...document.querySelectorAll('table.runs tbody tr:not([hidden])')]"
+        f".map(r => r.cells[{index}].textContent.trim())"
     )
 
 
@@ -113,7 +116,8 @@ def test_runs_table_sorts_by_a_column(explored: Loaded) -> None:
 def test_runs_table_filters_by_words(explored: Loaded) -> None:
     explored.page.evaluate("document.querySelector('#runs details').open = true")
     explored.page.fill("#runs-filter", "packed-4 0.001")
-    result = sorted(zip(_column(explored, 1), _column(explored, 2), strict=True)), explored.page.text_content("#runs-shown")
+    shown = sorted(zip(_column(explored, 1), _column(explored, 2), strict=True))
+    result = shown, explored.page.text_content("#runs-shown")
     explored.page.fill("#runs-filter", "")
     assert result == ([("packed-4", "0.001")] * 6, "6 of 24 runs shown")
 

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,7 +44,8 @@ def test_tracker_export_reads_back_every_run(exported: tuple[Path, Path], monkey
     campaign, store = exported
     client = _client(store, monkeypatch)
     experiment = client.get_experiment_by_name("sweep")
-    runs = {run.data.tags["ebd2n.run_id"]: run for run in client.search_runs([experiment.experiment_id], max_results=1000)}
+    found = client.search_runs([experiment.experiment_id], max_results=1000)
+    runs = {run.data.tags["ebd2n.run_id"]: run for run in found}
     assert sorted(runs) == sorted(p.name for p in (campaign / "runs").iterdir())
     for run_id, run in runs.items():
         results = json.loads((campaign / "runs" / run_id / "results.json").read_text())
@@ -58,11 +58,13 @@ def test_tracker_export_reads_back_every_run(exported: tuple[Path, Path], monkey
         )
         steps = [r for r in records if r["type"] == "step"]
         assert result == (
-            {"mode": results["mode"], "lr": str(results["lr"]), "beta2": str(results["beta2"]), "seed": str(results["seed"]),
+            {"mode": results["mode"], "lr": str(results["lr"]), "beta2": str(results["beta2"]),
+             "seed": str(results["seed"]),
              "optimizer.lr": str(results["lr"]), "model.layers": "2"},
             {"loss": [(r["step"], r["loss"]) for r in steps], "grad_norm": [(r["step"], r["grad_norm"]) for r in steps],
              "subset_val_loss": [(r["step"], r["val_loss"]) for r in records if r["type"] == "epoch"]},
-            results["loss"], (campaign / "runs" / run_id / "recipe.yaml").resolve().as_uri(), "FINISHED", results["run"],
+            results["loss"], (campaign / "runs" / run_id / "recipe.yaml").resolve().as_uri(), "FINISHED",
+            results["run"],
         )
 
 
@@ -70,6 +72,7 @@ def test_tracker_export_into_an_existing_folder_exits_2(exported: tuple[Path, Pa
     campaign, store = exported
     before = sorted(p.relative_to(store) for p in store.rglob("*"))
     completed = _cli("export-tracker", str(campaign), "--out", str(store))
-    result = (completed.returncode, len(completed.stderr.strip().splitlines()), sorted(p.relative_to(store) for p in store.rglob("*")))
+    after = sorted(p.relative_to(store) for p in store.rglob("*"))
+    result = (completed.returncode, len(completed.stderr.strip().splitlines()), after)
     assert result == (2, 1, before) and "already exists" in completed.stderr
     assert [p.name for p in store.parent.iterdir() if p.name.startswith(".mlruns")] == []

@@ -68,10 +68,12 @@
       xs.forEach(function (x) {
         var ys = members.map(function (m) { return at(m.xs, m.ys, x); }).filter(function (y) { return y !== null; });
         var m = ys.reduce(function (a, b) { return a + b; }, 0) / ys.length;
-        var sd = ys.length > 1 ? Math.sqrt(ys.reduce(function (a, y) { return a + (y - m) * (y - m); }, 0) / (ys.length - 1)) : 0;
+        var squares = ys.reduce(function (a, y) { return a + (y - m) * (y - m); }, 0);
+        var sd = ys.length > 1 ? Math.sqrt(squares / (ys.length - 1)) : 0;
         mean.push(ys.length ? m : null); upper.push(ys.length ? m + sd : null); lower.push(ys.length ? m - sd : null);
       });
-      drawn.push({x: xs, y: upper, mode: "lines", line: {width: 0}, hoverinfo: "skip", showlegend: false, legendgroup: key});
+      drawn.push({x: xs, y: upper, mode: "lines", line: {width: 0}, hoverinfo: "skip", showlegend: false,
+        legendgroup: key});
       drawn.push({x: xs, y: lower, mode: "lines", line: {width: 0}, fill: "tonexty", fillcolor: color + "33",
         hoverinfo: "skip", showlegend: false, legendgroup: key});
       drawn.push({x: xs, y: mean, name: key + " (" + members.length + " runs)", mode: "lines", legendgroup: key,
