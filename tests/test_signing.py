@@ -224,22 +224,22 @@ def test_signing_verify_names_a_symbolic_link_in_place_of_a_file(campaign: Path,
 
 def test_signing_catches_a_consistent_rewrite_the_audit_cannot_see(campaign: Path, public) -> None:
     run = campaign / "runs" / RUNS[0]
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    first = json.loads(lines[0])
-    lines[0] = json.dumps({**first, "loss": first["loss"] / 2})  # a better-looking first step
-    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    # train.log, not metrics.jsonl: the report's Parquet metrics store copies metrics.jsonl, so the
+    # audit's rebuild of the report catches a rewritten metrics.jsonl by itself
+    log = (run / "train.log").read_text()
+    (run / "train.log").write_text(log.replace("loss", "LOSS", 1) if "loss" in log else log + "rewritten\n")
     results = json.loads((run / "results.json").read_text())
-    results["artifacts"]["metrics.jsonl"] = sha256_file(run / "metrics.jsonl")
+    results["artifacts"]["train.log"] = sha256_file(run / "train.log")
     (run / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     ledger = json.loads((campaign / "audit-ledger.json").read_text())
-    for name in ("metrics.jsonl", "results.json"):
+    for name in ("train.log", "results.json"):
         ledger["artifacts"][f"runs/{RUNS[0]}/{name}"] = sha256_file(run / name)
     (campaign / "audit-ledger.json").write_text(json.dumps(ledger))
     audit = json.loads((campaign / "audit.json").read_text())
     (campaign / "audit.json").write_text(json.dumps({**audit, "ledger_sha256": sha256_file(campaign / "audit-ledger.json")}))
     audit_passes = violations(audit_campaign(campaign)) == []
     found = problems(campaign, public)
-    named = [f"runs/{RUNS[0]}/metrics.jsonl: changed since it was signed", f"runs/{RUNS[0]}/results.json: changed since it was signed"]
+    named = [f"runs/{RUNS[0]}/train.log: changed since it was signed", f"runs/{RUNS[0]}/results.json: changed since it was signed"]
     assert (audit_passes, all(line in found for line in named)) == (True, True)
 
 
