@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "group a runs table (CSV or JSON) and pick the best recipe per mode",
                  f"Group a runs table by grid point, pick each mode's best point and estimate its LR optimum; "
                  f"write {GROUPS_CSV} and {SELECTION_JSON}.",
-                 "ebd2n select results/demo/runs.csv --out selection/")
+                 f"ebd2n select results/demo/{RUNS_CSV} --out selection/")
     p.add_argument("runs", type=Path, help="per-run CSV or JSON (run, mode, lr, beta2, seed, status, loss)")
     p.add_argument("--out", type=Path, required=True, help=f"directory for {GROUPS_CSV} and {SELECTION_JSON}")
 
@@ -238,6 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
                  "Rebuild the campaign's report (tables, figures, selected recipes, one HTML page) from its files.",
                  "ebd2n report results/demo")
     _campaign_arg(p)
+
+    p = _command(subcommands, "export-tracker", commands.cmd_export_tracker,
+                 "write a campaign's runs into a new MLflow file store (pip install ebd2n[track])",
+                 "Write one MLflow run per run of the campaign (its parameters, per-step and per-epoch metrics, final "
+                 "results, a link to its recipe) into a new local MLflow store, read by `mlflow ui` or MlflowClient.",
+                 "ebd2n export-tracker results/demo --out mlruns/demo")
+    _campaign_arg(p)
+    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="the new store (must not exist): mlflow ui --backend-store-uri DIR")
 
     p = _command(subcommands, "dashboard", commands.cmd_dashboard,
                  f"rewrite a finished run's {DASHBOARD}, or export it as one file",

@@ -34,7 +34,7 @@ from ebd2n.train.budget import Budget, budget_of
 from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Stateful
 from ebd2n.train.divergence import RECORD_TYPE, Rules, observe
 from ebd2n.train.engine import build_engine, configure_torch
-from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
+from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir, run_directory
 from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import format_memory
 from ebd2n.train.schedule import learning_rate
@@ -62,7 +62,7 @@ class Slice:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.recipe.runtime.output_dir)
+        return run_directory(self.recipe)
 
     @property
     def retention(self) -> Retention:
@@ -108,7 +108,7 @@ def train(
     A run that diverges (ebd2n.train.divergence) stops at once and leaves its final records, and
     the record of each of `slice_ends` still ahead: every later job of the run has nothing to do.
     """
-    run_dir = Path(recipe.runtime.output_dir)
+    run_dir = run_directory(recipe)
     budget = budget_of(recipe)
     end_epoch = budget.epochs if until_epoch is None else until_epoch
     if not 1 <= end_epoch <= budget.epochs:
