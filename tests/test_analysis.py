@@ -84,7 +84,7 @@ def test_group_runs_reference_columns(
     reference: dict[str, Any], reference_groups: pl.DataFrame
 ) -> None:
     result = reference_groups.columns
-    expected = list(reference["groups"][0])
+    expected = [*reference["groups"][0], "outcome"]  # diverged_step only where a point diverged: none here
     assert result == expected
 
 

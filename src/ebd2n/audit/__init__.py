@@ -77,7 +77,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
             fates = halving.outcome(read=readable)
         except UserError:  # a decision naming no point of the grid: the search check names it
             fates = {}
-    expected_finished = finished_runs(expected, fates)
+    expected_finished = finished_runs(history.active.runs(), fates)  # retired runs stay on disk, not expected
     finished = [view for view in views.values() if view.finished]
     cache_identity = _cache_identity(finished)
     cache_check, targets = checks.check_cache(_cache_dir(paths, finished), cache_identity)
