@@ -64,14 +64,15 @@ def test_workflow_retired_point_stays_untouched_and_comes_back_byte_for_byte(fin
                      json.loads((campaign / "campaign.json").read_text()).get("retired"),
                      pl.read_csv(campaign / "report/runs.csv").select("run", "status").rows(),
                      "Retired (1)" in (campaign / "report/index.html").read_text(),
-                     sorted(path.name for path in (campaign / "frozen/spec").iterdir()))
+                     sorted(path.name for path in (campaign / "frozen/spec").iterdir()),
+                     f"retired (kept on disk, no longer in the campaign file's grid): {RETIRED}" in _ebd2n(repo, "status", "results/tiny").stdout)
     restoring = snakemake(repo, "--configfile", write_campaign(repo, RAW))
     restored_state = (_hashes(campaign / "runs"), (campaign / "audit.passed").is_file(),
                       pl.read_csv(campaign / "report/runs.csv").select("run", "status").rows(),
                       sorted(path.name for path in (campaign / "frozen/spec").iterdir()))
     assert (_trained(retiring), _trained(restoring)) == ({}, {})
     assert retired_state == (before, True, [RETIRED], [(KEPT, "complete"), (RETIRED, "retired")], True,
-                             ["1.json", "2.json"])
+                             ["1.json", "2.json"], True)
     assert restored_state == (before, True, [(KEPT, "complete"), (RETIRED, "complete")], ["1.json", "2.json", "3.json"])
 
 
@@ -92,4 +93,4 @@ def test_workflow_failed_job_rest_finishes_and_the_report_names_it(tmp_path: Pat
     assert outcomes["failed"][0]["log"][0].startswith(f"results/tiny/logs/runs/{RETIRED}/")
     assert "inside the searched LR range" not in page and "Failed (1)" in page
     assert [run["seconds"] > 0 for run in cost if run["run"] == RETIRED] == [True]
-    assert status.returncode == 0, status.stderr
+    assert (status.returncode, f"{RETIRED}  failed" in status.stdout, "1 failed" in status.stdout) == (0, True, True)

@@ -101,6 +101,8 @@ class CampaignStatus:
     eta_s: float | None
     brackets: list[str] = field(default_factory=list)
     """Successive halving: one line per bracket, the rung it is at (none for the full grid)."""
+    retired: list[str] = field(default_factory=list)
+    """Run directories of points the campaign file no longer declares: kept on disk, not run."""
 
 
 def campaign_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> dict[str, Any]:
@@ -163,6 +165,7 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
         cpu_hours=sum(row.wall_s * row.cpus for row in rows) / 3600,
         eta_s=_eta(rows, counts["running"]),
         brackets=_bracket_lines(halving, rows) if halving else [],
+        retired=sorted({path.name for path in paths.runs.glob("*") if path.is_dir()} - {row.run for row in rows}),
     )
 
 
@@ -325,6 +328,8 @@ def format_status(status: CampaignStatus, colour: bool = False) -> str:
         lines.append(f"\033[{_COLOURS[row.state]}m{text}\033[0m" if colour else text)
     lines.append(LOSSES)
     lines.extend(status.brackets)
+    if status.retired:
+        lines.append(f"retired (kept on disk, no longer in the campaign file's grid): {', '.join(status.retired)}")
     lines.append(campaign_line(status))
     return "\n".join(lines)
 

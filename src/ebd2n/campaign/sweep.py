@@ -3,6 +3,8 @@
 `ebd2n sweep FILE --until-bracketed -- ARGS` is `snakemake --configfile FILE ARGS` in a loop:
 after each run, a mode whose winner sits at an end of its LR range gets the next LRs beyond it
 (`extend.extend_campaign`); the loop ends when no winner is at an edge, or after `max_extensions`.
+A diverged LR above a winner is a tested LR, so that winner is not at the upper edge: the sweep
+never extends past a diverged LR (the grid is bracketed by divergence).
 Snakemake's arguments pass through untouched (`--profile slurm`, `--cores 8`, ...).
 """
 
@@ -41,7 +43,8 @@ def sweep(
                             f"{max_extensions}); run ebd2n sweep again to go on")
         extension = extend_campaign(directory, campaign_file) if extensions < max_extensions else None
         if extension is None:
-            print(f"bracketed: no mode's winner lies at an edge of its LR range ({extensions} extension(s))")
+            print(f"bracketed: no mode's winner lies at an edge of its LR range, or a diverged LR lies above it "
+                  f"({extensions} extension(s))")
             return extensions
         extensions += 1
         print(extension.diff, end="")
