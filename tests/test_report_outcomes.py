@@ -38,13 +38,13 @@ def diverged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return campaign
 
 
-@pytest.fixture(scope="module")
-def unfinished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A campaign with one failed run (its job log), one missing run and one retired run."""
+def write_unfinished(root: Path) -> Path:
+    """A campaign whose top LR diverged, with one failed run (its job log), one missing run and one
+    retired run, its report built."""
     runs = _runs()
     runs[2] = RunSpec("synchronous", LRS[1], 0.95, 42, 0.0, failed=True)
     retired = RunSpec("synchronous", 0.0001, 0.95, 42, synthetic_loss("synchronous", 0.0001, 0.95, 42))
-    campaign = write_campaign(tmp_path_factory.mktemp("unfinished"), "unf", [*runs, retired])
+    campaign = write_campaign(root, "unf", [*runs, retired])
     info = json.loads((campaign / "campaign.json").read_text())
     info["grid"]["learning_rates"]["synchronous"].remove(0.0001)
     info["retired"] = [retired.run_id]
@@ -52,6 +52,11 @@ def unfinished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.rmtree(campaign / "runs" / runs[4].run_id)  # lr 0.006 seed 42: never resolved
     build_report(campaign)
     return campaign
+
+
+@pytest.fixture(scope="module")
+def unfinished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_unfinished(tmp_path_factory.mktemp("unfinished"))
 
 
 def _report(campaign: Path, name: str) -> Path:
