@@ -28,7 +28,7 @@ from ebd2n.train.plan import plan_slices, slice_ends, write_slice_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGNS = REPO_ROOT / "config" / "campaigns"
-REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "recipe_sweep_20m" / "results.json"
+REFERENCE = Path(__file__).resolve().parent / "reference" / "recipe_sweep_20m" / "results.json"
 
 TINY: dict[str, Any] = {
     "campaign": "tiny",
@@ -134,8 +134,6 @@ def test_demo_campaign_grid() -> None:
 
 
 def test_recipe_sweep_reproduces_reference_grid() -> None:
-    if not REFERENCE.exists():
-        pytest.skip(f"reference results not found at {REFERENCE}")
     reference = json.loads(REFERENCE.read_text())
     campaign = load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml")
     result = ({mode: list(lrs) for mode, lrs in campaign.grid.learning_rates.items()}, list(campaign.grid.beta2), list(campaign.grid.seeds))
@@ -143,8 +141,6 @@ def test_recipe_sweep_reproduces_reference_grid() -> None:
 
 
 def test_recipe_sweep_runs_match_reference_runs() -> None:
-    if not REFERENCE.exists():
-        pytest.skip(f"reference results not found at {REFERENCE}")
     runs = json.loads(REFERENCE.read_text())["runs"]
     reference = {(run["mode"], run["lr"], run["beta2"], run["seed"]) for run in runs}
     result = {(run.mode, run.lr, run.beta2, run.seed) for run in load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml").grid.runs()}

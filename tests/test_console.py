@@ -162,6 +162,16 @@ def test_console_dry_run_of_the_demo_matches_the_readme(tmp_path: Path) -> None:
     assert result == (claimed and claimed.group(1), claimed and claimed.group(2))
 
 
+def test_dry_run_names_the_campaign_and_the_file_it_read(tmp_path: Path) -> None:
+    """Without --configfile the workflow plans the demo: it says so before anything else."""
+    repo = copy_repo(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(repo / "src")}
+    completed = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=repo, env=env, capture_output=True,
+                               text=True, timeout=300)
+    named = [line for line in completed.stderr.splitlines() if line.startswith("ebd2n: campaign ")]
+    assert named == ["ebd2n: campaign demo from config/config.yaml -> results/demo"]
+
+
 def test_dry_run_warns_of_a_null_slurm_account(tmp_path: Path) -> None:
     """The 324-run campaign leaves `account: null`: its dry run says so, before the plan."""
     repo = copy_repo(tmp_path)

@@ -16,7 +16,7 @@ from ebd2n.campaign.analysis import group_runs, load_runs, winner_notes
 from ebd2n.campaign.optimum import LEVEL, fit_optimum, lr_optima
 from ebd2n.cli import main
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared/reference/recipe_sweep_20m/results.json"
+REFERENCE = Path(__file__).resolve().parent / "reference/recipe_sweep_20m/results.json"
 GRID = [0.001 * 1.4**k for k in range(7)]
 OPTIMUM = 0.0031  # between grid points 0.00274 and 0.00384
 
@@ -123,8 +123,6 @@ def test_select_without_enough_lrs_says_so_in_one_line_and_selects(tmp_path: Pat
 
 @pytest.fixture(scope="module")
 def reference() -> dict[str, Any]:
-    if not REFERENCE.exists():
-        pytest.skip(f"reference results not found at {REFERENCE} (needs the shared/ checkout)")
     runs = load_runs(REFERENCE)
     groups = group_runs(runs)
     return {"optima": lr_optima(groups, runs), "notes": winner_notes(groups, runs)}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from workflow_support import assert_states_equal
+from workflow_support import assert_states_equal, copy_repo, environment
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "<!-- readme-test: run this block -->"
@@ -75,3 +75,24 @@ def test_readme_everyday_commands_run_in_order(tmp_path: Path) -> None:
     )
     assert_states_equal(*(torch.load(tmp_path / "runs" / name / "final.pt", weights_only=True)["engine"] for name in ("whole", "sliced")))
 
+
+
+def campaign_block(text: str) -> str:
+    """The README's "One campaign, locally" block."""
+    return re.findall(r"## One campaign, locally.*?```bash\n(.*?)```", text, re.S)[0]
+
+
+@pytest.mark.slow
+def test_readme_campaign_template_commands_run_as_written(tmp_path: Path) -> None:
+    """The campaign block's lines for a campaign of one's own (the template copied, checked, dry-run)
+    run as written in a copy of the checkout; training it is the demo's path, tested elsewhere."""
+    lines = [line.split("#")[0].strip() for line in campaign_block((ROOT / "README.md").read_text(encoding="utf-8")).splitlines()]
+    own = [line for line in lines if "my.yaml" in line and not line.startswith("snakemake --cores")]
+    repo = copy_repo(tmp_path)
+    env = environment()
+    completed = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(own)], cwd=repo, env=env, capture_output=True,
+                               text=True, timeout=600)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    result = ([line.split()[:2] for line in own], "campaign my-campaign: 6 runs" in completed.stdout,
+              "would train: 6 runs" in completed.stdout + completed.stderr)
+    assert result == ([["cp", "config/campaigns/template.yaml"], ["ebd2n", "campaign"], ["snakemake", "-n"]], True, True)

@@ -14,15 +14,10 @@ from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.train.budget import budget_of
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "recipe_sweep_20m"
+REFERENCE = Path(__file__).resolve().parent / "reference" / "recipe_sweep_20m"
 SELECTED = {"synchronous": REFERENCE / "selected-synchronous.yaml", "packed-4": REFERENCE / "selected-packed-4.yaml"}
 BUDGETS = {"synchronous": (408_071_168, 12_480, 40), "packed-4": (408_068_096, 12_473, 40)}
 IGNORED = {"data.buffer_size_mib": 64.0, "data.prefetch": True, "training.checkpoint_every": 500}
-
-pytestmark = pytest.mark.skipif(
-    not REFERENCE.is_dir(), reason=f"reference recipes not found at {REFERENCE} (needs the shared/ checkout)"
-)
 
 
 def _raw(mode: str) -> dict:

@@ -54,14 +54,14 @@ CAMPAIGN_FILE = campaign_file()
 try:
     CAMPAIGN_CONFIG = read_yaml_mapping(CAMPAIGN_FILE, "campaign file")
     PLAN = WorkflowPlan(campaign_from_dict(CAMPAIGN_CONFIG, source=CAMPAIGN_FILE))
-    if not workflow.remote_exec:  # the warnings, from the controller only (each cluster job parses this file again)
-        for line in campaign_warnings(PLAN.campaign) + pool_warnings(asked_gpus(), machine_pool()):
-            print(f"ebd2n: warning: {line}", file=sys.stderr)
+    if not workflow.remote_exec:  # from the controller only (each cluster job parses this file again)
+        warnings = campaign_warnings(PLAN.campaign) + pool_warnings(asked_gpus(), machine_pool())
+        for line in [PLAN.headline, *(f"warning: {warning}" for warning in warnings)]:
+            print(f"ebd2n: {line}", file=sys.stderr)
 except UserError as error:
     refuse(error)
 validate(CAMPAIGN_CONFIG, schema=str(SCHEMA_PATH), set_default=False)
-CAMPAIGN = PLAN.campaign
-CACHE = PLAN.cache
+CAMPAIGN, CACHE = PLAN.campaign, PLAN.cache
 
 # `python -m ebd2n` of the installed package or, TRAINER, of the campaign's frozen copy (plan, resolve,
 # train, validate): the trainer is passed by path, never as an input.

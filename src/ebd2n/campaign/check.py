@@ -20,6 +20,7 @@ from ebd2n.campaign.grid import grid_from_dict
 from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.search import check_search
 from ebd2n.config import Recipe
+from ebd2n.config.schema import DEFAULT_CHECKPOINT_POLICY
 from ebd2n.errors import UserError
 from ebd2n.train.budget import budget_of
 from ebd2n.yamlio import read_yaml_mapping
@@ -44,7 +45,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         overrides=dict(raw.get("overrides", {})),
         preset_overrides={preset: dict(keys) for preset, keys in raw.get("preset_overrides", {}).items()},
         epochs_per_slice=epochs if isinstance(epochs, int) else dict(epochs),
-        checkpoint_policy=raw.get("checkpoint_policy", "final"),
+        checkpoint_policy=raw.get("checkpoint_policy", DEFAULT_CHECKPOINT_POLICY),
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
         cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
         signing_key=raw.get("signing_key"),

@@ -34,6 +34,11 @@ class WorkflowPlan:
         self.cache = Path(next(iter(campaign.current_bases.values())).data.cache_dir)
 
     @property
+    def headline(self) -> str:
+        """What the workflow plans, said first: the campaign, the file it was read from, where it goes."""
+        return f"campaign {self.campaign.name} from {self.campaign.source} -> {self.campaign.directory}"
+
+    @property
     def brackets(self) -> list[str]:
         """The brackets successive halving decides in (none for the full grid)."""
         return [bracket.name for bracket in self.halving.groups] if self.halving else []
