@@ -352,6 +352,7 @@ def test_write_selection_json(tmp_path: Path) -> None:
             "std_loss": 0.0,
             "seeds_completed": 2,
             "edge": None,
+            "diverged_above": None,
         }
     }
     assert result == expected
