@@ -428,8 +428,10 @@ def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool
     links.append(_link(REPORT_RESULTS, "JSON results and provenance: per-run and grouped values, selections, grid, seeds, revisions, environment, job ids"))
     if CampaignPaths(campaign.directory).campaign_json.is_file():
         links.append(_link(f"../{CAMPAIGN_JSON}", "the campaign's resolved grid and seeds"))
-    # always linked: the audit writes it after verifying this very page, so the page cannot depend on it
-    links.append(_link(f"../{AUDIT_JSON}", "the audit's checks, this report's verification included"))
+    # the audit writes it after verifying this very page, so the page cannot depend on it: linked once the runs'
+    # audit (which comes before every published report) exists, never on a campaign built by hand before any audit
+    if campaign.audit is not None:
+        links.append(_link(f"../{AUDIT_JSON}", "the audit's checks, this report's verification included"))
     return links
 
 
