@@ -24,6 +24,7 @@ from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.data.cache import MANIFEST
 from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
+from ebd2n.train.lease import live_holder
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
@@ -44,7 +45,7 @@ space-separated, `preset` empty outside scaling campaigns, `diverged_step` the s
 run stopped at. `status`: complete, diverged, failed (a job of it left a log and no result),
 incomplete (not finished yet), stopped (successive halving) or retired (no longer in the grid)."""
 LOG_LINES = 8
-"""How many of a failed job's last log lines the report and status show."""
+"""How many of a failed job's last log lines the report shows."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,11 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
     results = {p.relative_to(directory).as_posix(): read_json(run_paths(p).results) for p in run_dirs}
     stopped = ((info or {}).get("search") or {}).get("stopped") or {}  # successive halving: run id -> its rung
     retired = set((info or {}).get("retired") or [])  # runs the campaign file no longer declares
-    failures = {p.relative_to(directory).as_posix(): tail for p in run_dirs
-                if results[p.relative_to(directory).as_posix()] is None and p.name not in stopped
-                and (tail := _log_tail(paths, p.name))}
+    failures = {}
+    for run_dir in run_dirs:
+        key = run_dir.relative_to(directory).as_posix()
+        if results[key] is None and run_dir.name not in stopped and (failure := job_failure(paths, run_dir.name)):
+            failures[key] = [f"{paths.relative(failure[0])}:", *failure[1]]
     rows = [_row(directory, p, results[key := p.relative_to(directory).as_posix()],
                  "retired" if p.name in retired else "stopped" if p.name in stopped else "failed" if key in failures
                  else "incomplete") for p in run_dirs]
@@ -181,14 +184,21 @@ def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, unfinish
     return row
 
 
-def _log_tail(paths: CampaignPaths, run_id: str) -> list[str]:
-    """The last lines of the newest job log of a run without a result (none: no job of it ran)."""
-    logs = [path for path in (paths.logs / "runs" / run_id).rglob("*.log") if path.is_file()]
-    if not logs:
-        return []
-    newest = max(logs, key=lambda path: (path.stat().st_mtime_ns, path.name))
-    lines = newest.read_text(encoding="utf-8", errors="replace").splitlines()
-    return [paths.relative(newest) + ":", *lines[-LOG_LINES:]] if lines else [paths.relative(newest) + ": (empty)"]
+def job_failure(paths: CampaignPaths, run_id: str) -> tuple[Path, list[str]] | None:
+    """Where and how a run's last job failed: its newest log under logs/runs/<run>/ and that log's
+    last lines, when the log says it failed; None while no job of it failed (or one works there
+    now: a live lease)."""
+    logs = sorted((paths.logs / paths.runs.name / run_id).rglob("*.log"), key=lambda path: path.stat().st_mtime)
+    if not logs or live_holder(paths.run(run_id).directory) is not None:
+        return None
+    lines = logs[-1].read_text(encoding="utf-8", errors="replace").splitlines()
+    if not any(_ERROR.match(line) for line in lines):
+        return None
+    return logs[-1], [line for line in lines if line.strip()][-LOG_LINES:]
+
+
+_ERROR = re.compile(r"^(ebd2n [a-z]+: (error|run failed|interrupted)|Traceback \(most recent call last\)|\S*Error: )")
+"""A line by which a job's log says the job failed."""
 
 
 def _missing(info: dict[str, Any] | None, present: set[str]) -> list[str]:

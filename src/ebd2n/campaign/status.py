@@ -35,6 +35,7 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.grid import grid_from_record
 from ebd2n.campaign.plans import grid_search
 from ebd2n.campaign.resources import scope_name
+from ebd2n.campaign.results import job_failure
 from ebd2n.campaign.runs import Run
 from ebd2n.campaign.search import Halving
 from ebd2n.errors import UserError
@@ -54,7 +55,6 @@ STATES = ("done", "running", "failed", "pending")
 STOPPED = "stopped"
 """A run successive halving stopped at a rung: counted apart, under halving only."""
 _EPOCH = re.compile(rb'"type": ?"epoch"')
-_ERROR = re.compile(r"^(ebd2n [a-z]+: (error|run failed|interrupted)|Traceback \(most recent call last\)|\S*Error: )", re.M)
 
 
 @dataclass
@@ -296,17 +296,9 @@ def _epoch_records(path: Path) -> list[dict[str, Any]]:
 
 
 def _failure(campaign_dir: Path, run: str) -> str | None:
-    """The error of the run's last job, if that job failed (its log, under logs/runs/<run>/, says so)."""
-    paths = CampaignPaths(Path(campaign_dir))
-    logs = sorted((paths.logs / paths.runs.name / run).rglob("*.log"), key=lambda path: path.stat().st_mtime)
-    if not logs:
-        return None
-    text = logs[-1].read_text(encoding="utf-8", errors="replace")
-    errors = [line for line in text.splitlines() if _ERROR.match(line)]
-    if not errors:
-        return None
-    last = [line for line in text.splitlines() if line.strip()][-1]
-    return f"{logs[-1].relative_to(campaign_dir).as_posix()}: {last.strip()[:160]}"
+    """The error of the run's last job, if that job failed: its log and last line (`job_failure`)."""
+    failure = job_failure(CampaignPaths(Path(campaign_dir)), run)
+    return None if failure is None else f"{failure[0].relative_to(campaign_dir).as_posix()}: {failure[1][-1].strip()[:160]}"
 
 
 # --- output ---
