@@ -165,7 +165,8 @@ def diverged_record(spec: RunSpec) -> dict[str, Any]:
     """The `diverged` object of a diverged run's results.json and last metrics record (the trainer's contract)."""
     step = spec.diverged_at
     return {"step": step, "tokens": step * EPOCH_TOKENS // STEPS_PER_EPOCH, "epoch": (step - 1) // STEPS_PER_EPOCH + 1,
-            "rule": "non-finite", "last_finite_loss": 7.5, "detail": f"10 consecutive steps had non-finite loss up to step {step}"}
+            "rule": "non-finite", "last_finite_loss": 7.5,
+            "detail": f"10 consecutive steps had non-finite loss up to step {step}"}
 
 
 def _write_run(

@@ -103,7 +103,8 @@ def test_history_retiring_a_point_and_putting_it_back_each_record_the_declared_g
     read_back = read_history(paths)
     restored = record_grid(paths, "tiny", "", campaign_from_dict(tiny()).grid)
     result = (len(shrunk.grid.runs()), len(shrunk.active.runs()), [run.id for run in read_back.retired()],
-              read_back.active == shrunk.active, restored.retired(), sorted(path.name for path in paths.frozen_spec.iterdir()))
+              read_back.active == shrunk.active, restored.retired(),
+              sorted(path.name for path in paths.frozen_spec.iterdir()))
     assert result == (4, 2, ["synchronous-lr0.003-beta20.95-seed42", "synchronous-lr0.003-beta20.95-seed43"], True, [],
                       ["1.json", "2.json", "3.json"])
 
@@ -161,7 +162,8 @@ def test_workflow_plan_never_asks_for_a_retired_run(in_tmp: Path) -> None:
     record_grid(campaign_from_dict(tiny()).paths, "tiny", "", campaign_from_dict(tiny()).grid)
     shrunk = campaign_from_dict(tiny(grid={**tiny()["grid"], "learning_rates": {"synchronous": [0.001]}}))
     outputs = WorkflowPlan(shrunk).final_output()
-    result = (any("lr0.003" in path for path in outputs), len([path for path in outputs if path.endswith("results.json")]))
+    finished = [path for path in outputs if path.endswith("results.json")]
+    result = (any("lr0.003" in path for path in outputs), len(finished))
     assert result == (False, 2)
 
 

@@ -63,6 +63,11 @@ def _report(campaign: Path, name: str) -> Path:
     return campaign / "report" / name
 
 
+def _figure(page: str, name: str) -> dict:
+    """The plotly figure the page embeds as `figure-<name>`."""
+    return json.loads(re.search(rf'<script type="application/json" id="figure-{name}">(.*?)</script>', page, re.S)[1])
+
+
 def _page_text(campaign: Path) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", _report(campaign, "index.html").read_text()).split())
 
@@ -77,7 +82,8 @@ def test_groups_diverged_point_is_not_eligible_and_ranks_last(diverged: Path) ->
     groups = pl.read_csv(_report(diverged, "groups.csv"))
     point = groups.filter(pl.col("lr") == DIVERGING).row(0, named=True)
     result = {key: point[key] for key in ("eligible", "outcome", "diverged_step", "rank", "mean_loss")}
-    assert result == {"eligible": False, "outcome": "diverged", "diverged_step": 27, "rank": groups.height, "mean_loss": None}
+    assert result == {"eligible": False, "outcome": "diverged", "diverged_step": 27, "rank": groups.height,
+                      "mean_loss": None}
 
 
 def test_group_runs_one_diverged_seed_ranks_after_every_converged_point(diverged: Path) -> None:
@@ -90,7 +96,8 @@ def test_group_runs_one_diverged_seed_ranks_after_every_converged_point(diverged
 
 def test_lr_response_csv_gives_the_diverged_step(diverged: Path) -> None:
     table = pl.read_csv(_report(diverged, "lr-response.csv"))
-    result = table.select("lr", "synchronous diverged_step", "synchronous mean_loss").filter(pl.col("lr") == DIVERGING).row(0)
+    row = table.filter(pl.col("lr") == DIVERGING).row(0, named=True)
+    result = (row["lr"], row["synchronous diverged_step"], row["synchronous mean_loss"])
     assert result == (DIVERGING, 27, None)
 
 
@@ -124,7 +131,8 @@ def test_report_page_bracketed_by_divergence_never_inside(tmp_path: Path) -> Non
 def test_report_page_says_diverged_at_step_wherever_a_dash_was(diverged: Path) -> None:
     page = _report(diverged, "index.html").read_text()
     tables = re.findall(r"<table>.*?</table>", page, flags=re.S)
-    response = next(table for table in tables if "mean ± SD loss" not in table and "<th>LR</th><th>synchronous" in table)
+    response = next(table for table in tables
+                    if "mean ± SD loss" not in table and "<th>LR</th><th>synchronous" in table)
     heatmap = next(table for table in tables if "mean ± SD loss (nats)" in table)
     optimum = next(table for table in tables if "final loss per LR" in table)
     result = ["diverged at step 27" in table for table in (response, heatmap, optimum)]
@@ -139,7 +147,7 @@ def test_report_runs_table_says_diverged_at_step(diverged: Path) -> None:
 
 def test_report_heatmap_marks_diverged_cells_with_a_legend_entry(diverged: Path) -> None:
     page = _report(diverged, "index.html").read_text()
-    figure = json.loads(re.search(r'<script type="application/json" id="figure-heatmap-0">(.*?)</script>', page, re.S)[1])
+    figure = _figure(page, "heatmap-0")
     trace = figure["data"][1]
     result = (trace["name"], trace["showlegend"], trace["y"], trace["customdata"], figure["data"][0]["z"][-1])
     assert result == ("diverged", True, ["1000"], ["diverged at step 27"], [None])
@@ -147,7 +155,7 @@ def test_report_heatmap_marks_diverged_cells_with_a_legend_entry(diverged: Path)
 
 def test_report_optimum_figure_marks_the_diverged_lr(diverged: Path) -> None:
     page = _report(diverged, "index.html").read_text()
-    figure = json.loads(re.search(r'<script type="application/json" id="figure-optimum-0">(.*?)</script>', page, re.S)[1])
+    figure = _figure(page, "optimum-0")
     result = [(trace["x"], trace["customdata"]) for trace in figure["data"] if trace["name"] == "diverged"]
     assert result == [([DIVERGING], ["diverged at step 27"])]
 
@@ -161,14 +169,16 @@ def test_report_cost_counts_what_diverged_runs_spent(diverged: Path) -> None:
 def test_report_summary_counts_a_diverged_campaign_complete(diverged: Path) -> None:
     results = json.loads(_report(diverged, "results.json").read_text())
     result = (results["status"], results["completed_runs"], results["outcomes"]["diverged"])
-    assert result == ("complete", 6, [{"run": f"synchronous-lr1000.0-beta20.95-seed{seed}", "step": STEPS[seed]} for seed in SEEDS])
+    expected = [{"run": f"synchronous-lr1000.0-beta20.95-seed{seed}", "step": STEPS[seed]} for seed in SEEDS]
+    assert result == ("complete", 6, expected)
 
 
 def test_report_unfinished_names_failed_missing_and_retired_runs(unfinished: Path) -> None:
     outcomes = json.loads(_report(unfinished, "results.json").read_text())["outcomes"]
     failed = outcomes["failed"][0]
     result = (failed["run"], failed["log"][-1], outcomes["missing"], outcomes["retired"], outcomes["incomplete"])
-    assert result == ("synchronous-lr0.003-beta20.95-seed42", FAILED_LOG, [{"run": "synchronous-lr0.006-beta20.95-seed42"}],
+    assert result == ("synchronous-lr0.003-beta20.95-seed42", FAILED_LOG,
+                      [{"run": "synchronous-lr0.006-beta20.95-seed42"}],
                       [{"run": "synchronous-lr0.0001-beta20.95-seed42"}], [])
 
 

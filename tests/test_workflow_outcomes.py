@@ -65,7 +65,8 @@ def test_workflow_retired_point_stays_untouched_and_comes_back_byte_for_byte(fin
                      pl.read_csv(campaign / "report/runs.csv").select("run", "status").rows(),
                      "Retired (1)" in (campaign / "report/index.html").read_text(),
                      sorted(path.name for path in (campaign / "frozen/spec").iterdir()),
-                     f"retired (kept on disk, no longer in the campaign file's grid): {RETIRED}" in _ebd2n(repo, "status", "results/tiny").stdout)
+                     f"retired (kept on disk, no longer in the campaign file's grid): {RETIRED}"
+                     in _ebd2n(repo, "status", "results/tiny").stdout)
     restoring = snakemake(repo, "--configfile", write_campaign(repo, RAW))
     restored_state = (_hashes(campaign / "runs"), (campaign / "audit.passed").is_file(),
                       pl.read_csv(campaign / "report/runs.csv").select("run", "status").rows(),
@@ -88,7 +89,8 @@ def test_workflow_failed_job_rest_finishes_and_the_report_names_it(tmp_path: Pat
     outcomes = json.loads((campaign / "report/results.json").read_text())["outcomes"]
     page = (campaign / "report/index.html").read_text()
     cost = json.loads((campaign / "report/results.json").read_text())["cost"]["runs"]
-    assert (result.returncode != 0, (campaign / "runs" / KEPT / "results.json").is_file(), report.returncode) == (True, True, 0)
+    kept = (campaign / "runs" / KEPT / "results.json").is_file()
+    assert (result.returncode != 0, kept, report.returncode) == (True, True, 0)
     assert [entry["run"] for entry in outcomes["failed"]] == [RETIRED]
     assert outcomes["failed"][0]["log"][0].startswith(f"results/tiny/logs/runs/{RETIRED}/")
     assert "inside the searched LR range" not in page and "Failed (1)" in page

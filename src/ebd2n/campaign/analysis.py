@@ -40,7 +40,9 @@ RETIRED = "retired"
 _SELECTION_KEYS = ["lr", "beta2", "mean_loss", "std_loss", "seeds_completed"]
 _ALPHA = 0.05  # Welch t-test level below which a margin is called more than seed noise
 _NOT_ESTABLISHED = "the ranking alone does not establish a reliable improvement"
-RESPONSE_FIELDS = {"mean_loss": pl.Float64, "std_loss": pl.Float64, "seeds_completed": pl.Int64, "diverged_step": pl.Int64}
+RESPONSE_FIELDS = {
+    "mean_loss": pl.Float64, "std_loss": pl.Float64, "seeds_completed": pl.Int64, "diverged_step": pl.Int64,
+}
 """The LR-response table's columns per mode (`<mode> <field>`), from the grouped table."""
 
 Edge = Literal["lower", "upper"]
@@ -134,7 +136,8 @@ def outcome_text(point: dict[str, Any]) -> str:
 def select(groups: pl.DataFrame) -> dict[str, dict]:
     """Per mode, the best eligible point; a mode with no eligible point has no entry."""
     return {
-        mode: {key: value for key, value in ranked.row(0, named=True).items() if key not in ("outcome", "diverged_step")}
+        mode: {key: value for key, value in ranked.row(0, named=True).items()
+               if key not in ("outcome", "diverged_step")}  # a winner converged: its selection entry as before
         for mode in _modes(groups)
         if not (ranked := _ranked_eligible(groups, mode)).is_empty()
     }

@@ -168,7 +168,8 @@ def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, unfinish
     if results is None:
         recipe = _recipe(run_paths(run_dir).recipe)
         point = {"mode": recipe.mode, "lr": recipe.optimizer.lr, "beta2": recipe.optimizer.beta2, "seed": recipe.runtime.seed}
-        return {"run": run_dir.name, **point, "status": unfinished, "preset": preset, "directory": directory, "job_ids": ""}
+        return {"run": run_dir.name, **point, "status": unfinished, "preset": preset, "directory": directory,
+                "job_ids": ""}
     missing = [key for key in ("mode", "lr", "beta2", "seed", "status") if key not in results]
     if missing:
         raise UserError(f"{run_paths(run_dir).results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`")

@@ -298,7 +298,10 @@ def _epoch_records(path: Path) -> list[dict[str, Any]]:
 def _failure(campaign_dir: Path, run: str) -> str | None:
     """The error of the run's last job, if that job failed: its log and last line (`job_failure`)."""
     failure = job_failure(CampaignPaths(Path(campaign_dir)), run)
-    return None if failure is None else f"{failure[0].relative_to(campaign_dir).as_posix()}: {failure[1][-1].strip()[:160]}"
+    if failure is None:
+        return None
+    log, lines = failure
+    return f"{log.relative_to(campaign_dir).as_posix()}: {lines[-1].strip()[:160]}"
 
 
 # --- output ---

@@ -265,7 +265,8 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]], ha
     Runs successive halving stopped at a rung are neither expected to finish nor incomplete."""
     stopped = stopped_at(halving)
     runs = campaign.runs
-    counted = runs.filter(~pl.col("run").is_in(pl.Series(list(stopped), dtype=pl.String)) & (pl.col("status") != RETIRED))
+    halted = pl.col("run").is_in(pl.Series(list(stopped), dtype=pl.String))
+    counted = runs.filter(~halted & (pl.col("status") != RETIRED))
     complete = counted.filter(pl.col("status") == "complete")
     ended = counted.filter(pl.col("status").is_in(["complete", DIVERGED]))  # a diverged run is a result
     results = list(campaign.results.values())
@@ -316,7 +317,8 @@ def run_outcomes(campaign: CampaignResults) -> dict[str, list[dict[str, Any]]]:
     """The runs that did not converge, by outcome: diverged (with the step), failed (with the last
     lines of the job's log), incomplete (not finished yet), missing (no run directory) and retired."""
     rows = campaign.runs.iter_rows(named=True)
-    outcomes: dict[str, list[dict[str, Any]]] = {DIVERGED: [], "failed": [], "incomplete": [], "missing": [], RETIRED: []}
+    names = (DIVERGED, "failed", "incomplete", "missing", RETIRED)
+    outcomes: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for row in rows:
         if row["status"] == DIVERGED:
             outcomes[DIVERGED].append({"run": row["run"], "step": row["diverged_step"]})

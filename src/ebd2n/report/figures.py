@@ -43,8 +43,8 @@ def heatmaps(
     figure.suptitle(f"Mean final full-validation loss (nats) over seeds; winner outlined{partial}", fontsize=10)
     figure.tight_layout()
     if (groups["outcome"] == DIVERGED).any():
-        figure.legend(handles=[Patch(facecolor=_DIVERGED_FILL, hatch="xx", edgecolor=_DIVERGED_LINE, label="diverged (step)")],
-                      loc="lower right", fontsize=7, frameon=False)
+        mark = Patch(facecolor=_DIVERGED_FILL, hatch="xx", edgecolor=_DIVERGED_LINE, label="diverged (step)")
+        figure.legend(handles=[mark], loc="lower right", fontsize=7, frameon=False)
     return _save(figure)
 
 
@@ -81,8 +81,8 @@ def _heatmap_panel(
         for j, b in enumerate(beta2):
             row = cells.get((lr, b))
             if row and row["outcome"] == DIVERGED:
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=_DIVERGED_FILL, hatch="xx", edgecolor=_DIVERGED_LINE,
-                                       linewidth=0))
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=_DIVERGED_FILL, hatch="xx",
+                                       edgecolor=_DIVERGED_LINE, linewidth=0))
                 step = row.get("diverged_step")
                 ax.text(j, i, "diverged" + (f"\nstep {step}" if step is not None else ""), ha="center", va="center",
                         fontsize=7, color=_DIVERGED_LINE, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})

@@ -160,17 +160,19 @@ def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
 
 
 def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
-    """One mode's LR-optimum figure and its table view (one row per LR)."""
+    """One mode's LR-optimum figure and its table view (one row per LR, a diverged one's saying so)."""
+    seeds = panel["seeds"]
+    rows = [{"lr": p["lr"], "mean": _pm(p["mean_loss"], p["std_loss"], 4),
+             "seeds": ", ".join(f"{loss:.4f}" for lr, loss in zip(seeds["lr"], seeds["loss"], strict=True)
+                                if lr == p["lr"])}
+            for p in panel["points"]]
+    rows += [{"lr": d["lr"], "mean": outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}), "seeds": ""}
+             for d in panel["diverged"]]
     return {
         "id": f"optimum-{index}",
         "mode": panel["mode"],
         "json": figure_json(lr_optimum_figure(panel, index)),
-        "rows": sorted([{"lr": f"{p['lr']:g}", "value": p["lr"], "mean": _pm(p["mean_loss"], p["std_loss"], 4),
-                         "seeds": ", ".join(f"{loss:.4f}" for lr, loss in zip(panel["seeds"]["lr"], panel["seeds"]["loss"], strict=True)
-                                            if lr == p["lr"])}
-                        for p in panel["points"] if p["lr"] not in {d["lr"] for d in panel["diverged"]}]
-                       + [{"lr": f"{d['lr']:g}", "value": d["lr"], "mean": outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}),
-                           "seeds": ""} for d in panel["diverged"]], key=lambda row: row["value"]),
+        "rows": [{**row, "lr": f"{row['lr']:g}"} for row in sorted(rows, key=lambda row: row["lr"])],
         "summary": _optimum_text({"lr_optimum": panel}),
     }
 
@@ -290,7 +292,8 @@ def _heatmap(
         for b in beta2:
             cell = cells.get((lr, b))
             if (why := _point_text(cell)) is not None:
-                texts.append({"mean": why, "sd": "", "winner": False, "diverged": cell is not None and cell["outcome"] == DIVERGED})
+                diverged = cell is not None and cell["outcome"] == DIVERGED
+                texts.append({"mean": why, "sd": "", "winner": False, "diverged": diverged})
                 continue
             sd = f"± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
             seeds = "" if cell["eligible"] else f" ({cell['seeds_completed']} seeds)"

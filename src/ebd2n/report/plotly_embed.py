@@ -223,8 +223,8 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
     if crossed:  # at the top of the plot: a diverged LR has no loss to draw
         top = max([*panel["seeds"]["loss"], *(p["mean_loss"] + (p["std_loss"] or 0.0) for p in points)], default=0.0)
         data.append({"type": "scatter", "mode": "markers", "name": "diverged", "x": [d["lr"] for d in crossed],
-                     "y": [top] * len(crossed), "customdata": [outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]})
-                                                               for d in crossed],
+                     "y": [top] * len(crossed),
+                     "customdata": [outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}) for d in crossed],
                      "marker": {"symbol": "x", "size": 12, "color": DIVERGED_COLOR},
                      "hovertemplate": "LR %{x:.4g}<br>%{customdata}<extra></extra>"})
     lrs = [p["lr"] for p in points] + [d["lr"] for d in crossed]
