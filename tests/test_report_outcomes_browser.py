@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from campaign_tree import FAILED_LOG
-from offline_browser import MARKS, Loaded, open_offline
+from offline_browser import MARKS, Loaded, open_offline, overflowing, toolbar_overlaps
 from test_report_outcomes import write_unfinished
 
 pytestmark = MARKS
@@ -36,6 +36,10 @@ def test_browser_unfinished_heatmap_has_a_diverged_legend_entry(loaded: Loaded) 
         "[...document.querySelectorAll('#plot-heatmap-0 .legendtext')].map(element => element.textContent)"
     )
     assert result == ["diverged"]
+
+
+def test_browser_unfinished_diverged_legend_clear_of_toolbar_and_page_fits(loaded: Loaded) -> None:
+    assert (toolbar_overlaps(loaded.page), overflowing(loaded.page)) == ([], [])
 
 
 def test_browser_unfinished_summary_card_links_to_the_outcomes(loaded: Loaded) -> None:

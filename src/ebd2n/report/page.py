@@ -384,7 +384,7 @@ def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, An
     dashboard = f"{row['directory']}/{DASHBOARD}"
     return {
         **row,
-        "status": "stopped" if row["run"] in stopped else outcome_text({"outcome": row["status"], **row}),
+        "status": "stopped" if row["run"] in stopped else row["status"],
         "stopped_at": stopped.get(row["run"]),
         "gpu_hours": format_amount(hours["gpu_hours"]),
         "cpu_hours": format_amount(hours["cpu_hours"]),

@@ -128,6 +128,8 @@ def heatmap_figure(
             "xaxis": {"title": {"text": "beta2"}, "type": "category"},
             "yaxis": {"title": {"text": "peak learning rate"}, "type": "category"},
             "shapes": shapes,
+            # the diverged cross's entry above the plot's right end, clear of the colour bar
+            "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom"},
             "height": max(280, 160 + 30 * len(lrs)),
             "margin": {"l": 80, "r": 20, "t": MODEBAR_BAND + 36, "b": 50},
             "font": _FONT,
