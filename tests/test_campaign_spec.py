@@ -399,7 +399,8 @@ def test_shipped_campaign_files_pass_the_schema(tmp_path: Path, monkeypatch: pyt
     monkeypatch.chdir(tmp_path)
     paths = [REPO_ROOT / "config" / "config.yaml", *sorted(CAMPAIGNS.glob("*.yaml"))]
     result = [load_campaign(path).name for path in paths]
-    assert result == ["demo", "finetune-qwen-moe", "finetune-sql-demo", "recipe-sweep-20m", "scaling-minipile"]
+    expected = ["demo", "finetune-qwen-moe", "finetune-sql-demo", "recipe-sweep-20m", "scaling-minipile", "my-campaign"]
+    assert result == expected
 
 
 def test_campaign_file_yaml_error(tmp_path: Path) -> None:

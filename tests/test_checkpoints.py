@@ -21,6 +21,7 @@ import yaml
 from workflow_support import environment
 
 from ebd2n.audit.checks import check_retention
+from ebd2n.train.plan import plan_slices
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.runs import Run
 from ebd2n.config import load_recipe
@@ -53,7 +54,7 @@ def _checkpoint_files(run_dir: Path) -> list[str]:
 
 def _retention_violations(run_dir: Path) -> list[str]:
     """What the audit's checkpoint check says of a validated run directory."""
-    check = check_retention([read_run(RunPaths(run_dir), RUN)])
+    check = check_retention([read_run(RunPaths(run_dir), RUN)], {RUN.base: plan_slices(2, 1)})
     assert check.examined == 1
     return check.violations
 

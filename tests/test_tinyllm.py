@@ -29,7 +29,7 @@ def test_selected_recipe_resolves_to_the_reference_run(mode: str) -> None:
     recipe, raw = load_recipe(SELECTED[mode]), _raw(mode)
     budget = budget_of(recipe)
     result = (
-        recipe.mode, recipe.model.model_dump(), recipe.optimizer.model_dump(),
+        recipe.mode, recipe.model.model_dump(), recipe.optimizer.model_dump(exclude=set(ADDED_OPTIMIZER_DEFAULTS)),
         (budget.total_tokens, budget.total_steps, budget.epochs),
         {key: getattr(recipe.training, key) for key in ("batch_tokens", "micro_batch_size", "checkpoint_policy")},
     )
@@ -38,6 +38,11 @@ def test_selected_recipe_resolves_to_the_reference_run(mode: str) -> None:
         {key: raw["training"][key] for key in ("batch_tokens", "micro_batch_size", "checkpoint_policy")},
     )
     assert result == expected
+    assert {key: getattr(recipe.optimizer, key) for key in ADDED_OPTIMIZER_DEFAULTS} == ADDED_OPTIMIZER_DEFAULTS
+
+
+ADDED_OPTIMIZER_DEFAULTS = {"schedule": "cosine", "decay_fraction": 0.1, "decay_shape": "sqrt", "accum_iter": 1}
+"""Optimizer keys added after these recipes (issue 39): the reference's cosine AdamW run, so their defaults."""
 
 
 @pytest.mark.parametrize("mode", SELECTED)
@@ -91,3 +96,22 @@ def test_campaign_recipe_may_be_a_tiny_llm_file() -> None:
     recipe = campaign.base_recipe("base")
     result = (recipe.optimizer.lr, recipe.runtime.ignored_keys, budget_of(recipe).total_steps)
     assert result == (0.0028, IGNORED, 12_480)
+
+
+def test_tiny_llm_accumadamw_and_adaptive_consensus_in_ebd2n_terms(tmp_path: Path) -> None:
+    """configs/accumadamw.yaml (name accumadamw, accum_iter 4) and packed adaptive consensus's start_frac."""
+    raw = _raw("packed-4")
+    raw["optimizer"].update(name="accumadamw", accum_iter=4)
+    raw["decentralized"]["adaptive_consensus"] = {"start_frac": 0.8, "p": 1.0}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
+    recipe = load_recipe(tmp_path / "r.yaml")
+    assert (recipe.optimizer.accum_iter, recipe.decentralized.adaptive_consensus.model_dump()) == (
+        4, {"start_fraction": 0.8, "p": 1.0})
+    raw["optimizer"].pop("accum_iter")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(UserError, match="optimizer.name accumadamw: set optimizer.accum_iter"):
+        load_recipe(tmp_path / "r.yaml")
+    raw["optimizer"]["name"] = "sgd"
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(UserError, match="optimizer.name: sgd; ebd2n trains with adamw or accumadamw"):
+        load_recipe(tmp_path / "r.yaml")

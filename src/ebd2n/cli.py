@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "group a runs table (CSV or JSON) and pick the best recipe per mode",
                  f"Group a runs table by grid point, pick each mode's best point and estimate its LR optimum; "
                  f"write {GROUPS_CSV} and {SELECTION_JSON}.",
-                 "ebd2n select results/demo/runs.csv --out selection/")
+                 f"ebd2n select results/demo/{RUNS_CSV} --out selection/")
     p.add_argument("runs", type=Path, help="per-run CSV or JSON (run, mode, lr, beta2, seed, status, loss)")
     p.add_argument("--out", type=Path, required=True, help=f"directory for {GROUPS_CSV} and {SELECTION_JSON}")
 

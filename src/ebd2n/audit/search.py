@@ -24,6 +24,7 @@ from ebd2n.campaign.search import (
     Halving,
     decide,
     decision_digest,
+    decision_rule,
     epoch_loss,
     point_id,
     read_decision,
@@ -137,7 +138,7 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
         return [f"{where}: {error}"]
     try:
         candidates = [bracket.point(entry["point"]) for entry in decision["ranking"]]
-        keep = float(decision["keep"])
+        keep, seed_noise = float(decision["keep"]), decision_rule(decision)
         earlier_names = list(decision.get("earlier") or [])
         seeds = list(_seeds(decision))
         untraced = _untraced(halving, path, decision, grids, epoch)
@@ -145,7 +146,7 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
         return [f"{where}: rung {epoch}: not a decision of this grid ({type(error).__name__}: {error})"]
     problems = [f"{where}: rung {epoch}: {untraced}"] if untraced else []
     runs = bracket.runs(candidates, seeds)
-    if decision_digest([run.id for run in runs], keep) != match["digest"]:
+    if decision_digest([run.id for run in runs], keep, seed_noise) != match["digest"]:
         problems.append(f"{where}: rung {epoch}: its name does not match the runs and keep it records (edited?)")
     losses = {}
     for run in runs:
@@ -165,7 +166,8 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
             problems.append(f"{where}: rung {epoch}: names the earlier decision {name}, which is gone or unreadable")
     if problems:
         return problems
-    recomputed = decide(bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds)
+    recomputed = decide(bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds,
+                        seed_noise)
     for key in _COMPARED:
         if not _same(decision.get(key), recomputed[key]):
             problems.append(f"{where}: rung {epoch}: {key} {_points(decision.get(key))} is not what the runs decide, "

@@ -113,8 +113,8 @@ def fit_optimum(tested: list[float], losses: dict[float, list[float]]) -> dict[s
         result["reason"] = _join(result["reason"], "one seed per point: no seed variation to resample for an interval")
         return result
     rng = np.random.default_rng(RESAMPLING_SEED)
-    resampled = np.stack([_resampled_means(np.asarray(losses[lr], dtype=float), rng) for lr in lrs], axis=1)
-    minima = np.sort(_minima(resampled, x))
+    resampled = np.stack([resampled_means(np.asarray(losses[lr], dtype=float), rng) for lr in lrs], axis=1)
+    minima = np.sort(fitted_minima(resampled, x))
     tail = (1 - LEVEL) / 2
     low, high = minima[int(math.floor(tail * RESAMPLES))], minima[int(math.ceil((1 - tail) * RESAMPLES)) - 1]
     result["low"], result["high"] = _lr(low), _lr(high)
@@ -143,7 +143,7 @@ def _seed_losses(done: pl.DataFrame, mode: str, beta2: float, eligible: pl.DataF
     return {lr: part["loss"].to_list() for (lr,), part in rows.group_by(["lr"], maintain_order=True)}
 
 
-def _resampled_means(losses: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def resampled_means(losses: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Means of `RESAMPLES` resamples of one point's seeds; deviations scaled by sqrt(n/(n-1)) so
     their spread matches the sample SD's (a plain bootstrap is too narrow with three seeds)."""
     n = losses.size
@@ -152,7 +152,7 @@ def _resampled_means(losses: np.ndarray, rng: np.random.Generator) -> np.ndarray
     return mean + math.sqrt(n / (n - 1)) * (picks - mean).mean(axis=1)
 
 
-def _minima(means: np.ndarray, x: np.ndarray) -> np.ndarray:
+def fitted_minima(means: np.ndarray, x: np.ndarray) -> np.ndarray:
     """ln(LR) of the fitted minimum for each row of mean losses, the best point and its window
     chosen per row. A parabola that opens downwards (or is flat) has its least value at the lower
     end of its window; where that end is the grid's own, the minimum lies beyond it (-inf, +inf)."""

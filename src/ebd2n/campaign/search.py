@@ -5,7 +5,9 @@ preset x mode blocks of the grid; a bracket's points are its (learning rate, bet
 trained with every seed. At each rung (a slice end before the last) the bracket's candidates are
 ranked by mean subset-validation loss over their seeds at that epoch (ties: lower learning rate,
 then lower beta2, as in selection) and the best ceil(keep x n) train on; the others stop there,
-keeping the checkpoint they would continue from.
+keeping the checkpoint they would continue from. With `seed_noise: alpha` a point outside that share
+also trains on unless a one-sided paired t-test over its seeds shows it worse than the rung's best
+at level alpha: a difference within the seeds' noise never drops a point.
 
 A decision is a file named by what it was decided from (its runs and `keep`):
 `search/<bracket>/rung-<epoch>-<digest>.json`, written once. An extension (more points or seeds,
@@ -28,6 +30,7 @@ from typing import Any
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.runs import BASE, Run
+from ebd2n.campaign.seed_noise import within_noise
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.layout import METRICS, CampaignPaths
@@ -46,14 +49,18 @@ class Search:
     """Share of a rung's candidates a decision promotes (at least one; earlier decisions' promotions are carried)."""
     rungs: tuple[int, ...] | None = None
     """Epochs (slice ends) the candidates are compared at; None: every slice end before the last."""
+    seed_noise: float | None = None
+    """Level alpha of the paired test that alone may drop a point outside the kept share; None: rank alone."""
 
     @property
     def halving(self) -> bool:
         return self.method == HALVING
 
     def record(self) -> dict[str, Any]:
-        """As the frozen spec and campaign.json hold it."""
-        return {"method": self.method, "keep": self.keep, "rungs": list(self.rungs) if self.rungs is not None else None}
+        """As the frozen spec and campaign.json hold it (seed_noise only when set, so earlier records stay)."""
+        rungs = list(self.rungs) if self.rungs is not None else None
+        record = {"method": self.method, "keep": self.keep, "rungs": rungs}
+        return record if self.seed_noise is None else {**record, "seed_noise": self.seed_noise}
 
     def rung_epochs(self, plan: SlicePlan) -> tuple[int, ...]:
         """The rungs of runs sliced by `plan` (none under the full grid)."""
@@ -67,11 +74,19 @@ def search_from_dict(raw: Mapping[str, Any] | None) -> Search:
     if not raw:
         return Search()
     method, keep, rungs = raw.get("method", GRID), raw.get("keep", 1.0), raw.get("rungs")
-    if method not in (GRID, HALVING) or isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 < keep <= 1:
+    noise = raw.get("seed_noise")
+    if method not in (GRID, HALVING) or not _number(keep) or not 0 < keep <= 1:
         raise ValueError(f"search {dict(raw)!r}: method grid or {HALVING}, keep in (0, 1]")
     if rungs is not None and not (isinstance(rungs, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in rungs)):
         raise ValueError(f"search rungs {rungs!r}: a list of epochs")
-    return Search(method, float(keep), None if rungs is None else tuple(sorted(rungs)))
+    if noise is not None and not (_number(noise) and 0 < noise < 1):
+        raise ValueError(f"search seed_noise {noise!r}: a test level alpha in (0, 1), such as 0.05")
+    return Search(method, float(keep), None if rungs is None else tuple(sorted(rungs)),
+                  None if noise is None else float(noise))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def point_id(lr: float, beta2: float) -> str:
@@ -125,8 +140,9 @@ def check_search(search: Search, plans: Mapping[str, SlicePlan], groups: list[Br
     """What the schema cannot say of `search`, one line each: rungs are slice ends before the last
     of every preset's runs, and every bracket has points to compare."""
     if not search.halving:
-        if search.keep != 1.0 or search.rungs is not None:
-            raise UserError(f"{where}: search.keep and search.rungs apply to successive halving only; "
+        if search.keep != 1.0 or search.rungs is not None or search.seed_noise is not None:
+            raise UserError(f"{where}: search.keep, search.rungs and search.seed_noise apply to successive halving "
+                            "only; "
                             f"set search.method: {HALVING}, or remove them")
         return
     for base, plan in plans.items():
@@ -151,10 +167,20 @@ def promoted_count(keep: float, candidates: int) -> int:
     return max(1, math.ceil(round(keep * candidates, 9)))
 
 
-def decision_digest(runs: Iterable[str], keep: float) -> str:
-    """Names a decision by what it is decided from: the sorted run ids and the share kept."""
-    text = json.dumps({"runs": sorted(runs), "keep": keep}, sort_keys=True)
+def decision_digest(runs: Iterable[str], keep: float, seed_noise: float | None = None) -> str:
+    """Names a decision by what it is decided from: the sorted run ids, the share kept and the
+    seed-noise level (left out when unset, so decisions by rank alone keep their names)."""
+    inputs: dict[str, Any] = {"runs": sorted(runs), "keep": keep}
+    if seed_noise is not None:
+        inputs["seed_noise"] = seed_noise
+    text = json.dumps(inputs, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def decision_rule(decision: Mapping[str, Any]) -> float | None:
+    """The seed-noise level a decision file was made with (None: rank alone)."""
+    noise = decision.get("seed_noise")
+    return float(noise) if _number(noise) else None
 
 
 def epoch_loss(metrics: Path, epoch: int) -> float | None:
@@ -174,13 +200,14 @@ def recorded_epochs(metrics: Path) -> list[int]:
 
 def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], keep: float,
            losses: Mapping[str, float | None], earlier: Mapping[str, list[str]], drawn_from: Iterable[str] = (),
-           seeds: Iterable[int] | None = None) -> dict[str, Any]:
+           seeds: Iterable[int] | None = None, seed_noise: float | None = None) -> dict[str, Any]:
     """The decision at rung `epoch`: candidates ranked (mean loss over seeds; a point missing a
     seed's loss, or with a non-finite one, ranks last), the best ceil(keep x n) promoted, and the
     points earlier decisions of this rung promoted carried. `earlier` maps each earlier decision's
     file name to the points it let train on; `drawn_from` names the decisions of the rung before
     whose promoted points are the candidates (what the audit traces each decision back through);
-    `seeds` are those of the grid it is made under (default: the bracket's)."""
+    `seeds` are those of the grid it is made under (default: the bracket's). With `seed_noise` each
+    ranked point also records the rule that kept or dropped it (`seed_noise_rule`)."""
     ranking = []
     for lr, beta2 in candidates:
         point = {run.id: losses.get(run.id) for run in bracket.runs([(lr, beta2)], seeds)}
@@ -189,12 +216,16 @@ def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], 
         ranking.append({"point": point_id(lr, beta2), "lr": lr, "beta2": beta2, "mean_loss": mean, "losses": point})
     ranking.sort(key=lambda entry: (entry["mean_loss"] is None, entry["mean_loss"] or 0.0, entry["lr"], entry["beta2"]))
     promoted = [entry["point"] for entry in ranking[:promoted_count(keep, len(ranking))]]
+    if seed_noise is not None:
+        promoted = within_noise(ranking, promoted, seed_noise)
     listed = {entry["point"] for entry in ranking}
     carried = sorted({point for points in earlier.values() for point in points if point in listed} - set(promoted),
                      key=[entry["point"] for entry in ranking].index)
     runs = [run for entry in ranking for run in entry["losses"]]
+    rule = {} if seed_noise is None else {"seed_noise": seed_noise}
     return {
-        "bracket": bracket.name, "epoch": epoch, "keep": keep, "digest": decision_digest(runs, keep),
+        "bracket": bracket.name, "epoch": epoch, "keep": keep, **rule,
+        "digest": decision_digest(runs, keep, seed_noise),
         "candidates": len(ranking), "ranking": ranking, "promoted": promoted, "carried": carried,
         "continuing": [entry["point"] for entry in ranking if entry["point"] in {*promoted, *carried}],
         "earlier": sorted(earlier), "drawn_from": sorted(drawn_from),
@@ -256,7 +287,8 @@ class Halving:
 
     def decision_path(self, bracket: Bracket, epoch: int, candidates: list[tuple[float, float]]) -> Path:
         runs = [run.id for run in bracket.runs(candidates)]
-        return self.paths.rung_decision(bracket.name, epoch, decision_digest(runs, self.search.keep))
+        digest = decision_digest(runs, self.search.keep, self.search.seed_noise)
+        return self.paths.rung_decision(bracket.name, epoch, digest)
 
     def decisions(self, bracket: Bracket, epoch: int) -> list[Path]:
         """Every decision file of a rung: the current one, and those of earlier grids or shares."""
@@ -342,7 +374,8 @@ class Halving:
         rungs = self.rungs(bracket)
         before = rungs[rungs.index(epoch) - 1] if rungs.index(epoch) else None
         drawn = made.get("drawn_from", []) if made else [other.name for other in self.decisions(bracket, before)] if before else []
-        text = decision_json(decide(bracket, epoch, candidates, self.search.keep, losses, earlier, drawn))
+        text = decision_json(decide(bracket, epoch, candidates, self.search.keep, losses, earlier, drawn,
+                                    seed_noise=self.search.seed_noise))
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             return path, False
         atomic_write_text(path, text)

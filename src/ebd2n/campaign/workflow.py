@@ -43,6 +43,7 @@ class WorkflowPlan:
         """The brackets successive halving decides in (none for the full grid)."""
         return [bracket.name for bracket in self.halving.groups] if self.halving else []
 
+    @functools.cache  # noqa: B019 (one plan per workflow: several input functions of every job ask)
     def run(self, run_id: str) -> Run:
         """The run a job's `run` wildcard names; one of a preset the campaign does not have is refused."""
         run = parse_run_id(run_id)
@@ -120,7 +121,9 @@ class WorkflowPlan:
         """The slice ends this workflow planned for a base recipe, which the frozen trainer must confirm."""
         return ",".join(map(str, self.plans[base].ends))
 
+    @functools.cache  # noqa: B019
     def resources(self, run_id: str) -> Resources:
+        """The resources of a run's training and validation jobs."""
         run = self.run(run_id)
         return self.campaign.job_resources(run.base, run.mode)
 

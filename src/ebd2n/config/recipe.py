@@ -111,6 +111,8 @@ _ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
     "lora": {"train_norms": False},
     "data": {"supervised": None},
     "runtime": {"cuda_path_on_cpu": False},
+    "optimizer": {"schedule": "cosine", "decay_fraction": 0.1, "decay_shape": "sqrt", "accum_iter": 1},
+    "decentralized": {"adaptive_consensus": None},
 }
 """Fields added after recipes were first identified: left out of dumps and identities at their
 default, so every earlier recipe keeps its recipe.yaml and its identity."""
@@ -120,7 +122,7 @@ def _recipe_data(recipe: Recipe) -> dict[str, Any]:
     """The resolved recipe as plain data, without added fields at their default."""
     data = recipe.model_dump(mode="json")
     sections = {"model": data["model"], "lora": data["parallel"].get("lora"), "data": data["data"],
-                "runtime": data["runtime"]}
+                "runtime": data["runtime"], "optimizer": data["optimizer"], "decentralized": data["decentralized"]}
     for section, defaults in _ADDED_DEFAULTS.items():
         for key, default in defaults.items():
             if sections[section] is not None and sections[section].get(key, default) == default:

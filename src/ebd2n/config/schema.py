@@ -233,10 +233,26 @@ class OptimizerConfig(Section):
     """Decoupled weight decay, applied to matrices only (not norms)."""
     grad_clip: float = Field(default=1.0, gt=0)
     """Global gradient-norm clip."""
+    accum_iter: int = Field(default=1, ge=1)
+    """AccumAdamW (tiny-llm's): moments committed once per this many steps from their mean gradient; 1: AdamW."""
     warmup_fraction: float = Field(default=0.05, ge=0, lt=1)
     """Share of the token budget spent in linear warm-up."""
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
-    """Cosine decay ends at this fraction of the peak."""
+    """Cosine decay ends at this fraction of the peak (schedule cosine only; wsd decays to zero)."""
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    """cosine: warm-up, then cosine to min_lr_ratio over the rest; wsd (warm-up, stable, decay, as
+    tiny-llm's): warm-up, the peak held, then decay_shape to zero over the last decay_fraction."""
+    decay_fraction: float = Field(default=0.1, ge=0, le=1)
+    """wsd: share of the token budget, at its end, in which the learning rate decays (0: never)."""
+    decay_shape: Literal["sqrt", "linear", "cosine"] = "sqrt"
+    """wsd: the decay's shape over progress p in [0, 1]: sqrt 1 - sqrt(p) (tiny-llm's), linear 1 - p,
+    cosine (1 + cos(pi p)) / 2."""
+
+    @model_validator(mode="after")
+    def _decay_needs_wsd(self) -> OptimizerConfig:
+        if self.schedule != "wsd" and (self.decay_fraction != 0.1 or self.decay_shape != "sqrt"):
+            raise ValueError("optimizer.decay_fraction and decay_shape shape the wsd schedule; set schedule: wsd")
+        return self
 
 
 class TrainingConfig(Section):
@@ -301,6 +317,15 @@ class RuntimeConfig(Section):
     """Keys of an imported tiny-llm recipe that ebd2n does not use (recorded, never applied)."""
 
 
+class AdaptiveConsensusConfig(Section):
+    """tiny-llm's adaptive consensus: after a share of the steps, gossip weakens with the learning rate."""
+
+    start_fraction: float = Field(ge=0, le=1)
+    """From step ceil(start_fraction x steps) on, each step mixes with W' = gamma W + (1 - gamma) I."""
+    p: float = Field(ge=0)
+    """gamma = (lr / lr_max)^p, lr_max the largest learning rate of those steps (0: plain gossip)."""
+
+
 class DecentralizedConfig(Section):
     """Packed-K mode: K local models trained together on one device."""
 
@@ -310,6 +335,8 @@ class DecentralizedConfig(Section):
     """Gossip peer choice after each step."""
     scheme: Literal["awc", "atc"] = "awc"
     """awc: clip, mix, then local step; atc: clip, local step, then mix."""
+    adaptive_consensus: AdaptiveConsensusConfig | None = None
+    """Gossip that weakens as the learning rate decays (None: every step mixes with W)."""
 
     @model_validator(mode="after")
     def _exponential_needs_power_of_two(self) -> DecentralizedConfig:

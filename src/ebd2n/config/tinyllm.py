@@ -74,6 +74,7 @@ def from_tiny_llm(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     for key, value in DEFAULTS.items():
         if _get(data, key) is _MISSING:
             _put(data, key, value)
+    _rename_packed_and_optimizer(data, source)
     if _get(data, "training.checkpoint_policy") == "none":  # final and all mean the same in both
         raise UserError(f"{source}: training.checkpoint_policy: tiny-llm's none has no ebd2n counterpart; use final")
     if ignored:
@@ -86,6 +87,21 @@ def from_tiny_llm(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 
 _MISSING = object()
+
+
+def _rename_packed_and_optimizer(data: dict[str, Any], source: str) -> None:
+    """tiny-llm's optimizer.name (adamw, or accumadamw with its accum_iter) and adaptive
+    consensus's start_frac in ebd2n's terms (accum_iter alone; start_fraction)."""
+    name = _pop(data, "optimizer.name")
+    if name == "adamw" and _get(data, "optimizer.accum_iter") not in (_MISSING, 1):
+        raise UserError(f"{source}: optimizer.accum_iter applies to optimizer.name accumadamw, not adamw")
+    if name == "accumadamw" and _get(data, "optimizer.accum_iter") is _MISSING:
+        raise UserError(f"{source}: optimizer.name accumadamw: set optimizer.accum_iter (its window in steps)")
+    if name not in (_MISSING, "adamw", "accumadamw"):
+        raise UserError(f"{source}: optimizer.name: {name}; ebd2n trains with adamw or accumadamw")
+    consensus = (data.get("decentralized") or {}).get("adaptive_consensus")
+    if isinstance(consensus, dict) and "start_frac" in consensus:
+        consensus["start_fraction"] = consensus.pop("start_frac")
 
 
 def _get(data: Mapping[str, Any], dotted: str) -> Any:

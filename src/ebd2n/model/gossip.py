@@ -48,8 +48,9 @@ def mixing_matrix(topology: Topology, step: int, num_models: int) -> torch.Tenso
 
 
 @torch.no_grad()
-def mix_(tensors: list[torch.Tensor], topology: Topology, step: int) -> None:
-    """Gossip in place: every stacked tensor (K, ...) becomes mixing_matrix(topology, step, K) @ it."""
+def mix_(tensors: list[torch.Tensor], topology: Topology, step: int, gamma: float = 1.0) -> None:
+    """Gossip in place: every stacked tensor (K, ...) becomes W' @ it, W' = gamma W + (1 - gamma) I
+    with W = mixing_matrix(topology, step, K) (adaptive consensus; gamma 1: plain gossip, 0: none)."""
     if not tensors:
         return
     num_models = tensors[0].size(0)
@@ -57,13 +58,20 @@ def mix_(tensors: list[torch.Tensor], topology: Topology, step: int) -> None:
         raise ValueError("mix_: every tensor must have the same leading (replica) dimension K")
     if topology == "complete":
         for t in tensors:
-            t.copy_(t.mean(dim=0, keepdim=True).expand_as(t))
+            mean = t.mean(dim=0, keepdim=True).expand_as(t)
+            if gamma == 1:
+                t.copy_(mean)
+            else:
+                t.lerp_(mean, gamma)
         return
     offset = peer_offset(topology, step, num_models) % num_models
     if offset == 0:  # K = 1: a model's only peer is itself
         return
     # torch.roll(x, -offset, 0)[i] = x[(i + offset) mod K], the peer of replica i.
     peers = [torch.roll(t, -offset, dims=0) for t in tensors]
+    if gamma != 1:  # x + gamma (W x - x), with W x - x = (peer - x) / 2
+        torch._foreach_lerp_(tensors, peers, gamma / 2)
+        return
     torch._foreach_add_(tensors, peers)
     torch._foreach_mul_(tensors, 0.5)
 

@@ -12,6 +12,7 @@ from typing import Any
 from ebd2n.config import Recipe, count_parameters, hf_architecture
 from ebd2n.quantities import format_duration
 from ebd2n.report.html import DASH
+from ebd2n.train.schedule import describe_schedule
 
 
 def identity_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
@@ -96,7 +97,7 @@ def settings_groups(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list
         ("Optimisation", [
             ("Optimizer", f"AdamW, beta1 {optimizer.beta1:g}, beta2 {optimizer.beta2:g}, eps {optimizer.eps:g}"),
             ("Peak learning rate", f"{optimizer.lr:g}"),
-            ("Schedule", f"{optimizer.warmup_fraction:g} warm-up, cosine to {optimizer.min_lr_ratio:g} of peak"),
+            ("Schedule", describe_schedule(optimizer)),
             ("Weight decay", f"{optimizer.weight_decay:g}"), ("Gradient clip", f"{optimizer.grad_clip:g}"),
             ("Tokens per step", f"{training.batch_tokens:,}"), ("Token budget", _budget(recipe)),
             ("Seed", str(recipe.runtime.seed)),

@@ -12,6 +12,7 @@ import polars as pl
 
 from ebd2n.config import Recipe, count_parameters
 from ebd2n.campaign.results import CampaignResults
+from ebd2n.train.schedule import describe_schedule
 
 CURVE_COLUMNS: dict[str, type[pl.DataType]] = {
     "mode": pl.String,
@@ -147,7 +148,7 @@ def settings(recipe: Recipe, epochs: int | None) -> dict[str, str]:
             f"AdamW, beta1 {opt.beta1:g}, eps {opt.eps:g}, weight decay {opt.weight_decay:g} (matrices), "
             f"gradient clip {opt.grad_clip:g}"
         ),
-        "Schedule": f"{100 * opt.warmup_fraction:g}% linear warm-up, cosine decay to {100 * opt.min_lr_ratio:g}% of peak LR",
+        "Schedule": describe_schedule(opt),
         "Batch": f"{training.batch_tokens:,} tokens per step, micro-batch {training.micro_batch_size}",
         "Epochs": str(epochs) if epochs is not None else "no epoch recorded",
         "Numerics": (

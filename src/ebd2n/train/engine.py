@@ -19,6 +19,7 @@ from ebd2n.model.gossip import clip_per_replica_, mix_
 from ebd2n.parallel.distributed import Context
 from ebd2n.targets import split_block, target_counts
 from ebd2n.train.budget import Budget
+from ebd2n.train.schedule import consensus_schedule
 from ebd2n.train.step import Engine, StepResult
 from ebd2n.train.weights import fine_tuning_model, initial_model
 
@@ -116,6 +117,7 @@ class PackedEngine(Engine):
         self.forward = self._compiled(self.model)
         self.optimizer = self._make_optimizer(self.model.replica_param_groups(recipe.optimizer.weight_decay))
         self.mix_step = 0
+        self.consensus = consensus_schedule(recipe, budget)
         self._eval_model = GPT(recipe.model).to(device)
 
     def train_step(self, sequences: torch.Tensor, lr: float) -> StepResult:
@@ -144,7 +146,7 @@ class PackedEngine(Engine):
         norms = clip_per_replica_([p.grad for p in params], self.recipe.optimizer.grad_clip)
         skipped = not bool(torch.isfinite(norms).all())
         if not skipped:
-            self._apply(params)
+            self._apply(params, 1.0 if self.consensus is None else self.consensus.gamma(self.mix_step, lr))
         self.optimizer.zero_grad(set_to_none=True)
         return StepResult(
             loss=float(loss_sum),
@@ -154,14 +156,14 @@ class PackedEngine(Engine):
         )
 
     @torch.no_grad()
-    def _apply(self, params: list[nn.Parameter]) -> None:
-        """awc mixes before the local AdamW step, atc after it."""
+    def _apply(self, params: list[nn.Parameter], gamma: float) -> None:
+        """awc mixes before the local AdamW step, atc after it (gamma: adaptive consensus's)."""
         if self.scheme == "awc":
-            mix_([p.data for p in params], self.topology, self.mix_step)
+            mix_([p.data for p in params], self.topology, self.mix_step, gamma)
             self.optimizer.step()
         else:
             self.optimizer.step()
-            mix_([p.data for p in params], self.topology, self.mix_step)
+            mix_([p.data for p in params], self.topology, self.mix_step, gamma)
         self.mix_step += 1
 
     def evaluation_model(self) -> GPT:

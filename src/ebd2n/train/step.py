@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ebd2n.config import Recipe
+from ebd2n.train.accum_adamw import AccumAdamW
 from ebd2n.train.budget import Budget
 
 
@@ -62,6 +63,8 @@ class Engine:
         opt = self.recipe.optimizer
         fused = takes_cuda_path(self.recipe, self.device)
         trained = [g for g in groups if g["params"]] or groups[:1]  # a pipeline stage may train nothing
+        if opt.accum_iter > 1:
+            return AccumAdamW(trained, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, accum_iter=opt.accum_iter)
         return torch.optim.AdamW(
             trained, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, fused=fused, foreach=None if fused else True,
         )
