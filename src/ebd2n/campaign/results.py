@@ -187,19 +187,20 @@ def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, unfinish
 
 def job_failure(paths: CampaignPaths, run_id: str) -> tuple[Path, list[str]] | None:
     """Where and how a run's last job failed: its newest log under logs/runs/<run>/ and that log's
-    last lines, when the log says it failed; None while no job of it failed (or one works there
-    now: a live lease)."""
+    last lines, when that job left no output (Snakemake removes a failed job's; a log is named
+    after its job's output) and no job works on the run now (a live lease); else None. A killed job
+    (out of memory, a lost node) fails with an empty log."""
     logs = sorted((paths.logs / paths.runs.name / run_id).rglob("*.log"), key=lambda path: path.stat().st_mtime)
     if not logs or live_holder(paths.run(run_id).directory) is not None:
         return None
-    lines = logs[-1].read_text(encoding="utf-8", errors="replace").splitlines()
-    if not any(_ERROR.match(line) for line in lines):
+    output = paths.directory / logs[-1].relative_to(paths.logs).with_suffix("")
+    if any(output.parent.glob(f"{output.name}.*")):
         return None
-    return logs[-1], [line for line in lines if line.strip()][-LOG_LINES:]
+    lines = [line for line in logs[-1].read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    return logs[-1], lines[-LOG_LINES:] or [EMPTY_LOG]
 
 
-_ERROR = re.compile(r"^(ebd2n [a-z]+: (error|run failed|interrupted)|Traceback \(most recent call last\)|\S*Error: )")
-"""A line by which a job's log says the job failed."""
+EMPTY_LOG = "(the log is empty: the job ended without a word, as a killed one does, e.g. out of memory)"
 
 
 def _missing(info: dict[str, Any] | None, present: set[str]) -> list[str]:
