@@ -118,18 +118,21 @@ def write_campaign(
     purpose: str = "report test",
     description: str = "a synthetic campaign",
     presets: Sequence[str] = (),
+    steps_per_epoch: int = 0,
 ) -> Path:
     """Write `repo/results/<name>` (and the cache manifest) and return the campaign directory.
 
     `audit` None writes no audit record; True or False writes one (of the runs stage, which the
-    report shows) that passed or failed.
+    report shows) that passed or failed. `steps_per_epoch` 0 records one step per run; more
+    records every step, a falling loss curve, as the trainer does.
     """
     campaign = repo / "results" / name
     paths = CampaignPaths(campaign)
     cache_dir = repo / "results" / "caches" / "synthetic"
     runs = list(runs)
     for spec in runs:
-        _write_run(paths.run(spec.run_id).directory, spec, epochs, repo, cache_dir, absolute_paths, purpose)
+        run_dir = paths.run(spec.run_id).directory
+        _write_run(run_dir, spec, epochs, repo, cache_dir, absolute_paths, purpose, steps_per_epoch)
     if manifest:
         cache_dir.mkdir(parents=True, exist_ok=True)
         (cache_dir / "manifest.json").write_text(json.dumps(MANIFEST, indent=2))
@@ -170,7 +173,8 @@ def diverged_record(spec: RunSpec) -> dict[str, Any]:
 
 
 def _write_run(
-    run_dir: Path, spec: RunSpec, epochs: int, repo: Path, cache_dir: Path, absolute: bool, purpose: str
+    run_dir: Path, spec: RunSpec, epochs: int, repo: Path, cache_dir: Path, absolute: bool, purpose: str,
+    steps_per_epoch: int = 0,
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     files = run_paths(run_dir)
@@ -179,11 +183,16 @@ def _write_run(
         epochs = (spec.diverged_at - 1) // STEPS_PER_EPOCH  # the epochs it finished before diverging
     if spec.failed:
         epochs = 1
-    records = [_epoch_record(spec, epoch, epochs) for epoch in range(1, epochs + 1)]
-    steps = [{"type": "step", "step": 1, "loss": spec.loss + 3, "accuracy": 0.05, "lr": spec.lr, "grad_norm": 1.0,
-              "skipped": False}]
-    ending = [{"type": "diverged", **diverged_record(spec)}] if spec.diverged_at is not None else []
-    lines = [json.dumps(record) for record in steps + records + ending]
+    records = [_epoch_record(spec, epoch, epochs, steps_per_epoch or STEPS_PER_EPOCH) for epoch in range(1, epochs + 1)]
+    if steps_per_epoch:
+        lines = [json.dumps(record) for epoch in records
+                 for record in [*_step_records(spec, epoch["epoch"], steps_per_epoch, epochs), epoch]]
+    else:
+        steps = [{"type": "step", "step": 1, "loss": spec.loss + 3, "accuracy": 0.05, "lr": spec.lr, "grad_norm": 1.0,
+                  "skipped": False}]
+        lines = [json.dumps(record) for record in steps + records]
+    if spec.diverged_at is not None:
+        lines.append(json.dumps({"type": "diverged", **diverged_record(spec)}))
     files.metrics.write_text("\n".join(lines) + "\n")
     if spec.failed:
         log = run_dir.parents[1] / "logs" / "runs" / spec.run_id / "slices" / "epoch-2.log"
@@ -226,13 +235,28 @@ def _results(spec: RunSpec, epochs: int) -> dict[str, Any]:
     }
 
 
-def _epoch_record(spec: RunSpec, epoch: int, epochs: int) -> dict[str, Any]:
+def _step_records(spec: RunSpec, epoch: int, per_epoch: int, epochs: int) -> list[dict[str, Any]]:
+    """One epoch's step records: a noisy loss falling towards the final loss, a warmed-up, decaying LR."""
+    total = per_epoch * epochs
+    records = []
+    for step in range((epoch - 1) * per_epoch + 1, epoch * per_epoch + 1):
+        done = step / total
+        records.append({
+            "type": "step", "step": step,
+            "loss": spec.loss + 3.0 * (1 - done) ** 2 + 0.05 * math.sin(step * 1.7 + spec.seed),
+            "accuracy": 0.05 + 0.25 * done, "lr": spec.lr * min(1.0, 10 * done) * (1 - 0.9 * done),
+            "grad_norm": 1.0 + 0.5 * math.cos(step), "skipped": False,
+        })
+    return records
+
+
+def _epoch_record(spec: RunSpec, epoch: int, epochs: int, per_epoch: int = 24) -> dict[str, Any]:
     """Subset validation falling towards the final loss, with plausible throughput and memory."""
     val_loss = spec.loss + 2.0 * (1 - epoch / epochs) ** 2 + 0.01 * math.cos(spec.seed + epoch)
     return {
         "type": "epoch",
         "epoch": epoch,
-        "step": epoch * 24,
+        "step": epoch * per_epoch,
         "tokens": epoch * EPOCH_TOKENS,
         "train_loss": val_loss + 0.02,
         "val_loss": val_loss,

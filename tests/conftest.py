@@ -80,6 +80,17 @@ def report_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return campaign
 
 
+@pytest.fixture(scope="session")
+def curves_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report tests' 24-run campaign with every step recorded (30 per epoch), its report built once;
+    tests must not modify it."""
+    from ebd2n.report import build_report
+
+    campaign = write_campaign(tmp_path_factory.mktemp("curves"), "sweep", report_runs(), steps_per_epoch=30)
+    build_report(campaign)
+    return campaign
+
+
 @pytest.fixture
 def campaign_tree(tmp_path: Path) -> Callable[..., Path]:
     """Factory: write the report tests' campaign (or the runs given) under tmp_path, with options."""

@@ -46,9 +46,9 @@ def launch(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
 
 
-def open_offline(browser: Any, path: Path) -> tuple[Any, Loaded]:
+def open_offline(browser: Any, path: Path, width: int = WIDTH) -> tuple[Any, Loaded]:
     """(context, Loaded) for `path` from file:// with every other request aborted; waits for the figures."""
-    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    context = browser.new_context(viewport={"width": width, "height": 900})
     context.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
     loaded = Loaded(context.new_page())
     loaded.page.on("console", lambda message: loaded.errors.append(message.text) if message.type == "error" else None)

@@ -201,6 +201,49 @@ def test_audit_catches_tampered_final_checkpoint(campaign: Path) -> None:
     assert mentions(failed(campaign), RUNS[0], "final.pt does not match its SHA-256 in checkpoints.json")
 
 
+def _earlier_checkpoint(repo: Path, campaign: Path, run_dir: Path, epoch: int) -> Path:
+    """The run's own checkpoint at `epoch`: its recipe trained again to there by the frozen trainer,
+    in a directory of the run's name (what a kept copy of its slice checkpoint would be)."""
+    again = repo / "elsewhere" / run_dir.name
+    again.mkdir(parents=True)
+    command = [sys.executable, "-m", "ebd2n", "train", "--config", str(run_dir / "recipe.yaml"),
+               "--until-epoch", str(epoch), "--quiet", f"--set=runtime.output_dir={again}"]
+    frozen = {**environment(), "PYTHONPATH": str(campaign / "frozen/src"), "EBD2N_WARM": "0"}
+    subprocess.run(command, cwd=repo, env=frozen, check=True, capture_output=True, timeout=300)
+    return again / f"checkpoints/epoch-{epoch}.pt"
+
+
+def _rewrite_every_hash_record(campaign: Path, run_dir: Path) -> None:
+    """checkpoints.json, results.json, the audit ledger and audit.json made to agree with the files as they are."""
+    from ebd2n.atomic import sha256_file
+
+    edit_json(run_dir / "checkpoints.json", **{"final.pt": sha256_file(run_dir / "final.pt")})
+    results = json.loads((run_dir / "results.json").read_text())
+    results["artifacts"] |= {name: sha256_file(run_dir / name) for name in ("final.pt", "checkpoints.json")}
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    ledger = json.loads((campaign / "audit-ledger.json").read_text())
+    for name in ("final.pt", "checkpoints.json", "results.json"):
+        ledger["artifacts"][f"runs/{run_dir.name}/{name}"] = sha256_file(run_dir / name)
+    (campaign / "audit-ledger.json").write_text(json.dumps(ledger, indent=2) + "\n")
+    edit_json(campaign / "audit.json", ledger_sha256=sha256_file(campaign / "audit-ledger.json"))
+
+
+def test_audit_names_final_replaced_by_an_earlier_checkpoint_of_the_run(repo: Path, campaign: Path) -> None:
+    """final.pt replaced by the same run's epoch-1 checkpoint, every hash record rewritten to match:
+    the audit reads what the file records, and full validation refuses to take it for the final one."""
+    from ebd2n.evaluate import validate_run
+
+    shutil.copyfile(_earlier_checkpoint(repo, campaign, run(campaign), 1), run(campaign) / "final.pt")
+    _rewrite_every_hash_record(campaign, run(campaign))
+    found = failed(campaign)
+    assert [v for v in found if "final.pt" in v] == [
+        f"every checkpoint and slice record holds the epoch its name claims in the run's budget: {RUNS[0]}: "
+        "final.pt records epoch 1, step 32, tokens 32768, not the end of epoch 2 of 2 (epoch 2, step 64, "
+        "65,536 tokens): another point of the run under this name"]
+    with pytest.raises(UserError, match=r"final\.pt: records epoch 1, .* not this run's final checkpoint"):
+        validate_run(run(campaign))
+
+
 def test_audit_catches_symlink_to_another_runs_file(campaign: Path) -> None:
     path = run(campaign) / "train.log"
     path.unlink()

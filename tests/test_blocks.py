@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from ebd2n.targets import IGNORE_INDEX
 from ebd2n.data import (
-    IGNORE_INDEX,
     BlockReader,
     Cache,
     eval_subset_indices,

@@ -122,7 +122,7 @@ def test_dashboard_unit_rows_equal_run_record(run_dir: Path, html: str) -> None:
 
 def test_dashboard_every_figure_has_a_table_view(html: str) -> None:
     result = (html.count('class="plot"'), html.count('class="table-toggle"'), html.count('class="table-view"'))
-    assert result == (4, 4, 4)
+    assert result == (5, 5, 5)  # loss, accuracy, gradient norm and LR, validation, throughput
 
 
 def test_dashboard_per_batch_table_lists_every_batch(html: str) -> None:
@@ -144,7 +144,7 @@ def test_dashboard_in_a_campaign_loads_the_shared_plotly(tmp_path: Path) -> None
     pages = [write_dashboard(_campaign_run(tmp_path, name)) for name in ("run-a", "run-b")]
     texts = [page.read_text(encoding="utf-8") for page in pages]
     assets = sorted(path.name for path in (tmp_path / "results" / "sweep" / "report" / "assets").iterdir())
-    result = ([text.count(f'<script src="../../report/assets/{plotly_asset_name()}">') for text in texts],
+    result = ([text.count(f'<script src="../../report/assets/{plotly_asset_name()}" defer>') for text in texts],
               [text.count("* plotly.js v") for text in texts], assets, max(page.stat().st_size for page in pages) < 500_000)
     assert result == ([1, 1], [0, 0], [plotly_asset_name()], True)
 
@@ -219,3 +219,57 @@ def test_downsample_keeps_limit_order_and_extremes() -> None:
     kept = downsample(points)
     result = (len(kept) <= MAX_POINTS, kept == sorted(kept), (31_337, 1e6) in kept, min(p[1] for p in kept))
     assert result == (True, True, True, 0.0)
+
+
+def _figure(html: str, key: str) -> dict:
+    block = re.search(rf'<script type="application/json" id="figure-{key}">(.*?)</script>', html, re.S)
+    return json.loads(block[1])
+
+
+def _cards(html: str) -> list[tuple[str, str]]:
+    return re.findall(r'<div class="card"><span class="value">([^<]*)</span><span class="label">([^<]*)</span>', html)
+
+
+def test_dashboard_plots_gradient_norm_and_lr_schedule(run_dir: Path, html: str) -> None:
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [record for record in steps if record["type"] == "step"]
+    figure = _figure(html, "optimizer")
+    result = ([trace["name"] for trace in figure["data"]], figure["data"][-1]["yaxis"],
+              figure["layout"]["yaxis"]["type"], len(packed_rows(html, "optimizer")))
+    assert result == (["gradient norm", "learning rate"], "y2", "log", len(steps))
+
+
+def test_dashboard_headline_is_the_full_validation_loss(tmp_path: Path) -> None:
+    run = fabricate_run(tmp_path / "validated")
+    results = {"loss": 3.14159, "accuracy": 0.25, "targets": 98304, "status": "complete"}
+    (run / "results.json").write_text(json.dumps(results))
+    page = write_dashboard(run).read_text(encoding="utf-8")
+    cards = _cards(page)
+    assert cards[0] == ("3.1416", "full-validation loss, nats (final.pt, all 98,304 targets)")
+    assert [label for _, label in cards if "subset" in label] == [
+        "validation token accuracy (epoch subset, epoch 3)", "validation loss, nats (epoch subset, epoch 3)"]
+
+
+def test_dashboard_before_full_validation_has_no_full_validation_card(html: str) -> None:
+    assert [label for _, label in _cards(html) if "full-validation" in label] == []
+
+
+def test_dashboard_in_a_campaign_links_its_report(tmp_path: Path) -> None:
+    run = _campaign_run(tmp_path, "run-a")
+    linked = write_dashboard(run).read_text(encoding="utf-8")
+    alone = write_dashboard(run, tmp_path / "alone.html", self_contained=True).read_text(encoding="utf-8")
+    links = [re.findall(r'<a href="([^"]*)">← Campaign report</a>', page) for page in (linked, alone)]
+    assert links == [["../../report/index.html"], []]
+
+
+def test_dashboard_packed_run_shows_the_spread_of_its_models(tmp_path: Path) -> None:
+    run = fabricate_run(tmp_path / "packed")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for record in records:
+        if record["type"] == "epoch":
+            record["consensus_distance"] = 0.5 / record["epoch"]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    page = write_dashboard(run).read_text(encoding="utf-8")
+    figure = _figure(page, "spread")
+    assert (figure["data"][0]["x"], figure["data"][0]["y"]) == ([1, 2, 3], [0.5, 0.25, 0.5 / 3])
+    assert "figure-spread" not in write_dashboard(fabricate_run(tmp_path / "sync")).read_text(encoding="utf-8")

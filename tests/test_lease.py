@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 import ebd2n
 from ebd2n.train.lease import LEASE
@@ -84,3 +87,80 @@ def test_finished_trainer_leaves_no_lease(demo_cache: Path, tmp_path: Path) -> N
     command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
     subprocess.run(command, env={**os.environ, "PYTHONPATH": SOURCE, "EBD2N_WARM": "0"}, check=True, timeout=300)
     assert (run / "final.pt").is_file() and not list(run.glob(f"*{LEASE}*"))
+
+
+def _train(cache: Path, run: str | Path, *settings: str, cwd: Path | None = None, wrap: list[str] = ()) -> subprocess.CompletedProcess:
+    """A short demo run (two epochs) trained by `ebd2n train`, through `wrap` (a command prefix) if given."""
+    settings = [f"data.cache_dir={cache}", f"runtime.output_dir={run}", "training.max_tokens=8192", "training.epoch_tokens=4096", *settings]
+    command = [*wrap, sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
+    environment = {**os.environ, "PYTHONPATH": SOURCE, "EBD2N_WARM": "0", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def _contents(run: Path) -> dict[str, bytes]:
+    return {p.relative_to(run).as_posix(): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    runs = tmp_path_factory.mktemp("runs")
+    assert _train(demo_cache, runs / "done").returncode == 0
+    return runs / "done"
+
+
+def _bind(source: Path, target: Path) -> list[str]:
+    """A command prefix that runs its command with `source` mounted at `target` (a private mount namespace)."""
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    if probe.returncode:
+        pytest.skip("no mount namespaces here (unshare -rm)")
+    return ["unshare", "-rm", "sh", "-c", f'mount --bind "{source}" "{target}" && exec "$@"', "bind"]
+
+
+@pytest.mark.parametrize("reach", ["symlink", "dotdot", "bind"])
+def test_finished_run_reached_by_another_path_returns_at_once(finished_run: Path, demo_cache: Path, tmp_path: Path, reach: str) -> None:
+    before = _contents(finished_run)
+    wrap: list[str] = []
+    if reach == "symlink":
+        path = tmp_path / "link"
+        path.symlink_to(finished_run)
+    elif reach == "dotdot":
+        (tmp_path / "elsewhere").mkdir()
+        path = tmp_path / "elsewhere" / ".." / os.path.relpath(finished_run, tmp_path)
+    else:
+        path = tmp_path / "mounted" / finished_run.name  # the same inode under another path (and the run's own name)
+        path.mkdir(parents=True)
+        wrap = _bind(finished_run, path)
+    result = _train(demo_cache, path, wrap=wrap)
+    assert (result.returncode, "done already (nothing trained)" in result.stdout, _contents(finished_run) == before) == (0, True, True), result.stderr
+
+
+def test_live_run_reached_through_a_symlink_is_refused_by_its_lease(demo_cache: Path, tmp_path: Path) -> None:
+    run, link = tmp_path / "run", tmp_path / "link"
+    link.symlink_to(run, target_is_directory=True)
+    first = _trainer(demo_cache, run)
+    try:
+        _training(run, first)
+        refused = _train(demo_cache, link, *LONG)
+        assert (refused.returncode, refused.stderr.splitlines()) == (2, [
+            f"ebd2n train: error: runtime.output_dir {run}: another trainer holds it (host {socket.gethostname()}, "
+            f"pid {first.pid}, since {_holder(run)['since']}); if that trainer is gone, delete {run / LEASE}"
+        ])
+    finally:
+        first.kill()
+        first.communicate()
+
+
+@pytest.mark.parametrize(("target", "message"), [("file", "not a directory (.*file is a file)"), ("loop", "not a directory \\(a loop of symbolic links\\)")])
+def test_symlinked_output_dir_to_no_directory_is_refused_in_one_line(demo_cache: Path, tmp_path: Path, target: str, message: str) -> None:
+    link = tmp_path / "link"
+    if target == "file":
+        (tmp_path / "file").write_text("mine\n")
+        link.symlink_to(tmp_path / "file")
+    else:
+        link.symlink_to(tmp_path / "other")
+        (tmp_path / "other").symlink_to(link)
+    before = sorted((p.name, p.is_symlink()) for p in tmp_path.iterdir())
+    result = _train(demo_cache, link)
+    assert (result.returncode, len(result.stderr.splitlines())) == (2, 1), result.stderr
+    assert re.search(f"runtime.output_dir {link}: {message}", result.stderr)
+    assert sorted((p.name, p.is_symlink()) for p in tmp_path.iterdir()) == before

@@ -25,7 +25,8 @@ from ebd2n.report.plotly_embed import figure_json, plotly_asset_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 GRID_FILES = {
-    "runs.csv", "groups.csv", "selection.json", "lr-response.csv", "results.json", "curves.csv",
+    "runs.csv", "runs.parquet", "metrics", "groups.csv", "selection.json", "lr-response.csv", "results.json",
+    "curves.csv",
     "heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "index.html",
     "selected-synchronous.yaml", "selected-packed-4.yaml", "assets", "lr-optimum.png", "lr-optimum.pdf",
 }
@@ -236,7 +237,7 @@ def test_report_scaling_campaign_shows_the_scaling_table(campaign_tree: Callable
     scaling = pl.read_csv(_report(campaign) / "scaling.csv")
     result = (scaling["size"].to_list(), scaling["epochs"].to_list(), '<section id="scaling">' in _page(campaign),
               "<script src" in _page(campaign), (_report(campaign) / "assets" / plotly_asset_name()).is_file())
-    assert result == (["tiny", "small"], [4, 4], True, False, True)  # no figure here, but the runs' dashboards need plotly.js
+    assert result == (["tiny", "small"], [4, 4], True, True, True)  # the Explore section draws the runs' curves
 
 
 def test_report_without_runs_is_a_user_error(tmp_path: Path) -> None:

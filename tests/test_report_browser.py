@@ -46,7 +46,7 @@ def test_browser_every_figure_renders(loaded: Loaded) -> None:
     result = loaded.page.evaluate(
         "[...document.querySelectorAll('[data-figure]')].map(div => div.querySelector('.main-svg') !== null)"
     )
-    assert result == [True] * 5  # two heatmaps, two LR-optimum figures, the curves
+    assert result == [True] * 6  # two heatmaps, two LR-optimum figures, the curves, the parallel coordinates
 
 
 def test_browser_plotly_is_the_campaigns_shared_copy(loaded: Loaded) -> None:

@@ -234,6 +234,26 @@ def test_extension_promotes_stopped_runs_and_continues_them_bitwise(repo: Path) 
     assert audit(repo).returncode == 0
 
 
+def test_stopped_runs_files_are_protected_by_the_ledger_and_retrained_ones_named(repo: Path) -> None:
+    """A stopped run's files are in the audit ledger like a finished run's: its directory deleted is
+    named by the audit; the workflow then trains it to its rung again, which the audit notes."""
+    _ranked, fate = expected_search(repo)
+    stopped = run_id(next(lr for lr, stop in fate.items() if stop == 1), 42)
+    ledger = json.loads((repo / PATHS.ledger).read_text())
+    protected = sorted(name for name in ledger["artifacts"] if name.startswith(f"runs/{stopped}/"))
+    assert (ledger["stopped"][stopped], f"runs/{stopped}/checkpoints/epoch-1.pt" in protected) == (1, True)
+    shutil.rmtree(repo / PATHS.run(stopped).directory)
+    deleted = audit(repo)
+    named = ("ebd2n audit: audited artifacts unchanged since the last audit (ledger): "
+             "{}: disappeared since the last audit")
+    assert all(named.format(name) in deleted.stderr for name in protected), deleted.stderr
+    snakemake(repo, "--configfile", CAMPAIGN)  # its full audit notes what it found trained again
+    record = json.loads((repo / PATHS.audit).read_text())
+    notes = [note for check in record["checks"] if check["name"].endswith("(ledger)") for note in check["notes"]]
+    noted = any(note.startswith(f"{stopped}: trained again since the last audit") for note in notes)
+    assert (record["passed"], noted, audit(repo).returncode) == (True, True, 0), notes
+
+
 def test_extension_with_a_new_point_then_a_smaller_keep_throws_no_training_away(repo: Path) -> None:
     """A learning rate added: only its runs train (to rung 1, and on if promoted); rung 1 is decided
     again over four points, carrying what the first decision promoted. keep then lowered: the rungs

@@ -224,22 +224,22 @@ def test_signing_verify_names_a_symbolic_link_in_place_of_a_file(campaign: Path,
 
 def test_signing_catches_a_consistent_rewrite_the_audit_cannot_see(campaign: Path, public) -> None:
     run = campaign / "runs" / RUNS[0]
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    first = json.loads(lines[0])
-    lines[0] = json.dumps({**first, "loss": first["loss"] / 2})  # a better-looking first step
-    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    # train.log, not metrics.jsonl: the report's Parquet metrics store copies metrics.jsonl, so the
+    # audit's rebuild of the report catches a rewritten metrics.jsonl by itself
+    log = (run / "train.log").read_text()
+    (run / "train.log").write_text(log.replace("loss", "LOSS", 1) if "loss" in log else log + "rewritten\n")
     results = json.loads((run / "results.json").read_text())
-    results["artifacts"]["metrics.jsonl"] = sha256_file(run / "metrics.jsonl")
+    results["artifacts"]["train.log"] = sha256_file(run / "train.log")
     (run / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     ledger = json.loads((campaign / "audit-ledger.json").read_text())
-    for name in ("metrics.jsonl", "results.json"):
+    for name in ("train.log", "results.json"):
         ledger["artifacts"][f"runs/{RUNS[0]}/{name}"] = sha256_file(run / name)
     (campaign / "audit-ledger.json").write_text(json.dumps(ledger))
     audit = json.loads((campaign / "audit.json").read_text())
     (campaign / "audit.json").write_text(json.dumps({**audit, "ledger_sha256": sha256_file(campaign / "audit-ledger.json")}))
     audit_passes = violations(audit_campaign(campaign)) == []
     found = problems(campaign, public)
-    named = [f"runs/{RUNS[0]}/metrics.jsonl: changed since it was signed", f"runs/{RUNS[0]}/results.json: changed since it was signed"]
+    named = [f"runs/{RUNS[0]}/train.log: changed since it was signed", f"runs/{RUNS[0]}/results.json: changed since it was signed"]
     assert (audit_passes, all(line in found for line in named)) == (True, True)
 
 
@@ -297,7 +297,9 @@ def test_signing_dropped_link_closed_by_renaming_is_caught(chained: Path, public
     signatures = chained / "signatures"
     (signatures / "3.dsse.json").replace(signatures / "2.dsse.json")
     found = problems(chained, public)
-    assert found == ["signatures/2.dsse.json: is statement 3 of its chain, renamed (a link was dropped or reordered)"]
+    assert found == ["signatures/3.dsse.json: missing (deleted: signatures/latest.json names signatures/3.dsse.json the "
+                     "latest statement)",
+                     "signatures/2.dsse.json: is statement 3 of its chain, renamed (a link was dropped or reordered)"]
 
 
 def test_signing_replaced_earlier_link_is_caught(chained: Path, public, keys: tuple[Path, Path]) -> None:
@@ -341,7 +343,8 @@ def test_signing_audit_with_a_key_other_than_the_named_one_is_refused_and_writes
     result = ebd2n("audit", campaign, "--sign", other, torch=True)
     after = {p.name: p.read_bytes() for p in campaign.iterdir() if p.is_file()}
     found = (result.returncode, len(result.stderr.splitlines()), "names key id" in result.stderr, after == before)
-    assert (found, sorted(p.name for p in (campaign / "signatures").iterdir())) == ((2, 1, True, True), ["1.dsse.json", "cache-manifest.json"])
+    signatures = sorted(p.name for p in (campaign / "signatures").iterdir())
+    assert (found, signatures) == ((2, 1, True, True), ["1.dsse.json", "cache-manifest.json", "latest.json"])
 
 
 def key_material(private: Path) -> list[bytes]:
@@ -372,3 +375,78 @@ def test_signing_campaign_file_naming_a_missing_key_stops_collect_and_writes_not
 def test_signing_audit_runs_stage_refuses_sign(campaign: Path, keys: tuple[Path, Path]) -> None:
     result = ebd2n("audit", campaign, "--stage", "runs", "--sign", keys[0], torch=True)
     assert (result.returncode, result.stderr.strip()) == (2, "ebd2n audit: error: --sign: only the full audit signs (drop --stage runs)")
+
+
+def test_signing_deleted_latest_statement_is_named(chained: Path, public) -> None:
+    (chained / "signatures" / "3.dsse.json").unlink()
+    found = problems(chained, public)
+    assert found[0] == ("signatures/3.dsse.json: missing (deleted: signatures/latest.json names signatures/3.dsse.json "
+                        "the latest statement)")
+
+
+def _signed_snapshot(campaign: Path) -> dict[str, bytes]:
+    """Every file a statement covers, or could (the statements aside), by content."""
+    return {p.relative_to(campaign).as_posix(): p.read_bytes() for p in sorted(campaign.rglob("*"))
+            if p.is_file() and p.relative_to(campaign).parts[0] not in ("logs", "benchmarks", "status", "status.html")}
+
+
+def _rerun_records(repo: Path, tmp_path: Path) -> Path:
+    """Snakemake's records of the campaign lost and its inputs touched: collect_runs and audit_runs run again."""
+    shutil.rmtree(repo / ".snakemake")
+    for path in (repo / CAMPAIGN / "runs").glob("*/results.json"):
+        os.utime(path)
+    return repo
+
+
+def _touch_everything(repo: Path, tmp_path: Path) -> Path:
+    for path in sorted((repo / "results").rglob("*")):
+        os.utime(path, follow_symlinks=False)
+    return repo
+
+
+def _cp_a(repo: Path, tmp_path: Path) -> Path:
+    subprocess.run(["cp", "-a", str(repo), str(tmp_path / "copy")], check=True)
+    return tmp_path / "copy"
+
+
+def _tar_round_trip(repo: Path, tmp_path: Path) -> Path:
+    archive = tmp_path / "repo.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(repo, arcname="repo")
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    return tmp_path / "unpacked" / "repo"
+
+
+@pytest.mark.parametrize("change", [_rerun_records, _touch_everything, _cp_a, _tar_round_trip],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_signing_campaign_verifies_after_a_green_rerun(repo: Path, tmp_path: Path, keys: tuple[Path, Path],
+                                                       change) -> None:
+    """What a benign rerun rewrites is byte for byte what was signed (no fresh time stamps, no
+    first-audit summary in the report), so the campaign verifies after any invocation that ends
+    green. Only the audit's own record may change (and is signed again): it has compared with the
+    workflow's first audit now."""
+    before = _signed_snapshot(repo / CAMPAIGN)
+    where = change(repo, tmp_path)
+    snakemake(where, "--cores", "2", "--configfile", "config/campaigns/tiny.yaml")
+    result = ebd2n("verify", where / CAMPAIGN, "--key", keys[1])
+    after = _signed_snapshot(where / CAMPAIGN)
+    changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+    others = [name for name in changed
+              if not name.startswith("signatures/") and name not in ("audit.json", "audit.passed")]
+    assert (result.returncode, result.stderr, others) == (0, "", [])
+
+
+def test_signing_audit_of_a_copy_without_its_cache_names_it_and_writes_nothing(campaign: Path, keys: tuple[Path, Path],
+                                                                                tmp_path: Path) -> None:
+    copy = tmp_path / "elsewhere" / "tiny"
+    copy.parent.mkdir()
+    subprocess.run(["cp", "-a", str(campaign), str(copy)], check=True)  # its relative cache path now leads nowhere
+    before = _signed_snapshot(copy)
+    result = ebd2n("audit", copy, torch=True, cwd=tmp_path)
+    expected = (f"ebd2n audit: error: data cache results/caches/tiny (the runs' data.cache_dir): not found at "
+                f"{tmp_path}/results/caches/tiny, relative to the campaign's repository {tmp_path}; "
+                "audit the campaign where its cache is reached (a copy: beside its repository's results/), "
+                "nothing was written")
+    assert (result.returncode, result.stderr.splitlines(), _signed_snapshot(copy) == before) == (2, [expected], True)
+    assert ebd2n("verify", copy, "--key", keys[1]).returncode == 0

@@ -237,6 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
                  "ebd2n report results/demo")
     _campaign_arg(p)
 
+    p = _command(subcommands, "export-tracker", commands.cmd_export_tracker,
+                 "write a campaign's runs into a new MLflow file store (pip install ebd2n[track])",
+                 "Write one MLflow run per run of the campaign (its parameters, per-step and per-epoch metrics, final "
+                 "results, a link to its recipe) into a new local MLflow store, read by `mlflow ui` or MlflowClient.",
+                 "ebd2n export-tracker results/demo --out mlruns/demo")
+    _campaign_arg(p)
+    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="the new store (must not exist): mlflow ui --backend-store-uri DIR")
+
     p = _command(subcommands, "dashboard", commands.cmd_dashboard,
                  f"rewrite a finished run's {DASHBOARD}, or export it as one file",
                  f"Rewrite a finished run's {DASHBOARD} from its records, or write it as a single self-contained page.",

@@ -174,6 +174,12 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(f"report {build_report(_locate(args).directory)}")
 
 
+def cmd_export_tracker(args: argparse.Namespace) -> None:
+    from ebd2n.report.tracker import export_mlflow
+
+    print(f"mlflow store {export_mlflow(_locate(args).directory, args.out)}")
+
+
 def cmd_dashboard(args: argparse.Namespace) -> None:
     from ebd2n.report.dashboard import write_dashboard
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from ebd2n.parallel.distributed import resolve_device
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.lease import take_lease
+from ebd2n.train.budget import budget_of
 from ebd2n.train.step import bf16_autocast
-from ebd2n.train.validation import evaluate_sequences
+from ebd2n.train.validation import evaluate_sequences, position_problem
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
 
@@ -34,10 +36,10 @@ def validate_run(run_dir: str | Path, device: str | None = None, wait: bool = Fa
     a touched checkpoint (a copy without preserved times) never changes a result. Validation holds
     the run's lease, as a trainer does (`wait`: for a live trainer still finishing the run).
     """
-    paths = RunPaths(Path(run_dir))
-    run_dir = paths.directory
+    paths = RunPaths(Path(os.path.realpath(run_dir)))  # one run, its lease and its id (its name), whatever path reached it
     if not paths.recipe.is_file():
         raise UserError(f"{run_dir}: no {paths.recipe.name}; not a run directory")
+    run_dir = paths.directory
     recipe = load_recipe(paths.recipe)
     configure_torch(recipe)
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
@@ -52,12 +54,16 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     run_dir = paths.directory
     remove_temporaries(run_dir)  # of a killed write (results.json, the dashboard): no artifact of the run
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
+    started = time.time()
+    state = load_checkpoint(paths.final, provenance)
+    budget = budget_of(recipe)
+    if (problem := position_problem(state, budget, budget.epochs)) is not None:  # never a loss of the wrong checkpoint
+        raise UserError(f"{paths.final}: {problem}; it is not this run's final checkpoint: "
+                        "restore it, or train the run again")
     previous = _unchanged_results(paths, provenance)
     if previous is not None:
         atomic_write_text(paths.results, previous)
         return json.loads(previous)
-    started = time.time()
-    state = load_checkpoint(paths.final, provenance)
     target = resolve_device(device or recipe.runtime.device)
     model = model_with_weights(recipe, evaluation_state_dict(recipe, state["engine"]))
     model.to(target)

@@ -12,7 +12,7 @@ results/<campaign>/
   frozen/        SOURCE_HASH  freeze.json  spec/<n>.json  src/ebd2n/  recipes/<base>.yaml  plans/<base>.json
   runs/<run-id>/ recipe.yaml  train.log  metrics.jsonl  checkpoints.json  final.pt  best.json
                  run.json  report.html  results.json  checkpoints/epoch-<N>.pt  slices/epoch-<N>.json
-  report/        index.html  runs.csv  groups.csv  selection.json  results.json  ...
+  report/        index.html  runs.csv  runs.parquet  metrics/mode=<m>/run=<id>/part-0.parquet  results.json  ...
   signatures/    1.dsse.json  2.dsse.json ...  cache-manifest.json
   logs/  benchmarks/
   extensions/    history.json  revision-<n>.yaml
@@ -172,6 +172,9 @@ SEARCH = "search"
 SIGNATURES = "signatures"
 """signatures/<n>.dsse.json: the signed statement of each signed audit, n = 1, 2, ..., each naming
 the SHA-256 of the one before (ebd2n.signing)."""
+LATEST_STATEMENT = f"{SIGNATURES}/latest.json"
+"""The sequence number and SHA-256 of the latest statement, written after it: a deleted latest
+statement is then named as missing, not taken for files changed since the one before."""
 CACHE_MANIFEST_COPY = f"{SIGNATURES}/cache-manifest.json"
 """The campaign cache's manifest as the signed audit saw it: the cache itself lives outside the campaign."""
 UNSIGNED = (LOGS, BENCHMARKS, STATUS_PAGE, STATUS_PLAN.split("/")[0], SIGNATURES)
@@ -187,6 +190,10 @@ LR_RESPONSE_CSV = "lr-response.csv"
 CURVES_CSV = "curves.csv"
 SCALING_CSV = "scaling.csv"
 BRACKETS_CSV = "brackets.csv"
+RUNS_PARQUET = "runs.parquet"
+METRICS_STORE = "metrics"
+"""report/metrics/mode=<mode>/run=<run>/part-0.parquet: every run's metrics.jsonl as one Parquet dataset
+(ebd2n.report.store)."""
 """report/brackets.csv: each successive-halving bracket's points at every rung (ebd2n.report.halving)."""
 REPORT_ASSETS = "assets"
 """report/assets/: what the report and the campaign's run pages load (plotly.js), kept across rebuilds."""
@@ -337,6 +344,10 @@ class CampaignPaths:
     @property
     def signatures(self) -> Path:
         return self.directory / SIGNATURES
+
+    @property
+    def latest_statement(self) -> Path:
+        return self.directory / LATEST_STATEMENT
 
     @property
     def cache_manifest_copy(self) -> Path:

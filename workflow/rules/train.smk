@@ -1,8 +1,9 @@
 # Freeze the trainer and base recipes once, resolve each run's recipe, train it slice by slice.
 # The frozen files have no inputs and are update() outputs of jobs that leave them as they are, so
-# they are never rewritten; every job after them runs the frozen trainer, passed by path. A training job can always be run again: it resumes from the
-# newest valid checkpoint in its run directory and does nothing once its epoch is reached; its
-# outputs are update(), so Snakemake keeps them while it runs a job again.
+# they are never rewritten; every job after them runs the frozen trainer, passed by path. Every job
+# can run again (a twin controller's too): a training job resumes from the newest valid checkpoint in
+# its run directory and does nothing once its epoch is reached, and the others write the same bytes
+# atomically; outputs are update(), so Snakemake keeps them while a job runs again.
 
 
 rule freeze_trainer:
@@ -40,7 +41,7 @@ rule plan_slices:
         recipe=str(C.base_recipe("{base}")),
         trainer=str(C.source_hash),
     output:
-        str(C.slice_plan("{base}")),
+        update(str(C.slice_plan("{base}"))),
     log:
         log_of(C.slice_plan("{base}")),
     conda:
@@ -58,7 +59,7 @@ rule resolve_recipe:
         base=get_frozen_base,
         trainer=str(C.source_hash),
     output:
-        str(R.recipe),
+        update(str(R.recipe)),
     log:
         log_of(R.recipe),
     conda:

@@ -27,8 +27,8 @@ rule collect_runs:
     input:
         get_run_results,
     output:
-        str(C.runs_csv),
-        str(C.campaign_json),
+        update(str(C.runs_csv)),
+        update(str(C.campaign_json)),
     log:
         log_of(C.runs_csv),
     conda:

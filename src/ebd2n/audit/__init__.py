@@ -2,9 +2,10 @@
 
 Three kinds of evidence back each other, so no single deleted or edited file goes unnoticed:
 - each run's own records: final.pt names its run id and recipe identity, checkpoints.json its
-  SHA-256, and results.json the SHA-256 of every file the trainer left;
+  SHA-256, and results.json the SHA-256 of every file the trainer left; what a checkpoint or
+  slice record holds is the point of the budget its name claims (`ebd2n.audit.positions`);
 - the ledger (`audit-ledger.json`, see `ebd2n.audit.ledger`): every artifact of the last passing
-  audit; an audited run's files must never change afterwards;
+  audit, a stopped run's included; an audited run's files must never change afterwards;
 - audit.json records the ledger's own SHA-256, so a deleted or edited ledger is a violation.
 Sources only: what the campaign must hold comes from frozen/ (spec/: the grid and seeds;
 freeze.json: the fixed settings; the trainer, base recipes and slice plans) and the run
@@ -27,7 +28,8 @@ from typing import Any, Literal
 
 from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_bytes
 from ebd2n.audit import checks
-from ebd2n.audit.ledger import Ledger, accepted, compare, ledger_json, protected, read_ledger, retrained
+from ebd2n.audit.positions import check_positions, checkpoint_metadata
+from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read_ledger
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.audit.search import check_search, readable
@@ -38,7 +40,9 @@ from ebd2n.campaign.plans import recorded_search
 from ebd2n.train.plan import SlicePlan, read_slice_plan
 from ebd2n.errors import UserError
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
+from ebd2n.layout import slice_checkpoint
 from ebd2n.provenance import timestamp
+from ebd2n.train.lease import serialized
 
 Stage = Literal["runs", "full"]
 
@@ -54,8 +58,12 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     paths = CampaignPaths(Path(campaign_dir))
     if not paths.directory.is_dir() or not (paths.frozen.is_dir() or paths.runs.is_dir()):
         raise UserError(f"{paths.directory}: not a campaign directory (no frozen/ or runs/); pass results/<campaign>")
+    with serialized(paths.directory):  # two audits at once (two controllers): the second finds the first's records
+        return _audit(paths, stage, accept)
+
+
+def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
     history = read_history(paths)
-    remove_temporaries(paths.directory)  # of a killed write of a campaign record
     files = checks.Check("campaign records present and readable", unit="files")
     info = _read_record(paths, paths.campaign_json, files)
     freeze = _read_record(paths, paths.freeze_record, files) or {}
@@ -71,7 +79,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     expected = history.grid.runs()
     views = _views(paths, expected)
     halving, search = _search(paths, history, views)
-    fates = {run.id: None for run in expected}
+    fates: dict[str, int | None] = {run.id: None for run in expected}
     if halving is not None:  # successive halving: only the runs every rung promoted train to the end
         try:
             fates = halving.outcome(read=readable)
@@ -79,8 +87,14 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
             fates = {}
     expected_finished = finished_runs(history.active.runs(), fates)  # retired runs stay on disk, not expected
     finished = [view for view in views.values() if view.finished]
+    stopped = {run: rung for run, rung in fates.items()
+               if rung is not None and not (run in views and views[run].finished)}
+    settled = [view for view in views.values() if view.finished or view.id in stopped]  # what the ledger protects
+    metadata = checkpoint_metadata(settled)
     cache_identity = _cache_identity(finished)
-    cache_check, targets = checks.check_cache(_cache_dir(paths, finished), cache_identity)
+    cache_dir = _reachable_cache(paths, finished)
+    remove_temporaries(paths.directory)  # of a killed write of a campaign record
+    cache_check, targets = checks.check_cache(cache_dir, cache_identity)
     run_list = list(views.values())
     recomputed = _recomputed(paths, info, history)
     settings = freeze.get("settings") if isinstance(freeze.get("settings"), dict) else {}
@@ -95,16 +109,17 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         checks.check_recipes(paths, run_list, history.name),
         checks.check_plans(paths, history.grid.bases, settings.get("epochs_per_slice")),
         checks.check_trainer(paths, frozen_hash, run_list),
-        checks.check_final(run_list, cache_identity, _final_states(finished)),
+        checks.check_final(run_list, cache_identity, _final_states(finished, metadata)),
+        check_positions(settled, metadata),
         checks.check_artifacts(run_list),
         checks.check_history(run_list),
         checks.check_retention(run_list, _recorded_plans(paths, history.grid.bases)),
         checks.check_best(run_list),
         _check_collected(paths, info, recomputed, finished),
     ]
-    current = _artifacts(paths, views)
-    jobs = {view.id: list(view.results.get("job_ids") or []) for view in finished}
-    result.append(_check_ledger(paths, ledger, previous_audit, current, jobs, accept))
+    current = _artifacts(paths, settled)
+    jobs = _jobs(settled, stopped, metadata)
+    result.append(check_ledger(paths, ledger, previous_audit, current, jobs, stopped, accept))
     if stage == "full":
         result.append(_check_runs_record(paths, result))
         result.append(checks.check_report(paths, recomputed if isinstance(recomputed, dict) else None))
@@ -125,6 +140,10 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     }
     record["summary"] = summary(record)
     if stage == "runs":
+        previous_runs, _ = json_object(paths.audit_runs) if paths.audit_runs.is_file() else (None, None)
+        if _same_runs_audit(previous_runs, record):  # the report shows it: it stands, byte for byte
+            os.utime(paths.audit_runs)  # (its job's output is new to the workflow; its content is not)
+            return previous_runs
         atomic_write_text(paths.audit_runs, json.dumps(record, indent=2) + "\n")
         if not passed:  # no seal stands over runs that fail
             paths.audit_passed.unlink(missing_ok=True)
@@ -134,7 +153,7 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
         paths.audit_passed.unlink(missing_ok=True)
         return record
     history = ledger.history + ([accepted(ledger.artifacts, current)] if accept else [])
-    ledger_text = ledger_json(current, history, jobs)
+    ledger_text = ledger_json(current, history, jobs, stopped)
     record["ledger_sha256"], record["previous_ledger_sha256"] = sha256_bytes(ledger_text.encode("utf-8")), ledger.digest
     if _same_audit(previous_audit, record) and ledger.digest == record["ledger_sha256"]:
         record = previous_audit  # nothing changed since the last audit: its records stand as they are
@@ -174,6 +193,25 @@ def _same_audit(previous: dict | None, record: dict) -> bool:
     from, aside: both audits then leave the same ledger)."""
     aside = {"audited_at": None, "previous_ledger_sha256": None}
     return isinstance(previous, dict) and {**previous, **aside} == {**record, **aside}
+
+
+def _same_runs_audit(previous: dict | None, record: dict) -> bool:
+    """Whether the runs stage found what its record (audit-runs.json, which the report shows) says:
+    the same runs, checks, outcomes, violations and notes, as `_check_runs_record` compares them.
+    Since the first full audit, the ledger's check may have gone from nothing to examine to passed,
+    an earlier audit was compared, and the records check examined its records too."""
+    if not isinstance(previous, dict) or not record["passed"] or not isinstance(previous.get("checks"), list):
+        return False
+    aside = dict.fromkeys(("audited_at", "compared_with_earlier_audit", "summary", "ledger_sha256", "checks"))
+    if {**previous, **aside} != {**record, **aside} or len(previous["checks"]) != len(record["checks"]):
+        return False
+    ledger = record["checks"][-1]["name"]
+    for before, now in zip(previous["checks"], record["checks"]):
+        grown = now["name"] == ledger and before.get("status") == "not applicable" and now["status"] == "passed"
+        outcome = ("name", "status", "violations", "notes")
+        if [before.get(key) for key in outcome] != [now[key] for key in outcome] and not (grown and not now["notes"]):
+            return False
+    return True
 
 
 NO_EARLIER_AUDIT = (
@@ -249,27 +287,37 @@ def _cache_identity(finished: list[RunView]) -> str | None:
     return seen.pop() if len(seen) == 1 else None
 
 
-def _cache_dir(paths: CampaignPaths, finished: list[RunView]) -> Path | None:
-    """The cache the runs read; a relative cache_dir starts at the campaign's repository."""
-    cache_dir = next((view.recipe.data.cache_dir for view in finished if view.recipe is not None), None)
-    return None if cache_dir is None else paths.repository / cache_dir
+def _reachable_cache(paths: CampaignPaths, finished: list[RunView]) -> Path | None:
+    """The cache the runs read (a relative cache_dir starts at the campaign's repository). An audit
+    that cannot reach it cannot judge the runs: it stops, saying where it looked, before it writes."""
+    named = next((view.recipe.data.cache_dir for view in finished if view.recipe is not None), None)
+    if named is None:
+        return None
+    cache_dir = paths.repository / named
+    if not cache_dir.is_dir():
+        relative = "" if Path(named).is_absolute() else f", relative to the campaign's repository {paths.repository}"
+        raise UserError(f"data cache {named} (the runs' data.cache_dir): not found at {cache_dir}{relative}; audit the "
+                        "campaign where its cache is reached (a copy: beside its repository's results/), "
+                        "nothing was written")
+    return cache_dir
 
 
-def _final_states(finished: list[RunView]) -> dict[str, dict]:
-    """The metadata each final.pt records about itself (tensors stay on disk: mmap)."""
-    import torch
+def _final_states(finished: list[RunView], metadata: dict[tuple[str, str], dict | None]) -> dict[str, dict]:
+    """The metadata each final.pt records about itself."""
+    return {view.id: state for view in finished if (state := metadata.get((view.id, FINAL))) is not None}
 
-    states = {}
-    for view in finished:
-        if FINAL not in view.hashes:
-            continue
-        try:
-            state = torch.load(view.paths.final, map_location="cpu", weights_only=True, mmap=True)
-        except Exception:  # noqa: BLE001 - any unpickling failure means an unreadable file
-            continue
-        if isinstance(state, dict):
-            states[view.id] = {key: state.get(key) for key in ("run_id", "recipe_identity", "source_hash")}
-    return states
+
+def _jobs(settled: list[RunView], stopped: dict[str, int],
+          metadata: dict[tuple[str, str], dict | None]) -> dict[str, list[str]]:
+    """The jobs that trained each finished run (results.json) and each stopped run (its rung checkpoint)."""
+    jobs = {}
+    for view in settled:
+        if view.id in stopped:
+            progress = (metadata.get((view.id, slice_checkpoint(stopped[view.id]))) or {}).get("progress")
+            jobs[view.id] = list(progress.get("job_ids") or []) if isinstance(progress, dict) else []
+        else:
+            jobs[view.id] = list(view.results.get("job_ids") or [])
+    return jobs
 
 
 def _recomputed(paths: CampaignPaths, info: dict | None, history: GridHistory) -> dict | str:
@@ -320,15 +368,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _artifacts(paths: CampaignPaths, views: dict[str, RunView]) -> dict[str, str]:
-    """SHA-256 of every finished run's files, the frozen records, base recipes and slice plans,
-    campaign.json and runs.csv, keyed by their path relative to the campaign."""
+def _artifacts(paths: CampaignPaths, settled: list[RunView]) -> dict[str, str]:
+    """SHA-256 of every finished or stopped run's files, the frozen records, base recipes and slice
+    plans, campaign.json and runs.csv, keyed by their path relative to the campaign."""
     from ebd2n.atomic import sha256_file
 
     runs = paths.runs.name
-    artifacts = {
-        f"{runs}/{view.id}/{name}": digest for view in views.values() if view.finished for name, digest in view.hashes.items()
-    }
+    artifacts = {f"{runs}/{view.id}/{name}": digest for view in settled for name, digest in view.hashes.items()}
     frozen = [paths.source_hash, paths.freeze_record, *sorted(paths.frozen_spec.glob("*")), *sorted(paths.frozen_recipes.glob("*.yaml")),
               *sorted(paths.slice_plans.glob("*.json")), *sorted(paths.search.rglob("*.json"))]
     for path in [*frozen, paths.campaign_json, paths.runs_csv]:
@@ -376,34 +422,4 @@ def _check_runs_record(paths: CampaignPaths, now: list[checks.Check]) -> checks.
     check.violations += [f"{paths.audit_runs.name}: names a check this audit has not, {name!r}" for name in shown]
     if check.violations:
         check.violations.append(f"run `ebd2n audit {paths.directory} --stage runs`, then `ebd2n report {paths.directory}`")
-    return check
-
-
-def _check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, current: dict[str, str],
-                  jobs: dict[str, list[str]], accept: bool) -> checks.Check:
-    """The ledger is the one the last audit wrote, and nothing it protects has changed since, but
-    for runs trained again by other jobs (named in the check's notes)."""
-    check = checks.Check("audited artifacts unchanged since the last audit (ledger)", unit="artifacts")
-    recorded = (audit or {}).get("ledger_sha256")
-    if ledger.digest is not None and ledger.digest == (audit or {}).get("previous_ledger_sha256"):
-        recorded = ledger.digest  # the last audit was killed between its record and its ledger
-    name = paths.ledger.name
-    if recorded and ledger.digest is None and not paths.ledger.exists():  # unreadable: the files check says so
-        check.violations.append(f"{name}: missing, but {paths.audit.name} records one; restore it, or re-baseline with `ebd2n audit --accept`")
-    elif ledger.digest is not None and recorded != ledger.digest:
-        check.violations.append(f"{name}: not the ledger the last audit wrote (edited, or {paths.audit.name} replaced)")
-    if check.violations and accept:
-        check.violations.clear()  # --accept re-baselines: recorded in the ledger's history
-    changed, gone = compare(ledger.artifacts, current)
-    again = retrained(ledger.jobs, jobs)
-    check.notes = [f"{run}: trained again since the last audit (jobs {', '.join(ledger.jobs[run])} -> {', '.join(jobs[run])})"
-                   for run in again]
-    mine = tuple(f"{paths.runs.name}/{run}/" for run in again)
-    changed, gone = [e for e in changed if not e.startswith(mine)], [e for e in gone if not e.startswith(mine)]
-    check.examined = sum(1 for entry in ledger.artifacts if protected(entry))
-    if not check.examined:
-        check.reason = "no earlier audit (this one sets the baseline)"
-    if not accept:
-        check.violations += [f"{entry}: changed since the last audit" for entry in changed]
-        check.violations += [f"{entry}: disappeared since the last audit" for entry in gone]
     return check

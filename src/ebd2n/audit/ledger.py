@@ -5,8 +5,10 @@ recorded in `audit.json` (an `update()` output, which Snakemake never deletes ei
 deleted or edited ledger is noticed; re-baselining is the explicit `ebd2n audit --accept`, which
 appends what changed to the ledger's history.
 
-Entries are paths relative to the campaign directory. Run artifacts, the frozen trainer's hash
-and the frozen base recipes are *protected*: once audited they must never change. Derived files
+Entries are paths relative to the campaign directory. Run artifacts (of finished runs, and of runs
+a successive-halving decision stopped at a rung), the frozen trainer's hash and the frozen base
+recipes are *protected*: once audited they must never change, but for a stopped run a later
+decision promotes, which trains on from its rung. Derived files
 (campaign.json, runs.csv, the report) are recorded too, but they legitimately change when the
 grid grows: the audit verifies them by recomputation instead. The jobs that trained each run are
 recorded as well: a run whose directory (or final.pt) was deleted is trained again by other jobs,
@@ -19,10 +21,15 @@ import json
 from dataclasses import dataclass, field
 
 from ebd2n.atomic import sha256_bytes
-from ebd2n.layout import FROZEN, RUNS, SEARCH, CampaignPaths
+from ebd2n.audit.checks import Check
+from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER, FROZEN, METRICS, RUNS, SEARCH, TRAIN_LOG, CampaignPaths
 from ebd2n.provenance import timestamp
 
 FORMAT = 1
+
+CONTINUED = (METRICS, TRAIN_LOG, CHECKPOINT_LEDGER, f"{CHECKPOINT_DIR}/")
+"""What a stopped run changes when a later decision promotes it: it appends to its histories,
+records its next checkpoints and lets go of the one it continued from."""
 
 
 def protected(relative: str) -> bool:
@@ -39,7 +46,9 @@ class Ledger:
     history: list[dict] = field(default_factory=list)
     digest: str | None = None
     jobs: dict[str, list[str]] = field(default_factory=dict)
-    """Run id -> the jobs that trained it (results.json's job_ids)."""
+    """Run id -> the jobs that trained it (results.json's job_ids; a stopped run's, its rung checkpoint's)."""
+    stopped: dict[str, int] = field(default_factory=dict)
+    """Run id -> the rung a successive-halving decision stopped it at (its files are protected there)."""
 
 
 def read_ledger(paths: CampaignPaths) -> Ledger:
@@ -52,14 +61,18 @@ def read_ledger(paths: CampaignPaths) -> Ledger:
         raw = json.loads(data.decode("utf-8"))
         if not isinstance(raw, dict) or not isinstance(raw.get("artifacts"), dict):
             raise ValueError("no artifacts mapping")
-        return Ledger(dict(raw["artifacts"]), list(raw.get("history") or []), sha256_bytes(data), dict(raw.get("jobs") or {}))
+        return Ledger(dict(raw["artifacts"]), list(raw.get("history") or []), sha256_bytes(data),
+                      dict(raw.get("jobs") or {}), dict(raw.get("stopped") or {}))
     except (UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"{paths.ledger.name}: not a ledger ({error})") from None
 
 
-def ledger_json(artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]]) -> str:
-    """The ledger file's text (audit.json records its SHA-256)."""
+def ledger_json(artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]],
+                stopped: dict[str, int]) -> str:
+    """The ledger file's text (audit.json records its SHA-256); `stopped` only where a search stopped runs."""
     record = {"format": FORMAT, "artifacts": dict(sorted(artifacts.items())), "history": history, "jobs": dict(sorted(jobs.items()))}
+    if stopped:
+        record["stopped"] = dict(sorted(stopped.items()))
     return json.dumps(record, indent=2) + "\n"
 
 
@@ -79,3 +92,38 @@ def accepted(previous: dict[str, str], current: dict[str, str]) -> dict:
     """A history entry for `--accept`: when, and which protected artifacts it re-baselined."""
     changed, gone = compare(previous, current)
     return {"accepted": timestamp(), "changed": changed, "removed": gone}
+
+
+def check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, current: dict[str, str],
+                 jobs: dict[str, list[str]], stopped: dict[str, int], accept: bool) -> Check:
+    """The ledger is the one the last audit wrote, and nothing it protects has changed since, but
+    for runs trained again by other jobs and stopped runs a later decision promoted (both named in
+    the check's notes)."""
+    check = Check("audited artifacts unchanged since the last audit (ledger)", unit="artifacts")
+    recorded = (audit or {}).get("ledger_sha256")
+    if ledger.digest is not None and ledger.digest == (audit or {}).get("previous_ledger_sha256"):
+        recorded = ledger.digest  # the last audit was killed between its record and its ledger
+    name = paths.ledger.name
+    if recorded and ledger.digest is None and not paths.ledger.exists():  # unreadable: the files check says so
+        check.violations.append(f"{name}: missing, but {paths.audit.name} records one; restore it, or re-baseline with `ebd2n audit --accept`")
+    elif ledger.digest is not None and recorded != ledger.digest:
+        check.violations.append(f"{name}: not the ledger the last audit wrote (edited, or {paths.audit.name} replaced)")
+    if check.violations and accept:
+        check.violations.clear()  # --accept re-baselines: recorded in the ledger's history
+    changed, gone = compare(ledger.artifacts, current)
+    again = retrained(ledger.jobs, jobs)
+    check.notes = [f"{run}: trained again since the last audit (jobs {', '.join(ledger.jobs[run])} -> {', '.join(jobs[run])})"
+                   for run in again]
+    promoted = sorted(run for run, rung in ledger.stopped.items() if stopped.get(run) != rung and run not in again)
+    check.notes += [f"{run}: stopped at rung {ledger.stopped[run]} at the last audit, trained on since (promoted)"
+                    for run in promoted]
+    continued = [f"{paths.runs.name}/{run}/{name}" for run in promoted for name in CONTINUED]
+    mine = (*(f"{paths.runs.name}/{run}/" for run in again), *continued)
+    changed, gone = [e for e in changed if not e.startswith(mine)], [e for e in gone if not e.startswith(mine)]
+    check.examined = sum(1 for entry in ledger.artifacts if protected(entry))
+    if not check.examined:
+        check.reason = "no earlier audit (this one sets the baseline)"
+    if not accept:
+        check.violations += [f"{entry}: changed since the last audit" for entry in changed]
+        check.violations += [f"{entry}: disappeared since the last audit" for entry in gone]
+    return check

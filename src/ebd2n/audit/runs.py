@@ -62,6 +62,13 @@ def read_run(paths: RunPaths, run: Run) -> RunView:
             view.problems.append(f"{name} is a symbolic link (to {path.readlink()}), not the run's own file")
         elif path.is_file():
             view.hashes[name] = sha256_file(path)
+    if paths.recipe.name in view.hashes:  # a stopped run's checkpoints are measured against its budget too
+        try:
+            recipe = load_recipe(paths.recipe)
+            budget_of(recipe)  # the checks below read its budget
+            view.recipe = recipe
+        except UserError as error:
+            view.problems.append(f"{paths.recipe.name}: not a valid recipe ({error})")
     if RESULTS_JSON not in view.hashes and RESULTS_JSON not in files:
         return view  # not finished: the grid check says so; nothing else to read
     for name in RUN_ARTIFACTS:
@@ -71,13 +78,6 @@ def read_run(paths: RunPaths, run: Run) -> RunView:
     view.best = _json(view, BEST)
     view.record = _json(view, RUN_RECORD)
     view.checkpoints = _json(view, CHECKPOINT_LEDGER)
-    if paths.recipe.name in view.hashes:
-        try:
-            recipe = load_recipe(paths.recipe)
-            budget_of(recipe)  # the checks below read its budget
-            view.recipe = recipe
-        except UserError as error:
-            view.problems.append(f"{paths.recipe.name}: not a valid recipe ({error})")
     if view.results is None and RESULTS_JSON in view.hashes:
         view.results = {}  # unreadable: finished in name, every check of it fails
     return view

@@ -17,12 +17,21 @@ from ebd2n.campaign.file import Campaign
 from ebd2n.config import save_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash, timestamp
+from ebd2n.train.lease import serialized
 
 
 def freeze_trainer(campaign: Campaign) -> str:
     """Copy the package to frozen/src/ebd2n, record the campaign's fixed settings; return the source
     hash. A campaign freezes its trainer once: frozen already, it is left as it is (a freeze job
-    run again after a crash changes nothing)."""
+    run again after a crash changes nothing). Two freeze jobs at once (two controllers of one
+    campaign) take turns: the second finds the first's freeze and returns its hash."""
+    paths = campaign.paths
+    paths.frozen.mkdir(parents=True, exist_ok=True)
+    with serialized(paths.frozen):
+        return _freeze_trainer(campaign)
+
+
+def _freeze_trainer(campaign: Campaign) -> str:
     paths = campaign.paths
     marker = paths.source_hash
     if marker.exists():

@@ -12,9 +12,7 @@ from ebd2n.data.cache_verify import open_verified_cache, verify_cache
 from ebd2n.data.sources import SPLITS, Source, open_source
 from ebd2n.data.tokenizer import EOS_TOKEN, eos_id, obtain_tokenizer, train_bpe
 
-_BLOCKS = (
-    "IGNORE_INDEX", "BlockReader", "TokenStream", "eval_subset_indices", "iter_full_validation", "train_block_indices"
-)
+_BLOCKS = ("BlockReader", "TokenStream", "eval_subset_indices", "iter_full_validation", "train_block_indices")
 
 __all__ = [
     *_BLOCKS,

@@ -45,9 +45,11 @@ from ebd2n.layout import (
 from ebd2n.report import figures
 from ebd2n.campaign.results import CampaignResults, read_results
 from ebd2n.report.cost import campaign_cost
+from ebd2n.report.explore import explore
 from ebd2n.report.halving import bracket_table, halving_outputs, report_halving, stopped_at
 from ebd2n.report.page import render_page
 from ebd2n.report.plotly_embed import shared_plotly
+from ebd2n.report.store import write_store
 from ebd2n.report.tables import (
     curve_table,
     data_facts,
@@ -56,6 +58,7 @@ from ebd2n.report.tables import (
     scaling_rows,
     settings,
 )
+from ebd2n.train.lease import serialized
 
 SELECTION_RULE = {
     "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
@@ -74,7 +77,8 @@ def build_report(campaign_dir: Path, out: Path | None = None, info: dict[str, An
     _remove_killed_stagings(campaign.directory)
     with tempfile.TemporaryDirectory(prefix=f"{_STAGING}{os.getpid()}-", dir=campaign.directory) as staging:
         _write_report(campaign, Path(staging))
-        _publish(Path(staging), published)
+        with serialized(campaign.directory):  # two report jobs at once (two controllers): one publishes, one finds it
+            _publish(Path(staging), published)
     return published / REPORT_INDEX
 
 
@@ -92,6 +96,7 @@ def _remove_killed_stagings(directory: Path) -> None:
 
 def _write_report(campaign: CampaignResults, out: Path) -> Path:
     atomic_write_text(out / RUNS_CSV, campaign.runs.write_csv())
+    explored = explore(campaign, write_store(campaign, out))
     shared_plotly(out)  # every run dashboard loads it, even where this page draws no figure
     cost = campaign_cost(campaign)
     halving = _halving_outputs(campaign, out)
@@ -101,12 +106,12 @@ def _write_report(campaign: CampaignResults, out: Path) -> Path:
         atomic_write_text(out / SCALING_CSV, _scaling_frame(scaling).write_csv())
         summary = _summary(campaign, {}, halving)
         _write_json(out / REPORT_RESULTS, {**summary, "scaling": scaling, **search, "cost": cost, "runs": _run_records(campaign)})
-        page = render_page(campaign, summary, cost, scaling=scaling, halving=halving)
+        page = render_page(campaign, summary, cost, scaling=scaling, halving=halving, explore=explored)
     else:
         grid = _grid_outputs(campaign, out)
         summary = _summary(campaign, grid["selection"], halving)
         _write_json(out / REPORT_RESULTS, {**summary, **grid["json"], **search, "cost": cost, "runs": _run_records(campaign)})
-        page = render_page(campaign, summary, cost, grid=grid, halving=halving)
+        page = render_page(campaign, summary, cost, grid=grid, halving=halving, explore=explored)
     atomic_write_text(out / REPORT_INDEX, page)
     return out / REPORT_INDEX
 

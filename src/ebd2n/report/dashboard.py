@@ -15,6 +15,8 @@ report.dashboard_figures its figures.
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,8 @@ from ebd2n.config import Recipe, load_recipe
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_jsonl
-from ebd2n.layout import DASHBOARD, METRICS, RECIPE, RUN_RECORD, campaign_of_run
+from ebd2n.jsonio import read_json
+from ebd2n.layout import DASHBOARD, FINAL, METRICS, RECIPE, RESULTS_JSON, RUN_RECORD, campaign_of_run
 from ebd2n.report import html
 from ebd2n.report.dashboard_figures import run_figures
 from ebd2n.report.dashboard_settings import identity_rows, settings_groups
@@ -50,19 +53,28 @@ def write_dashboard(run_dir: Path, out: Path | None = None, self_contained: bool
     path = Path(out) if out is not None else run_dir / DASHBOARD
     campaign = None if self_contained else campaign_of_run(run_dir)
     plotly = plotly_tag(path, campaign.report if campaign else None)
-    atomic_write_text(path, render_dashboard(run, recipe, read_jsonl(run_dir / METRICS), plotly))
+    # the campaign page, by relative path (it exists once the campaign's report is built)
+    back = os.path.relpath(campaign.report_index.absolute(), path.absolute().parent) if campaign else None
+    back = Path(back).as_posix() if back else None
+    results = read_json(run_dir / RESULTS_JSON)
+    page = render_dashboard(run, recipe, read_jsonl(run_dir / METRICS), plotly, results, back)
+    atomic_write_text(path, page)
     return path
 
 
-def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str, Any]], plotly: Markup) -> str:
-    """The page's HTML for a run record, its recipe and its metrics records; `plotly` loads plotly.js."""
+def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str, Any]], plotly: Markup,
+                     results: dict[str, Any] | None = None, campaign_page: str | None = None) -> str:
+    """The page's HTML for a run record, its recipe and its metrics records; `plotly` loads plotly.js.
+    `results` (the run's full validation, once done) gives the headline loss; `campaign_page` links back."""
     steps = [record for record in records if record["type"] == "step"]
     epochs = [record for record in records if record["type"] == "epoch"]
     memory = _memory(epochs)
     context = {
         "run": run,
         "identity": identity_rows(run),
-        "cards": _cards(run, epochs, memory),
+        "cards": _cards(run, epochs, memory, _full_validation(results)),
+        "full_validation": _full_validation(results),
+        "campaign_page": campaign_page,
         "settings": settings_groups(recipe, run),
         "epochs": _epoch_table(epochs),
         "memory": memory,
@@ -91,13 +103,24 @@ def job_label(job_ids: list[str]) -> str:
     return "SLURM job ids" if slurm else "Job ids"
 
 
-def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, Any]) -> list[tuple[str, str]]:
-    """The headline numbers: (value, label) pairs."""
+def _full_validation(results: dict[str, Any] | None) -> dict[str, str] | None:
+    """The full validation of the final checkpoint as the page shows it; None before it ran or when it failed."""
+    if not results or not isinstance(results.get("loss"), (int, float)) or not math.isfinite(results["loss"]):
+        return None
+    targets = results.get("targets")
+    return {"loss": fixed(results["loss"], 4), "accuracy": percent(results.get("accuracy")),
+            "targets": f"{targets:,}" if isinstance(targets, int) else DASH}
+
+
+def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, Any],
+           full: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """The headline numbers: (value, label) pairs; the full-validation loss first, once measured."""
     last = epochs[-1] if epochs else None
+    headline = [(full["loss"], f"full-validation loss, nats ({FINAL}, all {full['targets']} targets)")] if full else []
     wall = sum(epoch["wall_s"] for epoch in epochs)
     busiest = memory["busiest"]
     where = f" ({busiest['device']})" if busiest else ""
-    return [
+    return headline + [
         (percent(last["val_accuracy"]) if last else DASH, f"validation token accuracy (epoch subset, epoch {last['epoch'] if last else DASH})"),
         (fixed(last["val_loss"], 4) if last else DASH, f"validation loss, nats (epoch subset, epoch {last['epoch'] if last else DASH})"),
         (f"{run['steps']:,}", f"batches (optimizer steps); {run['skipped_steps']:,} skipped"),

@@ -23,7 +23,9 @@ TREND_STRETCHES = 200
 
 def run_figures(steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The page's figures, in order, from a run's step and epoch records."""
-    return [_loss_figure(steps), _accuracy_figure(steps), _validation_figure(epochs), _throughput_figure(epochs)]
+    spread = [_spread_figure(epochs)] if any("consensus_distance" in epoch for epoch in epochs) else []
+    return [_loss_figure(steps), _accuracy_figure(steps), _optimizer_figure(steps), _validation_figure(epochs),
+            _throughput_figure(epochs), *spread]
 
 
 def downsample(points: list[tuple[int, float]], limit: int = MAX_POINTS) -> list[tuple[int, float]]:
@@ -128,6 +130,33 @@ def _accuracy_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [[f"{s['step']:,}", percent(s["accuracy"])] for s in steps]
     return _figure("batch-accuracy", "Per-batch token accuracy", _sampling_note(len(steps)), data, layout,
                    ["Step", "Token accuracy"], rows, packed=True)
+
+
+def _optimizer_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Gradient norm per batch (log axis: spikes span decades) under the LR schedule the trainer applied."""
+    data = _batch_traces(_series(steps, "grad_norm"), "gradient norm", ("#f4b6b6", "#b3261e"))
+    data.append({**_line(downsample(_series(steps, "lr")), "learning rate", "#1f5fa8", width=2), "yaxis": "y2"})
+    layout = {"xaxis": {"title": {"text": "batch (optimizer step)"}},
+              "yaxis": {"title": {"text": "gradient norm (before clipping)"}, "type": "log"},
+              "yaxis2": {"title": {"text": "learning rate"}, "overlaying": "y", "side": "right", "showgrid": False,
+                         "tickformat": ".1e", "rangemode": "tozero"}}
+    rows = [[f"{s['step']:,}", scientific(s["lr"]), fixed(s["grad_norm"], 3)] for s in steps]
+    return _figure("optimizer", "Gradient norm and learning-rate schedule", _sampling_note(len(steps)), data, layout,
+                   ["Step", "LR", "Gradient norm"], rows, packed=True)
+
+
+def _spread_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A packed run's K local models: how far apart they are after each epoch (the only spread its
+    metrics record; per-model losses are not recorded)."""
+    points = [(e["epoch"], e.get("consensus_distance")) for e in epochs]
+    data = [{"type": "scatter", "mode": "lines+markers", "name": "consensus distance", "x": [x for x, _ in points],
+             "y": [_finite_or_none(y) for _, y in points], "line": {"color": "#8c564b"}}]
+    layout = {"xaxis": {"title": {"text": "epoch"}, "dtick": 1}, "yaxis": {"title": {"text": "consensus distance"}}}
+    rows = [[str(x), scientific(y)] for x, y in points]
+    return _figure("spread", "Spread of the K local models",
+                   "Consensus distance after each epoch: the root mean square, over the K local models, of their "
+                   "parameters' distance from the models' mean (0: identical models).", data, layout,
+                   ["Epoch", "Consensus distance"], rows)
 
 
 def _validation_figure(epochs: list[dict[str, Any]]) -> dict[str, Any]:

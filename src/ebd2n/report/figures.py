@@ -37,8 +37,11 @@ def heatmaps(
     rows = max(len(lrs) for lrs in learning_rates.values())
     figure = Figure(figsize=(0.6 + 1.1 * len(beta2) * len(modes) + 1.2 * len(modes), 1.4 + 0.34 * rows))
     axes = figure.subplots(1, len(modes), squeeze=False)[0]
+    losses = groups["mean_loss"].drop_nulls().drop_nans()
+    scale = (losses.min(), losses.max()) if not losses.is_empty() else (None, None)  # one colour scale for every mode
     for ax, mode in zip(axes, modes, strict=True):
-        _heatmap_panel(figure, ax, groups.filter(pl.col("mode") == mode), mode, learning_rates[mode], beta2, selection.get(mode))
+        part = groups.filter(pl.col("mode") == mode)
+        _heatmap_panel(figure, ax, part, mode, learning_rates[mode], beta2, selection.get(mode), scale)
     partial = "; * not every seed" if not groups["eligible"].all() else ""
     figure.suptitle(f"Mean final full-validation loss (nats) over seeds; winner outlined{partial}", fontsize=10)
     figure.tight_layout()
@@ -73,7 +76,8 @@ def curves(table: pl.DataFrame) -> dict[str, bytes]:
 
 
 def _heatmap_panel(
-    figure: Figure, ax: Any, groups: pl.DataFrame, mode: str, lrs: list[float], beta2: list[float], winner: dict | None
+    figure: Figure, ax: Any, groups: pl.DataFrame, mode: str, lrs: list[float], beta2: list[float], winner: dict | None,
+    scale: tuple[float | None, float | None] = (None, None),
 ) -> None:
     cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
     values = np.full((len(lrs), len(beta2)), np.nan)
@@ -89,7 +93,7 @@ def _heatmap_panel(
             elif row and row["mean_loss"] is not None:
                 values[i, j] = row["mean_loss"]
     masked = np.ma.masked_invalid(values)
-    image = ax.imshow(masked, cmap=_CMAP, aspect="auto", origin="lower")
+    image = ax.imshow(masked, cmap=_CMAP, aspect="auto", origin="lower", vmin=scale[0], vmax=scale[1])
     low, high = (np.nanmin(values), np.nanmax(values)) if masked.count() else (0.0, 1.0)
     for i, lr in enumerate(lrs):
         for j, b in enumerate(beta2):

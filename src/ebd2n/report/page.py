@@ -44,9 +44,11 @@ def render_page(
     grid: dict[str, Any] | None = None,
     scaling: list[dict[str, Any]] | None = None,
     halving: dict[str, Any] | None = None,
+    explore: dict[str, Any] | None = None,
 ) -> str:
     """index.html for a grid campaign (`grid` from the selection) or a scaling one (`scaling` rows);
-    `halving` (ebd2n.report.halving) adds the successive-halving section."""
+    `halving` (ebd2n.report.halving) adds the successive-halving section, `explore` (ebd2n.report.explore)
+    the runs' overlaid curves."""
     stopped = stopped_at(halving)
     environment = html.template_environment()
     environment.filters["words"] = _words
@@ -66,9 +68,11 @@ def render_page(
         "grid": _grid(campaign, summary, grid, stopped) if grid is not None else None,
         "halving": _halving(halving) if halving is not None else None,
         "links": _links(campaign, grid, scaling is not None, halving),
+        "explore": explore,
     }
     report_dir = campaign.directory / "report"
-    context["plotly"] = plotly_tag(report_dir / "index.html", report_dir) if grid is not None or halving is not None else None
+    drawn = grid is not None or halving is not None or explore is not None
+    context["plotly"] = plotly_tag(report_dir / "index.html", report_dir) if drawn else None
     return environment.get_template("campaign.html.j2").render(context)
 
 
@@ -303,10 +307,16 @@ def _heatmap(
     return {
         "id": f"heatmap-{index}",
         "mode": mode,
-        "json": figure_json(heatmap_figure(mode, part, lrs, beta2, winner)),
+        "json": figure_json(heatmap_figure(mode, part, lrs, beta2, winner, _loss_scale(groups))),
         "beta2": [f"{b:g}" for b in beta2],
         "rows": rows,
     }
+
+
+def _loss_scale(groups: pl.DataFrame) -> tuple[float, float] | None:
+    """The lowest and highest mean loss of every mode: the heatmaps' one colour scale."""
+    losses = groups["mean_loss"].drop_nulls().drop_nans()
+    return (losses.min(), losses.max()) if not losses.is_empty() else None
 
 
 def _curves(table: pl.DataFrame) -> dict[str, Any]:

@@ -68,11 +68,13 @@ def shared_plotly(report_dir: Path) -> Path:
 
 def plotly_tag(page: Path, report_dir: Path | None) -> Markup:
     """The <script> element that gives `page` plotly.js: the shared copy of the campaign whose
-    report directory is `report_dir`, by relative path, or (None) the whole library inlined."""
+    report directory is `report_dir`, by relative path and deferred (the page paints its text while
+    the 4.8 MB library loads; the page's script waits for DOMContentLoaded), or (None) the whole
+    library inlined."""
     if report_dir is None:
         return Markup(f"<script>{plotly_source()}</script>")
     relative = Path(os.path.relpath(shared_plotly(report_dir).resolve(), Path(page).resolve().parent)).as_posix()
-    return Markup(f'<script src="{escape(relative)}"></script>')
+    return Markup(f'<script src="{escape(relative)}" defer></script>')
 
 
 def figure_json(figure: dict[str, Any]) -> Markup:
@@ -84,9 +86,11 @@ def figure_json(figure: dict[str, Any]) -> Markup:
 
 
 def heatmap_figure(
-    mode: str, groups: pl.DataFrame, lrs: list[float], beta2: list[float], winner: dict[str, Any] | None
+    mode: str, groups: pl.DataFrame, lrs: list[float], beta2: list[float], winner: dict[str, Any] | None,
+    scale: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """One mode's LR x beta2 grid of mean loss, annotated; untested cells are empty (null)."""
+    """One mode's LR x beta2 grid of mean loss, annotated; untested cells are empty (null). `scale`
+    (lowest, highest) puts every mode's heatmap on one colour scale, so colours compare across modes."""
     cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
     z, text, hover = [], [], []
     for lr in lrs:
@@ -118,6 +122,7 @@ def heatmap_figure(
             "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
             "colorscale": "Viridis",
             "reversescale": True,
+            **({"zmin": scale[0], "zmax": scale[1]} if scale else {}),
             "hoverongaps": False,
             "colorbar": {"title": {"text": "mean loss (nats)", "side": "right"}, "thickness": 12, "nticks": 8},
         }, *([_diverged_trace([f"{cell['beta2']:g}" for cell in diverged], [f"{cell['lr']:g}" for cell in diverged],

@@ -27,6 +27,7 @@ from ebd2n.layout import (
     CACHE_MANIFEST_COPY,
     CAMPAIGN_JSON,
     FROZEN,
+    LATEST_STATEMENT,
     REPORT,
     RUNS,
     SELECTION_JSON,
@@ -38,6 +39,7 @@ from ebd2n.layout import (
 from ebd2n.provenance import software_versions, timestamp
 from ebd2n.signing.dsse import open_envelope, sign_envelope
 from ebd2n.signing.keys import KEY_VARIABLE, key_id, load_private
+from ebd2n.train.lease import serialized
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://ebd2n.invalid/signed-audit/v1"
@@ -97,6 +99,11 @@ def sign_campaign(campaign_dir: Path, key: Ed25519PrivateKey, audit: dict[str, A
     paths = CampaignPaths(campaign_dir)
     if not audit.get("passed"):
         raise UserError(f"{paths.directory}: the audit failed; only a passing audit is signed")
+    with serialized(paths.directory):  # two signers at once (two controllers): the second finds the first's statement
+        return _sign(paths, key, audit, manifest)
+
+
+def _sign(paths: CampaignPaths, key: Ed25519PrivateKey, audit: dict[str, Any], manifest: Path) -> Path:
     atomic_write_bytes(paths.cache_manifest_copy, manifest.read_bytes())
     files, links = signed_files(paths)
     if links:
@@ -104,6 +111,7 @@ def sign_campaign(campaign_dir: Path, key: Ed25519PrivateKey, audit: dict[str, A
     previous = max(_statements(paths), default=0)
     subject = [{"name": name, "digest": {"sha256": sha256_file(path)}} for name, path in files.items()]
     if previous and _signed_subject(paths, previous, key) == subject:
+        _record_latest(paths, previous)  # (again, where a killed signer never wrote it)
         return paths.directory / statement(previous)  # the same files, already signed: the chain grows only with a change
     info = read_json(paths.campaign_json) or {}
     caches = info.get("cache_identities") or []
@@ -131,7 +139,17 @@ def sign_campaign(campaign_dir: Path, key: Ed25519PrivateKey, audit: dict[str, A
     payload = json.dumps(body, indent=1, sort_keys=True).encode("utf-8")
     target = paths.directory / statement(previous + 1)
     atomic_write_text(target, json.dumps(sign_envelope(payload, key), indent=2) + "\n")
+    _record_latest(paths, previous + 1)
     return target
+
+
+def _record_latest(paths: CampaignPaths, sequence: int) -> None:
+    """Name the latest statement beside the chain, so its deletion alone is named as such."""
+    text = json.dumps(_link(paths, sequence) | {"sequence": sequence}, sort_keys=True) + "\n"
+    path = paths.latest_statement
+    recorded = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+    if recorded != text:
+        atomic_write_text(path, text)
 
 
 @dataclass
@@ -152,11 +170,16 @@ def verify_campaign(campaign_dir: Path, public: Ed25519PublicKey) -> Verificatio
         raise UserError(f"{paths.directory}: not a campaign directory (no {CAMPAIGN_JSON} or {RUNS}/); pass results/<campaign> or a copy")
     result = Verification()
     sequences = _statements(paths)
+    latest = _latest_named(paths)
+    missing = [f"{statement(sequence)}: missing (deleted: {LATEST_STATEMENT} names {statement(latest)} the latest "
+               "statement)" for sequence in range(max(sequences, default=0) + 1, latest + 1)]
     if not sequences:
         result.problems.append(f"{paths.directory}: unsigned: no statement in {paths.signatures.name}/, so nothing is verified "
                                "(the owner signs with `ebd2n audit --sign KEY`)")
+        result.problems += missing
         return result
     result.statements = max(sequences)
+    result.problems += missing
     subjects = None
     for sequence in range(1, result.statements + 1):
         name = statement(sequence)
@@ -194,6 +217,15 @@ def _signed_subject(paths: CampaignPaths, sequence: int, key: Ed25519PrivateKey)
         return json.loads(open_envelope(envelope, key.public_key()).decode("utf-8"))["subject"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
         return None
+
+
+def _latest_named(paths: CampaignPaths) -> int:
+    """The sequence number LATEST_STATEMENT names (0: none, or unreadable)."""
+    try:
+        sequence = json.loads(paths.latest_statement.read_text(encoding="utf-8")).get("sequence")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return 0
+    return sequence if isinstance(sequence, int) else 0
 
 
 def _statements(paths: CampaignPaths) -> set[int]:

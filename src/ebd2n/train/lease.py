@@ -80,7 +80,10 @@ def take_lease(run_dir: Path, wait: bool = False) -> Lease:
     """Hold run_dir for this process, breaking a lease whose holder is provably gone. A live
     holder is refused, or with `wait` (a workflow job, whose controller may have died while its
     trainer ran on) waited for: the trainer that comes after it finds what it left."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"runtime.output_dir {run_dir}: cannot be made ({error.strerror}); choose another runtime.output_dir") from None
     path = run_dir / LEASE
     waited = False
     while True:
@@ -118,7 +121,7 @@ def _take(run_dir: Path, path: Path) -> tuple[Lease | None, Holder | None]:
     """The lease, or None and its holder (None: unreadable)."""
     me = Holder.this_process()
     holder = None
-    with _serialized(run_dir):  # two trainers breaking one stale lease: one at a time
+    with serialized(run_dir):  # two trainers breaking one stale lease: one at a time
         for _ in range(3):  # a holder may end, or a stale lease be broken, between two looks
             lease = _create(path, me)
             if lease:
@@ -194,9 +197,11 @@ def _boot_id() -> str:
 
 
 @contextlib.contextmanager
-def _serialized(run_dir: Path) -> Iterator[None]:
+def serialized(directory: Path) -> Iterator[None]:
+    """One process at a time in this block for `directory` (flock on the directory itself, which adds
+    no file to it; where the file system has no locks, the block is not serialized)."""
     try:
-        fd = os.open(run_dir, os.O_RDONLY)
+        fd = os.open(directory, os.O_RDONLY)
     except OSError:
         yield
         return

@@ -33,7 +33,7 @@ from ebd2n.train.accounting import unit_table
 from ebd2n.train.budget import Budget, budget_of
 from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Stateful
 from ebd2n.train.engine import build_engine, configure_torch
-from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
+from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir, run_directory
 from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import format_memory
 from ebd2n.train.schedule import learning_rate
@@ -58,7 +58,7 @@ class Slice:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.recipe.runtime.output_dir)
+        return run_directory(self.recipe)
 
     @property
     def retention(self) -> Retention:
@@ -101,7 +101,7 @@ def train(
     trainer holding the run directory instead of refusing. The run's dashboard is its caller's to
     write once the run is complete (`ebd2n train` does): the report layer builds on this one.
     """
-    run_dir = Path(recipe.runtime.output_dir)
+    run_dir = run_directory(recipe)
     budget = budget_of(recipe)
     end_epoch = budget.epochs if until_epoch is None else until_epoch
     if not 1 <= end_epoch <= budget.epochs:

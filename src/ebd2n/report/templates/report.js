@@ -9,13 +9,16 @@ document.querySelectorAll("[data-figure]").forEach(function (plot) {
   var figure = JSON.parse(document.getElementById(plot.dataset.figure).textContent);
   Plotly.newPlot(plot, figure.data, figure.layout, {displaylogo: false, displayModeBar: "hover", responsive: true});
 });
-// A packed table (base64 of gzip-compressed JSON rows) is filled the first time it is shown.
+// Packed data: base64 of gzip-compressed JSON, decoded by the browser's own DecompressionStream.
+function unpackJson(text) {
+  var bytes = Uint8Array.from(atob(text.trim()), function (c) { return c.charCodeAt(0); });
+  return new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).json();
+}
+// A packed table is filled the first time it is shown.
 function unpackRows(table) {
   var block = document.getElementById(table.dataset.packed);
-  var bytes = Uint8Array.from(atob(block.textContent.trim()), function (c) { return c.charCodeAt(0); });
-  var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
   delete table.dataset.packed;
-  return new Response(stream).json().then(function (rows) {
+  return unpackJson(block.textContent).then(function (rows) {
     var body = document.createDocumentFragment();
     rows.forEach(function (row) {
       var line = body.appendChild(document.createElement("tr"));
@@ -34,4 +37,16 @@ document.querySelectorAll("button.table-toggle").forEach(function (button) {
     button.setAttribute("aria-expanded", String(show));
     button.textContent = show ? "Hide table" : "Table view";
   });
+});
+// A table wider than its box says so: a cue above it while columns lie beyond the right edge.
+document.querySelectorAll(".scroll").forEach(function (box) {
+  var cue = document.createElement("p");
+  cue.className = "scroll-cue";
+  cue.textContent = "\u21c6 Wider than the window: scroll the table sideways for more columns.";
+  box.parentNode.insertBefore(cue, box);
+  var update = function () {
+    cue.hidden = !(box.clientWidth > 0 && box.scrollWidth > box.clientWidth + 1);
+  };
+  if (typeof ResizeObserver !== "undefined") new ResizeObserver(update).observe(box);
+  update();
 });

@@ -1,0 +1,81 @@
+"""Every checkpoint and slice record holds the point of its run's budget that its name claims.
+
+A checkpoint's name (final.pt, checkpoints/epoch-N.pt) and every hash recorded around it can be
+rewritten to fit another file of the same run: final.pt replaced by the run's epoch-1 checkpoint,
+checkpoints.json and results.json updated to match. What training wrote inside cannot: the epoch,
+optimizer step and tokens a checkpoint records must be the end of the epoch its name claims in
+the budget of the run's recipe, a slice record must name its own epoch of that budget, and
+results.json and run.json the budget's whole tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ebd2n.audit.checks import Check
+from ebd2n.audit.runs import RunView, json_object
+from ebd2n.layout import FINAL, RESULTS_JSON, RUN_RECORD, checkpoint_epoch, slice_record_epoch
+from ebd2n.train.budget import budget_of
+from ebd2n.train.validation import position_problem
+
+_BULK = ("engine", "rng", "metrics")
+"""A checkpoint's parts that hold tensors or bulk state: not kept once its metadata is read."""
+
+
+def checkpoint_epochs(view: RunView) -> dict[str, int]:
+    """Each checkpoint file of a run, with the epoch its name claims (final.pt: the budget's last)."""
+    names = {name: checkpoint_epoch(name) for name in view.hashes}
+    epochs = {name: epoch for name, epoch in names.items() if epoch is not None}
+    if FINAL in view.hashes and view.recipe is not None:
+        epochs[FINAL] = budget_of(view.recipe).epochs
+    return epochs
+
+
+def checkpoint_metadata(views: Iterable[RunView]) -> dict[tuple[str, str], dict[str, Any] | None]:
+    """(run id, file) -> what the checkpoint records besides its tensors (read with mmap, so a large
+    file is not read in full), None when it cannot be read as a checkpoint."""
+    import torch
+
+    found: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for view in views:
+        for name in sorted({*checkpoint_epochs(view), *([FINAL] if FINAL in view.hashes else [])}):
+            try:
+                state = torch.load(view.paths / name, map_location="cpu", weights_only=True, mmap=True)
+            except Exception:  # noqa: BLE001 - any unpickling failure means an unreadable file
+                state = None
+            metadata = {k: v for k, v in state.items() if k not in _BULK} if isinstance(state, dict) else None
+            found[(view.id, name)] = metadata
+    return found
+
+
+def check_positions(views: Iterable[RunView], metadata: dict[tuple[str, str], dict[str, Any] | None]) -> Check:
+    """Each checkpoint, slice record and final record of a finished or stopped run holds the point
+    of the budget its name claims."""
+    check = Check("every checkpoint and slice record holds the epoch its name claims in the run's budget")
+    for view in views:
+        if view.recipe is None:
+            continue  # the files check names an unreadable recipe
+        check.examined += 1
+        check.violations += [f"{view.id}: {problem}" for problem in _problems(view, metadata)]
+    return check
+
+
+def _problems(view: RunView, metadata: dict[tuple[str, str], dict[str, Any] | None]) -> Iterable[str]:
+    budget = budget_of(view.recipe)
+    for name, epoch in sorted(checkpoint_epochs(view).items()):
+        state = metadata.get((view.id, name))
+        if state is None:
+            yield f"{name}: unreadable as a checkpoint"
+        elif (problem := position_problem(state, budget, epoch)) is not None:
+            yield f"{name} {problem}"
+    for name in view.hashes:
+        if (epoch := slice_record_epoch(name)) is not None:
+            record, unreadable = json_object(view.paths / name)
+            if unreadable or record != {"epoch": epoch, "epochs": budget.epochs}:
+                yield f"{name} says {unreadable or record}, not epoch {epoch} of the budget's {budget.epochs}"
+    if (view.results or {}).get("status") != "complete":
+        return  # unfinished, or a failed run: the validation check names it
+    for name, record in ((RESULTS_JSON, view.results), (RUN_RECORD, view.record)):
+        if isinstance(record, dict) and record.get("tokens") != budget.total_tokens:
+            yield f"{name} records {record.get('tokens')} tokens trained, the budget's whole is {budget.total_tokens:,}"

@@ -1,0 +1,102 @@
+"""The campaign page's Explore section: every run's curves from the metrics store, for the page to
+overlay, group, smooth and filter; and the parallel-coordinates view of the axes against the loss.
+
+The curves are the Parquet store's tables, as the report just wrote them, downsampled for the page:
+per bucket of steps the lowest and the highest point, so spikes and the curve's shape survive at a
+few hundred points per run. They travel packed (gzip, base64), as the run dashboard's tables do.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from ebd2n.campaign.results import CampaignResults
+from ebd2n.report.dashboard_figures import pack_rows
+from ebd2n.report.plotly_embed import figure_json
+
+BUCKETS = 120
+"""Buckets of a per-step curve on the page: at most two points each (the bucket's min and max)."""
+METRICS = {
+    "loss": ("step", "training loss per step (nats)"),
+    "val_loss": ("epoch", "subset validation loss per epoch (nats)"),
+}
+"""The curves the page offers: record column -> (record type, label)."""
+AXES = ("mode", "lr", "beta2", "seed", "preset")
+"""What runs are filtered by on the page (preset only in scaling campaigns)."""
+GROUPINGS = (
+    (("mode", "lr", "beta2"), " (mean over seeds)"), (("mode", "lr"), ""), (("mode",), ""), (("lr",), ""),
+    (("beta2",), ""), (("preset", "mode", "lr", "beta2"), " (mean over seeds)"), (("preset",), ""),
+)
+"""The page's grouping choices, the first one drawn at load."""
+_NAMES = {"lr": "LR"}
+
+
+def explore(campaign: CampaignResults, store: dict[str, pa.Table]) -> dict[str, Any]:
+    """The page's packed curve data (runs, their grid point and each metric's downsampled curve)
+    from the store's tables (ebd2n.report.store.write_store), and its parallel-coordinates figure."""
+    runs = []
+    for row in campaign.runs.iter_rows(named=True):
+        table = store.get(row["directory"])
+        records = pl.from_arrow(table) if table is not None else None
+        curves = {name: _curve(records, kind, name) for name, (kind, _) in METRICS.items()}
+        runs.append({**{axis: row[axis] for axis in AXES}, "run": row["run"], "status": row["status"],
+                     "final": _finite(row["loss"]), "curves": curves})
+    axes = [axis for axis in AXES if axis != "preset" or campaign.presets]
+    return {
+        "packed": pack_rows(runs),
+        "metrics": [{"key": key, "label": label} for key, (_, label) in METRICS.items()],
+        "axes_json": figure_json(axes),
+        "groupings": [(",".join(fields), ", ".join(_NAMES.get(f, f) for f in fields) + note)
+                      for fields, note in GROUPINGS if set(fields) <= set(axes)],
+        "buckets": BUCKETS,
+        "runs": len(runs),
+        "parallel": figure_json(parallel_figure(campaign.runs)),
+    }
+
+
+def _curve(records: pl.DataFrame | None, kind: str, column: str) -> list[list[float]]:
+    """[xs, ys] of one metric: every point of a short curve, min and max per bucket of a long one."""
+    if records is None or column not in records.columns:
+        return [[], []]
+    part = records.filter((pl.col("type") == kind) & pl.col(column).is_not_null()).select(x="step", y=column)
+    if part.height > 2 * BUCKETS:
+        bucket = (pl.int_range(pl.len()) * BUCKETS // pl.len()).alias("bucket")
+        ends = part.with_columns(bucket).group_by("bucket", maintain_order=True).agg(
+            low=pl.col("y").arg_min(), high=pl.col("y").arg_max(), x=pl.col("x"), y=pl.col("y"))
+        keep = [sorted({low, high}) for low, high in zip(ends["low"], ends["high"], strict=True)]
+        xs = [x[i] for x, pick in zip(ends["x"], keep, strict=True) for i in pick]
+        ys = [y[i] for y, pick in zip(ends["y"], keep, strict=True) for i in pick]
+    else:
+        xs, ys = part["x"].to_list(), part["y"].to_list()
+    return [xs, [_finite(y, 5) for y in ys]]
+
+
+def _finite(value: float | None, digits: int | None = None) -> float | None:
+    """JSON-safe numbers (a diverged loss is null), rounded to significant digits when asked."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(f"{value:.{digits}g}") if digits else value
+
+
+def parallel_figure(runs: pl.DataFrame) -> dict[str, Any]:
+    """One line per run with a final loss across mode, log10 LR, beta2 and seed, coloured by that loss."""
+    done = runs.filter(pl.col("loss").is_not_null() & pl.col("loss").is_finite())
+    modes = list(dict.fromkeys(done["mode"].to_list()))
+    dimensions = [
+        {"label": "mode", "values": [modes.index(m) for m in done["mode"]], "tickvals": list(range(len(modes))),
+         "ticktext": modes},
+        {"label": "log10 LR", "values": [round(math.log10(lr), 6) for lr in done["lr"]]},
+        {"label": "beta2", "values": done["beta2"].to_list()},
+        {"label": "seed", "values": done["seed"].to_list()},
+        {"label": "final loss (nats)", "values": done["loss"].to_list()},
+    ]
+    return {
+        "data": [{"type": "parcoords", "dimensions": dimensions,
+                  "line": {"color": done["loss"].to_list(), "colorscale": "Viridis", "reversescale": True,
+                           "showscale": True, "colorbar": {"title": {"text": "loss"}, "thickness": 12}}}],
+        "layout": {"height": 380, "margin": {"l": 100, "r": 110, "t": 60, "b": 30}},
+    }
