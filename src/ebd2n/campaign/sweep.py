@@ -43,8 +43,7 @@ def sweep(
                             f"{max_extensions}); run ebd2n sweep again to go on")
         extension = extend_campaign(directory, campaign_file) if extensions < max_extensions else None
         if extension is None:
-            print(f"bracketed: no mode's winner lies at an edge of its LR range, or a diverged LR lies above it "
-                  f"({extensions} extension(s))")
+            print(f"bracketed: no mode's winner lies at an edge of its LR range ({extensions} extension(s))")
             return extensions
         extensions += 1
         print(extension.diff, end="")
