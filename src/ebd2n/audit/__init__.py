@@ -42,7 +42,7 @@ from ebd2n.errors import UserError
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
 from ebd2n.layout import slice_checkpoint
 from ebd2n.provenance import timestamp
-from ebd2n.train.lease import serialized
+from ebd2n.atomic import serialized
 
 Stage = Literal["runs", "full"]
 

@@ -58,7 +58,7 @@ from ebd2n.report.tables import (
     scaling_rows,
     settings,
 )
-from ebd2n.train.lease import serialized
+from ebd2n.atomic import serialized
 
 SELECTION_RULE = {
     "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
