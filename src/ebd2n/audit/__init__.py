@@ -85,7 +85,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
             fates = halving.outcome(read=readable)
         except UserError:  # a decision naming no point of the grid: the search check names it
             fates = {}
-    expected_finished = finished_runs(expected, fates)
+    expected_finished = finished_runs(history.active.runs(), fates)  # retired runs stay on disk, not expected
     finished = [view for view in views.values() if view.finished]
     stopped = {run: rung for run, rung in fates.items()
                if rung is not None and not (run in views and views[run].finished)}
