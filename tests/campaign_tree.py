@@ -58,6 +58,10 @@ class RunSpec:
     """The `run` field of results.json when it should differ from the directory name."""
     overrides: tuple[tuple[str, Any], ...] = field(default=())
     """Extra (dotted key, value) overrides of this run's recipe."""
+    diverged_at: int | None = None
+    """The step this run diverged at (its record as the trainer leaves it); None: it converged."""
+    failed: bool = False
+    """Its job failed: the run directory holds its recipe, metrics up to the crash and a job log, no result."""
 
     @property
     def run_id(self) -> str:
@@ -155,6 +159,19 @@ def _recipe(spec: RunSpec, run_dir: Path, cache_dir: Path, repo: Path, absolute:
     return recipe_from_dict(base.model_dump(mode="json"), [*overrides, *spec.overrides])
 
 
+FAILED_LOG = "RuntimeError: CUDA out of memory (a fabricated crash)"
+"""The last line of a failed run's job log."""
+STEPS_PER_EPOCH = 24
+
+
+def diverged_record(spec: RunSpec) -> dict[str, Any]:
+    """The `diverged` object of a diverged run's results.json and last metrics record (the trainer's contract)."""
+    step = spec.diverged_at
+    return {"step": step, "tokens": step * EPOCH_TOKENS // STEPS_PER_EPOCH, "epoch": (step - 1) // STEPS_PER_EPOCH + 1,
+            "rule": "non-finite", "last_finite_loss": 7.5,
+            "detail": f"10 consecutive steps had non-finite loss up to step {step}"}
+
+
 def _write_run(
     run_dir: Path, spec: RunSpec, epochs: int, repo: Path, cache_dir: Path, absolute: bool, purpose: str,
     steps_per_epoch: int = 0,
@@ -162,7 +179,11 @@ def _write_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     files = run_paths(run_dir)
     save_recipe(_recipe(spec, run_dir, cache_dir, repo, absolute, purpose), files.recipe)
-    records = [_epoch_record(spec, epoch, epochs, steps_per_epoch or 24) for epoch in range(1, epochs + 1)]
+    if spec.diverged_at is not None:
+        epochs = (spec.diverged_at - 1) // STEPS_PER_EPOCH  # the epochs it finished before diverging
+    if spec.failed:
+        epochs = 1
+    records = [_epoch_record(spec, epoch, epochs, steps_per_epoch or STEPS_PER_EPOCH) for epoch in range(1, epochs + 1)]
     if steps_per_epoch:
         lines = [json.dumps(record) for epoch in records
                  for record in [*_step_records(spec, epoch["epoch"], steps_per_epoch, epochs), epoch]]
@@ -170,12 +191,29 @@ def _write_run(
         steps = [{"type": "step", "step": 1, "loss": spec.loss + 3, "accuracy": 0.05, "lr": spec.lr, "grad_norm": 1.0,
                   "skipped": False}]
         lines = [json.dumps(record) for record in steps + records]
+    if spec.diverged_at is not None:
+        lines.append(json.dumps({"type": "diverged", **diverged_record(spec)}))
     files.metrics.write_text("\n".join(lines) + "\n")
+    if spec.failed:
+        log = run_dir.parents[1] / "logs" / "runs" / spec.run_id / "slices" / "epoch-2.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"training {spec.run_id}\nTraceback (most recent call last):\n{FAILED_LOG}\n")
+        return
+    if spec.diverged_at is not None:
+        files.results.write_text(json.dumps(_results(spec, epochs) | {
+            "status": "diverged", "loss": None, "perplexity": None, "accuracy": None, "targets": None,
+            "diverged": diverged_record(spec), "validation": "not run: the run diverged", "validated": None,
+        }, indent=2))
+        return
     best = min(records, key=lambda record: record["val_loss"])
     keys = ("epoch", "step", "tokens", "val_loss", "val_accuracy")
     files.best.write_text(json.dumps({**{k: best[k] for k in keys}, "weights": None}))
     files.train_log.write_text(f"########## job local-{spec.seed} ##########\n")
-    results = {
+    files.results.write_text(json.dumps(_results(spec, epochs), indent=2))
+
+
+def _results(spec: RunSpec, epochs: int) -> dict[str, Any]:
+    return {
         "run": spec.display_name or spec.run_id,
         "mode": spec.mode,
         "lr": spec.lr,
@@ -195,7 +233,6 @@ def _write_run(
         "validated": VALIDATED,
         "wall_seconds": 1.5,
     }
-    files.results.write_text(json.dumps(results, indent=2))
 
 
 def _step_records(spec: RunSpec, epoch: int, per_epoch: int, epochs: int) -> list[dict[str, Any]]:

@@ -82,7 +82,7 @@ def test_group_runs_reference_columns(
     reference: dict[str, Any], reference_groups: pl.DataFrame
 ) -> None:
     result = reference_groups.columns
-    expected = list(reference["groups"][0])
+    expected = [*reference["groups"][0], "outcome"]  # diverged_step only where a point diverged: none here
     assert result == expected
 
 
@@ -352,6 +352,7 @@ def test_write_selection_json(tmp_path: Path) -> None:
             "std_loss": 0.0,
             "seeds_completed": 2,
             "edge": None,
+            "diverged_above": None,
         }
     }
     assert result == expected

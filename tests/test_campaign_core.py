@@ -93,6 +93,22 @@ def test_history_records_a_grid_once_and_an_extension_as_the_next_version(in_tmp
     assert result == (["1.json", "2.json"], [2 * 2, 2 * 3])
 
 
+def test_history_retiring_a_point_and_putting_it_back_each_record_the_declared_grid(in_tmp: Path) -> None:
+    """A removed learning rate is a recording of its own: the union keeps its runs (retired), the
+    active grid drops them; putting it back is the next recording, and nothing is retired."""
+    paths = campaign_from_dict(tiny()).paths
+    record_grid(paths, "tiny", "", campaign_from_dict(tiny()).grid)
+    shrunk = record_grid(paths, "tiny", "", campaign_from_dict(tiny(grid={**tiny()["grid"], "learning_rates": {
+        "synchronous": [0.001]}})).grid)
+    read_back = read_history(paths)
+    restored = record_grid(paths, "tiny", "", campaign_from_dict(tiny()).grid)
+    result = (len(shrunk.grid.runs()), len(shrunk.active.runs()), [run.id for run in read_back.retired()],
+              read_back.active == shrunk.active, restored.retired(),
+              sorted(path.name for path in paths.frozen_spec.iterdir()))
+    assert result == (4, 2, ["synchronous-lr0.003-beta20.95-seed42", "synchronous-lr0.003-beta20.95-seed43"], True, [],
+                      ["1.json", "2.json", "3.json"])
+
+
 def test_history_names_a_damaged_recording(in_tmp: Path) -> None:
     campaign = campaign_from_dict(tiny())
     record_grid(campaign.paths, "tiny", "", campaign.grid)
@@ -139,6 +155,16 @@ def test_workflow_plan_names_every_record_all_audits(in_tmp: Path) -> None:
     outputs = plan.final_output()
     result = (len([path for path in outputs if path.endswith("results.json")]), plan.brackets, plan.expected_ends(BASE))
     assert result == (4, [], "1,2")
+
+
+def test_workflow_plan_never_asks_for_a_retired_run(in_tmp: Path) -> None:
+    """The frozen history still holds lr 0.003 (recorded first); `all` plans the campaign file's grid."""
+    record_grid(campaign_from_dict(tiny()).paths, "tiny", "", campaign_from_dict(tiny()).grid)
+    shrunk = campaign_from_dict(tiny(grid={**tiny()["grid"], "learning_rates": {"synchronous": [0.001]}}))
+    outputs = WorkflowPlan(shrunk).final_output()
+    finished = [path for path in outputs if path.endswith("results.json")]
+    result = (any("lr0.003" in path for path in outputs), len(finished))
+    assert result == (False, 2)
 
 
 def test_workflow_plan_refuses_a_run_of_a_preset_the_campaign_lacks(in_tmp: Path) -> None:

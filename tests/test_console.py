@@ -15,20 +15,21 @@ import pytest
 from workflow_support import REPO, copy_repo
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-SNAKEFILE = """
+GOOD, BAD = "synchronous-lr0.001-beta20.95-seed1", "synchronous-lr0.001-beta20.95-seed2"
+SNAKEFILE = f"""
 rule all:
     input:
-        "results/sweep/runs/good/results.json",
-        "results/sweep/runs/bad/results.json",
+        "results/sweep/runs/{GOOD}/results.json",
+        "results/sweep/runs/{BAD}/results.json",
 
 rule validate:
     output:
-        "results/{campaign}/runs/{run}/results.json",
+        "results/{{campaign}}/runs/{{run}}/results.json",
     log:
-        "results/{campaign}/logs/runs/{run}/final.log",
+        "results/{{campaign}}/logs/runs/{{run}}/final.log",
     shell:
-        "if [ {wildcards.run} = bad ]; then echo 'ebd2n train: run failed: loss is NaN at step 9' > {log}; exit 1; fi; "
-        "echo '{{}}' > {output}"
+        "if [ {{wildcards.run}} = {BAD} ]; then echo 'ebd2n train: run failed: loss is NaN at step 9' > {{log}}; exit 1; fi; "
+        "echo '{{{{}}}}' > {{output}}"
 """
 
 
@@ -36,8 +37,9 @@ rule validate:
 def console(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     workdir = tmp_path_factory.mktemp("console")
     (workdir / "Snakefile").write_text(SNAKEFILE)
-    plan = {"campaign": "sweep", "cost_per_gpu_hour": None,
-            "runs": [{"run": run, "base": "base", "gpus": 0, "cpus": 1} for run in ("good", "bad")]}
+    grid = {"presets": None, "modes": ["synchronous"], "learning_rates": {"synchronous": [0.001]}, "beta2": [0.95]}
+    plan = {"campaign": "sweep", "cost_per_gpu_hour": None, "grid": grid, "seeds": [1, 2],
+            "jobs": {"synchronous": {"gpus": 0, "cpus": 1}}, "slices": {"base": {"epochs": 1, "epochs_per_slice": 1, "slice_ends": [1]}}}
     (workdir / "results/sweep/status").mkdir(parents=True)
     (workdir / "results/sweep/status/plan.json").write_text(json.dumps(plan))
     env = {**os.environ, "PYTHONPATH": str(SRC)}
@@ -49,13 +51,13 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
 def test_console_one_line_per_finished_job(console) -> None:
     completed, _ = console
     done = [line.split("] ", 1)[1] for line in completed.stderr.splitlines() if " done  " in line]
-    assert (completed.returncode, done) == (1, ["1/3 done  validate sweep/good"])
+    assert (completed.returncode, done) == (1, [f"1/3 done  validate sweep/{GOOD}"])
 
 
 def test_console_shows_the_failure_in_full(console) -> None:
     completed, _ = console
     text = completed.stderr
-    result = ("Error in rule validate:" in text, "Logfile results/sweep/logs/runs/bad/final.log:" in text,
+    result = ("Error in rule validate:" in text, f"Logfile results/sweep/logs/runs/{BAD}/final.log:" in text,
               "ebd2n train: run failed: loss is NaN at step 9" in text, "reason:" in text, "message: None" in text)
     assert result == (True, True, True, False, False)
 

@@ -31,7 +31,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("tracker")
     campaign = write_campaign(root, "sweep", report_runs(), steps_per_epoch=3)
     completed = _cli("export-tracker", str(campaign), "--out", str(root / "mlruns"))
-    assert (completed.returncode, completed.stderr) == (0, ""), completed.stderr
+    said = f"ebd2n export-tracker: campaign sweep: {campaign}\n"  # the campaign it resolved, once done
+    assert (completed.returncode, completed.stderr) == (0, said), completed.stderr
     return campaign, root / "mlruns"
 
 

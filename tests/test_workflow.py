@@ -375,7 +375,7 @@ BAD = [
         id="duplicate-lr",
     ),
     pytest.param(bad(lambda r: r.update(seeds=[])), "[] should be non-empty", id="empty-seeds"),
-    pytest.param(bad(lambda r: r["grid"].update(modes=["packed-1"])), "'packed-1' does not match", id="unknown-mode"),
+    pytest.param(bad(lambda r: r["grid"].update(modes=["packed-1"])), "unknown mode 'packed-1' (modes: synchronous, packed-K for K >= 2)", id="unknown-mode"),
     pytest.param(
         bad(lambda r: (r.pop("recipe"), r["grid"].update(presets=["99m"]))),
         "recipe 99m: no such file and no such preset",

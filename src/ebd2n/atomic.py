@@ -7,13 +7,16 @@ publication and removal here passes `ebd2n.faults.at`, the tests' one place to k
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import os
 import re
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from ebd2n.faults import at
@@ -172,5 +175,22 @@ def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def serialized(directory: Path) -> Iterator[None]:
+    """One process at a time in this block for `directory` (flock on the directory itself, which adds
+    no file to it; where the file system has no locks, the block is not serialized)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(fd)

@@ -43,7 +43,7 @@ from ebd2n.errors import UserError
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
 from ebd2n.layout import slice_checkpoint
 from ebd2n.provenance import timestamp
-from ebd2n.train.lease import serialized
+from ebd2n.atomic import serialized
 
 Stage = Literal["runs", "full"]
 
@@ -86,7 +86,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
             fates = halving.outcome(read=readable)
         except UserError:  # a decision naming no point of the grid: the search check names it
             fates = {}
-    expected_finished = finished_runs(expected, fates)
+    expected_finished = finished_runs(history.active.runs(), fates)  # retired runs stay on disk, not expected
     finished = [view for view in views.values() if view.finished]
     stopped = {run: rung for run, rung in fates.items()
                if rung is not None and not (run in views and views[run].finished)}

@@ -31,11 +31,18 @@ RUN_FIELDS: dict[str, type[pl.DataType]] = {
 }
 """The per-run fields every runs table has (the reference's per-run records)."""
 _POINT = ["mode", "lr", "beta2"]
-_GROUP_COLUMNS = [*_POINT, "seeds_completed", "eligible", "mean_loss", "std_loss", "rank"]
+_GROUP_COLUMNS = [*_POINT, "seeds_completed", "eligible", "mean_loss", "std_loss", "rank", "outcome", "diverged_step",
+                  "diverged"]
+DIVERGED = "diverged"
+"""A run's status when training stopped because it diverged: a result, never counted as a loss."""
+RETIRED = "retired"
+"""A run on disk whose grid point or seed the campaign file no longer declares: kept, never selected."""
 _SELECTION_KEYS = ["lr", "beta2", "mean_loss", "std_loss", "seeds_completed"]
 _ALPHA = 0.05  # Welch t-test level below which a margin is called more than seed noise
 _NOT_ESTABLISHED = "the ranking alone does not establish a reliable improvement"
-RESPONSE_FIELDS = {"mean_loss": pl.Float64, "std_loss": pl.Float64, "seeds_completed": pl.Int64}
+RESPONSE_FIELDS = {
+    "mean_loss": pl.Float64, "std_loss": pl.Float64, "seeds_completed": pl.Int64, "diverged_step": pl.Int64,
+}
 """The LR-response table's columns per mode (`<mode> <field>`), from the grouped table."""
 
 Edge = Literal["lower", "upper"]
@@ -57,22 +64,27 @@ def load_runs(path: Path) -> pl.DataFrame:
 
 
 def failed_runs(runs: pl.DataFrame) -> dict[str, str]:
-    """Run -> why it does not count: failed, or marked complete without a finite loss (never dropped silently)."""
+    """Run -> why it does not count: failed, diverged, or marked complete without a finite loss (never
+    dropped silently)."""
     finite = pl.col("loss").is_not_null() & pl.col("loss").is_finite()
-    failed = runs.filter((pl.col("status") == "failed") | ((pl.col("status") == "complete") & ~finite))
+    failed = runs.filter(pl.col("status").is_in(["failed", DIVERGED]) | ((pl.col("status") == "complete") & ~finite))
     return {
-        row["run"]: "failed" if row["status"] == "failed" else f"complete with loss {row['loss']}"
+        row["run"]: row["status"] if row["status"] != "complete" else f"complete with loss {row['loss']}"
         for row in failed.iter_rows(named=True)
     }
 
 
 def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFrame:
-    """One row per grid point: seeds done, eligibility, mean and sample SD of loss, rank in mode.
+    """One row per grid point: seeds done, eligibility, mean and sample SD of loss, rank in mode,
+    outcome (converged, diverged, stopped by successive halving, incomplete) and the first step any
+    seed diverged at.
 
-    Only complete runs with a finite loss count. A point is eligible when it has every expected
-    seed (`seeds`, or else every seed the table mentions). Rank orders eligible points first, by
-    mean loss, then lower LR, then lower beta2; ineligible points follow, in the same order.
+    Only complete runs with a finite loss count; retired runs are left out. A point is eligible
+    when it has every expected seed (`seeds`, or else every seed the table mentions) and no seed
+    diverged. Rank orders eligible points first, by mean loss, then lower LR, then lower beta2;
+    incomplete points follow, then diverged ones, each in the same order.
     """
+    runs = runs.filter(pl.col("status") != RETIRED)
     expected = sorted(set(seeds) if seeds is not None else set(runs["seed"].to_list()))
     done = completed_runs(runs, seeds)
     summary = done.group_by(_POINT).agg(
@@ -80,19 +92,28 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
         mean_loss=pl.col("loss").mean(),
         std_loss=pl.col("loss").std(ddof=1),
     )
+    step = pl.col("diverged_step") if "diverged_step" in runs.columns else pl.lit(None)
+    diverged = runs.filter(pl.col("status") == DIVERGED).group_by(_POINT).agg(diverged_step=step.cast(pl.Int64).min(),
+                                                                               diverged=pl.lit(True))
+    stopped = runs.filter(pl.col("status") == "stopped").select(_POINT).unique().with_columns(stopped=pl.lit(True))
     modes = pl.Enum(runs["mode"].unique(maintain_order=True).to_list())
-    return (
+    groups = (
         runs.select(_POINT)
         .unique()
         .join(summary, on=_POINT, how="left")
-        .with_columns(pl.col("seeds_completed").fill_null(0))
+        .join(diverged, on=_POINT, how="left")
+        .join(stopped, on=_POINT, how="left")
+        .with_columns(pl.col("seeds_completed").fill_null(0), pl.col("diverged", "stopped").fill_null(False))
         .with_columns(
-            eligible=(pl.col("seeds_completed") == len(expected)) & (len(expected) > 0),
+            eligible=(pl.col("seeds_completed") == len(expected)) & (len(expected) > 0) & ~pl.col("diverged"),
             mode=pl.col("mode").cast(modes),
         )
+        .with_columns(outcome=pl.when("diverged").then(pl.lit(DIVERGED))
+                      .when("eligible").then(pl.lit("converged")).when("stopped").then(pl.lit("stopped"))
+                      .otherwise(pl.lit("incomplete")))
         .sort(
-            ["mode", "eligible", "mean_loss", "lr", "beta2"],
-            descending=[False, True, False, False, False],
+            ["mode", "eligible", "diverged", "mean_loss", "lr", "beta2"],
+            descending=[False, True, False, False, False, False],
             nulls_last=True,
         )
         .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("mode"))
@@ -100,20 +121,32 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
         .with_columns(pl.col("mode").cast(pl.String))
         .select(_GROUP_COLUMNS)
     )
+    diverged_columns = ["diverged"] if groups["diverged"].any() else ["diverged", "diverged_step"]
+    return groups.drop(diverged_columns)  # diverged_step only where a point diverged: a CSV column of numbers
+
+
+def outcome_text(point: dict[str, Any]) -> str:
+    """How a grid point ended, in the words every table and sentence uses: "diverged at step k"."""
+    if point.get("outcome") != DIVERGED:
+        return str(point.get("outcome") or "")
+    step = point.get("diverged_step")
+    return f"diverged at step {step}" if step is not None else DIVERGED
 
 
 def select(groups: pl.DataFrame) -> dict[str, dict]:
     """Per mode, the best eligible point; a mode with no eligible point has no entry."""
     return {
-        mode: ranked.row(0, named=True)
+        mode: {key: value for key, value in ranked.row(0, named=True).items()
+               if key not in ("outcome", "diverged_step")}  # a winner converged: its selection entry as before
         for mode in _modes(groups)
         if not (ranked := _ranked_eligible(groups, mode)).is_empty()
     }
 
 
 def lr_response(groups: pl.DataFrame, beta2: float) -> pl.DataFrame:
-    """LR x mode table at one beta2, numbers only: per mode `<mode> mean_loss`, `<mode> std_loss` and
-    `<mode> seeds` (seeds completed) columns; all empty where a mode skipped an LR."""
+    """LR x mode table at one beta2, numbers only: per mode `<mode> mean_loss`, `<mode> std_loss`,
+    `<mode> seeds_completed` and, where a point diverged, `<mode> diverged_step` (the first step a
+    seed diverged at) columns; all empty where a mode skipped an LR."""
     at = groups.filter(pl.col("beta2") == beta2)
     if at.is_empty():
         tested = ", ".join(f"{b:g}" for b in sorted(groups["beta2"].unique().to_list()))
@@ -121,8 +154,9 @@ def lr_response(groups: pl.DataFrame, beta2: float) -> pl.DataFrame:
     cells = {(row["mode"], row["lr"]): row for row in at.iter_rows(named=True)}
     lrs = sorted(at["lr"].unique().to_list())
     columns: dict[str, pl.Series] = {"lr": pl.Series(lrs, dtype=pl.Float64)}
+    fields = {field: dtype for field, dtype in RESPONSE_FIELDS.items() if field in at.columns}
     for mode in _modes(groups):
-        for field, dtype in RESPONSE_FIELDS.items():
+        for field, dtype in fields.items():
             values = [cells[(mode, lr)][field] if (mode, lr) in cells else None for lr in lrs]
             columns[f"{mode} {field}"] = pl.Series(values, dtype=dtype)
     return pl.DataFrame(columns)
@@ -131,7 +165,8 @@ def lr_response(groups: pl.DataFrame, beta2: float) -> pl.DataFrame:
 def winner_notes(
     groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None = None
 ) -> dict[str, dict]:
-    """Per mode with a winner: is it on the LR edge, and does it beat the runner-up beyond noise?
+    """Per mode with a winner: is it on the LR edge, does a diverged LR bound it from above, which
+    points are still unfinished, and does it beat the runner-up beyond noise?
 
     Pass the same `seeds` given to `group_runs`, so the t-test sees the losses the means used.
     """
@@ -141,9 +176,17 @@ def winner_notes(
         ranked = _ranked_eligible(groups, mode)
         if ranked.is_empty():
             continue
-        lrs = sorted(groups.filter(pl.col("mode") == mode)["lr"].unique().to_list())
-        notes[mode] = _notes(ranked, lrs, done)
+        notes[mode] = _notes(ranked, groups.filter(pl.col("mode") == mode), done)
     return notes
+
+
+def diverged_above(winner: dict[str, Any], points: pl.DataFrame) -> dict[str, Any] | None:
+    """The point at the next tested LR above the winner (at its beta2) when that point diverged: the
+    evidence that bounds the optimum from above. None when the next LR converged or there is none."""
+    above = points.filter((pl.col("beta2") == winner["beta2"]) & (pl.col("lr") > winner["lr"])).sort("lr")
+    if above.is_empty() or above["outcome"][0] != DIVERGED:
+        return None
+    return {key: above.row(0, named=True)[key] for key in ("lr", "beta2", "diverged_step")}
 
 
 def write_selection(
@@ -224,8 +267,10 @@ def _ranked_eligible(groups: pl.DataFrame, mode: str) -> pl.DataFrame:
     )
 
 
-def _notes(ranked: pl.DataFrame, lrs: list[float], done: pl.DataFrame) -> dict[str, Any]:
-    """Edge, runner-up margin, its size against seed noise, and a sentence a reader can quote."""
+def _notes(ranked: pl.DataFrame, points: pl.DataFrame, done: pl.DataFrame) -> dict[str, Any]:
+    """Edge, divergence above, unfinished points, runner-up margin, its size against seed noise,
+    and a sentence a reader can quote."""
+    lrs = sorted(points["lr"].unique().to_list())
     winner = ranked.row(0, named=True)
     runner = ranked.row(1, named=True) if ranked.height > 1 else None
     edge = lr_edge(winner["lr"], lrs)
@@ -239,6 +284,8 @@ def _notes(ranked: pl.DataFrame, lrs: list[float], done: pl.DataFrame) -> dict[s
         "margin_vs_sd": margin / sd if margin is not None and sd else None,
         "p_value": _welch_p(_losses(done, winner), _losses(done, runner)) if runner else None,
         "next_lrs": _next_lrs(edge, lrs),
+        "diverged_above": diverged_above(winner, points),
+        "unfinished": points.filter(pl.col("outcome") == "incomplete").select("lr", "beta2").to_dicts(),
     }
     notes["verdict"] = _verdict(winner, runner, notes)
     return notes
@@ -286,6 +333,15 @@ def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[
             f"{name} beats the runner-up LR {runner['lr']:g} (beta2 {runner['beta2']:g}) "
             f"by {notes['margin']:.6f} nats{_noise_clause(notes)}."
         )
+    if notes["diverged_above"]:
+        above = notes["diverged_above"]
+        text += (f" The next LR, {above['lr']:g}, {outcome_text({'outcome': DIVERGED, **above})}, so divergence bounds"
+                 " the optimum from above: the grid is bracketed by divergence.")
+    if notes["unfinished"]:
+        count = len(notes["unfinished"])
+        lrs = ", ".join(f"{lr:g}" for lr in sorted({point["lr"] for point in notes["unfinished"]}))
+        text += (f" {count} point{'' if count == 1 else 's'} of this mode {'is' if count == 1 else 'are'} not finished"
+                 f" (LR {lrs}), so the ranking may change.")
     if notes["edge"]:
         proposals = ", ".join(f"{lr:g}" for lr in notes["next_lrs"])
         text += (

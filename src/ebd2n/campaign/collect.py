@@ -55,7 +55,7 @@ def campaign_record(paths: CampaignPaths, history: GridHistory) -> dict:
         "description": spec["description"],
         "grid": spec["grid"],
         "seeds": spec["seeds"],
-        "runs_planned": len(grid.runs()),
+        "runs_planned": len(history.active.runs()),
         "runs_finished": len(finished),
         "epochs_per_slice": settings.get("epochs_per_slice"),
         "checkpoint_policy": settings.get("checkpoint_policy"),
@@ -64,6 +64,7 @@ def campaign_record(paths: CampaignPaths, history: GridHistory) -> dict:
         "base_recipes": {base: _base_record(paths, base, cache) for base in grid.bases},
         "created": freeze.get("created"),
         **({"search": halving.record()} if halving else {}),  # successive halving: each rung's decision
+        **({"retired": [run.id for run in retired]} if (retired := history.retired()) else {}),  # kept, not selected
     }
 
 

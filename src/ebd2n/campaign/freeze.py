@@ -17,7 +17,7 @@ from ebd2n.campaign.file import Campaign
 from ebd2n.config import save_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash, timestamp
-from ebd2n.train.lease import serialized
+from ebd2n.atomic import serialized
 
 
 def freeze_trainer(campaign: Campaign) -> str:

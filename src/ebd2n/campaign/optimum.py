@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ebd2n.campaign.analysis import Edge, completed_runs, lr_edge
+from ebd2n.campaign.analysis import DIVERGED, Edge, completed_runs, diverged_above, lr_edge, outcome_text
 
 RESAMPLES = 2000
 RESAMPLING_SEED = 0
@@ -32,7 +32,8 @@ METHOD = (
 
 
 def lr_optima(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
-    """Per mode with a winner: `edge` and `lr_optimum` at the winner's beta2, and, when the grid
+    """Per mode with a winner: `edge`, `diverged_above` (the diverged point above the winner that
+    bounds the optimum, or None) and `lr_optimum` at the winner's beta2, and, when the grid
     has several beta2, `lr_optimum_by_beta2` (beta2 as text -> the fit at that beta2).
 
     `groups` and `seeds` as for `winner_notes`; only eligible points (every seed) are fitted.
@@ -50,7 +51,8 @@ def lr_optima(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None 
             beta2: fit_optimum(tested, _seed_losses(done, mode, beta2, eligible))
             for beta2 in sorted(part["beta2"].unique().to_list())
         }
-        entry: dict[str, Any] = {"edge": lr_edge(winner["lr"], tested), "lr_optimum": fits[winner["beta2"]]}
+        entry: dict[str, Any] = {"edge": lr_edge(winner["lr"], tested), "diverged_above": diverged_above(winner, part),
+                                 "lr_optimum": fits[winner["beta2"]]}
         if len(fits) > 1:
             entry["lr_optimum_by_beta2"] = {f"{beta2:g}": fit for beta2, fit in fits.items()}
         out[mode] = entry
@@ -72,6 +74,9 @@ def optimum_lines(optima: dict[str, dict[str, Any]]) -> list[str]:
                 text += f"; {fit['reason']}"
         if entry["edge"]:
             text += f"; the winner is at the {entry['edge']} edge of the grid"
+        if entry["diverged_above"]:
+            above = entry["diverged_above"]
+            text += f"; bracketed by divergence: LR {above['lr']:g} {outcome_text({'outcome': DIVERGED, **above})}"
         lines.append(text)
     return lines
 
@@ -183,19 +188,24 @@ def optimum_panels(
     optima: dict[str, dict[str, Any]], seeds: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     """What the LR-optimum figure draws per mode at its winner's beta2: every seed's loss, each
-    point's mean and SD, the fitted parabola over the points it used, the optimum and its interval."""
+    point's mean and SD, the fitted parabola over the points it used, the optimum and its interval,
+    and the LRs that diverged (with the first step a seed diverged at), which have no loss to draw."""
     done = completed_runs(runs, seeds)
     panels = []
     for mode, winner in selection.items():
         beta2, fit = winner["beta2"], optima[mode]["lr_optimum"]
-        points = groups.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2) & pl.col("mean_loss").is_not_null())
-        seeded = done.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2)).sort(["lr", "seed"])
+        at = groups.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2))
+        diverged = at.filter(pl.col("outcome") == DIVERGED).sort("lr")
+        points = at.filter(pl.col("mean_loss").is_not_null() & (pl.col("outcome") != DIVERGED))
+        seeded = done.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2)
+                             & ~pl.col("lr").is_in(diverged["lr"].to_list())).sort(["lr", "seed"])
         panels.append({
             "mode": mode,
             "beta2": beta2,
             "seeds": {"lr": seeded["lr"].to_list(), "loss": seeded["loss"].to_list(), "seed": seeded["seed"].to_list()},
             "points": points.select("lr", "mean_loss", "std_loss", "eligible").sort("lr").to_dicts(),
             "curve": _curve(fit["points_used"], points),
+            "diverged": [{"lr": row["lr"], "step": row.get("diverged_step")} for row in diverged.iter_rows(named=True)],
             **{key: fit[key] for key in ("estimate", "low", "high", "open", "reason")},
         })
     return panels

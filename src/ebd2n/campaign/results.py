@@ -17,12 +17,14 @@ from typing import Any
 import polars as pl
 
 from ebd2n.campaign.analysis import RUN_FIELDS
+from ebd2n.campaign.grid import grid_from_dict
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.data.cache import MANIFEST
 from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
+from ebd2n.train.lease import live_holder
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
@@ -36,9 +38,14 @@ RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     "cache_identity": pl.String,
     "source_hash": pl.String,
     "job_ids": pl.String,
+    "diverged_step": pl.Int64,
 }
 """Columns of the runs table (runs.csv); `directory` is relative to the campaign, `job_ids`
-space-separated, `preset` empty outside scaling campaigns."""
+space-separated, `preset` empty outside scaling campaigns, `diverged_step` the step a diverged
+run stopped at. `status`: complete, diverged, failed (a job of it left a log and no result),
+incomplete (not finished yet), stopped (successive halving) or retired (no longer in the grid)."""
+LOG_LINES = 8
+"""How many of a failed job's last log lines the report shows."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,10 @@ class CampaignResults:
     audit: dict[str, Any] | None
     measured_date: str | None
     """Date of the last full validation (as recorded in results.json, never a file time)."""
+    missing: list[str]
+    """Runs of the campaign's grid with no run directory yet (never resolved: their job did not run)."""
+    failures: dict[str, list[str]]
+    """The last lines of the newest job log of each failed run, keyed by `directory`."""
 
     def recipe(self, directory: str) -> Recipe:
         """The resolved recipe of one run."""
@@ -93,14 +104,22 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         raise UserError(f"{paths.campaign_json}: not a campaign record (grid or seeds of the wrong shape); collect it again")
     results = {p.relative_to(directory).as_posix(): read_json(run_paths(p).results) for p in run_dirs}
     stopped = ((info or {}).get("search") or {}).get("stopped") or {}  # successive halving: run id -> its rung
-    rows = [_row(directory, p, results[p.relative_to(directory).as_posix()], p.name in stopped) for p in run_dirs]
+    retired = set((info or {}).get("retired") or [])  # runs the campaign file no longer declares
+    failures = {}
+    for run_dir in run_dirs:
+        key = run_dir.relative_to(directory).as_posix()
+        if results[key] is None and run_dir.name not in stopped and (failure := job_failure(paths, run_dir.name)):
+            failures[key] = [f"{paths.relative(failure[0])}:", *failure[1]]
+    rows = [_row(directory, p, results[key := p.relative_to(directory).as_posix()],
+                 "retired" if p.name in retired else "stopped" if p.name in stopped else "failed" if key in failures
+                 else "incomplete") for p in run_dirs]
     complete = {key: value for key, value in results.items() if value is not None}
     try:  # typed first: everything below may trust the values
         table = pl.DataFrame(rows, schema=RUN_COLUMNS)
     except (pl.exceptions.PolarsError, TypeError, ValueError) as error:
         first = str(error).strip().splitlines()[0]
         raise UserError(f"{paths.runs}: a {RESULTS_JSON} holds a value of the wrong type ({first})") from None
-    modes, learning_rates, beta2 = _grid(info, table.to_dicts())
+    modes, learning_rates, beta2 = _grid(info, [row for row in table.to_dicts() if row["status"] != "retired"])
     order = {mode: index for index, mode in enumerate(modes)}
     runs = table.sort([pl.col("mode").replace_strict(order, return_dtype=pl.Int64), "lr", "beta2", "seed", "run"])
     seeds = sorted(info["seeds"]) if info and info.get("seeds") else sorted(set(runs["seed"].to_list()))
@@ -122,6 +141,8 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         manifest_path=manifest_path,
         audit=read_json(paths.audit_runs),
         measured_date=max((str(r["validated"])[:10] for r in complete.values() if r.get("validated")), default=None),
+        missing=_missing(info, {p.name for p in run_dirs}),
+        failures=failures,
     )
 
 
@@ -138,15 +159,17 @@ def _mode_key(mode: str) -> tuple[int, int, str]:
     return (1, int(match[1]), mode) if match else (2, 0, mode)
 
 
-def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, stopped: bool = False) -> dict[str, Any]:
-    """runs.csv row; a run without results.json is listed from its recipe, as incomplete (or as
-    stopped, when successive halving stopped it at a rung)."""
+def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, unfinished: str) -> dict[str, Any]:
+    """runs.csv row; a run without results.json is listed from its recipe with the status
+    `unfinished` says (incomplete, failed, stopped or retired); a retired run is retired whatever
+    its results say."""
     directory = run_dir.relative_to(campaign).as_posix()
     preset = _preset(run_dir.name) or ""
     if results is None:
         recipe = _recipe(run_paths(run_dir).recipe)
         point = {"mode": recipe.mode, "lr": recipe.optimizer.lr, "beta2": recipe.optimizer.beta2, "seed": recipe.runtime.seed}
-        return {"run": run_dir.name, **point, "status": "stopped" if stopped else "incomplete", "preset": preset, "directory": directory, "job_ids": ""}
+        return {"run": run_dir.name, **point, "status": unfinished, "preset": preset, "directory": directory,
+                "job_ids": ""}
     missing = [key for key in ("mode", "lr", "beta2", "seed", "status") if key not in results]
     if missing:
         raise UserError(f"{run_paths(run_dir).results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`")
@@ -155,7 +178,40 @@ def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, stopped:
     row["preset"] = preset
     row["directory"] = directory
     row["job_ids"] = " ".join(str(job) for job in results.get("job_ids") or [])
+    diverged = results.get("diverged")
+    row["diverged_step"] = diverged.get("step") if isinstance(diverged, dict) else None
+    if unfinished == "retired":
+        row["status"] = "retired"
     return row
+
+
+def job_failure(paths: CampaignPaths, run_id: str) -> tuple[Path, list[str]] | None:
+    """Where and how a run's last job failed: its newest log under logs/runs/<run>/ and that log's
+    last lines, when that job left no output (Snakemake removes a failed job's; a log is named
+    after its job's output) and no job works on the run now (a live lease); else None. A killed job
+    (out of memory, a lost node) fails with an empty log."""
+    logs = sorted((paths.logs / paths.runs.name / run_id).rglob("*.log"), key=lambda path: path.stat().st_mtime)
+    if not logs or live_holder(paths.run(run_id).directory) is not None:
+        return None
+    output = paths.directory / logs[-1].relative_to(paths.logs).with_suffix("")
+    if any(output.parent.glob(f"{output.name}.*")):
+        return None
+    lines = [line for line in logs[-1].read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    return logs[-1], lines[-LOG_LINES:] or [EMPTY_LOG]
+
+
+EMPTY_LOG = "(the log is empty: the job ended without a word, as a killed one does, e.g. out of memory)"
+
+
+def _missing(info: dict[str, Any] | None, present: set[str]) -> list[str]:
+    """Runs of the recorded grid without a directory; [] for a tree without a recorded grid."""
+    if not info or "grid" not in info or "seeds" not in info:
+        return []
+    try:
+        grid = grid_from_dict(info["grid"], info["seeds"], None)
+    except (AttributeError, KeyError, TypeError, ValueError, UserError):
+        return []
+    return [run.id for run in grid.runs() if run.id not in present]
 
 
 def _grid(info: dict[str, Any] | None, rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, list[float]], list[float]]:

@@ -36,6 +36,7 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.grid import grid_from_record
 from ebd2n.campaign.plans import grid_search
 from ebd2n.campaign.resources import scope_name
+from ebd2n.campaign.results import job_failure
 from ebd2n.campaign.runs import Run
 from ebd2n.campaign.search import Halving
 from ebd2n.errors import UserError
@@ -57,7 +58,6 @@ STOPPED = "stopped"
 DIVERGED = "diverged"
 """A run the trainer stopped because it diverged (ebd2n.train.divergence): an outcome, counted apart."""
 _RECORD = re.compile(rb'"type": ?"(epoch|diverged)"')
-_ERROR = re.compile(r"^(ebd2n [a-z]+: (error|run failed|interrupted)|Traceback \(most recent call last\)|\S*Error: )", re.M)
 
 
 @dataclass
@@ -104,6 +104,8 @@ class CampaignStatus:
     eta_s: float | None
     brackets: list[str] = field(default_factory=list)
     """Successive halving: one line per bracket, the rung it is at (none for the full grid)."""
+    retired: list[str] = field(default_factory=list)
+    """Run directories of points the campaign file no longer declares: kept on disk, not run."""
 
 
 def campaign_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> dict[str, Any]:
@@ -167,6 +169,7 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
         cpu_hours=sum(row.wall_s * row.cpus for row in rows) / 3600,
         eta_s=_eta(rows, counts["running"]),
         brackets=_bracket_lines(halving, rows) if halving else [],
+        retired=sorted({path.name for path in paths.runs.glob("*") if path.is_dir()} - {row.run for row in rows}),
     )
 
 
@@ -316,17 +319,12 @@ def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: dict[str, Any
 
 
 def _failure(campaign_dir: Path, run: str) -> str | None:
-    """The error of the run's last job, if that job failed (its log, under logs/runs/<run>/, says so)."""
-    paths = CampaignPaths(Path(campaign_dir))
-    logs = sorted((paths.logs / paths.runs.name / run).rglob("*.log"), key=lambda path: path.stat().st_mtime)
-    if not logs:
+    """The error of the run's last job, if that job failed: its log and last line (`job_failure`)."""
+    failure = job_failure(CampaignPaths(Path(campaign_dir)), run)
+    if failure is None:
         return None
-    text = logs[-1].read_text(encoding="utf-8", errors="replace")
-    errors = [line for line in text.splitlines() if _ERROR.match(line)]
-    if not errors:
-        return None
-    last = [line for line in text.splitlines() if line.strip()][-1]
-    return f"{logs[-1].relative_to(campaign_dir).as_posix()}: {last.strip()[:160]}"
+    log, lines = failure
+    return f"{log.relative_to(campaign_dir).as_posix()}: {lines[-1].strip()[:160]}"
 
 
 # --- output ---
@@ -349,6 +347,8 @@ def format_status(status: CampaignStatus, colour: bool = False) -> str:
         lines.append(f"\033[{_COLOURS[row.state]}m{text}\033[0m" if colour else text)
     lines.append(LOSSES)
     lines.extend(status.brackets)
+    if status.retired:
+        lines.append(f"retired (kept on disk, no longer in the campaign file's grid): {', '.join(status.retired)}")
     lines.append(campaign_line(status))
     return "\n".join(lines)
 

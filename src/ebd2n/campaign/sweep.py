@@ -3,6 +3,8 @@
 `ebd2n sweep FILE --until-bracketed -- ARGS` is `snakemake --configfile FILE ARGS` in a loop:
 after each run, a mode whose winner sits at an end of its LR range gets the next LRs beyond it
 (`extend.extend_campaign`); the loop ends when no winner is at an edge, or after `max_extensions`.
+A diverged LR above a winner is a tested LR, so that winner is not at the upper edge: the sweep
+never extends past a diverged LR (the grid is bracketed by divergence).
 Snakemake's arguments pass through untouched (`--profile slurm`, `--cores 8`, ...).
 """
 

@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text, pid_alive
-from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
+from ebd2n.campaign.analysis import DIVERGED, RETIRED, group_runs, lr_response, select, winner_notes, write_selection
 from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
 from ebd2n.config import Recipe, dump_recipe
@@ -58,7 +58,7 @@ from ebd2n.report.tables import (
     scaling_rows,
     settings,
 )
-from ebd2n.train.lease import serialized
+from ebd2n.atomic import serialized
 
 SELECTION_RULE = {
     "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
@@ -270,8 +270,10 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]], ha
     Runs successive halving stopped at a rung are neither expected to finish nor incomplete."""
     stopped = stopped_at(halving)
     runs = campaign.runs
-    counted = runs.filter(~pl.col("run").is_in(pl.Series(list(stopped), dtype=pl.String)))
+    halted = pl.col("run").is_in(pl.Series(list(stopped), dtype=pl.String))
+    counted = runs.filter(~halted & (pl.col("status") != RETIRED))
     complete = counted.filter(pl.col("status") == "complete")
+    ended = counted.filter(pl.col("status").is_in(["complete", DIVERGED]))  # a diverged run is a result
     results = list(campaign.results.values())
     info = campaign.info or {}
     points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
@@ -286,10 +288,11 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]], ha
         "directory": _campaign_path(campaign),
         "kind": "scaling" if campaign.presets else "grid",
         "measured_date": campaign.measured_date,
-        "status": "complete" if complete.height == counted.height and complete.height >= expected else "incomplete",
+        "status": "complete" if ended.height == counted.height and ended.height >= expected else "incomplete",
         "runs": runs.height,
         "completed_runs": complete.height,
         "expected_runs": expected,
+        "outcomes": run_outcomes(campaign),
         **({"stopped_runs": len(stopped)} if halving is not None else {}),
         "grid": {"modes": campaign.modes, "learning_rates": campaign.learning_rates, "beta2": campaign.beta2},
         "seeds": campaign.seeds,
@@ -313,6 +316,23 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]], ha
         "audit": _audit(campaign.audit),
         "signing_key_id": (info.get("signing") or {}).get("key_id"),  # the audit signs after this page: the key named, not a signature
     }
+
+
+def run_outcomes(campaign: CampaignResults) -> dict[str, list[dict[str, Any]]]:
+    """The runs that did not converge, by outcome: diverged (with the step), failed (with the last
+    lines of the job's log), incomplete (not finished yet), missing (no run directory) and retired."""
+    rows = campaign.runs.iter_rows(named=True)
+    names = (DIVERGED, "failed", "incomplete", "missing", RETIRED)
+    outcomes: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for row in rows:
+        if row["status"] == DIVERGED:
+            outcomes[DIVERGED].append({"run": row["run"], "step": row["diverged_step"]})
+        elif row["status"] == "failed":
+            outcomes["failed"].append({"run": row["run"], "log": campaign.failures.get(row["directory"], [])})
+        elif row["status"] in ("incomplete", RETIRED):
+            outcomes[row["status"]].append({"run": row["run"]})
+    outcomes["missing"] = [{"run": run} for run in campaign.missing]
+    return outcomes
 
 
 def _representatives(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) -> dict[str, tuple[Recipe, int | None]]:

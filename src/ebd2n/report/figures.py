@@ -16,9 +16,10 @@ import numpy as np
 import polars as pl
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import EngFormatter, MaxNLocator, NullLocator
 
+from ebd2n.campaign.analysis import DIVERGED
 from ebd2n.report.plotly_embed import PALETTE, halving_series, series_label
 
 _CMAP = colormaps["viridis_r"].with_extremes(bad="white")  # low loss bright; untested cells blank
@@ -44,6 +45,9 @@ def heatmaps(
     partial = "; * not every seed" if not groups["eligible"].all() else ""
     figure.suptitle(f"Mean final full-validation loss (nats) over seeds; winner outlined{partial}", fontsize=10)
     figure.tight_layout()
+    if (groups["outcome"] == DIVERGED).any():
+        mark = Patch(facecolor=_DIVERGED_FILL, hatch="xx", edgecolor=_DIVERGED_LINE, label="diverged (step)")
+        figure.legend(handles=[mark], loc="lower right", fontsize=7, frameon=False)
     return _save(figure)
 
 
@@ -80,7 +84,13 @@ def _heatmap_panel(
     for i, lr in enumerate(lrs):
         for j, b in enumerate(beta2):
             row = cells.get((lr, b))
-            if row and row["mean_loss"] is not None:
+            if row and row["outcome"] == DIVERGED:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=_DIVERGED_FILL, hatch="xx",
+                                       edgecolor=_DIVERGED_LINE, linewidth=0))
+                step = row.get("diverged_step")
+                ax.text(j, i, "diverged" + (f"\nstep {step}" if step is not None else ""), ha="center", va="center",
+                        fontsize=7, color=_DIVERGED_LINE, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+            elif row and row["mean_loss"] is not None:
                 values[i, j] = row["mean_loss"]
     masked = np.ma.masked_invalid(values)
     image = ax.imshow(masked, cmap=_CMAP, aspect="auto", origin="lower", vmin=scale[0], vmax=scale[1])
@@ -107,6 +117,10 @@ def _heatmap_panel(
         bar.set_label("mean loss (nats)", fontsize=8)
         bar.locator = MaxNLocator(nbins=6)
         bar.update_ticks()
+
+
+_DIVERGED_FILL, _DIVERGED_LINE = "#eeeeee", "#b00020"
+"""How a diverged point is drawn: a hatched cell, or a cross on the LR axis, in this red."""
 
 
 def _save(figure: Figure) -> dict[str, bytes]:
@@ -139,8 +153,14 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
         if panel["estimate"] is not None:
             ax.axvline(panel["estimate"], color=color, linestyle="--", linewidth=1.2,
                        label=f"optimum {panel['estimate']:.3g}")
+        if panel["diverged"]:
+            crossed = [d["lr"] for d in panel["diverged"]]
+            ax.scatter(crossed, [0.97] * len(crossed), marker="x", s=40, color=_DIVERGED_LINE,
+                       transform=ax.get_xaxis_transform(), label="diverged", clip_on=False)
+            left, right = min(left, min(crossed) / 1.5), max(right, max(crossed) * 1.5)
         ax.set_xlim(left, right)
-        ax.set_xticks([p["lr"] for p in points], [f"{p['lr']:g}" for p in points], rotation=45, fontsize=7)
+        ticks = sorted([p["lr"] for p in points] + [d["lr"] for d in panel["diverged"]])
+        ax.set_xticks(ticks, [f"{lr:g}" for lr in ticks], rotation=45, fontsize=7)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("peak learning rate (log scale; ticks at the tested LRs)")
         ax.set_ylabel("final full-validation loss (nats)")

@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from ebd2n.campaign.analysis import DIVERGED, outcome_text
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.layout import (
     AUDIT_JSON,
@@ -90,8 +91,10 @@ def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, An
         "modes": modes,
         "winners": winners,
         "unselected": [mode for mode in modes if mode not in selection],
-        "inside": [w["mode"] for w in winners if not w["edge"]],
+        "inside": [w["mode"] for w in winners if not (w["edge"] or w["unfinished"] or w["diverged_above"])],
         "on_edge": [w for w in winners if w["edge"]],
+        "unsettled": [w for w in winners if w["unfinished"]],
+        "bounded": [w for w in winners if w["diverged_above"]],
         "grid_rows": _grid_rows(campaign, groups, stopped),
         "response": _response(groups, grid["response"], grid["response_beta2"], selection),
         "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
@@ -161,15 +164,19 @@ def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
 
 
 def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
-    """One mode's LR-optimum figure and its table view (one row per LR)."""
+    """One mode's LR-optimum figure and its table view (one row per LR, a diverged one's saying so)."""
+    seeds = panel["seeds"]
+    rows = [{"lr": p["lr"], "mean": _pm(p["mean_loss"], p["std_loss"], 4),
+             "seeds": ", ".join(f"{loss:.4f}" for lr, loss in zip(seeds["lr"], seeds["loss"], strict=True)
+                                if lr == p["lr"])}
+            for p in panel["points"]]
+    rows += [{"lr": d["lr"], "mean": outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}), "seeds": ""}
+             for d in panel["diverged"]]
     return {
         "id": f"optimum-{index}",
         "mode": panel["mode"],
         "json": figure_json(lr_optimum_figure(panel, index)),
-        "rows": [{"lr": f"{p['lr']:g}", "mean": _pm(p["mean_loss"], p["std_loss"], 4),
-                  "seeds": ", ".join(f"{loss:.4f}" for lr, loss in zip(panel["seeds"]["lr"], panel["seeds"]["loss"], strict=True)
-                                     if lr == p["lr"])}
-                 for p in panel["points"]],
+        "rows": [{**row, "lr": f"{row['lr']:g}"} for row in sorted(rows, key=lambda row: row["lr"])],
         "summary": _optimum_text({"lr_optimum": panel}),
     }
 
@@ -195,6 +202,8 @@ def _winner(
         "p_value": f"{notes['p_value']:.3g}" if notes["p_value"] is not None else DASH,
         "edge": notes["edge"],
         "next_lrs": ", ".join(f"{lr:g}" for lr in notes["next_lrs"]),
+        "diverged_above": _diverged_above(notes["diverged_above"]),
+        "unfinished": ", ".join(sorted({f"{point['lr']:g}" for point in notes["unfinished"]})),
         "verdict": notes["verdict"],
         "file": selected["file"],
         "cache_dir": selected["cache_dir"],
@@ -206,6 +215,23 @@ def _winner(
             for seed in campaign.seeds
         ],
     }
+
+
+def _diverged_above(point: dict[str, Any] | None) -> str:
+    """"LR 1000 (beta2 0.95) diverged at step 12": the point above a winner that bounds its optimum."""
+    if point is None:
+        return ""
+    return f"LR {point['lr']:g} (beta2 {point['beta2']:g}) {outcome_text({'outcome': DIVERGED, **point})}"
+
+
+def _point_text(cell: dict[str, Any] | None) -> str | None:
+    """What a grid point without a mean shows: why it has none (diverged at step k, not finished); None
+    for a point with a mean, and a dash only for a point the grid did not test."""
+    if cell is None:
+        return DASH
+    if cell["outcome"] == DIVERGED:
+        return outcome_text(cell)
+    return None if cell["mean_loss"] is not None else "not finished"
 
 
 def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame, stopped: dict[str, int]) -> list[dict[str, Any]]:
@@ -221,6 +247,7 @@ def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame, stopped: dict[st
             "beta2": ", ".join(f"{b:g}" for b in campaign.beta2),
             "points": groups.filter(pl.col("mode") == mode).height,
             "complete": runs.filter(pl.col("status") == "complete").height,
+            "diverged": runs.filter(pl.col("status") == DIVERGED).height,
             "expected": len(lrs) * len(campaign.beta2) * len(campaign.seeds) - halted,
             "stopped": halted,
         })
@@ -228,15 +255,18 @@ def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame, stopped: dict[st
 
 
 def _response(groups: pl.DataFrame, table: pl.DataFrame, beta2: float, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """LR-response rows as text ("mean ± sd", a dash where untested, how few seeds an incomplete
-    point rests on); the winner's cell is flagged so the page can set it in bold."""
+    """LR-response rows as text ("mean ± sd", "diverged at step k", "not finished", a dash where
+    untested, how few seeds an incomplete point rests on); the winner's cell is flagged so the page
+    can set it in bold."""
     modes = [name.removesuffix(" mean_loss") for name in table.columns if name.endswith(" mean_loss")]
-    eligible = {(row["mode"], row["lr"]) for row in groups.filter((pl.col("beta2") == beta2) & pl.col("eligible")).iter_rows(named=True)}
+    at = groups.filter(pl.col("beta2") == beta2)
+    eligible = {(row["mode"], row["lr"]) for row in at.filter(pl.col("eligible")).iter_rows(named=True)}
+    points = {(row["mode"], row["lr"]): row for row in at.iter_rows(named=True)}
 
     def text(row: dict[str, Any], mode: str) -> str:
         mean, seeds = row[f"{mode} mean_loss"], row[f"{mode} seeds_completed"]
-        if mean is None:
-            return DASH
+        if (why := _point_text(points.get((mode, row["lr"])))) is not None:
+            return why
         few = "" if (mode, row["lr"]) in eligible else f" (only {seeds} seed{'' if seeds == 1 else 's'})"
         return _pm(mean, row[f"{mode} std_loss"], 4) + few
 
@@ -265,12 +295,13 @@ def _heatmap(
         texts = []
         for b in beta2:
             cell = cells.get((lr, b))
-            if cell is None or cell["mean_loss"] is None:
-                texts.append({"mean": DASH, "sd": "", "winner": False})
+            if (why := _point_text(cell)) is not None:
+                diverged = cell is not None and cell["outcome"] == DIVERGED
+                texts.append({"mean": why, "sd": "", "winner": False, "diverged": diverged})
                 continue
             sd = f"± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
             seeds = "" if cell["eligible"] else f" ({cell['seeds_completed']} seeds)"
-            texts.append({"mean": f"{cell['mean_loss']:.4f}", "sd": sd + seeds,
+            texts.append({"mean": f"{cell['mean_loss']:.4f}", "sd": sd + seeds, "diverged": False,
                           "winner": winner is not None and (winner["lr"], winner["beta2"]) == (lr, b)})
         rows.append({"lr": f"{lr:g}", "cells": texts})
     return {
@@ -410,8 +441,10 @@ def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool
     links.append(_link(REPORT_RESULTS, "JSON results and provenance: per-run and grouped values, selections, grid, seeds, revisions, environment, job ids"))
     if CampaignPaths(campaign.directory).campaign_json.is_file():
         links.append(_link(f"../{CAMPAIGN_JSON}", "the campaign's resolved grid and seeds"))
-    # always linked: the audit writes it after verifying this very page, so the page cannot depend on it
-    links.append(_link(f"../{AUDIT_JSON}", "the audit's checks, this report's verification included"))
+    # the audit writes it after verifying this very page, so the page cannot depend on it: linked once the runs'
+    # audit (which comes before every published report) exists, never on a campaign built by hand before any audit
+    if campaign.audit is not None:
+        links.append(_link(f"../{AUDIT_JSON}", "the audit's checks, this report's verification included"))
     return links
 
 

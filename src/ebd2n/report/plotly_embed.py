@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from markupsafe import Markup, escape
 
 from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.analysis import DIVERGED, outcome_text
 from ebd2n.layout import REPORT_ASSETS
 
 if TYPE_CHECKING:  # the run dashboard (written by every `ebd2n train` that ends a run) imports this module; keep it free of polars
@@ -96,13 +97,14 @@ def heatmap_figure(
         row_z, row_text, row_hover = [], [], []
         for b in beta2:
             cell = cells.get((lr, b))
-            mean = cell["mean_loss"] if cell else None
+            mean = cell["mean_loss"] if cell and cell["outcome"] != DIVERGED else None
             row_z.append(mean)
             row_text.append("" if mean is None else f"{mean:.4f}" + ("" if cell["eligible"] else "*"))
             row_hover.append(_hover(cell))
         z.append(row_z)
         text.append(row_text)
         hover.append(row_hover)
+    diverged = [cell for cell in cells.values() if cell["outcome"] == DIVERGED]
     shapes = []
     if winner is not None:
         i, j = lrs.index(winner["lr"]), beta2.index(winner["beta2"])
@@ -123,13 +125,16 @@ def heatmap_figure(
             **({"zmin": scale[0], "zmax": scale[1]} if scale else {}),
             "hoverongaps": False,
             "colorbar": {"title": {"text": "mean loss (nats)", "side": "right"}, "thickness": 12, "nticks": 8},
-        }],
+        }, *([_diverged_trace([f"{cell['beta2']:g}" for cell in diverged], [f"{cell['lr']:g}" for cell in diverged],
+                              [outcome_text(cell) for cell in diverged])] if diverged else [])],
         "layout": {
             # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
             "title": {"text": mode, "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
             "xaxis": {"title": {"text": "beta2"}, "type": "category"},
             "yaxis": {"title": {"text": "peak learning rate"}, "type": "category"},
             "shapes": shapes,
+            # the diverged cross's entry above the plot's right end, clear of the colour bar
+            "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom"},
             "height": max(280, 160 + 30 * len(lrs)),
             "margin": {"l": 80, "r": 20, "t": MODEBAR_BAND + 36, "b": 50},
             "font": _FONT,
@@ -169,9 +174,23 @@ def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
     }
 
 
+def _diverged_trace(x: list[Any], y: list[Any], texts: list[str]) -> dict[str, Any]:
+    """The diverged points as red crosses, with their own legend entry ("diverged") and the step on hover."""
+    return {"type": "scatter", "mode": "markers", "name": "diverged", "x": x, "y": y, "customdata": texts,
+            "marker": {"symbol": "x", "size": 14, "color": DIVERGED_COLOR}, "showlegend": True,
+            "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>"}
+
+
+DIVERGED_COLOR = "#b00020"
+
+
 def _hover(cell: dict[str, Any] | None) -> str:
-    if cell is None or cell["mean_loss"] is None:
+    if cell is not None and cell["outcome"] == DIVERGED:
+        return outcome_text(cell)
+    if cell is None:
         return "not tested"
+    if cell["mean_loss"] is None:
+        return "no result yet"
     sd = f" ± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
     return f"{cell['mean_loss']:.4f}{sd} nats, {cell['seeds_completed']} seed(s), rank {cell['rank']}"
 
@@ -207,7 +226,15 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
     if panel["estimate"] is not None:
         shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": panel["estimate"], "x1": panel["estimate"],
                        "y0": 0, "y1": 1, "line": {"color": color, "dash": "dash", "width": 2}})
-    lrs = [p["lr"] for p in points]
+    crossed = panel["diverged"]
+    if crossed:  # at the top of the plot: a diverged LR has no loss to draw
+        top = max([*panel["seeds"]["loss"], *(p["mean_loss"] + (p["std_loss"] or 0.0) for p in points)], default=0.0)
+        data.append({"type": "scatter", "mode": "markers", "name": "diverged", "x": [d["lr"] for d in crossed],
+                     "y": [top] * len(crossed),
+                     "customdata": [outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}) for d in crossed],
+                     "marker": {"symbol": "x", "size": 12, "color": DIVERGED_COLOR},
+                     "hovertemplate": "LR %{x:.4g}<br>%{customdata}<extra></extra>"})
+    lrs = [p["lr"] for p in points] + [d["lr"] for d in crossed]
     return {
         "data": data,
         "layout": {

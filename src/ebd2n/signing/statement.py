@@ -39,7 +39,7 @@ from ebd2n.layout import (
 from ebd2n.provenance import software_versions, timestamp
 from ebd2n.signing.dsse import open_envelope, sign_envelope
 from ebd2n.signing.keys import KEY_VARIABLE, key_id, load_private
-from ebd2n.train.lease import serialized
+from ebd2n.atomic import serialized
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://ebd2n.invalid/signed-audit/v1"

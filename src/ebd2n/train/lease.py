@@ -20,12 +20,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ebd2n.atomic import pid_alive
+from ebd2n.atomic import pid_alive, serialized
 from ebd2n.errors import UserError
 from ebd2n.layout import LEASE
 from ebd2n.provenance import timestamp
@@ -194,20 +193,3 @@ def _boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
-
-
-@contextlib.contextmanager
-def serialized(directory: Path) -> Iterator[None]:
-    """One process at a time in this block for `directory` (flock on the directory itself, which adds
-    no file to it; where the file system has no locks, the block is not serialized)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        yield
-        return
-    try:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
