@@ -34,8 +34,12 @@ def campaign_file(directory: Path) -> Path:
     raw = {
         "campaign": "audit-speed",
         "recipe": "demo",
-        "data": {"source": "synthetic", "cache_dir": "results/caches/audit-speed",
-                 "synthetic_train_bytes": 300000, "synthetic_validation_bytes": 30000},
+        "data": {
+            "source": "synthetic",
+            "cache_dir": "results/caches/audit-speed",
+            "synthetic_train_bytes": 300000,
+            "synthetic_validation_bytes": 30000,
+        },
         "overrides": {"training.max_tokens": 2048, "training.epoch_tokens": 1024, "evaluation.subset_blocks": 8},
         "grid": sweep["grid"],
         "seeds": sweep["seeds"],
@@ -50,11 +54,11 @@ def campaign_file(directory: Path) -> Path:
 def build_campaign(directory: Path) -> Path:
     """Train, validate, collect, audit (runs stage) and report the whole grid, as the workflow would."""
     from ebd2n.audit import audit_campaign
+    from ebd2n.campaign.check import load_campaign
     from ebd2n.campaign.collect import collect_campaign
+    from ebd2n.campaign.describe import prepare_campaign_cache
     from ebd2n.campaign.freeze import freeze_base, freeze_trainer
     from ebd2n.campaign.resolve import resolve_run
-    from ebd2n.campaign.describe import prepare_campaign_cache
-    from ebd2n.campaign.check import load_campaign
     from ebd2n.config import load_recipe
     from ebd2n.evaluate import validate_run
     from ebd2n.report import build_report
@@ -74,7 +78,9 @@ def build_campaign(directory: Path) -> Path:
         write_dashboard(run_dir)  # as `ebd2n train` does
         validate_run(run_dir)
         if index % 54 == 0:
-            print(f"  {index}/{len(runs)} runs trained and validated ({time.perf_counter() - started:.0f} s)", flush=True)
+            print(
+                f"  {index}/{len(runs)} runs trained and validated ({time.perf_counter() - started:.0f} s)", flush=True
+            )
     collect_campaign(campaign)
     audit_campaign(campaign.directory, stage="runs")
     build_report(campaign.directory)
@@ -94,7 +100,9 @@ def hash_every_file(campaign: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", type=Path, help="build the campaign here and keep it (default: a temporary directory)")
+    parser.add_argument(
+        "--keep", type=Path, help="build the campaign here and keep it (default: a temporary directory)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         directory = (args.keep or Path(scratch)).resolve()
@@ -118,8 +126,10 @@ def main() -> None:
         median = statistics.median(times)
         floor = statistics.median(hashing)
         print(f"hash every file: {', '.join(f'{t:.2f}' for t in hashing)} s; median {floor:.2f} s")
-        print(f"full audit: {', '.join(f'{t:.2f}' for t in times)} s; median {median:.2f} s (goal < {GOAL_S:.0f} s); "
-              f"{median / floor:.2f}x the hashing alone")
+        print(
+            f"full audit: {', '.join(f'{t:.2f}' for t in times)} s; median {median:.2f} s (goal < {GOAL_S:.0f} s); "
+            f"{median / floor:.2f}x the hashing alone"
+        )
         if median >= GOAL_S:
             sys.exit(f"median {median:.2f} s is over the {GOAL_S:.0f} s goal")
 

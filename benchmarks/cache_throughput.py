@@ -17,8 +17,8 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from ebd2n.config import DataConfig, load_recipe
 from ebd2n.data import SPLITS, build_cache, open_source, train_bpe
@@ -64,8 +64,10 @@ def main() -> None:
             step()
             timings[name].append(time.perf_counter() - start)
 
-    print(f"{megabytes:.2f} MB of text, {len(everything)} documents, {tokens:,} tokens (EOS included), "
-          f"batches of {args.batch_size}")
+    print(
+        f"{megabytes:.2f} MB of text, {len(everything)} documents, {tokens:,} tokens (EOS included), "
+        f"batches of {args.batch_size}"
+    )
     print(f"{'path':<20}{'median s':>10}{'MB/s':>10}{'Mtok/s':>10}")
     medians = {name: statistics.median(values) for name, values in timings.items()}
     for name, seconds in medians.items():

@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # run_dir_factory: the test suite's run writer
 
-from run_dir_factory import fabricate_run  # noqa: E402
 from offline_browser import CHROMIUM, launch  # noqa: E402
+from run_dir_factory import fabricate_run  # noqa: E402
 
 from ebd2n.report.dashboard import write_dashboard  # noqa: E402
 
@@ -44,10 +44,14 @@ def page_seconds(path: Path) -> float:
     with sync_playwright() as playwright:
         browser = launch(playwright)
         page = browser.new_page()
-        page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+        page.route(
+            "**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_()
+        )
         started = time.perf_counter()
         page.goto(path.as_uri())
-        page.wait_for_function("[...document.querySelectorAll('[data-figure]')].every(div => div.querySelector('.main-svg'))")
+        page.wait_for_function(
+            "[...document.querySelectorAll('[data-figure]')].every(div => div.querySelector('.main-svg'))"
+        )
         seconds = time.perf_counter() - started
         browser.close()
     return seconds
@@ -65,11 +69,15 @@ def campaign_total(runs: int, scratch: Path) -> str | None:
     shared = sum(path.stat().st_size for path in (root / "report" / "assets").iterdir())
     total = sum(page.stat().st_size for page in pages) + shared
     alone = write_dashboard(source, scratch / "exported.html", self_contained=True).stat().st_size
-    print(f"\n{runs} runs of {SWEEP_STEPS:,} batches in one campaign: pages {min(p.stat().st_size for p in pages) / 1e3:,.0f}"
-          f"-{max(p.stat().st_size for p in pages) / 1e3:,.0f} kB each, shared plotly.js {shared / 1e6:.2f} MB, "
-          f"total {total / 1e6:.1f} MB (written in {seconds:.0f} s)")
-    print(f"self-contained reference: {alone / 1e6:.2f} MB a page, {runs * alone / 1e6:.1f} MB in all; "
-          f"ratio {runs * alone / total:.1f}x")
+    print(
+        f"\n{runs} runs of {SWEEP_STEPS:,} batches in one campaign: pages {min(p.stat().st_size for p in pages) / 1e3:,.0f}"
+        f"-{max(p.stat().st_size for p in pages) / 1e3:,.0f} kB each, shared plotly.js {shared / 1e6:.2f} MB, "
+        f"total {total / 1e6:.1f} MB (written in {seconds:.0f} s)"
+    )
+    print(
+        f"self-contained reference: {alone / 1e6:.2f} MB a page, {runs * alone / 1e6:.1f} MB in all; "
+        f"ratio {runs * alone / total:.1f}x"
+    )
     if runs == 324 and total >= CAMPAIGN_GOAL_BYTES:
         return f"campaign of 324 runs: {total / 1e6:.1f} MB is over the {CAMPAIGN_GOAL_BYTES / 1e6:.0f} MB goal"
     return None
@@ -79,7 +87,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="*", default=[10_000, 50_000])
     parser.add_argument("--browser", action="store_true", help=f"also time opening the page in {CHROMIUM}")
-    parser.add_argument("--campaign", type=int, metavar="RUNS", help="also the total of RUNS dashboards in one campaign")
+    parser.add_argument(
+        "--campaign", type=int, metavar="RUNS", help="also the total of RUNS dashboards in one campaign"
+    )
     args = parser.parse_args()
     print(f"{'batches':>8} {'page MB':>8} {'write s':>8} {'open s':>7}")
     failed = []

@@ -59,8 +59,10 @@ def main() -> None:
     parser.add_argument("--cold-repeats", type=int, default=1, help="cold-start campaigns (the reference)")
     args = parser.parse_args()
     order = [
-        kind for i in range(max(args.repeats, args.cold_repeats))
-        for kind, count in (("cold", args.cold_repeats), ("warm", args.repeats)) if i < count
+        kind
+        for i in range(max(args.repeats, args.cold_repeats))
+        for kind, count in (("cold", args.cold_repeats), ("warm", args.repeats))
+        if i < count
     ]  # alternating while both remain
     times: dict[str, list[float]] = {"warm": [], "cold": []}
     for kind in order:

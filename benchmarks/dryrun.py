@@ -45,7 +45,11 @@ def main() -> None:
             times.append(elapsed)
         if name == "demo-noop" and "Nothing to be done" not in output:
             raise SystemExit("the finished demo campaign is not up to date: snakemake -n plans jobs")
-        record[name] = {"command": "snakemake " + " ".join(args), "seconds": times, "median_s": statistics.median(times)}
+        record[name] = {
+            "command": "snakemake " + " ".join(args),
+            "seconds": times,
+            "median_s": statistics.median(times),
+        }
         print(f"{name:10s} median {statistics.median(times):6.2f} s  ({', '.join(f'{t:.2f}' for t in times)})")
     (ROOT / "benchmarks" / "dryrun.json").write_text(json.dumps(record, indent=2) + "\n")
 

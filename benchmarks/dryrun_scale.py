@@ -54,7 +54,9 @@ def _children_cpu() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", type=Path, required=True, help="another checkout (e.g. a worktree of the last release)")
+    parser.add_argument(
+        "--compare", type=Path, required=True, help="another checkout (e.g. a worktree of the last release)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[3, 31])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -72,8 +74,10 @@ def main() -> None:
                 (ROOT / "benchmarks" / "dryrun_scale.json").write_text(json.dumps(record, indent=2) + "\n")
         for label, values in (("wall", times), ("cpu", cpu)):
             this, compared = statistics.median(values["this"]), statistics.median(values["compared"])
-            print(f"{108 * seeds:6d} runs, {label}: this {this:7.2f} s, compared {compared:7.2f} s, ratio {this / compared:.3f} "
-                  f"({', '.join(f'{t:.1f}' for t in values['this'])} / {', '.join(f'{t:.1f}' for t in values['compared'])})")
+            print(
+                f"{108 * seeds:6d} runs, {label}: this {this:7.2f} s, compared {compared:7.2f} s, ratio {this / compared:.3f} "
+                f"({', '.join(f'{t:.1f}' for t in values['this'])} / {', '.join(f'{t:.1f}' for t in values['compared'])})"
+            )
 
 
 if __name__ == "__main__":

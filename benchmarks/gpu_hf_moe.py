@@ -40,9 +40,18 @@ from ebd2n.parallel.placement import plan_placement  # noqa: E402
 
 REFERENCE = ROOT / "resources/models/qwen1.5-moe-a2.7b/config.json"
 SEED = {"batches_per_s": 1.87, "peak_gb": 47.8}
-SHRUNK = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
-          "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 8,
-          "num_experts_per_tok": 2, "vocab_size": 1000}
+SHRUNK = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "vocab_size": 1000,
+}
 
 
 def main() -> None:
@@ -66,21 +75,29 @@ def main() -> None:
     arch = architecture(config)
     units = hf_units(arch, args.context)
     placement = plan_placement(units, args.stages, tied_head=arch.tied)
-    print(f"{config.get('model_type')} {sum(u.parameters for u in units):,} parameters, {len(units)} units "
-          f"({sum(u.block is not None for u in units)} in decoder layers) over {args.stages} stages on {device}; "
-          f"freeze {args.freeze}, LoRA rank {args.rank}, micro-batch {args.micro_batch} x {args.context} tokens")
+    print(
+        f"{config.get('model_type')} {sum(u.parameters for u in units):,} parameters, {len(units)} units "
+        f"({sum(u.block is not None for u in units)} in decoder layers) over {args.stages} stages on {device}; "
+        f"freeze {args.freeze}, LoRA rank {args.rank}, micro-batch {args.micro_batch} x {args.context} tokens"
+    )
     with tempfile.TemporaryDirectory() as directory:
         (Path(directory) / "config.json").write_text(json.dumps(config))
-        rows = [measure(Path(directory), units, names, stage, args, device) for stage, names in enumerate(placement.stages)]
+        rows = [
+            measure(Path(directory), units, names, stage, args, device) for stage, names in enumerate(placement.stages)
+        ]
     print(f"{'stage':>5} {'units':>24} {'parameters':>15} {'trainable':>11} {'ms/micro-batch':>15} {'peak GB':>8}")
     for stage, row in enumerate(rows):
-        print(f"{stage:>5} {row['span']:>24} {row['parameters']:>15,} {row['trainable']:>11,} "
-              f"{1000 * row['seconds']:>15.1f} {row['peak_gb']:>8.1f}")
+        print(
+            f"{stage:>5} {row['span']:>24} {row['parameters']:>15,} {row['trainable']:>11,} "
+            f"{1000 * row['seconds']:>15.1f} {row['peak_gb']:>8.1f}"
+        )
     step = (args.depth + args.stages - 1) * max(row["seconds"] for row in rows)
     peak = max(row["peak_gb"] for row in rows)
-    print(f"GPipe step of {args.depth} micro-batches over {args.stages} stages: {step:.3f} s -> {1 / step:.2f} batches/s "
-          f"({1 / step / SEED['batches_per_s']:.2f} x the seed's {SEED['batches_per_s']}); most loaded stage "
-          f"{peak:.1f} GB ({peak / SEED['peak_gb']:.2f} x the seed's {SEED['peak_gb']} GB)")
+    print(
+        f"GPipe step of {args.depth} micro-batches over {args.stages} stages: {step:.3f} s -> {1 / step:.2f} batches/s "
+        f"({1 / step / SEED['batches_per_s']:.2f} x the seed's {SEED['batches_per_s']}); most loaded stage "
+        f"{peak:.1f} GB ({peak / SEED['peak_gb']:.2f} x the seed's {SEED['peak_gb']} GB)"
+    )
 
 
 def measure(directory: Path, units: list, names: list[str], stage: int, args, device: torch.device) -> dict:
@@ -98,7 +115,9 @@ def measure(directory: Path, units: list, names: list[str], stage: int, args, de
             whole.get_submodule(owner)._parameters[leaf] = torch.nn.Parameter(tensor)
     whole.reset_rotary()
     apply_lora_(whole, LoraConfig(rank=args.rank, alpha=2.0 * args.rank, train_norms=True), first_block=args.freeze)
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else contextlib.nullcontext
+    autocast = (
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else contextlib.nullcontext
+    )
     module = HFStageModule(whole, chosen, autocast).to(device)
     del whole
     trainable = [p for p in module.parameters() if p.requires_grad]
@@ -127,8 +146,13 @@ def measure(directory: Path, units: list, names: list[str], stage: int, args, de
         if step >= args.warmup:
             times.append(_now(device) - started)
     peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else float("nan")
-    row = {"span": f"{names[0]}..{names[-1]}", "parameters": sum(p.numel() for p in module.parameters()),
-           "trainable": sum(p.numel() for p in trainable), "seconds": statistics.median(times), "peak_gb": peak}
+    row = {
+        "span": f"{names[0]}..{names[-1]}",
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "trainable": sum(p.numel() for p in trainable),
+        "seconds": statistics.median(times),
+        "peak_gb": peak,
+    }
     del module, optimizer
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -45,8 +45,12 @@ def layout_overrides(recipe_name: str, stages: int, replicas: int, depth: int | 
     if depth is None:
         sequences = recipe.training.batch_tokens // recipe.model.context_length // replicas
         depth = max(stages, sequences // min(recipe.training.micro_batch_size, sequences))
-    return [f"parallel.pipeline_stages={stages}", f"parallel.data_parallel={replicas}",
-            f"parallel.pipeline_depth={depth}", f"runtime.device={device}"]
+    return [
+        f"parallel.pipeline_stages={stages}",
+        f"parallel.data_parallel={replicas}",
+        f"parallel.pipeline_depth={depth}",
+        f"runtime.device={device}",
+    ]
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -76,9 +80,12 @@ def worker(args: argparse.Namespace) -> None:
         stages, depth = recipe.parallel.pipeline_stages, recipe.parallel.pipeline_depth
         record = {
             "layout": f"{stages} x {recipe.parallel.data_parallel}",
-            "schedule": recipe.parallel.schedule if stages > 1 else "-", "depth": depth if stages > 1 else "-",
-            "bubble": bubble_fraction(stages, depth), "tokens_per_s": args.steps * budget.tokens_per_step / elapsed,
-            "step_s": elapsed / args.steps, "loss": result.loss,
+            "schedule": recipe.parallel.schedule if stages > 1 else "-",
+            "depth": depth if stages > 1 else "-",
+            "bubble": bubble_fraction(stages, depth),
+            "tokens_per_s": args.steps * budget.tokens_per_step / elapsed,
+            "step_s": elapsed / args.steps,
+            "loss": result.loss,
             "peak_gb": {name: m["peak"] / 1e9 for name, m in memory.items()},
             "max_stage_over_mean": context.placement.max_over_mean(),
         }
@@ -103,12 +110,28 @@ def launch(args: argparse.Namespace, stages: int, replicas: int, out: Path) -> N
         worker(args)
         return
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(stages * replicas),
-        str(Path(__file__).resolve()), "--worker", "--recipe", args.recipe, "--out", str(out),
-        "--steps", str(args.steps), "--warmup", str(args.warmup),
-        *[f"--set={o}" for o in args.overrides], *[f"--layout-set={o}" for o in extra],
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(stages * replicas),
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--recipe",
+        args.recipe,
+        "--out",
+        str(out),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        *[f"--set={o}" for o in args.overrides],
+        *[f"--layout-set={o}" for o in extra],
     ]
-    finished = subprocess.run(command, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    finished = subprocess.run(
+        command, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True
+    )
     if finished.returncode:
         print(f"layout {stages} x {replicas} failed:\n{finished.stderr[-3000:]}", file=sys.stderr)
 
@@ -116,14 +139,24 @@ def launch(args: argparse.Namespace, stages: int, replicas: int, out: Path) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="254m", help="recipe preset or file")
-    parser.add_argument("--processes", type=int, default=max(1, torch.cuda.device_count()),
-                        help="devices to use (default: every GPU; one CPU process without a GPU)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=max(1, torch.cuda.device_count()),
+        help="devices to use (default: every GPU; one CPU process without a GPU)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda or cpu")
     parser.add_argument("--steps", type=int, default=5, help="timed optimizer steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (torch.compile happens here)")
     parser.add_argument("--depth", type=int, default=None, help="pipeline_depth M (default: one schedule run per step)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="recipe override for every layout (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="recipe override for every layout (repeatable)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--layout-set", dest="layout_overrides", action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -134,19 +167,25 @@ def main() -> None:
 
     recipe = load_recipe(args.recipe, args.overrides)
     where = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU"
-    print(f"{args.recipe}: {recipe.model.layers} layers, width {recipe.model.width}, batch {recipe.training.batch_tokens:,} "
-          f"tokens, micro-batch {recipe.training.micro_batch_size}; {args.processes} x {where}; torch {torch.__version__}\n")
+    print(
+        f"{args.recipe}: {recipe.model.layers} layers, width {recipe.model.width}, batch {recipe.training.batch_tokens:,} "
+        f"tokens, micro-batch {recipe.training.micro_batch_size}; {args.processes} x {where}; torch {torch.__version__}\n"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "records.jsonl"
         for stages, replicas in layouts(args.processes):
             launch(args, stages, replicas, out)
         records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    print("| S x D | schedule | M | bubble (theory) | stage max/mean | tokens/s | step (s) | peak GB per device | loss |")
+    print(
+        "| S x D | schedule | M | bubble (theory) | stage max/mean | tokens/s | step (s) | peak GB per device | loss |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---|---:|")
     for r in records:
         peaks = ", ".join(f"{name} {gb:.1f}" for name, gb in r["peak_gb"].items())
-        print(f"| {r['layout']} | {r['schedule']} | {r['depth']} | {r['bubble']:.3f} | {r['max_stage_over_mean']:.3f} "
-              f"| {r['tokens_per_s']:,.0f} | {r['step_s']:.3f} | {peaks} | {r['loss']:.4f} |")
+        print(
+            f"| {r['layout']} | {r['schedule']} | {r['depth']} | {r['bubble']:.3f} | {r['max_stage_over_mean']:.3f} "
+            f"| {r['tokens_per_s']:,.0f} | {r['step_s']:.3f} | {peaks} | {r['loss']:.4f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -50,27 +50,43 @@ def pytest_row(directory: Path) -> list[str] | None:
     suite = root if root.tag == "testsuite" else root.find("testsuite")
     total, failed, errors, skipped = (int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped"))
     passed = total - failed - errors - skipped
-    bad = [case.get("name") for case in suite.iter("testcase") if case.find("failure") is not None or case.find("error") is not None]
+    bad = [
+        case.get("name")
+        for case in suite.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
     result = f"{passed} passed, {failed + errors} failed, {skipped} skipped" + (f" ({', '.join(bad)})" if bad else "")
-    return ["`pytest -m gpu`", result, "never run", "-", "all pass, none skipped",
-            _verdict(total > 0 and passed == total)]
+    return [
+        "`pytest -m gpu`",
+        result,
+        "never run",
+        "-",
+        "all pass, none skipped",
+        _verdict(total > 0 and passed == total),
+    ]
 
 
 def sync_row(record: dict) -> list[str]:
     tokens, mfu = record["tokens_per_s"], record["mfu"]
     loss = record["loss_ok"]
-    result = (f"{tokens:,.0f} tok/s, MFU {_pct(mfu)}, peak {_num(record['peak_gib'], '.1f')} GiB, "
-              f"first step {record['first_step_s']:.0f} s, graph breaks {_num(record['graph_breaks'], 'd')}")
+    result = (
+        f"{tokens:,.0f} tok/s, MFU {_pct(mfu)}, peak {_num(record['peak_gib'], '.1f')} GiB, "
+        f"first step {record['first_step_s']:.0f} s, graph breaks {_num(record['graph_breaks'], 'd')}"
+    )
     if loss is None:
         result += ", the loss reference" if record["loss_steps"] else ""
     else:
         result += f", losses {'within' if loss else 'NOT within'} BF16 tolerance of the reference ({record['max_rel_dloss']:.1e})"
     main = record["preset"] == "20m"
     met = tokens >= GOAL_TOKENS_PER_S and mfu is not None and mfu >= GOAL_MFU and loss is not False
-    return [f"sync {record['preset']} {record['variant']}", result,
-            _ratio(tokens, PREVIOUS["sync"] if main else None, ",.0f"),
-            _ratio(tokens, PUBLISHED["sync"] if main else None, ",.0f"),
-            "≥ 2.0 M tok/s, ≥ 35 % MFU, same losses" if main else "-", _verdict(met) if main else "-"]
+    return [
+        f"sync {record['preset']} {record['variant']}",
+        result,
+        _ratio(tokens, PREVIOUS["sync"] if main else None, ",.0f"),
+        _ratio(tokens, PUBLISHED["sync"] if main else None, ",.0f"),
+        "≥ 2.0 M tok/s, ≥ 35 % MFU, same losses" if main else "-",
+        _verdict(met) if main else "-",
+    ]
 
 
 def packed_row(record: dict) -> list[str]:
@@ -79,18 +95,32 @@ def packed_row(record: dict) -> list[str]:
     previous = PREVIOUS.get(key) if record["preset"] == "20m" else None
     published = PUBLISHED.get(key) if record["preset"] == "20m" else None
     goal = GOAL_SPEEDUP.get(key) if record["preset"] == "20m" else None
-    result = (f"{speedup:.2f}x ({record['sequential_ms']:.1f} ms sequential, {record['packed_ms']:.1f} ms packed; "
-              f"graph breaks {_num(record['graph_breaks'], 'd')})")
-    return [f"packed-{record['k']} {record['preset']} {record['mode']}", result, _ratio(speedup, previous, ".2f"),
-            _ratio(speedup, published, ".2f"), f"≥ {goal}x" if goal else "-", _verdict(speedup >= goal) if goal else "-"]
+    result = (
+        f"{speedup:.2f}x ({record['sequential_ms']:.1f} ms sequential, {record['packed_ms']:.1f} ms packed; "
+        f"graph breaks {_num(record['graph_breaks'], 'd')})"
+    )
+    return [
+        f"packed-{record['k']} {record['preset']} {record['mode']}",
+        result,
+        _ratio(speedup, previous, ".2f"),
+        _ratio(speedup, published, ".2f"),
+        f"≥ {goal}x" if goal else "-",
+        _verdict(speedup >= goal) if goal else "-",
+    ]
 
 
 def validation_row(record: dict) -> list[str]:
     ratio = record["ratio"]
     result = f"{record['tokens_per_s']:,.0f} tok/s = {_num(ratio, '.2f')}x training (batch {record['batch_size']})"
     main = record["preset"] == "20m"
-    return [f"full validation {record['preset']}", result, "-", "-", f"≥ {GOAL_VALIDATION}x training" if main else "-",
-            _verdict(ratio is not None and ratio >= GOAL_VALIDATION) if main else "-"]
+    return [
+        f"full validation {record['preset']}",
+        result,
+        "-",
+        "-",
+        f"≥ {GOAL_VALIDATION}x training" if main else "-",
+        _verdict(ratio is not None and ratio >= GOAL_VALIDATION) if main else "-",
+    ]
 
 
 HEADER = "| check | result | vs previous | vs published | goal | met |\n|---|---|---|---|---|---|"
@@ -99,10 +129,18 @@ HEADER = "| check | result | vs previous | vs published | goal | met |\n|---|---
 def record_row(record: dict) -> str:
     """The table row of one gpu_train.py record (a failed measurement is a failed row)."""
     if "error" in record:
-        name = {"sync": f"sync {record['preset']} {record.get('variant')}",
-                "packed": f"packed-{record.get('k')} {record['preset']} {record.get('mode')}"}
-        cells = [name.get(record["section"], f"full validation {record['preset']}"), f"failed: {record['error']}", "-", "-",
-                 "-", "**no**"]
+        name = {
+            "sync": f"sync {record['preset']} {record.get('variant')}",
+            "packed": f"packed-{record.get('k')} {record['preset']} {record.get('mode')}",
+        }
+        cells = [
+            name.get(record["section"], f"full validation {record['preset']}"),
+            f"failed: {record['error']}",
+            "-",
+            "-",
+            "-",
+            "**no**",
+        ]
     else:
         cells = {"sync": sync_row, "packed": packed_row, "validation": validation_row}[record["section"]](record)
     return _line(cells)
@@ -116,12 +154,17 @@ def table(directory: Path) -> str:
     rows += [record_row(record) for record in records if record["section"] != "setup"]
     for part in parts:
         if part["rc"] and not (part["part"] == "pytest" and (directory / "pytest.xml").exists()):  # that has its row
-            why = {-1: "not started: the check's time was used up", 124: f"timed out after {part['limit']} s",
-                   137: f"killed after {part['limit']} s"}.get(part["rc"], f"exit status {part['rc']}")
+            why = {
+                -1: "not started: the check's time was used up",
+                124: f"timed out after {part['limit']} s",
+                137: f"killed after {part['limit']} s",
+            }.get(part["rc"], f"exit status {part['rc']}")
             rows.append(_line([f"part {part['part']}", f"{why} (see gpu_check.log)", "-", "-", "-", "**no**"]))
-    intro = (f"Device {setup.get('device', '?')}, torch {setup.get('torch', '?')}, {setup.get('date', '?')}; check wall "
-             f"time {sum(p['seconds'] for p in parts)} s. Previous: benchmarks/README.md (one H200, 2026-11-29); "
-             "published: one GH200.")
+    intro = (
+        f"Device {setup.get('device', '?')}, torch {setup.get('torch', '?')}, {setup.get('date', '?')}; check wall "
+        f"time {sum(p['seconds'] for p in parts)} s. Previous: benchmarks/README.md (one H200, 2026-11-29); "
+        "published: one GH200."
+    )
     return "\n".join([intro, "", HEADER, *rows])
 
 

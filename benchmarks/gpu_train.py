@@ -133,11 +133,15 @@ def time_steps(engine, sequences: torch.Tensor, steps: int, warmup: int, device:
 def loss_curve(engine, recipe, budget, steps: int, device: torch.device) -> tuple[list[float], float]:
     """(losses of `steps` train steps on the learnable stream with the recipe's LR schedule,
     seconds of the first step, compilation included)."""
-    stream = learnable_stream(recipe.model.vocab_size, steps, (budget.sequences_per_step, recipe.model.context_length + 1))
+    stream = learnable_stream(
+        recipe.model.vocab_size, steps, (budget.sequences_per_step, recipe.model.context_length + 1)
+    )
     losses, first = [], 0.0
     for step in range(steps):
         started = time.perf_counter()
-        result = engine.train_step(stream[step].to(device, non_blocking=True), learning_rate(step, steps, recipe.optimizer))
+        result = engine.train_step(
+            stream[step].to(device, non_blocking=True), learning_rate(step, steps, recipe.optimizer)
+        )
         losses.append(result.loss)
         if step == 0:
             first = time.perf_counter() - started
@@ -149,7 +153,9 @@ def compare_losses(losses: list[float], reference: list[float] | None) -> dict:
     if not reference or not losses:
         return {"max_rel_dloss": None, "loss_ok": None}
     if len(reference) != len(losses):
-        raise SystemExit(f"--loss-reference has {len(reference)} losses, this run {len(losses)}: use the same --loss-steps")
+        raise SystemExit(
+            f"--loss-reference has {len(reference)} losses, this run {len(losses)}: use the same --loss-steps"
+        )
     worst = max(abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=True))
     return {"max_rel_dloss": worst, "loss_ok": worst <= LOSS_RTOL}
 
@@ -157,36 +163,55 @@ def compare_losses(losses: list[float], reference: list[float] | None) -> dict:
 def sync_variant(args, device: torch.device, variant: str, reference: list[float] | None) -> dict:
     mode, micro = variant.split("/")
     _reset_memory(device)
-    recipe, budget, engine = make_engine(args.preset, device, [f"training.micro_batch_size={micro}"], mode, args.compile_backend)
+    recipe, budget, engine = make_engine(
+        args.preset, device, [f"training.micro_batch_size={micro}"], mode, args.compile_backend
+    )
     losses, first_step = loss_curve(engine, recipe, budget, args.loss_steps, device)
     seconds = time_steps(engine, random_tokens(recipe, budget, device), args.steps, args.warmup, device)
     tokens_per_s = budget.tokens_per_step / seconds
     peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in _device_name(device)), None)
     return {
-        "section": "sync", "preset": args.preset, "variant": variant, "tokens_per_s": tokens_per_s,
+        "section": "sync",
+        "preset": args.preset,
+        "variant": variant,
+        "tokens_per_s": tokens_per_s,
         "mfu": tokens_per_s * flops_per_token(recipe) / peak if peak else None,
         "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-        "first_step_s": first_step, "graph_breaks": graph_breaks(mode), "loss_steps": len(losses),
-        "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
-        **compare_losses(losses, reference), "losses": losses,
+        "first_step_s": first_step,
+        "graph_breaks": graph_breaks(mode),
+        "loss_steps": len(losses),
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        **compare_losses(losses, reference),
+        "losses": losses,
     }
 
 
 def packed_pair(args, device: torch.device, k: int, mode: str) -> dict:
     """One packed-K step against K sequential single-model steps, both eager or both compiled."""
     compile_mode = "default" if mode == "compiled" else "eager"
-    recipe, budget, engine = make_engine(args.preset, device, [f"decentralized.num_models={k}"], compile_mode,
-                                         args.compile_backend)
+    recipe, budget, engine = make_engine(
+        args.preset, device, [f"decentralized.num_models={k}"], compile_mode, args.compile_backend
+    )
     packed_s = time_steps(engine, random_tokens(recipe, budget, device), args.steps, args.warmup, device)
     breaks = graph_breaks(compile_mode)
     del engine
     _free(device)
     single_tokens = budget.tokens_per_step // k
-    recipe, budget, single = make_engine(args.preset, device, [f"training.batch_tokens={single_tokens}"], compile_mode,
-                                         args.compile_backend)
+    recipe, budget, single = make_engine(
+        args.preset, device, [f"training.batch_tokens={single_tokens}"], compile_mode, args.compile_backend
+    )
     single_s = time_steps(single, random_tokens(recipe, budget, device), args.steps, args.warmup, device)
-    return {"section": "packed", "preset": args.preset, "k": k, "mode": mode, "sequential_ms": k * single_s * 1e3,
-            "packed_ms": packed_s * 1e3, "speedup": k * single_s / packed_s, "graph_breaks": breaks}
+    return {
+        "section": "packed",
+        "preset": args.preset,
+        "k": k,
+        "mode": mode,
+        "sequential_ms": k * single_s * 1e3,
+        "packed_ms": packed_s * 1e3,
+        "speedup": k * single_s / packed_s,
+        "graph_breaks": breaks,
+    }
 
 
 def validation(args, device: torch.device, train_tokens_per_s: float | None) -> dict:
@@ -196,17 +221,26 @@ def validation(args, device: torch.device, train_tokens_per_s: float | None) -> 
     model = GPT(recipe.model).to(device)
     size = recipe.evaluation.batch_size
     generator = torch.Generator().manual_seed(2)
-    blocks = torch.randint(0, recipe.model.vocab_size, (args.validation_batches * size, recipe.model.context_length + 1),
-                           generator=generator)
+    blocks = torch.randint(
+        0,
+        recipe.model.vocab_size,
+        (args.validation_batches * size, recipe.model.context_length + 1),
+        generator=generator,
+    )
     evaluate_sequences(model, block_batches(blocks[:size], size), device, bf16_autocast(recipe, device))  # warm-up
     _sync(device)
     started = time.perf_counter()
     _, _, targets = evaluate_sequences(model, block_batches(blocks, size), device, bf16_autocast(recipe, device))
     _sync(device)
     tokens_per_s = targets / (time.perf_counter() - started)
-    return {"section": "validation", "preset": args.preset, "batch_size": size, "tokens_per_s": tokens_per_s,
-            "train_tokens_per_s": train_tokens_per_s,
-            "ratio": tokens_per_s / train_tokens_per_s if train_tokens_per_s else None}
+    return {
+        "section": "validation",
+        "preset": args.preset,
+        "batch_size": size,
+        "tokens_per_s": tokens_per_s,
+        "train_tokens_per_s": train_tokens_per_s,
+        "ratio": tokens_per_s / train_tokens_per_s if train_tokens_per_s else None,
+    }
 
 
 def _device_name(device: torch.device) -> str:
@@ -243,7 +277,7 @@ class Recorder:
         """Run one measurement; a failure (out of memory, a compiler error) becomes a failed row, not the end."""
         try:
             return self.add(measure())
-        except Exception as error:  # noqa: BLE001: every failure is reported in the table and the run goes on
+        except Exception as error:  # every failure is reported in the table and the run goes on
             message = (str(error).strip().splitlines() or [""])[0][:300]
             return self.add({"section": section, **what, "error": f"{type(error).__name__}: {message}"})
         finally:
@@ -265,13 +299,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--preset", default="20m", help="recipe preset or file")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sections", nargs="+", choices=("sync", "packed", "validation"), default=["sync", "packed"])
-    parser.add_argument("--variants", nargs="+", default=["default/32"], metavar="MODE/MICRO-BATCH",
-                        help=f"synchronous variants; MODE one of {', '.join(MODES)}; the first is the loss reference")
-    parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: CPU smoke tests)")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["default/32"],
+        metavar="MODE/MICRO-BATCH",
+        help=f"synchronous variants; MODE one of {', '.join(MODES)}; the first is the loss reference",
+    )
+    parser.add_argument(
+        "--compile-backend", default="inductor", help="torch.compile backend (aot_eager: CPU smoke tests)"
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     parser.add_argument("--loss-steps", type=int, default=0, help="training steps of the loss comparison (0: none)")
-    parser.add_argument("--loss-reference", help="--json file of an earlier run: its first sync variant is the reference")
+    parser.add_argument(
+        "--loss-reference", help="--json file of an earlier run: its first sync variant is the reference"
+    )
     parser.add_argument("--packed", type=int, nargs="*", default=[4, 8], help="K values of the packed comparison")
     parser.add_argument("--packed-modes", nargs="+", choices=("eager", "compiled"), default=["eager"])
     parser.add_argument("--validation-batches", type=int, default=8)
@@ -291,29 +334,43 @@ def main() -> None:
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     recorder = Recorder(args.json)
-    setup = recorder.add({
-        "section": "setup", "torch": torch.__version__, "device": _device_name(device), "argv": sys.argv[1:],
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    })
+    setup = recorder.add(
+        {
+            "section": "setup",
+            "torch": torch.__version__,
+            "device": _device_name(device),
+            "argv": sys.argv[1:],
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        }
+    )
     print(f"torch {setup['torch']}, device {setup['device']}, {setup['date']}\n\n{HEADER}", flush=True)
     reference = reference_losses(args.loss_reference, args.preset) if args.loss_reference else None
     train_tokens_per_s = None
     for section in args.sections:
         if section == "sync":
             for variant in args.variants:
-                record = recorder.attempt("sync", {"preset": args.preset, "variant": variant}, device,
-                                          lambda v=variant: sync_variant(args, device, v, reference))
+                record = recorder.attempt(
+                    "sync",
+                    {"preset": args.preset, "variant": variant},
+                    device,
+                    lambda v=variant, r=reference: sync_variant(args, device, v, r),
+                )
                 if "error" not in record:
                     reference = reference or record["losses"]
                     train_tokens_per_s = train_tokens_per_s or record["tokens_per_s"]
         elif section == "packed":
             for mode in args.packed_modes:
                 for k in args.packed:
-                    recorder.attempt("packed", {"preset": args.preset, "k": k, "mode": mode}, device,
-                                     lambda k=k, m=mode: packed_pair(args, device, k, m))
+                    recorder.attempt(
+                        "packed",
+                        {"preset": args.preset, "k": k, "mode": mode},
+                        device,
+                        lambda k=k, m=mode: packed_pair(args, device, k, m),
+                    )
         else:
-            recorder.attempt("validation", {"preset": args.preset}, device,
-                             lambda: validation(args, device, train_tokens_per_s))
+            recorder.attempt(
+                "validation", {"preset": args.preset}, device, lambda t=train_tokens_per_s: validation(args, device, t)
+            )
 
 
 if __name__ == "__main__":

@@ -120,7 +120,9 @@ def main() -> None:
         f"{args.recipe} model: {cfg.layers} layers, width {cfg.width}, vocab {cfg.vocab_size}; per replica {B} x {T}"
         f" tokens; {where}{', bf16 autocast' if args.amp else ''}; torch {torch.__version__}\n"
     )
-    print("| threads | K | sequential step (ms) | packed step (ms) | speedup (median of pairs) | goal | max abs Δloss, step 1 |")
+    print(
+        "| threads | K | sequential step (ms) | packed step (ms) | speedup (median of pairs) | goal | max abs Δloss, step 1 |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for threads in thread_counts:
         if threads is not None:

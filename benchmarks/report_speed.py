@@ -52,7 +52,7 @@ def chosen_runs(count: int) -> list[RunSpec]:
 
 def first_paint(page: Path) -> None:
     """Page weight, first contentful paint and the Explore overlay's drawing time, offline in Chromium."""
-    from offline_browser import open_offline, launch
+    from offline_browser import launch, open_offline
     from playwright.sync_api import sync_playwright
 
     assets = sum(path.stat().st_size for path in (page.parent / "assets").iterdir())
@@ -63,9 +63,12 @@ def first_paint(page: Path) -> None:
             context, loaded = open_offline(browser, page)
             loaded.page.wait_for_function("document.getElementById('plot-explore').data !== undefined", timeout=60_000)
             paint, drawn = loaded.page.evaluate(
-                "[performance.getEntriesByName('first-contentful-paint')[0].startTime, performance.now()]")
-            print(f"  first contentful paint {paint / 1000:.2f} s; Explore overlay drawn by {drawn / 1000:.2f} s; "
-                  f"errors: {loaded.errors or 'none'}")
+                "[performance.getEntriesByName('first-contentful-paint')[0].startTime, performance.now()]"
+            )
+            print(
+                f"  first contentful paint {paint / 1000:.2f} s; Explore overlay drawn by {drawn / 1000:.2f} s; "
+                f"errors: {loaded.errors or 'none'}"
+            )
             context.close()
         browser.close()
 
@@ -80,8 +83,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         repo = args.keep or Path(scratch)
         started = time.perf_counter()
-        campaign = write_campaign(repo, "recipe-sweep-20m", chosen_runs(args.runs), epochs=EPOCHS, audit=True,
-                                  steps_per_epoch=args.steps_per_epoch)
+        campaign = write_campaign(
+            repo,
+            "recipe-sweep-20m",
+            chosen_runs(args.runs),
+            epochs=EPOCHS,
+            audit=True,
+            steps_per_epoch=args.steps_per_epoch,
+        )
         print(f"tree: {len(list((campaign / 'runs').iterdir()))} runs written in {time.perf_counter() - started:.1f} s")
         times = []
         for _ in range(REPEATS):

@@ -35,8 +35,9 @@ def bare_loop(recipe, cache_dir: Path, steps: int) -> float:
     budget = budget_of(recipe)
     model = GPT(recipe.model)
     opt = recipe.optimizer
-    optimizer = torch.optim.AdamW(model.param_groups(opt.weight_decay), lr=opt.lr, betas=(opt.beta1, opt.beta2),
-                                  eps=opt.eps, foreach=True)
+    optimizer = torch.optim.AdamW(
+        model.param_groups(opt.weight_decay), lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, foreach=True
+    )
     blocks = BlockReader(open_cache(cache_dir), "train", recipe.model.context_length + 1)
     count = budget.sequences_per_step
     started = time.perf_counter()
@@ -54,8 +55,10 @@ def bare_loop(recipe, cache_dir: Path, steps: int) -> float:
 
 def trainer_run(recipe, out: Path) -> tuple[float, float]:
     """(training tokens/s from the epoch records, full-validation tokens/s)."""
-    train(recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"output_dir": str(out)})}),
-          progress=False)
+    train(
+        recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"output_dir": str(out)})}),
+        progress=False,
+    )
     epochs = [r for r in read_metrics(out) if r["type"] == "epoch"]
     train_tps = epochs[-1]["tokens"] / sum(r["wall_s"] for r in epochs)
     results = validate_run(out)
@@ -69,11 +72,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="ebd2n-bench-"))
-    recipe = load_recipe("demo", [
-        f"data.cache_dir={work / 'cache'}", f"model.width={args.width}", f"model.ffn_width={args.width * 11 // 4}",
-        "model.heads=4", "training.batch_tokens=4096", "training.micro_batch_size=64",
-        "training.epoch_tokens=65536", "training.max_tokens=131072", "runtime.deterministic=false",
-    ])
+    recipe = load_recipe(
+        "demo",
+        [
+            f"data.cache_dir={work / 'cache'}",
+            f"model.width={args.width}",
+            f"model.ffn_width={args.width * 11 // 4}",
+            "model.heads=4",
+            "training.batch_tokens=4096",
+            "training.micro_batch_size=64",
+            "training.epoch_tokens=65536",
+            "training.max_tokens=131072",
+            "runtime.deterministic=false",
+        ],
+    )
     prepare_cache(recipe.data, recipe.model.vocab_size, progress=False)
     steps = budget_of(recipe).total_steps
     rows = []
@@ -81,8 +93,10 @@ def main() -> None:
         bare = bare_loop(recipe, Path(recipe.data.cache_dir), steps)
         ours, validation = trainer_run(recipe, work / f"run{repeat}")
         rows.append((bare, ours, validation))
-        print(f"repeat {repeat}: bare {bare:,.0f} tok/s | trainer {ours:,.0f} tok/s | full validation {validation:,.0f} tok/s")
-    bare, ours, validation = (statistics.median(col) for col in zip(*rows))
+        print(
+            f"repeat {repeat}: bare {bare:,.0f} tok/s | trainer {ours:,.0f} tok/s | full validation {validation:,.0f} tok/s"
+        )
+    bare, ours, validation = (statistics.median(col) for col in zip(*rows, strict=True))
     print()
     print("| measure | tokens/s (median) | ratio |")
     print("|---|---|---|")

@@ -27,7 +27,9 @@ GOAL_RATIO = 1.5
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", type=Path, help="build the campaign here and keep it (default: a temporary directory)")
+    parser.add_argument(
+        "--keep", type=Path, help="build the campaign here and keep it (default: a temporary directory)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         directory = (args.keep or Path(scratch)).resolve()
@@ -36,8 +38,8 @@ def main() -> None:
         started = time.perf_counter()
         campaign = build_campaign(directory)
         from ebd2n.audit import audit_campaign, violations
-        from ebd2n.signing.keys import load_private, load_public, new_key_pair
         from ebd2n.audit.sign import sign_audit
+        from ebd2n.signing.keys import load_private, load_public, new_key_pair
         from ebd2n.signing.statement import verify_campaign
 
         record = audit_campaign(campaign)
@@ -45,7 +47,9 @@ def main() -> None:
             sys.exit("audit failed:\n" + "\n".join(violations(record)))
         private, public = new_key_pair(directory / "keys")
         sign_audit(campaign, load_private(private), record)
-        print(f"campaign: {len(list((campaign / 'runs').iterdir()))} runs, built, audited and signed in {time.perf_counter() - started:.0f} s")
+        print(
+            f"campaign: {len(list((campaign / 'runs').iterdir()))} runs, built, audited and signed in {time.perf_counter() - started:.0f} s"
+        )
         key = load_public(public)
         hashing, verifying = [], []
         for _ in range(REPEATS):
@@ -57,8 +61,10 @@ def main() -> None:
                 sys.exit("verify failed:\n" + "\n".join(result.problems))
         floor, median = statistics.median(hashing), statistics.median(verifying)
         print(f"hash every file: {', '.join(f'{t:.2f}' for t in hashing)} s; median {floor:.2f} s")
-        print(f"verify ({result.files:,} signed files): {', '.join(f'{t:.2f}' for t in verifying)} s; median {median:.2f} s; "
-              f"{median / floor:.2f}x the hashing alone (goal <= {GOAL_RATIO}x)")
+        print(
+            f"verify ({result.files:,} signed files): {', '.join(f'{t:.2f}' for t in verifying)} s; median {median:.2f} s; "
+            f"{median / floor:.2f}x the hashing alone (goal <= {GOAL_RATIO}x)"
+        )
         if median > GOAL_RATIO * floor:
             sys.exit(f"verify takes {median / floor:.2f}x the hashing, over the {GOAL_RATIO}x goal")
 

@@ -35,10 +35,17 @@ MANIFEST = {
     "tokenizer": {"name": "bpe-synthetic", "revision": "trained", "vocab_size": 512},
     "seeds": {"shuffle": 42, "synthetic": 0},
     "splits": {
-        "train": {"tokens": 1_000_000, "documents": 2_000,
-                  "shards": [{"file": "train-00000.bin", "sha256": "d" * 64, "tokens": 1_000_000}]},
-        "validation": {"tokens": TARGETS + 1_000, "documents": 200, "targets": TARGETS + 999,
-                       "shards": [{"file": "validation-00000.bin", "sha256": "e" * 64, "tokens": TARGETS + 1_000}]},
+        "train": {
+            "tokens": 1_000_000,
+            "documents": 2_000,
+            "shards": [{"file": "train-00000.bin", "sha256": "d" * 64, "tokens": 1_000_000}],
+        },
+        "validation": {
+            "tokens": TARGETS + 1_000,
+            "documents": 200,
+            "targets": TARGETS + 999,
+            "shards": [{"file": "validation-00000.bin", "sha256": "e" * 64, "tokens": TARGETS + 1_000}],
+        },
     },
 }
 
@@ -167,13 +174,24 @@ STEPS_PER_EPOCH = 24
 def diverged_record(spec: RunSpec) -> dict[str, Any]:
     """The `diverged` object of a diverged run's results.json and last metrics record (the trainer's contract)."""
     step = spec.diverged_at
-    return {"step": step, "tokens": step * EPOCH_TOKENS // STEPS_PER_EPOCH, "epoch": (step - 1) // STEPS_PER_EPOCH + 1,
-            "rule": "non-finite", "last_finite_loss": 7.5,
-            "detail": f"10 consecutive steps had non-finite loss up to step {step}"}
+    return {
+        "step": step,
+        "tokens": step * EPOCH_TOKENS // STEPS_PER_EPOCH,
+        "epoch": (step - 1) // STEPS_PER_EPOCH + 1,
+        "rule": "non-finite",
+        "last_finite_loss": 7.5,
+        "detail": f"10 consecutive steps had non-finite loss up to step {step}",
+    }
 
 
 def _write_run(
-    run_dir: Path, spec: RunSpec, epochs: int, repo: Path, cache_dir: Path, absolute: bool, purpose: str,
+    run_dir: Path,
+    spec: RunSpec,
+    epochs: int,
+    repo: Path,
+    cache_dir: Path,
+    absolute: bool,
+    purpose: str,
     steps_per_epoch: int = 0,
 ) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -185,11 +203,23 @@ def _write_run(
         epochs = 1
     records = [_epoch_record(spec, epoch, epochs, steps_per_epoch or STEPS_PER_EPOCH) for epoch in range(1, epochs + 1)]
     if steps_per_epoch:
-        lines = [json.dumps(record) for epoch in records
-                 for record in [*_step_records(spec, epoch["epoch"], steps_per_epoch, epochs), epoch]]
+        lines = [
+            json.dumps(record)
+            for epoch in records
+            for record in [*_step_records(spec, epoch["epoch"], steps_per_epoch, epochs), epoch]
+        ]
     else:
-        steps = [{"type": "step", "step": 1, "loss": spec.loss + 3, "accuracy": 0.05, "lr": spec.lr, "grad_norm": 1.0,
-                  "skipped": False}]
+        steps = [
+            {
+                "type": "step",
+                "step": 1,
+                "loss": spec.loss + 3,
+                "accuracy": 0.05,
+                "lr": spec.lr,
+                "grad_norm": 1.0,
+                "skipped": False,
+            }
+        ]
         lines = [json.dumps(record) for record in steps + records]
     if spec.diverged_at is not None:
         lines.append(json.dumps({"type": "diverged", **diverged_record(spec)}))
@@ -200,10 +230,22 @@ def _write_run(
         log.write_text(f"training {spec.run_id}\nTraceback (most recent call last):\n{FAILED_LOG}\n")
         return
     if spec.diverged_at is not None:
-        files.results.write_text(json.dumps(_results(spec, epochs) | {
-            "status": "diverged", "loss": None, "perplexity": None, "accuracy": None, "targets": None,
-            "diverged": diverged_record(spec), "validation": "not run: the run diverged", "validated": None,
-        }, indent=2))
+        files.results.write_text(
+            json.dumps(
+                _results(spec, epochs)
+                | {
+                    "status": "diverged",
+                    "loss": None,
+                    "perplexity": None,
+                    "accuracy": None,
+                    "targets": None,
+                    "diverged": diverged_record(spec),
+                    "validation": "not run: the run diverged",
+                    "validated": None,
+                },
+                indent=2,
+            )
+        )
         return
     best = min(records, key=lambda record: record["val_loss"])
     keys = ("epoch", "step", "tokens", "val_loss", "val_accuracy")
@@ -241,12 +283,17 @@ def _step_records(spec: RunSpec, epoch: int, per_epoch: int, epochs: int) -> lis
     records = []
     for step in range((epoch - 1) * per_epoch + 1, epoch * per_epoch + 1):
         done = step / total
-        records.append({
-            "type": "step", "step": step,
-            "loss": spec.loss + 3.0 * (1 - done) ** 2 + 0.05 * math.sin(step * 1.7 + spec.seed),
-            "accuracy": 0.05 + 0.25 * done, "lr": spec.lr * min(1.0, 10 * done) * (1 - 0.9 * done),
-            "grad_norm": 1.0 + 0.5 * math.cos(step), "skipped": False,
-        })
+        records.append(
+            {
+                "type": "step",
+                "step": step,
+                "loss": spec.loss + 3.0 * (1 - done) ** 2 + 0.05 * math.sin(step * 1.7 + spec.seed),
+                "accuracy": 0.05 + 0.25 * done,
+                "lr": spec.lr * min(1.0, 10 * done) * (1 - 0.9 * done),
+                "grad_norm": 1.0 + 0.5 * math.cos(step),
+                "skipped": False,
+            }
+        )
     return records
 
 
@@ -287,7 +334,9 @@ def _campaign_info(name: str, runs: list[RunSpec], presets: Sequence[str], descr
         "runs_finished": len(runs),
         "source_hash": SOURCE_HASH,
         "cache_identities": [CACHE_IDENTITY],
-        "base_recipes": {base: {"path": f"frozen/recipes/{base}.yaml", "identity": "b" * 64} for base in presets or ["base"]},
+        "base_recipes": {
+            base: {"path": f"frozen/recipes/{base}.yaml", "identity": "b" * 64} for base in presets or ["base"]
+        },
         "created": "2026-09-01T10:00:00Z",
     }
 
@@ -297,7 +346,12 @@ def _audit(passed: bool) -> dict[str, Any]:
     return {
         "passed": passed,
         "checks": [
-            {"name": "every grid point has every seed", "scope": "campaign", "passed": passed, "violations": violations},
+            {
+                "name": "every grid point has every seed",
+                "scope": "campaign",
+                "passed": passed,
+                "violations": violations,
+            },
             {"name": "run files present and readable", "scope": "runs", "passed": True, "violations": []},
         ],
     }

@@ -73,7 +73,11 @@ def report_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from ebd2n.report import build_report
 
     campaign = write_campaign(
-        tmp_path_factory.mktemp("report"), "sweep", report_runs(), audit=True, purpose=f"purpose {HOSTILE}",
+        tmp_path_factory.mktemp("report"),
+        "sweep",
+        report_runs(),
+        audit=True,
+        purpose=f"purpose {HOSTILE}",
         description=f"description {HOSTILE}",
     )
     build_report(campaign)

@@ -13,6 +13,8 @@ def fixed_steps(engine, recipe, rows: tuple[int, ...]) -> list[dict]:
     generator = torch.Generator().manual_seed(0)
     results = []
     for count in rows:
-        sequences = torch.randint(0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator)
+        sequences = torch.randint(
+            0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator
+        )
         results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
     return results

@@ -10,8 +10,13 @@ import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 MARKS = [
     pytest.mark.browser,
@@ -49,7 +54,9 @@ def launch(playwright: Any) -> Any:
 def open_offline(browser: Any, path: Path, width: int = WIDTH) -> tuple[Any, Loaded]:
     """(context, Loaded) for `path` from file:// with every other request aborted; waits for the figures."""
     context = browser.new_context(viewport={"width": width, "height": 900})
-    context.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+    context.route(
+        "**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_()
+    )
     loaded = Loaded(context.new_page())
     loaded.page.on("console", lambda message: loaded.errors.append(message.text) if message.type == "error" else None)
     loaded.page.on("pageerror", lambda error: loaded.errors.append(str(error)))

@@ -54,30 +54,45 @@ def test_accum_adamw_follows_the_formula() -> None:
     gradients = _gradients(8)
     for window in (2, 3):
         got = _optimized(AccumAdamW, gradients, accum_iter=window)
-        torch.testing.assert_close(got,
-                                   torch.tensor(_by_the_formula(gradients, window), dtype=torch.float64),
-                                   rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(
+            got, torch.tensor(_by_the_formula(gradients, window), dtype=torch.float64), rtol=1e-12, atol=1e-14
+        )
 
 
 def test_accum_adamw_of_one_step_windows_is_adamw() -> None:
     gradients = _gradients(6)
-    torch.testing.assert_close(_optimized(AccumAdamW, gradients, accum_iter=1),
-                               _optimized(torch.optim.AdamW, gradients), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(
+        _optimized(AccumAdamW, gradients, accum_iter=1),
+        _optimized(torch.optim.AdamW, gradients),
+        rtol=1e-12,
+        atol=1e-14,
+    )
     assert not torch.allclose(_optimized(AccumAdamW, gradients, accum_iter=3), _optimized(torch.optim.AdamW, gradients))
 
 
 def test_accum_adamw_recipe_identity() -> None:
     assert recipe_identity(load_recipe("20m", ["optimizer.accum_iter=1"]), "c" * 64) == recipe_identity(
-        load_recipe("20m"), "c" * 64)
+        load_recipe("20m"), "c" * 64
+    )
     assert recipe_identity(load_recipe("20m", ["optimizer.accum_iter=4"]), "c" * 64) != recipe_identity(
-        load_recipe("20m"), "c" * 64)
+        load_recipe("20m"), "c" * 64
+    )
 
 
 def test_accum_adamw_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Path) -> None:
     """Its window buffer travels with the checkpoint (windows of 3 steps straddle the epoch ends)."""
+
     def recipe(name: str):
-        return load_recipe("demo", [f"data.cache_dir={demo_cache}", f"runtime.output_dir={tmp_path / name}",
-                                    "training.max_tokens=16384", "training.epoch_tokens=4096", "optimizer.accum_iter=3"])
+        return load_recipe(
+            "demo",
+            [
+                f"data.cache_dir={demo_cache}",
+                f"runtime.output_dir={tmp_path / name}",
+                "training.max_tokens=16384",
+                "training.epoch_tokens=4096",
+                "optimizer.accum_iter=3",
+            ],
+        )
 
     train(recipe("whole"), progress=False)
     train(recipe("sliced"), until_epoch=2, progress=False)
@@ -88,9 +103,17 @@ def test_accum_adamw_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path
 
 
 def test_accum_adamw_packed_run_trains(demo_cache: Path, tmp_path: Path) -> None:
-    recipe = load_recipe("demo", [f"data.cache_dir={demo_cache}", f"runtime.output_dir={tmp_path / 'run'}",
-                                  "training.max_tokens=16384", "training.epoch_tokens=4096",
-                                  "optimizer.accum_iter=2", "decentralized.num_models=4"])
+    recipe = load_recipe(
+        "demo",
+        [
+            f"data.cache_dir={demo_cache}",
+            f"runtime.output_dir={tmp_path / 'run'}",
+            "training.max_tokens=16384",
+            "training.epoch_tokens=4096",
+            "optimizer.accum_iter=2",
+            "decentralized.num_models=4",
+        ],
+    )
     train(recipe, progress=False)
     losses = [record["val_loss"] for record in read_metrics(tmp_path / "run") if record["type"] == "epoch"]
     assert losses == sorted(losses, reverse=True) and losses[-1] < math.log(512) - 0.5, losses

@@ -42,8 +42,10 @@ def test_adaptive_consensus_gamma_follows_the_formula() -> None:
     budget = budget_of(recipe)
     schedule = consensus_schedule(recipe, budget)
     assert schedule.start_step == math.ceil(0.5 * budget.total_steps) == 8
-    rates = [learning_rate(budget.tokens_after(step + 1), budget.total_tokens, recipe.optimizer)
-             for step in range(budget.total_steps)]
+    rates = [
+        learning_rate(budget.tokens_after(step + 1), budget.total_tokens, recipe.optimizer)
+        for step in range(budget.total_steps)
+    ]
     assert schedule.lr_max == max(rates[8:]) == rates[8]  # cosine: the first active step's
     for step, lr in enumerate(rates):
         expected = 1.0 if step < 8 else (lr / rates[8]) ** 1.5
@@ -74,10 +76,17 @@ def test_adaptive_consensus_packed_run_trains_with_weaker_gossip(demo_cache: Pat
     """Weaker mixing late in training leaves the local models further apart than plain gossip."""
     common = (f"data.cache_dir={demo_cache}", "decentralized.topology=complete")
     train(_recipe(*common, f"runtime.output_dir={tmp_path / 'plain'}"), progress=False)
-    train(_recipe(*common, f"runtime.output_dir={tmp_path / 'adaptive'}",
-                  "decentralized.adaptive_consensus={start_fraction: 0.25, p: 2}"), progress=False)
-    plain, adaptive = ([r for r in read_metrics(tmp_path / name) if r["type"] == "epoch"]
-                       for name in ("plain", "adaptive"))
+    train(
+        _recipe(
+            *common,
+            f"runtime.output_dir={tmp_path / 'adaptive'}",
+            "decentralized.adaptive_consensus={start_fraction: 0.25, p: 2}",
+        ),
+        progress=False,
+    )
+    plain, adaptive = (
+        [r for r in read_metrics(tmp_path / name) if r["type"] == "epoch"] for name in ("plain", "adaptive")
+    )
     assert plain[0]["val_loss"] == adaptive[0]["val_loss"]  # the first epoch's 4 steps precede step ceil(0.25 x 16)
     assert plain[-1]["consensus_distance"] < adaptive[-1]["consensus_distance"]
     assert adaptive[-1]["val_loss"] < adaptive[0]["val_loss"]

@@ -9,14 +9,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from ebd2n.campaign.analysis import (
-    group_runs,
-    load_runs,
-    lr_response,
-    select,
-    winner_notes,
-    write_selection,
-)
+from ebd2n.campaign.analysis import group_runs, load_runs, lr_response, select, winner_notes, write_selection
 from ebd2n.campaign.optimum import lr_optima
 from ebd2n.errors import UserError
 
@@ -58,12 +51,7 @@ def _runs(rows: list[tuple]) -> pl.DataFrame:
 
 
 def _without(runs: pl.DataFrame, mode: str, lr: float, beta2: float, seed: int) -> pl.DataFrame:
-    gone = (
-        (pl.col("mode") == mode)
-        & (pl.col("lr") == lr)
-        & (pl.col("beta2") == beta2)
-        & (pl.col("seed") == seed)
-    )
+    gone = (pl.col("mode") == mode) & (pl.col("lr") == lr) & (pl.col("beta2") == beta2) & (pl.col("seed") == seed)
     return runs.filter(~gone)
 
 
@@ -78,17 +66,13 @@ def test_load_runs_reference_has_all_runs(reference_runs: pl.DataFrame) -> None:
     assert result == expected
 
 
-def test_group_runs_reference_columns(
-    reference: dict[str, Any], reference_groups: pl.DataFrame
-) -> None:
+def test_group_runs_reference_columns(reference: dict[str, Any], reference_groups: pl.DataFrame) -> None:
     result = reference_groups.columns
     expected = [*reference["groups"][0], "outcome"]  # diverged_step only where a point diverged: none here
     assert result == expected
 
 
-def test_group_runs_reference_exact_columns(
-    reference: dict[str, Any], reference_groups: pl.DataFrame
-) -> None:
+def test_group_runs_reference_exact_columns(reference: dict[str, Any], reference_groups: pl.DataFrame) -> None:
     exact = ["mode", "lr", "beta2", "seeds_completed", "eligible", "rank"]
     result = reference_groups.select(exact)
     expected = pl.DataFrame(reference["groups"]).select(exact)
@@ -135,17 +119,10 @@ def test_group_runs_given_seeds_require_every_one() -> None:
 
 
 @pytest.mark.parametrize(
-    ("loss", "status"),
-    [(3.5, "failed"), (float("nan"), "complete"), (float("inf"), "complete"), (None, "running")],
+    ("loss", "status"), [(3.5, "failed"), (float("nan"), "complete"), (float("inf"), "complete"), (None, "running")]
 )
 def test_group_runs_ignores_runs_that_do_not_count(loss: float | None, status: str) -> None:
-    runs = _runs(
-        [
-            ("sync", 0.001, 0.99, 1, 3.0),
-            ("sync", 0.001, 0.99, 2, 3.2),
-            ("sync", 0.001, 0.99, 3, loss, status),
-        ]
-    )
+    runs = _runs([("sync", 0.001, 0.99, 1, 3.0), ("sync", 0.001, 0.99, 2, 3.2), ("sync", 0.001, 0.99, 3, loss, status)])
     result = group_runs(runs).select("seeds_completed", "eligible", "mean_loss").row(0)
     expected = (2, False, pytest.approx(3.1))
     assert result == expected
@@ -165,13 +142,7 @@ def test_group_runs_duplicate_seed_raises() -> None:
 
 
 def test_group_runs_ranks_ineligible_after_eligible() -> None:
-    runs = _runs(
-        [
-            ("sync", 0.001, 0.99, 1, 3.0),
-            ("sync", 0.002, 0.99, 1, 3.5),
-            ("sync", 0.002, 0.99, 2, 3.5),
-        ]
-    )
+    runs = _runs([("sync", 0.001, 0.99, 1, 3.0), ("sync", 0.002, 0.99, 1, 3.5), ("sync", 0.002, 0.99, 2, 3.5)])
     result = group_runs(runs)["rank"].to_list()
     expected = [2, 1]
     assert result == expected
@@ -180,14 +151,8 @@ def test_group_runs_ranks_ineligible_after_eligible() -> None:
 @pytest.mark.parametrize(
     ("rows", "expected"),
     [
-        (
-            [("sync", 0.002, 0.99, 1, 3.0), ("sync", 0.001, 0.99, 1, 3.0)],
-            {"lr": 0.001, "beta2": 0.99},
-        ),
-        (
-            [("sync", 0.001, 0.999, 1, 3.0), ("sync", 0.001, 0.95, 1, 3.0)],
-            {"lr": 0.001, "beta2": 0.95},
-        ),
+        ([("sync", 0.002, 0.99, 1, 3.0), ("sync", 0.001, 0.99, 1, 3.0)], {"lr": 0.001, "beta2": 0.99}),
+        ([("sync", 0.001, 0.999, 1, 3.0), ("sync", 0.001, 0.95, 1, 3.0)], {"lr": 0.001, "beta2": 0.95}),
     ],
     ids=["lower-lr", "lower-beta2"],
 )
@@ -207,7 +172,11 @@ def test_select_mode_without_eligible_point_is_absent() -> None:
 def test_lr_response_reference_cell(reference_groups: pl.DataFrame) -> None:
     table = lr_response(reference_groups, 0.999)
     row = table.filter(pl.col("lr") == 0.0028).row(0, named=True)
-    result = (round(row["synchronous mean_loss"], 4), round(row["synchronous std_loss"], 4), row["synchronous seeds_completed"])
+    result = (
+        round(row["synchronous mean_loss"], 4),
+        round(row["synchronous std_loss"], 4),
+        row["synchronous seeds_completed"],
+    )
     expected = (3.5644, 0.0036, 3)
     assert result == expected
 
@@ -239,9 +208,7 @@ def test_lr_response_unknown_beta2_raises(reference_groups: pl.DataFrame) -> Non
         lr_response(reference_groups, 0.9)
 
 
-@pytest.mark.parametrize(
-    ("mode", "expected"), [("synchronous", None), ("packed-4", None), ("packed-8", "upper")]
-)
+@pytest.mark.parametrize(("mode", "expected"), [("synchronous", None), ("packed-4", None), ("packed-8", "upper")])
 def test_winner_notes_reference_edge(
     reference_groups: pl.DataFrame, reference_runs: pl.DataFrame, mode: str, expected: str | None
 ) -> None:
@@ -249,9 +216,7 @@ def test_winner_notes_reference_edge(
     assert result == expected
 
 
-@pytest.mark.parametrize(
-    ("mode", "expected"), [("synchronous", 0.000135), ("packed-8", 0.001538)]
-)
+@pytest.mark.parametrize(("mode", "expected"), [("synchronous", 0.000135), ("packed-8", 0.001538)])
 def test_winner_notes_reference_margin_matches_published_text(
     reference_groups: pl.DataFrame, reference_runs: pl.DataFrame, mode: str, expected: float
 ) -> None:
@@ -280,11 +245,7 @@ def test_winner_notes_reference_packed8_next_lrs_above_edge(
     ids=["ratio", "halving"],
 )
 def test_winner_notes_lower_edge_next_lrs(lrs: list[float], expected: list[float]) -> None:
-    rows = [
-        ("sync", lr, 0.99, seed, 3.0 + i + 0.01 * seed)
-        for i, lr in enumerate(lrs)
-        for seed in (1, 2)
-    ]
+    rows = [("sync", lr, 0.99, seed, 3.0 + i + 0.01 * seed) for i, lr in enumerate(lrs) for seed in (1, 2)]
     runs = _runs(rows)
     result = winner_notes(group_runs(runs), runs)["sync"]["next_lrs"]
     assert result == expected
@@ -292,9 +253,7 @@ def test_winner_notes_lower_edge_next_lrs(lrs: list[float], expected: list[float
 
 def test_winner_notes_clear_margin_is_called_real() -> None:
     rows = [
-        ("sync", lr, 0.99, seed, base + 0.001 * seed)
-        for lr, base in ((0.001, 3.0), (0.002, 3.5))
-        for seed in (1, 2, 3)
+        ("sync", lr, 0.99, seed, base + 0.001 * seed) for lr, base in ((0.001, 3.0), (0.002, 3.5)) for seed in (1, 2, 3)
     ]
     runs = _runs(rows)
     result = winner_notes(group_runs(runs), runs)["sync"]["verdict"]

@@ -8,8 +8,8 @@ audited and reported once per module; each test works on its own copy and damage
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,8 +21,8 @@ import yaml
 from workflow_support import TINY, copy_repo, environment, snakemake, write_campaign
 
 from ebd2n.audit import audit_campaign, violations
-from ebd2n.campaign.collect import collect_campaign
 from ebd2n.campaign.check import load_campaign
+from ebd2n.campaign.collect import collect_campaign
 from ebd2n.errors import UserError
 from ebd2n.layout import named_campaign
 from ebd2n.report import build_report
@@ -90,15 +90,25 @@ def test_audit_clean_campaign_passed_in_the_workflow(campaign: Path) -> None:
 
 def test_audit_first_audit_says_it_had_nothing_to_compare_with(campaign: Path) -> None:
     record = json.loads((campaign / "audit.json").read_text())
-    result = (record["compared_with_earlier_audit"], "no earlier audit to compare with (first audit" in record["summary"])
+    result = (
+        record["compared_with_earlier_audit"],
+        "no earlier audit to compare with (first audit" in record["summary"],
+    )
     assert result == (False, True)
 
 
 def test_audit_clean_campaign_passes_again_with_every_check_applicable(campaign: Path) -> None:
     record = audit_campaign(campaign)
-    result = ([(c["name"], c["status"]) for c in record["checks"] if c["status"] != "passed"],
-              record["compared_with_earlier_audit"], record["summary"])
-    assert result == ([], True, f"audit passed: all {len(record['checks'])} checks that had something to examine passed")
+    result = (
+        [(c["name"], c["status"]) for c in record["checks"] if c["status"] != "passed"],
+        record["compared_with_earlier_audit"],
+        record["summary"],
+    )
+    assert result == (
+        [],
+        True,
+        f"audit passed: all {len(record['checks'])} checks that had something to examine passed",
+    )
 
 
 def test_audit_tile_and_sentence_of_the_report_agree(campaign: Path) -> None:
@@ -109,14 +119,22 @@ def test_audit_tile_and_sentence_of_the_report_agree(campaign: Path) -> None:
     passed = len(record["checks"]) - 1
     tile = f"audit: {passed} checks passed, 1 with nothing to examine"
     sentence = f"The audit of the runs passed: {passed} checks passed, and 1 had nothing to examine yet"
-    assert (tile in page, sentence in page, "It was the campaign's first audit" in page, " of " + str(passed + 1) in page) == (
-        True, True, True, False)
+    assert (
+        tile in page,
+        sentence in page,
+        "It was the campaign's first audit" in page,
+        " of " + str(passed + 1) in page,
+    ) == (True, True, True, False)
 
 
 def test_audit_report_stage_runs_before_the_report(campaign: Path) -> None:
     record = json.loads((campaign / "audit-runs.json").read_text())
     names = [check["name"] for check in record["checks"]]
-    assert (record["stage"], record["passed"], any("published report" in name for name in names)) == ("runs", True, False)
+    assert (record["stage"], record["passed"], any("published report" in name for name in names)) == (
+        "runs",
+        True,
+        False,
+    )
 
 
 # --- tampering: each is detected and named ---------------------------------------------------
@@ -206,8 +224,18 @@ def _earlier_checkpoint(repo: Path, campaign: Path, run_dir: Path, epoch: int) -
     in a directory of the run's name (what a kept copy of its slice checkpoint would be)."""
     again = repo / "elsewhere" / run_dir.name
     again.mkdir(parents=True)
-    command = [sys.executable, "-m", "ebd2n", "train", "--config", str(run_dir / "recipe.yaml"),
-               "--until-epoch", str(epoch), "--quiet", f"--set=runtime.output_dir={again}"]
+    command = [
+        sys.executable,
+        "-m",
+        "ebd2n",
+        "train",
+        "--config",
+        str(run_dir / "recipe.yaml"),
+        "--until-epoch",
+        str(epoch),
+        "--quiet",
+        f"--set=runtime.output_dir={again}",
+    ]
     frozen = {**environment(), "PYTHONPATH": str(campaign / "frozen/src"), "EBD2N_WARM": "0"}
     subprocess.run(command, cwd=repo, env=frozen, check=True, capture_output=True, timeout=300)
     return again / f"checkpoints/epoch-{epoch}.pt"
@@ -239,7 +267,8 @@ def test_audit_names_final_replaced_by_an_earlier_checkpoint_of_the_run(repo: Pa
     assert [v for v in found if "final.pt" in v] == [
         f"every checkpoint and slice record holds the epoch its name claims in the run's budget: {RUNS[0]}: "
         "final.pt records epoch 1, step 32, tokens 32768, not the end of epoch 2 of 2 (epoch 2, step 64, "
-        "65,536 tokens): another point of the run under this name"]
+        "65,536 tokens): another point of the run under this name"
+    ]
     with pytest.raises(UserError, match=r"final\.pt: records epoch 1, .* not this run's final checkpoint"):
         validate_run(run(campaign))
 
@@ -267,9 +296,15 @@ def test_audit_catches_train_log_blocks_overlapping_in_time(campaign: Path) -> N
     first_job = lines[last].split()[-2]
     second = [line.replace(first_job, "local-20260101T000000-99999") for line in lines[last:]]
     opened = 3  # the first trainer's header and two more lines, then the second opens its block
-    mixed = [line for pair in zip(second, lines[last + opened:]) for line in pair] + second[len(lines) - last - opened:]
+    mixed = [line for pair in zip(second, lines[last + opened :], strict=False) for line in pair] + second[
+        len(lines) - last - opened :
+    ]
     path.write_text("".join(lines[: last + opened] + mixed))
-    assert mentions(failed(campaign), RUNS[0], "train.log: the block of job local-20260101T000000-99999 overlaps another trainer's in time")
+    assert mentions(
+        failed(campaign),
+        RUNS[0],
+        "train.log: the block of job local-20260101T000000-99999 overlaps another trainer's in time",
+    )
 
 
 def test_audit_takes_a_requeued_jobs_blocks_for_one_trainer_after_another(campaign: Path) -> None:
@@ -368,7 +403,9 @@ def test_audit_catches_old_artifact_changed_since_last_audit(campaign: Path) -> 
     path = run(campaign) / "best.json"
     path.write_text(path.read_text() + "\n")
     result = [v for v in failed(campaign) if "since the last audit" in v]
-    assert result == [f"audited artifacts unchanged since the last audit (ledger): runs/{RUNS[0]}/best.json: changed since the last audit"]
+    assert result == [
+        f"audited artifacts unchanged since the last audit (ledger): runs/{RUNS[0]}/best.json: changed since the last audit"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -401,17 +438,28 @@ def test_audit_accept_rebaselines_and_records_history(campaign: Path) -> None:
 def test_audit_cli_exits_1_with_one_line_per_violation(campaign: Path) -> None:
     shutil.rmtree(run(campaign, 1))
     (campaign / "runs.csv").write_text("x")
-    result = subprocess.run([sys.executable, "-m", "ebd2n", "audit", str(campaign)], capture_output=True, text=True,
-                            env={**environment(), "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    result = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "audit", str(campaign)],
+        capture_output=True,
+        text=True,
+        env={**environment(), "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
     lines = result.stderr.splitlines()
     assert (result.returncode, all(line.startswith("ebd2n audit: ") for line in lines)) == (1, True)
     assert f"ebd2n audit: every grid point has every seed: {RUNS[1]}: no finished run" in lines
-    assert "ebd2n audit: campaign.json and runs.csv equal a recomputation: runs.csv: differs from the runs results" in lines
+    assert (
+        "ebd2n audit: campaign.json and runs.csv equal a recomputation: runs.csv: differs from the runs results"
+        in lines
+    )
 
 
 def test_audit_cli_on_a_path_that_is_no_campaign_exits_2(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "ebd2n", "audit", str(tmp_path)], capture_output=True, text=True)
-    assert (result.returncode, len(result.stderr.splitlines()), "not a campaign directory" in result.stderr) == (2, 1, True)
+    assert (result.returncode, len(result.stderr.splitlines()), "not a campaign directory" in result.stderr) == (
+        2,
+        1,
+        True,
+    )
 
 
 def test_audit_records_deleted_wholesale_is_no_plain_pass(campaign: Path) -> None:
@@ -422,12 +470,18 @@ def test_audit_records_deleted_wholesale_is_no_plain_pass(campaign: Path) -> Non
     build_report(campaign)
     for name in ("audit.json", "audit-ledger.json", "audit.passed"):
         (campaign / name).unlink()
-    result = subprocess.run([sys.executable, "-m", "ebd2n", "audit", str(campaign)], capture_output=True, text=True,
-                            env={**environment(), "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    result = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "audit", str(campaign)],
+        capture_output=True,
+        text=True,
+        env={**environment(), "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
     record = json.loads((campaign / "audit.json").read_text())
     assert (result.returncode, record["compared_with_earlier_audit"]) == (0, False)
-    assert "no earlier audit to compare with (first audit, or its records audit.json and audit-ledger.json are missing)" in (
-        result.stdout.splitlines()[-1])
+    assert (
+        "no earlier audit to compare with (first audit, or its records audit.json and audit-ledger.json are missing)"
+        in (result.stdout.splitlines()[-1])
+    )
 
 
 def test_audit_catches_campaign_json_seeds_edited_then_reported(campaign: Path) -> None:
@@ -449,8 +503,10 @@ def test_audit_names_a_foreign_run_collected_and_reported(campaign: Path) -> Non
     build_report(campaign)
     found = failed(campaign)
     grid = [v for v in found if v.startswith("every run directory is a run of the campaign's grid")]
-    assert grid == [f"every run directory is a run of the campaign's grid (frozen/spec/): runs/{foreign.name}: "
-                    "not a run of the campaign's grid (no such grid point and seed in frozen/spec/)"]
+    assert grid == [
+        f"every run directory is a run of the campaign's grid (frozen/spec/): runs/{foreign.name}: "
+        "not a run of the campaign's grid (no such grid point and seed in frozen/spec/)"
+    ]
 
 
 def test_audit_names_a_run_trained_in_another_directory(campaign: Path) -> None:
@@ -489,7 +545,10 @@ def test_audit_catches_a_runs_record_edited_then_reported(campaign: Path) -> Non
     record["checks"][1] |= {"status": "not applicable", "passed": True}
     path.write_text(json.dumps(record))
     build_report(campaign)
-    assert mentions(failed(campaign), "audit-runs.json: 'every grid point has every seed' is not applicable, this audit finds it passed")
+    assert mentions(
+        failed(campaign),
+        "audit-runs.json: 'every grid point has every seed' is not applicable, this audit finds it passed",
+    )
 
 
 def test_audit_catches_an_edited_slice_plan(campaign: Path) -> None:
@@ -498,7 +557,9 @@ def test_audit_catches_an_edited_slice_plan(campaign: Path) -> None:
     path.write_text(json.dumps({**plan, "epochs_per_slice": 2, "slice_ends": [2]}, indent=1) + "\n")
     (campaign / "audit-ledger.json").unlink()
     (campaign / "audit.json").unlink()
-    assert mentions(failed(campaign), "frozen/plans/base.json: differs from the frozen trainer's plan of frozen/recipes/base.yaml")
+    assert mentions(
+        failed(campaign), "frozen/plans/base.json: differs from the frozen trainer's plan of frozen/recipes/base.yaml"
+    )
 
 
 def test_audit_refuses_a_campaign_without_its_frozen_spec_and_writes_nothing(campaign: Path) -> None:
@@ -524,15 +585,19 @@ def test_audit_campaign_moved_to_scratch_and_linked_back_passes(repo: Path, tmp_
     assert (found, directory, failed(repo / CAMPAIGN)) == ([], CAMPAIGN, [])
 
 
-def test_audit_from_another_working_directory_passes(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_audit_from_another_working_directory_passes(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert failed(repo / CAMPAIGN) == []
 
 
-
 def snapshot(campaign: Path) -> dict[str, bytes]:
-    return {p.relative_to(campaign).as_posix(): p.read_bytes() for p in campaign.rglob("*")
-            if p.is_file() and "logs" not in p.parts and "benchmarks" not in p.parts}
+    return {
+        p.relative_to(campaign).as_posix(): p.read_bytes()
+        for p in campaign.rglob("*")
+        if p.is_file() and "logs" not in p.parts and "benchmarks" not in p.parts
+    }
 
 
 def test_audit_touch_of_every_file_retrains_nothing_and_passes(repo: Path, campaign: Path) -> None:
@@ -544,7 +609,9 @@ def test_audit_touch_of_every_file_retrains_nothing_and_passes(repo: Path, campa
     after = snapshot(campaign)
     changed = sorted(name for name in before if after.get(name) != before[name])
     assert "train_" not in output  # the console names every job it ran
-    assert [name for name in changed if not name.startswith(("audit", "report/", "status"))] == []  # status: a live page
+    assert [
+        name for name in changed if not name.startswith(("audit", "report/", "status"))
+    ] == []  # status: a live page
     assert failed(campaign) == []
 
 
@@ -560,7 +627,9 @@ def test_audit_by_hand_leaves_the_workflow_nothing_to_do(repo: Path, campaign: P
     """Nothing to do but the audit that every invocation runs (rule `all`)."""
     audit_campaign(campaign)
     result = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
-    assert re.findall(r"^(\w+)\s+\d+$", (result.stdout + result.stderr).split("Job stats:")[1].split("\n\n")[0], re.M) == ["all", "total"]
+    assert re.findall(
+        r"^(\w+)\s+\d+$", (result.stdout + result.stderr).split("Job stats:")[1].split("\n\n")[0], re.M
+    ) == ["all", "total"]
 
 
 # --- one owner of checkpoint lifetime --------------------------------------------------------

@@ -122,8 +122,11 @@ WORKFLOW_CASES: dict[str, tuple[dict | None, str, list[str]]] = {
     "seed beyond int64": ({"seeds": [2**64]}, "seeds.0", []),
     "search keep 0": ({"search": {"method": "successive-halving", "keep": 0}}, "search.keep", []),
     "search of one point": ({"search": {"method": "successive-halving"}}, "search", []),
-    "divergence patience not an integer": ({"overrides": {"training.divergence_patience": 2.5}},
-                                           "training.divergence_patience", []),
+    "divergence patience not an integer": (
+        {"overrides": {"training.divergence_patience": 2.5}},
+        "training.divergence_patience",
+        [],
+    ),
 }
 _SNAKEMAKE_PREAMBLE = ("Using workflow specific profile",)
 """Lines Snakemake itself writes before the Snakefile runs."""
@@ -150,7 +153,11 @@ def test_workflow_refuses_a_bad_campaign_file_in_one_line(name: str, repo: Path,
     before = _listing([tmp_path, repo / "results"])
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(campaign_file), *extra],
-        cwd=repo, env=environment(), capture_output=True, text=True, timeout=300,
+        cwd=repo,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     err = "".join(line for line in result.stderr.splitlines(True) if not line.startswith(_SNAKEMAKE_PREAMBLE))
     _assert_refused(result.returncode, err, names)
@@ -165,7 +172,11 @@ def test_workflow_reads_exponent_floats(repo: Path, tmp_path: Path) -> None:
     campaign_file.write_text(yaml.safe_dump(raw, sort_keys=False).replace("'3e-3'", "3e-3"))
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", str(campaign_file)],
-        cwd=repo, env=environment(), capture_output=True, text=True, timeout=300,
+        cwd=repo,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr  # a string "3e-3" fails the schema (not a number)
 
@@ -189,8 +200,12 @@ def test_closed_pipe_is_a_quiet_exit(argv: list[str]) -> None:
     os.close(read)  # the reader (`| head -1`) has gone before the command writes
     with os.fdopen(write, "wb") as stdout:
         result = subprocess.run(
-            [sys.executable, "-m", "ebd2n", *argv], stdout=stdout, stderr=subprocess.PIPE, text=True,
-            cwd=Path(__file__).parents[1], timeout=120,
+            [sys.executable, "-m", "ebd2n", *argv],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parents[1],
+            timeout=120,
         )
     assert (result.returncode, result.stderr) == (141, "")
 
@@ -211,7 +226,9 @@ def test_validate_non_finite_loss_is_a_failed_run(world: World, tmp_path: Path) 
     run = Path(shutil.copytree(world.complete, tmp_path / "run"))
     state = load_checkpoint(run / "final.pt")
     state.pop("format")
-    state["engine"]["model"] = {name: torch.full_like(weight, math.nan) for name, weight in state["engine"]["model"].items()}
+    state["engine"]["model"] = {
+        name: torch.full_like(weight, math.nan) for name, weight in state["engine"]["model"].items()
+    }
     save_checkpoint(run, "final.pt", state)
     _ok("validate", str(run))
     results = json.loads((run / "results.json").read_text())
@@ -280,8 +297,11 @@ for _name, _sets, _names in [
     ("divergence margin not a number", ["training.divergence_margin=high"], "training.divergence_margin"),
     ("zero divergence patience", ["training.divergence_patience=0"], "training.divergence_patience"),
 ]:
-    case(f"recipe --set {_name}")(lambda world, tmp, sets=_sets, names=_names: Case(
-        ["recipe", "demo", *[arg for pair in sets for arg in ("--set", pair)]], names))
+    case(f"recipe --set {_name}")(
+        lambda world, tmp, sets=_sets, names=_names: Case(
+            ["recipe", "demo", *[arg for pair in sets for arg in ("--set", pair)]], names
+        )
+    )
 
 
 @case("recipe no such file or preset")
@@ -336,8 +356,17 @@ def _(world, tmp):
 
 
 def _prepare_local(tmp: Path, dataset: Path, *sets: str) -> list[str]:
-    argv = ["prepare", "demo", "--quiet", "--set", "data.source=local", "--set", f"data.dataset={dataset}",
-            "--set", f"data.cache_dir={tmp / 'results' / 'caches' / 'new'}"]
+    argv = [
+        "prepare",
+        "demo",
+        "--quiet",
+        "--set",
+        "data.source=local",
+        "--set",
+        f"data.dataset={dataset}",
+        "--set",
+        f"data.cache_dir={tmp / 'results' / 'caches' / 'new'}",
+    ]
     for pair in sets:
         argv += ["--set", pair]
     return argv
@@ -394,7 +423,9 @@ def _prepare_tiny(world: World, cache: Path, *sets: str) -> list[str]:
 @case("prepare tokenizer file not UTF-8")
 def _(world, tmp):
     (tmp / "tokenizer.json").write_bytes(b'{"model": "caf\xe9"}')
-    return Case(_prepare_tiny(world, tmp / "caches" / "new", f"data.tokenizer={tmp / 'tokenizer.json'}"), "tokenizer.json")
+    return Case(
+        _prepare_tiny(world, tmp / "caches" / "new", f"data.tokenizer={tmp / 'tokenizer.json'}"), "tokenizer.json"
+    )
 
 
 @case("prepare over a cache of other settings")
@@ -449,8 +480,13 @@ def _(world, tmp):
 
 @case("train context longer than the validation split")
 def _(world, tmp):
-    sets = ("model.context_length=16384", "training.batch_tokens=16384", "training.micro_batch_size=1",
-            "training.max_tokens=32768", "training.epoch_tokens=16384")
+    sets = (
+        "model.context_length=16384",
+        "training.batch_tokens=16384",
+        "training.micro_batch_size=1",
+        "training.max_tokens=32768",
+        "training.epoch_tokens=16384",
+    )
     return Case(_tiny(world, tmp, *sets), "model.context_length")
 
 
@@ -532,7 +568,9 @@ def _(world, tmp):
 @case("train resume with another recipe")
 def _(world, tmp):
     run = Path(shutil.copytree(world.sliced, tmp / "run"))
-    return Case(_tiny(world, tmp, "optimizer.lr=0.002") + ["--resume", str(run / "checkpoints/epoch-1.pt")], "epoch-1.pt")
+    return Case(
+        _tiny(world, tmp, "optimizer.lr=0.002") + ["--resume", str(run / "checkpoints/epoch-1.pt")], "epoch-1.pt"
+    )
 
 
 @case("train resume after the manifest was edited")
@@ -767,8 +805,11 @@ for _name, _search_setting, _changes, _names in [
     ("keep above 1", {"keep": 1.5}, {}, "search.keep"),
     ("unknown key", {"kep": 0.5}, {}, "kep"),
 ]:
-    case(f"campaign check search {_name}")(lambda world, tmp, setting=_search_setting, changes=_changes, names=_names: Case(
-        _search(tmp, {"method": "successive-halving", **setting}, **changes), names))
+    case(f"campaign check search {_name}")(
+        lambda world, tmp, setting=_search_setting, changes=_changes, names=_names: Case(
+            _search(tmp, {"method": "successive-halving", **setting}, **changes), names
+        )
+    )
 
 
 @case("campaign check search method misspelt")

@@ -6,15 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from ebd2n.targets import IGNORE_INDEX
-from ebd2n.data import (
-    BlockReader,
-    Cache,
-    eval_subset_indices,
-    iter_full_validation,
-    train_block_indices,
-)
+from ebd2n.data import BlockReader, Cache, eval_subset_indices, iter_full_validation, train_block_indices
 from ebd2n.errors import UserError
+from ebd2n.targets import IGNORE_INDEX
 
 
 def _stream(cache: Cache, split: str) -> np.ndarray:

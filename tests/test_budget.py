@@ -36,7 +36,12 @@ def test_20m_synchronous_epochs_end_on_rounded_up_blocks() -> None:
     # 20 x 20,403,520 tokens in 40 epochs of 10,201,760 = 9,962.66 blocks: epoch i ends at
     # ceil(i x 9,962.66) blocks, so epochs take 9,962 or 9,963 blocks, 311 full steps and a short one
     epochs = _epochs(budget_of(load_recipe("20m")))
-    assert epochs[:4] == [(9963 * 1024, 312, 11), (9963 * 1024, 312, 11), (9962 * 1024, 312, 10), (9963 * 1024, 312, 11)]
+    assert epochs[:4] == [
+        (9963 * 1024, 312, 11),
+        (9963 * 1024, 312, 11),
+        (9962 * 1024, 312, 10),
+        (9963 * 1024, 312, 11),
+    ]
     assert {tokens for tokens, _, _ in epochs} == {9962 * 1024, 9963 * 1024}
     assert sum(tokens for tokens, _, _ in epochs) == 408_071_168
 
@@ -60,8 +65,12 @@ def test_steps_cover_the_training_order_once_in_order() -> None:
 
 @pytest.mark.parametrize(
     ("preset", "max_tokens", "overrides"),
-    [("demo", 10_000, []), ("demo", 1_000_000, []), ("demo", 99_999, ["decentralized.num_models=4"]),
-     ("20m", 408_070_400, PACKED_8)],
+    [
+        ("demo", 10_000, []),
+        ("demo", 1_000_000, []),
+        ("demo", 99_999, ["decentralized.num_models=4"]),
+        ("20m", 408_070_400, PACKED_8),
+    ],
 )
 def test_explicit_max_tokens_never_exceeded(preset: str, max_tokens: int, overrides: list[str]) -> None:
     recipe = load_recipe(preset, [f"training.max_tokens={max_tokens}", "training.epoch_tokens=8192", *overrides])
@@ -85,8 +94,20 @@ def test_epochs_shorter_than_a_block_refused() -> None:
 
 def test_plan_command_cuts_the_budget_into_slices(tmp_path: Path) -> None:
     output = tmp_path / "plan.json"
-    code = main(["plan", "demo", "--set", "training.max_tokens=9600", "--set", "training.epoch_tokens=3200",
-                 "--epochs-per-slice", "2", "--output", str(output)])
+    code = main(
+        [
+            "plan",
+            "demo",
+            "--set",
+            "training.max_tokens=9600",
+            "--set",
+            "training.epoch_tokens=3200",
+            "--epochs-per-slice",
+            "2",
+            "--output",
+            str(output),
+        ]
+    )
     result = (code, read_slice_plan(output))
     assert result == (0, SlicePlan(epochs=3, epochs_per_slice=2, ends=(2, 3)))
 

@@ -284,26 +284,49 @@ def test_open_verified_cache_refuses_ids_beyond_the_vocabulary(tiny_cache: Cache
     manifest["splits"]["train"]["shards"][0]["sha256"] = sha256_file(shard)  # a manifest edited to match
     (copy / MANIFEST).write_text(json.dumps(manifest))
     (copy / STAMP).unlink()
-    with pytest.raises(UserError, match=r"train-00000\.bin: holds token id 65535, not below the cache's vocabulary of 300"):
+    with pytest.raises(
+        UserError, match=r"train-00000\.bin: holds token id 65535, not below the cache's vocabulary of 300"
+    ):
         open_verified_cache(copy, tiny_cache.vocab_size)
 
 
 _BAD_CASES: dict[str, tuple[dict[str, str | int], int | None, str]] = {
     # name: (data overrides ({root} is the test's folder), model.vocab_size or None for the tiny one, message)
-    "missing file": ({"source": "local", "dataset": "{root}/absent.jsonl", "cache_dir": "{root}/caches/new"}, None,
-                     r"data\.dataset .*absent\.jsonl: no such file"),
-    "empty file": ({"source": "local", "dataset": "{root}/empty.jsonl", "cache_dir": "{root}/caches/new"}, None,
-                   r"data\.dataset .*empty\.jsonl: the train split has no documents"),
-    "empty validation split": ({"source": "local", "dataset": "{root}/few.jsonl", "cache_dir": "{root}/caches/new"},
-                               None, r"the validation split has no documents; give a larger data\.validation_fraction"),
-    "tokenizer too large": ({"tokenizer": "{large}", "cache_dir": "{root}/caches/new"}, 512,
-                            r"model\.vocab_size 512 is smaller than the vocabulary of data\.tokenizer"),
-    "cache too large": ({"cache_dir": "{root}/caches/existing"}, 200,
-                        r"model\.vocab_size 200 is smaller than the vocabulary of the cache"),
-    "changed request": ({"cache_dir": "{root}/caches/existing", "shuffle_seed": 7}, None,
-                        r"data\.shuffle_seed: the cache at .* was prepared with 42"),
-    "incomplete directory": ({"cache_dir": "{root}/caches/partial"}, None,
-                             r"data\.cache_dir .*partial: not a complete cache"),
+    "missing file": (
+        {"source": "local", "dataset": "{root}/absent.jsonl", "cache_dir": "{root}/caches/new"},
+        None,
+        r"data\.dataset .*absent\.jsonl: no such file",
+    ),
+    "empty file": (
+        {"source": "local", "dataset": "{root}/empty.jsonl", "cache_dir": "{root}/caches/new"},
+        None,
+        r"data\.dataset .*empty\.jsonl: the train split has no documents",
+    ),
+    "empty validation split": (
+        {"source": "local", "dataset": "{root}/few.jsonl", "cache_dir": "{root}/caches/new"},
+        None,
+        r"the validation split has no documents; give a larger data\.validation_fraction",
+    ),
+    "tokenizer too large": (
+        {"tokenizer": "{large}", "cache_dir": "{root}/caches/new"},
+        512,
+        r"model\.vocab_size 512 is smaller than the vocabulary of data\.tokenizer",
+    ),
+    "cache too large": (
+        {"cache_dir": "{root}/caches/existing"},
+        200,
+        r"model\.vocab_size 200 is smaller than the vocabulary of the cache",
+    ),
+    "changed request": (
+        {"cache_dir": "{root}/caches/existing", "shuffle_seed": 7},
+        None,
+        r"data\.shuffle_seed: the cache at .* was prepared with 42",
+    ),
+    "incomplete directory": (
+        {"cache_dir": "{root}/caches/partial"},
+        None,
+        r"data\.cache_dir .*partial: not a complete cache",
+    ),
 }
 
 
@@ -317,8 +340,9 @@ def bad_case(request: pytest.FixtureRequest, tiny_cache: Cache, tiny_data, large
     (tmp_path / "few.jsonl").write_text("".join(f'{{"text": "story {i}"}}\n' for i in range(3)), encoding="utf-8")
     overrides, vocab_size, message = _BAD_CASES[request.param]
     names = {"root": tmp_path, "large": large_tokenizer}
-    data = tiny_data(**{key: value.format(**names) if isinstance(value, str) else value
-                        for key, value in overrides.items()})
+    data = tiny_data(
+        **{key: value.format(**names) if isinstance(value, str) else value for key, value in overrides.items()}
+    )
     return data, vocab_size or tiny_cache.vocab_size, message
 
 

@@ -34,9 +34,12 @@ GRID = Grid(
 def tiny(**changes: object) -> dict:
     """A demo-model campaign file of two learning rates and two seeds, in slices of one epoch."""
     raw = {
-        "campaign": "tiny", "recipe": "demo", "data": {"cache_dir": "results/caches/tiny"},
+        "campaign": "tiny",
+        "recipe": "demo",
+        "data": {"cache_dir": "results/caches/tiny"},
         "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.001, 0.003]}, "beta2": [0.95]},
-        "seeds": [42, 43], "epochs_per_slice": 1,
+        "seeds": [42, 43],
+        "epochs_per_slice": 1,
     }
     return raw | changes
 
@@ -50,22 +53,33 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_grid_runs_are_every_point_with_every_seed_in_grid_order() -> None:
     result = [run.id for run in GRID.runs()]
     expected = [
-        "synchronous-lr0.001-beta20.95-seed42", "synchronous-lr0.001-beta20.95-seed43",
-        "synchronous-lr0.003-beta20.95-seed42", "synchronous-lr0.003-beta20.95-seed43",
-        "packed-4-lr0.002-beta20.95-seed42", "packed-4-lr0.002-beta20.95-seed43",
+        "synchronous-lr0.001-beta20.95-seed42",
+        "synchronous-lr0.001-beta20.95-seed43",
+        "synchronous-lr0.003-beta20.95-seed42",
+        "synchronous-lr0.003-beta20.95-seed43",
+        "packed-4-lr0.002-beta20.95-seed42",
+        "packed-4-lr0.002-beta20.95-seed43",
     ]
     assert result == expected
 
 
 def test_grid_record_reads_back_as_the_same_grid() -> None:
-    grid = Grid(("demo", "20m"), ("synchronous",), {"synchronous": (0.001,), "20m-synchronous": (0.0005,)}, (0.95,), (1,),
-                Search("successive-halving", 0.5, None))
+    grid = Grid(
+        ("demo", "20m"),
+        ("synchronous",),
+        {"synchronous": (0.001,), "20m-synchronous": (0.0005,)},
+        (0.95,),
+        (1,),
+        Search("successive-halving", 0.5, None),
+    )
     result = grid_from_record(json.loads(json.dumps(grid.record())))
     assert result == grid
 
 
 def test_grid_of_a_preset_takes_its_own_learning_rates() -> None:
-    grid = Grid(("demo", "20m"), ("synchronous",), {"synchronous": (0.001,), "20m-synchronous": (0.0005,)}, (0.95,), (1,))
+    grid = Grid(
+        ("demo", "20m"), ("synchronous",), {"synchronous": (0.001,), "20m-synchronous": (0.0005,)}, (0.95,), (1,)
+    )
     result = sorted({(run.base, run.lr) for run in grid.runs()})
     assert result == [("20m", 0.0005), ("demo", 0.001)]
 
@@ -77,8 +91,13 @@ def test_grid_without_presets_has_the_single_base() -> None:
 def test_grid_union_keeps_earlier_values_first_and_adds_the_new() -> None:
     later = Grid(None, ("synchronous",), {"synchronous": (0.004, 0.001)}, (0.99, 0.95), (44,))
     result = GRID.union(later)
-    expected = Grid(None, ("synchronous", "packed-4"), {"synchronous": (0.001, 0.003, 0.004), "packed-4": (0.002,)},
-                    (0.95, 0.99), (42, 43, 44))
+    expected = Grid(
+        None,
+        ("synchronous", "packed-4"),
+        {"synchronous": (0.001, 0.003, 0.004), "packed-4": (0.002,)},
+        (0.95, 0.99),
+        (42, 43, 44),
+    )
     assert result == expected
 
 
@@ -89,7 +108,10 @@ def test_history_records_a_grid_once_and_an_extension_as_the_next_version(in_tmp
     record_grid(paths, "tiny", "", campaign.grid)  # the same grid again: nothing new
     grown = campaign_from_dict(tiny(seeds=[42, 43, 44]))
     history = record_grid(paths, "tiny", "", grown.grid)
-    result = (sorted(path.name for path in paths.frozen_spec.iterdir()), [len(grid.runs()) for grid in history.versions])
+    result = (
+        sorted(path.name for path in paths.frozen_spec.iterdir()),
+        [len(grid.runs()) for grid in history.versions],
+    )
     assert result == (["1.json", "2.json"], [2 * 2, 2 * 3])
 
 
@@ -98,15 +120,30 @@ def test_history_retiring_a_point_and_putting_it_back_each_record_the_declared_g
     active grid drops them; putting it back is the next recording, and nothing is retired."""
     paths = campaign_from_dict(tiny()).paths
     record_grid(paths, "tiny", "", campaign_from_dict(tiny()).grid)
-    shrunk = record_grid(paths, "tiny", "", campaign_from_dict(tiny(grid={**tiny()["grid"], "learning_rates": {
-        "synchronous": [0.001]}})).grid)
+    shrunk = record_grid(
+        paths,
+        "tiny",
+        "",
+        campaign_from_dict(tiny(grid={**tiny()["grid"], "learning_rates": {"synchronous": [0.001]}})).grid,
+    )
     read_back = read_history(paths)
     restored = record_grid(paths, "tiny", "", campaign_from_dict(tiny()).grid)
-    result = (len(shrunk.grid.runs()), len(shrunk.active.runs()), [run.id for run in read_back.retired()],
-              read_back.active == shrunk.active, restored.retired(),
-              sorted(path.name for path in paths.frozen_spec.iterdir()))
-    assert result == (4, 2, ["synchronous-lr0.003-beta20.95-seed42", "synchronous-lr0.003-beta20.95-seed43"], True, [],
-                      ["1.json", "2.json", "3.json"])
+    result = (
+        len(shrunk.grid.runs()),
+        len(shrunk.active.runs()),
+        [run.id for run in read_back.retired()],
+        read_back.active == shrunk.active,
+        restored.retired(),
+        sorted(path.name for path in paths.frozen_spec.iterdir()),
+    )
+    assert result == (
+        4,
+        2,
+        ["synchronous-lr0.003-beta20.95-seed42", "synchronous-lr0.003-beta20.95-seed43"],
+        True,
+        [],
+        ["1.json", "2.json", "3.json"],
+    )
 
 
 def test_history_names_a_damaged_recording(in_tmp: Path) -> None:
@@ -146,7 +183,10 @@ def test_finished_runs_leave_out_stopped_and_undecided_runs() -> None:
 def test_run_records_up_to_a_rung_are_its_slice_records_only(in_tmp: Path) -> None:
     campaign = campaign_from_dict(tiny())
     plan, paths, run = WorkflowPlan(campaign).plans[BASE], campaign.paths, GRID.runs()[0]
-    result = ([path.name for path in run_records(paths, run, plan, 1)], [path.name for path in run_records(paths, run, plan, None)])
+    result = (
+        [path.name for path in run_records(paths, run, plan, 1)],
+        [path.name for path in run_records(paths, run, plan, None)],
+    )
     assert result == (["epoch-1.json"], ["epoch-1.json", "final.pt", "best.json", "results.json"])
 
 
@@ -169,7 +209,9 @@ def test_workflow_plan_never_asks_for_a_retired_run(in_tmp: Path) -> None:
 
 def test_workflow_plan_refuses_a_run_of_a_preset_the_campaign_lacks(in_tmp: Path) -> None:
     plan = WorkflowPlan(campaign_from_dict(tiny()))
-    with pytest.raises(UserError, match="run 20m-synchronous-lr0.001-beta20.95-seed42: preset 20m is not in grid.presets"):
+    with pytest.raises(
+        UserError, match="run 20m-synchronous-lr0.001-beta20.95-seed42: preset 20m is not in grid.presets"
+    ):
         plan.run("20m-synchronous-lr0.001-beta20.95-seed42")
 
 
@@ -193,18 +235,31 @@ def test_job_settings_are_constants_when_every_scope_asks_the_same(in_tmp: Path)
 
 
 def test_job_settings_differ_per_run_through_its_wildcards(in_tmp: Path) -> None:
-    raw = tiny(grid={"modes": ["synchronous", "packed-4"], "learning_rates": {"synchronous": [0.001], "packed-4": [0.002]},
-                     "beta2": [0.95]}, resources={"packed-4": {"cpus": 4}})
+    raw = tiny(
+        grid={
+            "modes": ["synchronous", "packed-4"],
+            "learning_rates": {"synchronous": [0.001], "packed-4": [0.002]},
+            "beta2": [0.95],
+        },
+        resources={"packed-4": {"cpus": 4}},
+    )
     plan = WorkflowPlan(campaign_from_dict(raw))
-    resources, threads = job_settings([plan.resources("synchronous-lr0.001-beta20.95-seed42"),
-                                       plan.resources("packed-4-lr0.002-beta20.95-seed42")], plan.resources)
-    result = (resources, threads(SimpleNamespace(run="packed-4-lr0.002-beta20.95-seed42")),
-              threads(SimpleNamespace(run="synchronous-lr0.001-beta20.95-seed42")))
+    resources, threads = job_settings(
+        [plan.resources("synchronous-lr0.001-beta20.95-seed42"), plan.resources("packed-4-lr0.002-beta20.95-seed42")],
+        plan.resources,
+    )
+    result = (
+        resources,
+        threads(SimpleNamespace(run="packed-4-lr0.002-beta20.95-seed42")),
+        threads(SimpleNamespace(run="synchronous-lr0.001-beta20.95-seed42")),
+    )
     assert result == ({"runtime": 30, "mem_mb": 4000}, 4, 1)
 
 
 @pytest.mark.parametrize("mode", ["synchronus", "packed-1", "packed"])
 def test_a_misspelt_mode_is_named_with_the_modes_there_are(in_tmp: Path, mode: str) -> None:
     raw = tiny(grid={"modes": [mode], "learning_rates": {"synchronous": [0.001]}, "beta2": [0.95]})
-    with pytest.raises(UserError, match=rf"grid.modes.0: unknown mode '{mode}' \(modes: synchronous, packed-K for K >= 2\)"):
+    with pytest.raises(
+        UserError, match=rf"grid.modes.0: unknown mode '{mode}' \(modes: synchronous, packed-K for K >= 2\)"
+    ):
         campaign_from_dict(raw)

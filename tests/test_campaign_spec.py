@@ -14,13 +14,13 @@ import pytest
 import yaml
 
 from ebd2n.campaign.analysis import load_runs
-from ebd2n.campaign.collect import collect_campaign
-from ebd2n.campaign.results import RUN_COLUMNS
-from ebd2n.campaign.freeze import freeze_base, freeze_trainer
-from ebd2n.campaign.resolve import resolve_run, run_recipe
-from ebd2n.campaign.runs import Run, parse_run_id
 from ebd2n.campaign.check import campaign_from_dict, campaign_warnings, load_campaign
+from ebd2n.campaign.collect import collect_campaign
+from ebd2n.campaign.freeze import freeze_base, freeze_trainer
 from ebd2n.campaign.plans import campaign_plans
+from ebd2n.campaign.resolve import resolve_run, run_recipe
+from ebd2n.campaign.results import RUN_COLUMNS
+from ebd2n.campaign.runs import Run, parse_run_id
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash
@@ -85,7 +85,11 @@ def test_run_id_format(run: Run, expected: str) -> None:
 
 @pytest.mark.parametrize(
     "run_id",
-    ["packed-4-lr0.0012-beta20.999-seed42", "1.41b-synchronous-lr1e-05-beta20.95-seed0", "packed-16-lr0.1-beta20.0-seed3"],
+    [
+        "packed-4-lr0.0012-beta20.999-seed42",
+        "1.41b-synchronous-lr1e-05-beta20.95-seed0",
+        "packed-16-lr0.1-beta20.0-seed3",
+    ],
 )
 def test_parse_run_id_round_trip(run_id: str) -> None:
     result = parse_run_id(run_id).id
@@ -106,8 +110,7 @@ def test_parse_run_id_refuses(run_id: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("epochs", "per_slice", "expected"),
-    [(4, 2, [2, 4]), (40, 40, [40]), (5, 2, [2, 4, 5]), (3, 5, [3])],
+    ("epochs", "per_slice", "expected"), [(4, 2, [2, 4]), (40, 40, [40]), (5, 2, [2, 4, 5]), (3, 5, [3])]
 )
 def test_slice_ends(epochs: int, per_slice: int, expected: list[int]) -> None:
     result = slice_ends(epochs, per_slice)
@@ -123,7 +126,9 @@ def test_previous_end_chains_slices() -> None:
 def test_demo_campaign_grid() -> None:
     """The demo campaign as shipped (the committed file: a user's extension of config/config.yaml,
     as the README invites, does not make this test fail)."""
-    shown = subprocess.run(["git", "-C", str(REPO_ROOT), "show", "HEAD:config/config.yaml"], capture_output=True, text=True)
+    shown = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "show", "HEAD:config/config.yaml"], capture_output=True, text=True
+    )
     if shown.returncode != 0:
         pytest.skip(f"not a git checkout: {shown.stderr.strip()}")
     campaign = campaign_from_dict(yaml.safe_load(shown.stdout), source="HEAD:config/config.yaml")
@@ -136,14 +141,21 @@ def test_demo_campaign_grid() -> None:
 def test_recipe_sweep_reproduces_reference_grid() -> None:
     reference = json.loads(REFERENCE.read_text())
     campaign = load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml")
-    result = ({mode: list(lrs) for mode, lrs in campaign.grid.learning_rates.items()}, list(campaign.grid.beta2), list(campaign.grid.seeds))
+    result = (
+        {mode: list(lrs) for mode, lrs in campaign.grid.learning_rates.items()},
+        list(campaign.grid.beta2),
+        list(campaign.grid.seeds),
+    )
     assert result == (reference["learning_rates"], reference["beta2"], reference["seeds"])
 
 
 def test_recipe_sweep_runs_match_reference_runs() -> None:
     runs = json.loads(REFERENCE.read_text())["runs"]
     reference = {(run["mode"], run["lr"], run["beta2"], run["seed"]) for run in runs}
-    result = {(run.mode, run.lr, run.beta2, run.seed) for run in load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml").grid.runs()}
+    result = {
+        (run.mode, run.lr, run.beta2, run.seed)
+        for run in load_campaign(CAMPAIGNS / "recipe-sweep-20m.yaml").grid.runs()
+    }
     assert result == reference
 
 
@@ -161,16 +173,28 @@ def test_scaling_campaign_resources_per_preset() -> None:
 
 def test_scaling_campaign_largest_runs_span_two_nodes_of_four_gpus() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
-    result = {preset: campaign.job_resources(preset, "synchronous").slurm.get("nodes") for preset in campaign.grid.presets}
+    result = {
+        preset: campaign.job_resources(preset, "synchronous").slurm.get("nodes") for preset in campaign.grid.presets
+    }
     assert result == {"254m": None, "483m": None, "778m": 2, "1.41b": 2}
 
 
 def test_two_node_job_asks_slurm_for_nodes_and_gpus_per_node() -> None:
-    raw = tiny(resources={"synchronous": {"nodes": 2, "gpus_per_node": 2, "minutes": 9}},
-               overrides={"parallel.pipeline_stages": 2, "parallel.data_parallel": 2})
+    raw = tiny(
+        resources={"synchronous": {"nodes": 2, "gpus_per_node": 2, "minutes": 9}},
+        overrides={"parallel.pipeline_stages": 2, "parallel.data_parallel": 2},
+    )
     raw["grid"] = {**raw["grid"], "modes": ["synchronous"], "learning_rates": {"synchronous": [0.003]}}
     result = campaign_from_dict(raw).job_resources("base", "synchronous").slurm
-    assert result == {"runtime": 9, "mem_mb": 4000, "nodes": 2, "gres": "gpu:2", "mpi": "srun", "tasks": 2, "tasks_per_gpu": 0}
+    assert result == {
+        "runtime": 9,
+        "mem_mb": 4000,
+        "nodes": 2,
+        "gres": "gpu:2",
+        "mpi": "srun",
+        "tasks": 2,
+        "tasks_per_gpu": 0,
+    }
 
 
 def test_scaling_campaign_slices_fit_a_day() -> None:
@@ -192,7 +216,11 @@ def test_prepare_job_takes_prepare_then_default() -> None:
 
 
 BAD_CAMPAIGNS = [
-    pytest.param(tiny(epochs=3), "top level: Additional properties are not allowed \\('epochs' was unexpected\\)", id="unknown-key"),
+    pytest.param(
+        tiny(epochs=3),
+        "top level: Additional properties are not allowed \\('epochs' was unexpected\\)",
+        id="unknown-key",
+    ),
     pytest.param(
         with_grid(learning_rates={"synchronous": [0.003, 0.003], "packed-4": [0.004]}),
         "grid.learning_rates.synchronous: \\[0.003, 0.003\\] has non-unique elements",
@@ -200,7 +228,9 @@ BAD_CAMPAIGNS = [
     ),
     pytest.param(tiny(seeds=[]), "seeds: \\[\\] should be non-empty", id="empty-seeds"),
     pytest.param(
-        with_grid(modes=["synchronous", "packed-1"]), "grid.modes.1: unknown mode 'packed-1' \\(modes: synchronous, packed-K for K >= 2\\)", id="unknown-mode"
+        with_grid(modes=["synchronous", "packed-1"]),
+        "grid.modes.1: unknown mode 'packed-1' \\(modes: synchronous, packed-K for K >= 2\\)",
+        id="unknown-mode",
     ),
     pytest.param(
         tiny(recipe=None, grid={**TINY["grid"], "presets": ["20m", "99m"]}),
@@ -225,14 +255,20 @@ BAD_CAMPAIGNS = [
         id="nodes-need-placement",
     ),
     pytest.param(
-        tiny(resources={"synchronous": {"nodes": 2}}), "resources for synchronous: nodes 2 needs gpus_per_node", id="nodes-without-gpus",
+        tiny(resources={"synchronous": {"nodes": 2}}),
+        "resources for synchronous: nodes 2 needs gpus_per_node",
+        id="nodes-without-gpus",
     ),
     pytest.param(
         with_grid(learning_rates={"synchronous": [0.003]}),
         "grid.learning_rates: no list for mode packed-4",
         id="mode-without-lrs",
     ),
-    pytest.param(tiny(resources={"packed-8": {"gpus": 1}}), "resources.packed-8: not a scope of this campaign", id="unknown-scope"),
+    pytest.param(
+        tiny(resources={"packed-8": {"gpus": 1}}),
+        "resources.packed-8: not a scope of this campaign",
+        id="unknown-scope",
+    ),
     pytest.param(tiny(overrides={"optimizer.lrr": 0.1}), "optimizer.lrr: unknown key", id="bad-override"),
     pytest.param(tiny(recipe=None), "set either recipe .* or grid.presets", id="no-base"),
 ]
@@ -278,9 +314,17 @@ def test_frozen_trainer_resolves_presets_from_its_own_copy(in_tmp: Path) -> None
     preset.write_text(preset.read_text().replace("log_every: 8", "log_every: 6"))
     (in_tmp / "elsewhere").mkdir()
     shown = subprocess.run(
-        [sys.executable, "-c", "from ebd2n.config import load_recipe, resolve_recipe_path\n"
-         "print(resolve_recipe_path('demo'), load_recipe('demo').training.log_every)"],
-        capture_output=True, text=True, cwd=in_tmp / "elsewhere", env={"PYTHONPATH": str(frozen)}, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "from ebd2n.config import load_recipe, resolve_recipe_path\n"
+            "print(resolve_recipe_path('demo'), load_recipe('demo').training.log_every)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=in_tmp / "elsewhere",
+        env={"PYTHONPATH": str(frozen)},
+        timeout=120,
     )
     assert (shown.returncode, shown.stdout.strip()) == (0, f"{preset} 6")
 
@@ -328,16 +372,41 @@ def test_frozen_trainer_plans_the_slices(in_tmp: Path) -> None:
     freeze_trainer(campaign)
     freeze_base(campaign, "base")
     planner = campaign.paths.frozen_package / "train/plan.py"  # a frozen trainer that cuts every run in one slice
-    planner.write_text(planner.read_text().replace("return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]",
-                                                   "return [epochs]"))
+    planner.write_text(
+        planner.read_text().replace(
+            "return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]", "return [epochs]"
+        )
+    )
     before = campaign_plans(campaign)["base"].ends
-    command = [sys.executable, "-m", "ebd2n", "plan", str(campaign.paths.base_recipe("base")), "--epochs-per-slice", "1",
-               "--expect", ",".join(map(str, before)), "--output", str(campaign.paths.slice_plan("base"))]
-    confirmed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(campaign.paths.frozen_src)},
-                               timeout=120)
-    write_slice_plan(plan_slices(2, 2), campaign.paths.slice_plan("base"))  # what a frozen trainer cutting one slice writes
-    result = (before, confirmed.returncode, "--expect 1,2: this trainer cuts 2 epochs into slices ending at 2" in confirmed.stderr,
-              campaign_plans(campaign)["base"].ends)
+    command = [
+        sys.executable,
+        "-m",
+        "ebd2n",
+        "plan",
+        str(campaign.paths.base_recipe("base")),
+        "--epochs-per-slice",
+        "1",
+        "--expect",
+        ",".join(map(str, before)),
+        "--output",
+        str(campaign.paths.slice_plan("base")),
+    ]
+    confirmed = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(campaign.paths.frozen_src)},
+        timeout=120,
+    )
+    write_slice_plan(
+        plan_slices(2, 2), campaign.paths.slice_plan("base")
+    )  # what a frozen trainer cutting one slice writes
+    result = (
+        before,
+        confirmed.returncode,
+        "--expect 1,2: this trainer cuts 2 epochs into slices ending at 2" in confirmed.stderr,
+        campaign_plans(campaign)["base"].ends,
+    )
     assert result == ((1, 2), 2, True, (1, 2))
 
 
@@ -347,7 +416,10 @@ def test_campaign_frozen_by_an_older_ebd2n_is_refused(in_tmp: Path) -> None:
     digest = freeze_trainer(campaign)
     freeze_base(campaign, "base")
     (campaign.paths.frozen_package / "train/plan.py").unlink()
-    with pytest.raises(UserError, match=f"frozen by an older ebd2n \\(source {digest}, frozen .*finish the campaign with the ebd2n checkout that froze it"):
+    with pytest.raises(
+        UserError,
+        match=f"frozen by an older ebd2n \\(source {digest}, frozen .*finish the campaign with the ebd2n checkout that froze it",
+    ):
         campaign_plans(campaign)
 
 
@@ -358,8 +430,18 @@ def test_collect_writes_a_table_analysis_reads(in_tmp: Path) -> None:
     for index, run in enumerate(campaign.grid.runs()[:2]):
         run_dir = campaign.directory / "runs" / run.id
         resolve_run(run_dir)
-        result = {"run": run.id, "mode": run.mode, "lr": run.lr, "beta2": run.beta2, "seed": run.seed, "status": "complete",
-                  "loss": 4.0 + index, "targets": 10, "cache_identity": "c", "job_ids": ["1", "2"]}
+        result = {
+            "run": run.id,
+            "mode": run.mode,
+            "lr": run.lr,
+            "beta2": run.beta2,
+            "seed": run.seed,
+            "status": "complete",
+            "loss": 4.0 + index,
+            "targets": 10,
+            "cache_identity": "c",
+            "job_ids": ["1", "2"],
+        }
         (run_dir / "results.json").write_text(json.dumps(result))
     table = load_runs(collect_campaign(campaign))
     result = (table.columns, table["loss"].to_list())
@@ -410,19 +492,45 @@ def test_campaign_file_yaml_error(tmp_path: Path) -> None:
         load_campaign(path)
 
 
-
 def test_execution_record_has_concurrency_limits_and_versions() -> None:
     import torch
 
-    raw = tiny(resources={"default": {"gpus": 0, "minutes": 5, "partition": "cpu", "account": "proj"},
-                          "packed-4": {"minutes": 45}, "prepare": {"minutes": 600}})
+    raw = tiny(
+        resources={
+            "default": {"gpus": 0, "minutes": 5, "partition": "cpu", "account": "proj"},
+            "packed-4": {"minutes": 45},
+            "prepare": {"minutes": 600},
+        }
+    )
     record = campaign_from_dict(raw).execution_record(max_jobs=40)
-    result = (record["max_concurrent_jobs"], {scope: job["time_limit_minutes"] for scope, job in record["jobs"].items()},
-              record["jobs"]["packed-4"]["partition"], record["jobs"]["packed-4"]["account"],
-              record["versions"]["torch"] == torch.__version__, sorted(record["versions"]))
-    expected = (40, {"prepare": 600, "synchronous": 5, "packed-4": 45}, "cpu", "proj", True,
-                sorted(["python", "torch", "numpy", "polars", "pydantic", "tokenizers", "datasets", "snakemake",
-                        "snakemake-executor-plugin-slurm"]))
+    result = (
+        record["max_concurrent_jobs"],
+        {scope: job["time_limit_minutes"] for scope, job in record["jobs"].items()},
+        record["jobs"]["packed-4"]["partition"],
+        record["jobs"]["packed-4"]["account"],
+        record["versions"]["torch"] == torch.__version__,
+        sorted(record["versions"]),
+    )
+    expected = (
+        40,
+        {"prepare": 600, "synchronous": 5, "packed-4": 45},
+        "cpu",
+        "proj",
+        True,
+        sorted(
+            [
+                "python",
+                "torch",
+                "numpy",
+                "polars",
+                "pydantic",
+                "tokenizers",
+                "datasets",
+                "snakemake",
+                "snakemake-executor-plugin-slurm",
+            ]
+        ),
+    )
     assert result == expected
 
 
@@ -430,8 +538,12 @@ def test_scaling_campaign_is_the_seeds() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
     plans = campaign_plans(campaign)
     result = {
-        base: (plans[base].epochs, len(plans[base].ends),
-               campaign.job_resources(base, "synchronous").job_gpus, campaign.job_resources(base, "synchronous").minutes)
+        base: (
+            plans[base].epochs,
+            len(plans[base].ends),
+            campaign.job_resources(base, "synchronous").job_gpus,
+            campaign.job_resources(base, "synchronous").minutes,
+        )
         for base in campaign.grid.bases
     }
     expected = {"254m": (5, 2, 4, 1440), "483m": (6, 3, 4, 1440), "778m": (6, 6, 8, 1440), "1.41b": (5, 5, 8, 1440)}
@@ -442,8 +554,12 @@ def test_scaling_campaign_is_the_seeds() -> None:
 
 def test_preset_learning_rates_replace_the_modes() -> None:
     raw = tiny(recipe=None, epochs_per_slice={"demo": 1, "20m": 2}, resources={"default": {"gpus": 0}})
-    raw["grid"] = {"presets": ["demo", "20m"], "modes": ["synchronous"], "beta2": [0.99],
-                   "learning_rates": {"synchronous": [0.003], "20m-synchronous": [0.001, 0.002]}}
+    raw["grid"] = {
+        "presets": ["demo", "20m"],
+        "modes": ["synchronous"],
+        "beta2": [0.99],
+        "learning_rates": {"synchronous": [0.003], "20m-synchronous": [0.001, 0.002]},
+    }
     campaign = campaign_from_dict(raw)
     result = sorted((run.base, run.lr) for run in campaign.grid.runs() if run.seed == 42), campaign.slice_epochs("20m")
     assert result == ([("20m", 0.001), ("20m", 0.002), ("demo", 0.003)], 2)
@@ -451,9 +567,15 @@ def test_preset_learning_rates_replace_the_modes() -> None:
 
 def test_per_preset_epochs_per_slice_must_name_every_preset() -> None:
     raw = tiny(recipe=None, epochs_per_slice={"demo": 1}, resources={"default": {"gpus": 0}})
-    raw["grid"] = {"presets": ["demo", "20m"], "modes": ["synchronous"], "beta2": [0.99],
-                   "learning_rates": {"synchronous": [0.003]}}
-    with pytest.raises(UserError, match=r"epochs_per_slice: one value per preset needs exactly grid.presets \['demo', '20m'\]"):
+    raw["grid"] = {
+        "presets": ["demo", "20m"],
+        "modes": ["synchronous"],
+        "beta2": [0.99],
+        "learning_rates": {"synchronous": [0.003]},
+    }
+    with pytest.raises(
+        UserError, match=r"epochs_per_slice: one value per preset needs exactly grid.presets \['demo', '20m'\]"
+    ):
         campaign_from_dict(raw)
 
 

@@ -21,7 +21,6 @@ import yaml
 from workflow_support import environment
 
 from ebd2n.audit.checks import check_retention
-from ebd2n.train.plan import plan_slices
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.runs import Run
 from ebd2n.config import load_recipe
@@ -31,6 +30,7 @@ from ebd2n.evaluate import validate_run
 from ebd2n.faults import KILL_AT, KILL_TARGET
 from ebd2n.layout import RunPaths
 from ebd2n.train import train
+from ebd2n.train.plan import plan_slices
 from ebd2n.train.retention import Retention
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,8 +40,12 @@ KILLED = -9
 
 
 def _settings(cache: Path, run_dir: Path) -> list[str]:
-    return [f"data.cache_dir={cache}", f"runtime.output_dir={run_dir}", "training.max_tokens=8192",
-            "training.epoch_tokens=4096"]  # 2 epochs of 4 steps
+    return [
+        f"data.cache_dir={cache}",
+        f"runtime.output_dir={run_dir}",
+        "training.max_tokens=8192",
+        "training.epoch_tokens=4096",
+    ]  # 2 epochs of 4 steps
 
 
 def _ledger(run_dir: Path) -> list[str]:
@@ -84,8 +88,10 @@ def test_checkpoint_policy_docs_say_the_definition() -> None:
     rows = re.findall(r"^\| `checkpoint_policy` \| ([^|]*(?:\\\|[^|]*)*) \| `([a-z]+)` \|", text, flags=re.MULTILINE)
     fields = [(re.findall(r"`([a-z]+)`", names), default) for names, default in rows]
     definition = list(CHECKPOINT_POLICIES)
-    assert (meanings, fields) == ([(policy.name, policy.meaning) for policy in CHECKPOINT_POLICIES.values()],
-                                  [(definition, DEFAULT_CHECKPOINT_POLICY)] * 2)
+    assert (meanings, fields) == (
+        [(policy.name, policy.meaning) for policy in CHECKPOINT_POLICIES.values()],
+        [(definition, DEFAULT_CHECKPOINT_POLICY)] * 2,
+    )
 
 
 @pytest.mark.parametrize(
@@ -102,8 +108,9 @@ def test_retention_follows_the_definition(policy: str, kept: list[str], written:
     assert (retention.kept(), [epoch for epoch in range(4) if retention.writes(epoch, 3)]) == (kept, written)
 
 
-def test_checkpoint_manager_killed_between_ledger_and_removal_leaves_records_that_agree(demo_cache: Path,
-                                                                                      tmp_path: Path) -> None:
+def test_checkpoint_manager_killed_between_ledger_and_removal_leaves_records_that_agree(
+    demo_cache: Path, tmp_path: Path
+) -> None:
     """The last slice's trainer killed after the ledger let go of the consumed slice checkpoint, before
     its file went: the ledger lists only files that are there, and the audit names the leftover file
     (on a copy validated by hand). The same command again removes it; the run is audited clean, its
@@ -142,7 +149,9 @@ def test_checkpoint_audit_names_a_ledger_entry_whose_file_is_gone(demo_cache: Pa
     ledger_path.write_text(json.dumps({**ledger, "checkpoints/epoch-1.pt": "0" * 64}, indent=2, sort_keys=True) + "\n")
     validate_run(run)
     assert (clean, _retention_violations(run)) == (
-        [], [f"{RUN.id}: checkpoints.json records checkpoints/epoch-1.pt, which the run does not hold"])
+        [],
+        [f"{RUN.id}: checkpoints.json records checkpoints/epoch-1.pt, which the run does not hold"],
+    )
 
 
 def test_checkpoint_manager_removes_a_killed_jobs_unrecorded_checkpoint(demo_cache: Path, tmp_path: Path) -> None:
@@ -153,15 +162,26 @@ def test_checkpoint_manager_removes_a_killed_jobs_unrecorded_checkpoint(demo_cac
     settings = [*_settings(demo_cache, run), "training.checkpoint_policy=epoch", "training.max_tokens=12288"]
     recipe = load_recipe("demo", settings)
     train(recipe, until_epoch=1, progress=False)
-    command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--until-epoch", "2",
-               *(a for s in settings for a in ("--set", s))]
+    command = [
+        sys.executable,
+        "-m",
+        "ebd2n",
+        "train",
+        "--config",
+        "demo",
+        "--until-epoch",
+        "2",
+        *(a for s in settings for a in ("--set", s)),
+    ]
     env = {**environment(), KILL_AT: f"after:{run}/checkpoints/epoch-2.pt", KILL_TARGET: ""}
     killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     left = (killed.returncode, _ledger(run), _checkpoint_files(run))
     train(recipe, until_epoch=2, progress=False)
     log = (run / "train.log").read_text(encoding="utf-8")
-    said = ["removed checkpoints/epoch-2.pt, a checkpoint not recorded in checkpoints.json" in log,
-            "resume from checkpoints/epoch-1.pt at epoch 1" in log]
+    said = [
+        "removed checkpoints/epoch-2.pt, a checkpoint not recorded in checkpoints.json" in log,
+        "resume from checkpoints/epoch-1.pt at epoch 1" in log,
+    ]
     both = ["checkpoints/epoch-1.pt", "checkpoints/epoch-2.pt"]
     assert left == (KILLED, ["checkpoints/epoch-1.pt"], both), killed.stderr
     assert (said, _ledger(run), _checkpoint_files(run)) == ([True, True], both, both)

@@ -17,8 +17,8 @@ import pytest
 from campaign_tree import grid_runs, write_campaign
 from conftest import TINY_DATA, TINY_VOCAB
 
-from ebd2n.campaign.locate import locate_campaign
 from ebd2n.campaign.check import load_campaign
+from ebd2n.campaign.locate import locate_campaign
 from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.status import write_plan
 from ebd2n.cli import main
@@ -125,17 +125,24 @@ def test_cli_status_of_a_directory_that_is_no_campaign_lists_the_campaigns(
 ) -> None:
     status = main(["status", "config"])
     err = capsys.readouterr().err
-    assert (status, err) == (2, "ebd2n status: error: config: not a campaign directory (none of frozen/, runs/, "
-                                "campaign.json, status/plan.json); campaigns under results/: edgy\n")
+    assert (status, err) == (
+        2,
+        "ebd2n status: error: config: not a campaign directory (none of frozen/, runs/, "
+        "campaign.json, status/plan.json); campaigns under results/: edgy\n",
+    )
 
 
-def test_cli_status_of_no_campaign_without_results_says_none_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                      capsys: pytest.CaptureFixture) -> None:
+def test_cli_status_of_no_campaign_without_results_says_none_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.chdir(tmp_path)
     status = main(["status", "results/demo"])
     err = capsys.readouterr().err
-    assert (status, err) == (2, "ebd2n status: error: results/demo: not a campaign directory (no such directory); "
-                                "no campaign under results/ here\n")
+    assert (status, err) == (
+        2,
+        "ebd2n status: error: results/demo: not a campaign directory (no such directory); "
+        "no campaign under results/ here\n",
+    )
 
 
 def test_locate_directory_without_its_file_where_the_file_is_needed(here: Path) -> None:

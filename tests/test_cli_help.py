@@ -77,9 +77,13 @@ def test_cli_help_of_each_subcommand_describes_it_and_shows_an_example(
     usage, _, rest = text.partition("\n\n")
     description = rest.split("\n\n")[0]
     examples = _examples(text)
-    result = (usage.startswith(f"usage: ebd2n {command}"), len(description.split()) >= 8,
-              description.startswith(("positional", "options")), bool(examples),
-              all(example.startswith(f"ebd2n {command} ") for example in examples))
+    result = (
+        usage.startswith(f"usage: ebd2n {command}"),
+        len(description.split()) >= 8,
+        description.startswith(("positional", "options")),
+        bool(examples),
+        all(example.startswith(f"ebd2n {command} ") for example in examples),
+    )
     assert result == (True, True, False, True, True), text
 
 

@@ -46,8 +46,15 @@ def test_recipe_yaml_round_trip(tmp_path: Path) -> None:
 
 
 def test_overrides_parse_values_as_yaml() -> None:
-    result = parse_overrides(["optimizer.lr=1e-3", "runtime.compile=true", "parallel.lora={rank: 4}", "training.init_from="])
-    expected = [("optimizer.lr", 0.001), ("runtime.compile", True), ("parallel.lora", {"rank": 4}), ("training.init_from", None)]
+    result = parse_overrides(
+        ["optimizer.lr=1e-3", "runtime.compile=true", "parallel.lora={rank: 4}", "training.init_from="]
+    )
+    expected = [
+        ("optimizer.lr", 0.001),
+        ("runtime.compile", True),
+        ("parallel.lora", {"rank": 4}),
+        ("training.init_from", None),
+    ]
     assert result == expected
 
 
@@ -63,16 +70,28 @@ def test_override_creates_a_null_section() -> None:
 
 def test_identity_stable_across_processes() -> None:
     code = "from ebd2n.config import load_recipe, recipe_identity; print(recipe_identity(load_recipe('20m'), 'c' * 64))"
-    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)}
+    outputs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    }
     result = outputs
     assert result == {recipe_identity(load_recipe("20m"), CACHE) + "\n"}
 
 
 @pytest.mark.parametrize(
     "override",
-    ["optimizer.lr=0.0029", "optimizer.beta2=0.99", "runtime.seed=43", "model.layers=9", "training.batch_tokens=65536",
-     "evaluation.seed=1", "data.shuffle_seed=7", "decentralized.num_models=4", "runtime.deterministic=true",
-     "runtime.cuda_path_on_cpu=true"],
+    [
+        "optimizer.lr=0.0029",
+        "optimizer.beta2=0.99",
+        "runtime.seed=43",
+        "model.layers=9",
+        "training.batch_tokens=65536",
+        "evaluation.seed=1",
+        "data.shuffle_seed=7",
+        "decentralized.num_models=4",
+        "runtime.deterministic=true",
+        "runtime.cuda_path_on_cpu=true",
+    ],
 )
 def test_identity_changes_with_result_relevant_fields(override: str) -> None:
     result = recipe_identity(load_recipe("20m", [override]), CACHE)
@@ -86,8 +105,13 @@ def test_identity_changes_with_the_cache() -> None:
 
 @pytest.mark.parametrize(
     "override",
-    ["runtime.output_dir=elsewhere", "runtime.device=cpu", "data.cache_dir=/tmp/c4", "runtime.purpose=why",
-     "training.checkpoint_policy=epoch"],
+    [
+        "runtime.output_dir=elsewhere",
+        "runtime.device=cpu",
+        "data.cache_dir=/tmp/c4",
+        "runtime.purpose=why",
+        "training.checkpoint_policy=epoch",
+    ],
 )
 def test_identity_ignores_result_neutral_fields(override: str) -> None:
     assert override.split("=")[0] in RESULT_NEUTRAL_FIELDS

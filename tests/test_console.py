@@ -38,13 +38,25 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     workdir = tmp_path_factory.mktemp("console")
     (workdir / "Snakefile").write_text(SNAKEFILE)
     grid = {"presets": None, "modes": ["synchronous"], "learning_rates": {"synchronous": [0.001]}, "beta2": [0.95]}
-    plan = {"campaign": "sweep", "cost_per_gpu_hour": None, "grid": grid, "seeds": [1, 2],
-            "jobs": {"synchronous": {"gpus": 0, "cpus": 1}}, "slices": {"base": {"epochs": 1, "epochs_per_slice": 1, "slice_ends": [1]}}}
+    plan = {
+        "campaign": "sweep",
+        "cost_per_gpu_hour": None,
+        "grid": grid,
+        "seeds": [1, 2],
+        "jobs": {"synchronous": {"gpus": 0, "cpus": 1}},
+        "slices": {"base": {"epochs": 1, "epochs_per_slice": 1, "slice_ends": [1]}},
+    }
     (workdir / "results/sweep/status").mkdir(parents=True)
     (workdir / "results/sweep/status/plan.json").write_text(json.dumps(plan))
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    completed = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--keep-going", "--logger", "ebd2n"],
-                               cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    completed = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--keep-going", "--logger", "ebd2n"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return completed, workdir
 
 
@@ -57,8 +69,13 @@ def test_console_one_line_per_finished_job(console) -> None:
 def test_console_shows_the_failure_in_full(console) -> None:
     completed, _ = console
     text = completed.stderr
-    result = ("Error in rule validate:" in text, f"Logfile results/sweep/logs/runs/{BAD}/final.log:" in text,
-              "ebd2n train: run failed: loss is NaN at step 9" in text, "reason:" in text, "message: None" in text)
+    result = (
+        "Error in rule validate:" in text,
+        f"Logfile results/sweep/logs/runs/{BAD}/final.log:" in text,
+        "ebd2n train: run failed: loss is NaN at step 9" in text,
+        "reason:" in text,
+        "message: None" in text,
+    )
     assert result == (True, True, True, False, False)
 
 
@@ -107,8 +124,14 @@ def _dry_run(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     os.utime(old / "final.pt", (1, 1))  # older than its results.json: the run is complete
     (old / "results.json").touch()
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.run([sys.executable, "-m", "snakemake", "-n", *flags, "--cores", "1", "--logger", "ebd2n"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", *flags, "--cores", "1", "--logger", "ebd2n"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_console_dry_run_shows_the_plan(tmp_path: Path) -> None:
@@ -139,15 +162,22 @@ def test_console_dry_run_with_p_shows_each_rules_command(tmp_path: Path) -> None
     completed = _dry_run(tmp_path, "-p")
     text = completed.stderr.split("The first job's command of each rule:\n", 1)[-1]
     result = [re.sub(r"/r[0-9]/", "/R/", line) for line in text.splitlines()[:3]]
-    expected = ["  train_final: touch results/sweep/runs/R/final.pt", "  validate_run: touch results/sweep/runs/R/results.json",
-                "  collect_runs: touch results/sweep/runs.csv"]
+    expected = [
+        "  train_final: touch results/sweep/runs/R/final.pt",
+        "  validate_run: touch results/sweep/runs/R/results.json",
+        "  collect_runs: touch results/sweep/runs.csv",
+    ]
     assert result == expected
 
 
 def test_console_quiet_dry_run_shows_the_table_alone(tmp_path: Path) -> None:
     """Under --quiet Snakemake lists no job and ends after its table: the table is all there is to show."""
     completed = _dry_run(tmp_path, "--quiet")
-    result = (completed.stderr.count("Job stats:"), "total              14" in completed.stderr, "would train" in completed.stderr)
+    result = (
+        completed.stderr.count("Job stats:"),
+        "total              14" in completed.stderr,
+        "would train" in completed.stderr,
+    )
     assert result == (1, True, False)
 
 
@@ -155,8 +185,9 @@ def test_console_dry_run_of_the_demo_matches_the_readme(tmp_path: Path) -> None:
     """The README's "36 runs, 153 jobs" of the demo is what its own dry run plans."""
     repo = copy_repo(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(repo / "src")}
-    completed = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=repo, env=env, capture_output=True,
-                               text=True, timeout=300)
+    completed = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n"], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
     planned = re.search(r"^Dry run of campaign demo: ([0-9]+) jobs would run\.$", completed.stderr, re.M)
     trained = re.search(r"^would train: ([0-9]+) runs:", completed.stderr, re.M)
     claimed = re.search(r"([0-9]+) runs, ([0-9]+) jobs", (REPO / "README.md").read_text(encoding="utf-8"))
@@ -168,8 +199,9 @@ def test_dry_run_names_the_campaign_and_the_file_it_read(tmp_path: Path) -> None
     """Without --configfile the workflow plans the demo: it says so before anything else."""
     repo = copy_repo(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(repo / "src")}
-    completed = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=repo, env=env, capture_output=True,
-                               text=True, timeout=300)
+    completed = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n"], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
     named = [line for line in completed.stderr.splitlines() if line.startswith("ebd2n: campaign ")]
     assert named == ["ebd2n: campaign demo from config/config.yaml -> results/demo"]
 
@@ -178,9 +210,23 @@ def test_dry_run_warns_of_a_null_slurm_account(tmp_path: Path) -> None:
     """The 324-run campaign leaves `account: null`: its dry run says so, before the plan."""
     repo = copy_repo(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(repo / "src")}
-    completed = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "--configfile",
-                                "config/campaigns/recipe-sweep-20m.yaml"], cwd=repo, env=env, capture_output=True,
-                               text=True, timeout=300)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--profile",
+            "slurm",
+            "-n",
+            "--configfile",
+            "config/campaigns/recipe-sweep-20m.yaml",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     warning = "config/campaigns/recipe-sweep-20m.yaml: resources.default.account is null"
     result = (completed.returncode, warning in completed.stderr.split("Job stats:")[0])
     assert result == (0, True)

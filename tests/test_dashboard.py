@@ -88,10 +88,24 @@ def html(run_dir: Path) -> str:
 @pytest.mark.parametrize(
     "text",
     [
-        "lora-r4-seed42", "config/recipes/demo.yaml", "gpu-node-07", "2 × NVIDIA H200", "2.5.1", "12.4",
-        "2026-09-25 08:00:00+00:00", "1 h 12 min", "a" * 64,
-        "rank 4, alpha 16, dropout 0, on q, k, v, o", "block 0", "1f1b", "bf16", "16 sequences",
-        "55.00 %", "2.4317", "batches (optimizer steps); 1 skipped", "122,880",
+        "lora-r4-seed42",
+        "config/recipes/demo.yaml",
+        "gpu-node-07",
+        "2 × NVIDIA H200",
+        "2.5.1",
+        "12.4",
+        "2026-09-25 08:00:00+00:00",
+        "1 h 12 min",
+        "a" * 64,
+        "rank 4, alpha 16, dropout 0, on q, k, v, o",
+        "block 0",
+        "1f1b",
+        "bf16",
+        "16 sequences",
+        "55.00 %",
+        "2.4317",
+        "batches (optimizer steps); 1 skipped",
+        "122,880",
         f"Most loaded device: <strong>{BUSIEST}</strong>, 47.80 GB peak",
     ],
 )
@@ -113,8 +127,15 @@ def test_dashboard_unit_rows_equal_run_record(run_dir: Path, html: str) -> None:
     units = json.loads((run_dir / "run.json").read_text())["units"]
     result = table_rows(html, "units")
     expected = [
-        [u["name"], u["state"], f"{u['parameters']:,}", f"{u['trainable']:,}", u["device"], f"{u['steps_taken']:,}",
-         f"{u['steps_skipped']:,}"]
+        [
+            u["name"],
+            u["state"],
+            f"{u['parameters']:,}",
+            f"{u['trainable']:,}",
+            u["device"],
+            f"{u['steps_taken']:,}",
+            f"{u['steps_skipped']:,}",
+        ]
         for u in units
     ]
     assert result == expected
@@ -126,7 +147,9 @@ def test_dashboard_every_figure_has_a_table_view(html: str) -> None:
 
 
 def test_dashboard_per_batch_table_lists_every_batch(html: str) -> None:
-    result = [len(packed_rows(html, name)) for name in ("batch-loss", "batch-accuracy")] + [len(table_rows(html, "batch-loss"))]
+    result = [len(packed_rows(html, name)) for name in ("batch-loss", "batch-accuracy")] + [
+        len(table_rows(html, "batch-loss"))
+    ]
     assert result == [120, 120, 0]
 
 
@@ -144,8 +167,12 @@ def test_dashboard_in_a_campaign_loads_the_shared_plotly(tmp_path: Path) -> None
     pages = [write_dashboard(_campaign_run(tmp_path, name)) for name in ("run-a", "run-b")]
     texts = [page.read_text(encoding="utf-8") for page in pages]
     assets = sorted(path.name for path in (tmp_path / "results" / "sweep" / "report" / "assets").iterdir())
-    result = ([text.count(f'<script src="../../report/assets/{plotly_asset_name()}" defer>') for text in texts],
-              [text.count("* plotly.js v") for text in texts], assets, max(page.stat().st_size for page in pages) < 500_000)
+    result = (
+        [text.count(f'<script src="../../report/assets/{plotly_asset_name()}" defer>') for text in texts],
+        [text.count("* plotly.js v") for text in texts],
+        assets,
+        max(page.stat().st_size for page in pages) < 500_000,
+    )
     assert result == ([1, 1], [0, 0], [plotly_asset_name()], True)
 
 
@@ -161,8 +188,13 @@ def test_cli_dashboard_self_contained_export(tmp_path: Path) -> None:
     out = tmp_path / "shared" / "run-a.html"
     completed = _cli("dashboard", str(run), "--self-contained", str(out))
     page = out.read_text(encoding="utf-8")
-    result = (completed.returncode, completed.stdout, page.count("* plotly.js v"), page.count("<script src"),
-              (run / "report.html").exists())
+    result = (
+        completed.returncode,
+        completed.stdout,
+        page.count("* plotly.js v"),
+        page.count("<script src"),
+        (run / "report.html").exists(),
+    )
     assert result == (0, f"dashboard {out}\n", 1, 0, False)
 
 
@@ -234,8 +266,12 @@ def test_dashboard_plots_gradient_norm_and_lr_schedule(run_dir: Path, html: str)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [record for record in steps if record["type"] == "step"]
     figure = _figure(html, "optimizer")
-    result = ([trace["name"] for trace in figure["data"]], figure["data"][-1]["yaxis"],
-              figure["layout"]["yaxis"]["type"], len(packed_rows(html, "optimizer")))
+    result = (
+        [trace["name"] for trace in figure["data"]],
+        figure["data"][-1]["yaxis"],
+        figure["layout"]["yaxis"]["type"],
+        len(packed_rows(html, "optimizer")),
+    )
     assert result == (["gradient norm", "learning rate"], "y2", "log", len(steps))
 
 
@@ -247,7 +283,9 @@ def test_dashboard_headline_is_the_full_validation_loss(tmp_path: Path) -> None:
     cards = _cards(page)
     assert cards[0] == ("3.1416", "full-validation loss, nats (final.pt, all 98,304 targets)")
     assert [label for _, label in cards if "subset" in label] == [
-        "validation token accuracy (epoch subset, epoch 3)", "validation loss, nats (epoch subset, epoch 3)"]
+        "validation token accuracy (epoch subset, epoch 3)",
+        "validation loss, nats (epoch subset, epoch 3)",
+    ]
 
 
 def test_dashboard_before_full_validation_has_no_full_validation_card(html: str) -> None:

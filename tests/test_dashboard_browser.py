@@ -39,10 +39,16 @@ pytestmark = MARKS
 
 def _demo_run(cache: Path, directory: Path, *overrides: str) -> Path:
     """Train a short demo run and write its dashboard, as `ebd2n train` does after the trainer."""
-    recipe = load_recipe("demo", [
-        f"data.cache_dir={cache}", f"runtime.output_dir={directory}", *SHORT, f"runtime.purpose={json.dumps(PURPOSE)}",
-        *overrides,
-    ])
+    recipe = load_recipe(
+        "demo",
+        [
+            f"data.cache_dir={cache}",
+            f"runtime.output_dir={directory}",
+            *SHORT,
+            f"runtime.purpose={json.dumps(PURPOSE)}",
+            *overrides,
+        ],
+    )
     train(recipe, progress=False)
     write_dashboard(directory)
     return directory
@@ -63,8 +69,13 @@ def runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         "exported": exported,
         "synchronous": synchronous,
         "packed-4": _demo_run(demo_cache, root / "packed-4", "decentralized.num_models=4"),
-        "lora": _demo_run(demo_cache, root / "lora", f"training.init_from={synchronous / 'final.pt'}",
-                          "parallel.freeze_prefix=1", "parallel.lora={rank: 4}"),
+        "lora": _demo_run(
+            demo_cache,
+            root / "lora",
+            f"training.init_from={synchronous / 'final.pt'}",
+            "parallel.freeze_prefix=1",
+            "parallel.lora={rank: 4}",
+        ),
         "fabricated": fabricated,
     }
 
@@ -150,7 +161,9 @@ def _round_steps(labels: list[str]) -> bool:
 
 def test_browser_dashboard_job_ids_label(page) -> None:
     """Runs trained here carry local job ids; only the fabricated GPU run's numeric ids are SLURM's."""
-    label = page.evaluate("[...document.querySelectorAll('#identity th')].map(th => th.textContent).find(t => /job ids/i.test(t))")
+    label = page.evaluate(
+        "[...document.querySelectorAll('#identity th')].map(th => th.textContent).find(t => /job ids/i.test(t))"
+    )
     fabricated = page.kind in ("fabricated", "campaign", "exported")
     assert label == ("SLURM job ids" if fabricated else "Job ids")
 
@@ -158,13 +171,17 @@ def test_browser_dashboard_job_ids_label(page) -> None:
 def test_browser_dashboard_per_batch_tables_unpack(page, runs: dict[str, Path]) -> None:
     """Shown once, each per-batch table fills with one row per batch recorded in metrics.jsonl; row 7
     of the fabricated runs is its skipped step, shown as text."""
-    source = runs["campaign" if page.kind == "exported" else page.kind]  # the exported page's folder holds only the page
+    source = runs[
+        "campaign" if page.kind == "exported" else page.kind
+    ]  # the exported page's folder holds only the page
     steps = sum(record["type"] == "step" for record in read_metrics(source))
     counts = "['batch-loss', 'batch-accuracy'].map(id => document.querySelectorAll(`table.${id} tbody tr`).length)"
     for figure in ("batch-loss", "batch-accuracy"):
         page.locator(f'button[aria-controls="table-{figure}"]').click()
     page.wait_for_function(f"{counts}.every(count => count > 0)")
-    seventh = page.evaluate("[...document.querySelectorAll('table.batch-loss tbody tr')[6].cells].map(c => c.textContent)")
+    seventh = page.evaluate(
+        "[...document.querySelectorAll('table.batch-loss tbody tr')[6].cells].map(c => c.textContent)"
+    )
     for figure in ("batch-loss", "batch-accuracy"):
         page.locator(f'button[aria-controls="table-{figure}"]').click()
     result = (page.evaluate(counts), seventh[4] if page.kind in ("fabricated", "campaign", "exported") else "skipped")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from engine_steps import fixed_steps
 import torch.multiprocessing as mp
+from engine_steps import fixed_steps
 from workflow_support import comparable_metrics
 
 import ebd2n
@@ -35,7 +35,11 @@ LAYOUTS = {
     "pipeline-1f1b": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=2", "parallel.schedule=1f1b"],
     "pipeline-gpipe": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=2", "parallel.schedule=gpipe"],
     "data-parallel": ["parallel.data_parallel=2"],
-    "pipeline-depth3": ["parallel.pipeline_stages=2", "parallel.pipeline_depth=3", "parallel.schedule=1f1b"],  # uneven rounds
+    "pipeline-depth3": [
+        "parallel.pipeline_stages=2",
+        "parallel.pipeline_depth=3",
+        "parallel.schedule=1f1b",
+    ],  # uneven rounds
 }
 ROWS = (16, 5, 1, 16)
 """Sequences of the compared steps: full ones and shortened ones (an epoch's last step) whose rows split
@@ -62,9 +66,15 @@ def _supervised_steps(engine, recipe) -> list[dict]:
     generator = torch.Generator().manual_seed(1)
     results = []
     for count in (16, 5):
-        sequences = torch.randint(0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator)
+        sequences = torch.randint(
+            0, recipe.model.vocab_size, (count, recipe.model.context_length + 1), generator=generator
+        )
         for row in range(count):
-            prompt = recipe.model.context_length + 1 if count == 5 and row >= 3 else 3 + 7 * row % recipe.model.context_length
+            prompt = (
+                recipe.model.context_length + 1
+                if count == 5 and row >= 3
+                else 3 + 7 * row % recipe.model.context_length
+            )
             sequences[row, :prompt] = ~sequences[row, :prompt]
         results.append(dataclasses.asdict(engine.train_step(sequences, lr=0.01)))
     return results
@@ -110,8 +120,12 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_layout_losses_equal_one_process(layouts: dict, reference: dict, layout: str) -> None:
-    result = [v for r in layouts[layout]["results"] for v in (r["loss"], r["accuracy"], r["grad_norm"], float(r["skipped"]))]
-    expected = [v for r in reference["results"] for v in (r["loss"], r["accuracy"], r["grad_norm"], float(r["skipped"]))]
+    result = [
+        v for r in layouts[layout]["results"] for v in (r["loss"], r["accuracy"], r["grad_norm"], float(r["skipped"]))
+    ]
+    expected = [
+        v for r in reference["results"] for v in (r["loss"], r["accuracy"], r["grad_norm"], float(r["skipped"]))
+    ]
     assert result == pytest.approx(expected, rel=1e-5)
 
 
@@ -139,15 +153,33 @@ def test_pipeline_tied_copies_stay_equal(layouts: dict) -> None:
 # --- whole runs under torchrun: slices, checkpoints, records ---
 
 
-def _torchrun_train(cache: Path, run_dir: Path, *arguments: str, layout: tuple[str, ...] = (*SHORT, *LAYOUTS["pipeline-1f1b"])) -> None:
+def _torchrun_train(
+    cache: Path, run_dir: Path, *arguments: str, layout: tuple[str, ...] = (*SHORT, *LAYOUTS["pipeline-1f1b"])
+) -> None:
     """`torchrun --nproc-per-node 2 -m ebd2n train` of the demo as a 2-stage pipeline."""
     overrides = [f"data.cache_dir={cache}", f"runtime.output_dir={run_dir}", *layout]
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={o}" for o in overrides], *arguments,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "ebd2n",
+        "train",
+        "--config",
+        "demo",
+        "--quiet",
+        *[f"--set={o}" for o in overrides],
+        *arguments,
     ]
     source = str(Path(ebd2n.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
     finished = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=900)
     assert finished.returncode == 0, finished.stderr[-4000:]
 
@@ -212,8 +244,12 @@ def test_pipeline_run_record_places_units_per_device(pipeline_runs: tuple[Path, 
 @pytest.mark.slow
 def test_pipeline_train_log_has_stages_memory_and_bubble(pipeline_runs: tuple[Path, Path]) -> None:
     text = (pipeline_runs[0] / "train.log").read_text()
-    result = ("stage 0 [cpu:0]: embedding" in text, "stage 1 [cpu:1]:" in text, "most loaded cpu:" in text,
-              "theoretical bubble 0.3333" in text)
+    result = (
+        "stage 0 [cpu:0]: embedding" in text,
+        "stage 1 [cpu:1]:" in text,
+        "most loaded cpu:" in text,
+        "theoretical bubble 0.3333" in text,
+    )
     assert result == (True, True, True, True)
 
 
@@ -241,8 +277,15 @@ def test_stage_module_keeps_gpt_parameter_names() -> None:
 
 @pytest.mark.parametrize(
     ("sequences", "depth", "micro", "expected"),
-    [(16, 2, 16, (1, 16)), (64, 2, 8, (4, 16)), (48, 3, 4, (4, 12)), (20, 4, 4, (5, 4)),
-     (64, 3, 4, (6, 12)), (256, 3, 16, (6, 45)), (2, 3, 4, (1, 3))],
+    [
+        (16, 2, 16, (1, 16)),
+        (64, 2, 8, (4, 16)),
+        (48, 3, 4, (4, 12)),
+        (20, 4, 4, (5, 4)),
+        (64, 3, 4, (6, 12)),
+        (256, 3, 16, (6, 45)),
+        (2, 3, 4, (1, 3)),
+    ],
 )
 def test_pipeline_rounds(sequences: int, depth: int, micro: int, expected: tuple[int, int]) -> None:
     # even rounds when some count splits the sequences; else uneven: the last round padded
@@ -257,14 +300,21 @@ def test_bubble_fraction_theoretical() -> None:
 
 def test_multi_stage_recipe_without_torchrun_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    with pytest.raises(UserError, match=r"2 x 1 processes, but this job has 1; launch it with torchrun --nproc-per-node 2"):
+    with pytest.raises(
+        UserError, match=r"2 x 1 processes, but this job has 1; launch it with torchrun --nproc-per-node 2"
+    ):
         distributed.init(_recipe("parallel.pipeline_stages=2"))
 
 
 @pytest.mark.parametrize(
     ("memory", "expected"),
-    [({"cuda:0": {"allocated": 1, "peak": 2e9}}, ""),
-     ({"cuda:0": {"allocated": 1, "peak": 2e9}, "cuda:1": {"allocated": 1, "peak": 3e9}}, " | most loaded cuda:1 (3.00 GB peak)")],
+    [
+        ({"cuda:0": {"allocated": 1, "peak": 2e9}}, ""),
+        (
+            {"cuda:0": {"allocated": 1, "peak": 2e9}, "cuda:1": {"allocated": 1, "peak": 3e9}},
+            " | most loaded cuda:1 (3.00 GB peak)",
+        ),
+    ],
 )
 def test_most_loaded_device_called_out(memory: dict, expected: str) -> None:
     result = distributed.most_loaded(memory)
@@ -289,8 +339,15 @@ def _two_node_train(cache: Path, run_dir: Path, *arguments: str, layout: tuple[s
     port = _free_port()
     command = torchrun_command(4, 2, f"127.0.0.1:{port}", f"two-nodes-{port}", argv)
     source = str(Path(ebd2n.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    agents = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([source, os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    agents = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
     outputs = [agent.communicate(timeout=900)[0] for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], "\n".join(output[-3000:] for output in outputs)
 
@@ -304,8 +361,13 @@ def two_node_runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) ->
     _two_node_train(demo_cache, root / "sliced", "--until-epoch", "2")
     _two_node_train(demo_cache, root / "sliced")
     overrides = [f"data.cache_dir={demo_cache}", f"runtime.output_dir={root / 'one'}", *TWO_NODE_BUDGET]
-    subprocess.run([sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={o}" for o in overrides]],
-                   check=True, capture_output=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={o}" for o in overrides]],
+        check=True,
+        capture_output=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     return root / "whole", root / "sliced", root / "one"
 
 

@@ -18,7 +18,7 @@ from ebd2n.audit.outcomes import check_outcomes
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.runs import Run
 from ebd2n.campaign.search import Bracket, decide
-from ebd2n.campaign.status import campaign_status, campaign_line
+from ebd2n.campaign.status import campaign_line, campaign_status
 from ebd2n.config import dump_recipe, load_recipe, recipe_identity
 from ebd2n.evaluate import validate_run
 from ebd2n.layout import RunPaths, slice_record
@@ -31,13 +31,22 @@ CONVERGING = "synchronous-lr0.003-beta20.99-seed42"
 
 
 def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
-    return load_recipe("demo", [f"data.cache_dir={cache_dir}", f"runtime.output_dir={run_dir}",
-                                "training.max_tokens=16384", "training.epoch_tokens=4096", *overrides])
+    return load_recipe(
+        "demo",
+        [
+            f"data.cache_dir={cache_dir}",
+            f"runtime.output_dir={run_dir}",
+            "training.max_tokens=16384",
+            "training.epoch_tokens=4096",
+            *overrides,
+        ],
+    )
 
 
 def _hashes(run_dir: Path) -> dict[str, str]:
-    return {path.relative_to(run_dir).as_posix(): sha256_file(path)
-            for path in sorted(run_dir.rglob("*")) if path.is_file()}
+    return {
+        path.relative_to(run_dir).as_posix(): sha256_file(path) for path in sorted(run_dir.rglob("*")) if path.is_file()
+    }
 
 
 def test_train_non_finite_rule_stops_the_run_at_its_decision(demo_cache: Path, tmp_path: Path) -> None:
@@ -177,8 +186,15 @@ def _relabel(run_dir: Path, diverged: bool) -> None:
     results = json.loads((run_dir / "results.json").read_text())
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     if diverged:
-        claim = {"type": "diverged", "step": 64, "tokens": 65536, "epoch": 2, "rule": "loss-bound",
-                 "last_finite_loss": 4.0, "detail": "edited"}
+        claim = {
+            "type": "diverged",
+            "step": 64,
+            "tokens": 65536,
+            "epoch": 2,
+            "rule": "loss-bound",
+            "last_finite_loss": 4.0,
+            "detail": "edited",
+        }
         results |= {"status": "diverged", "loss": None, "diverged": claim}
         lines.append(json.dumps(claim))
     else:
@@ -204,10 +220,14 @@ def test_workflow_halving_with_a_diverging_point_completes_without_promoting_it(
     _assert_nothing_to_do(repo)
 
 
-@pytest.mark.parametrize("overrides", [["optimizer.lr=1000"], ["optimizer.lr=1000", "training.max_consecutive_skips=3"]],
-                         ids=["in-epoch-3", "in-epoch-1"])
-def test_audit_accepts_a_diverged_run_keeping_epoch_checkpoints(demo_cache: Path, tmp_path: Path,
-                                                                overrides: list[str]) -> None:
+@pytest.mark.parametrize(
+    "overrides",
+    [["optimizer.lr=1000"], ["optimizer.lr=1000", "training.max_consecutive_skips=3"]],
+    ids=["in-epoch-3", "in-epoch-1"],
+)
+def test_audit_accepts_a_diverged_run_keeping_epoch_checkpoints(
+    demo_cache: Path, tmp_path: Path, overrides: list[str]
+) -> None:
     """Policy epoch: the checkpoints of the epochs it never reached are not missing; diverged in its
     first epoch, it has no best epoch to name."""
     run_dir = tmp_path / "run"

@@ -72,8 +72,13 @@ def interrupted(repo: Path, kill: str, target: str = "group") -> subprocess.Comp
     shell_target = {"group": "$$", "term": "term:$$"}.get(target, target)
     command = f'export {KILL_TARGET}={shell_target}; exec "$0" -m snakemake "$@"'
     result = subprocess.run(
-        ["sh", "-c", command, sys.executable, *COMMAND], cwd=repo, env=env_for(kill, ""), capture_output=True,
-        text=True, timeout=TIMEOUT, start_new_session=True,
+        ["sh", "-c", command, sys.executable, *COMMAND],
+        cwd=repo,
+        env=env_for(kill, ""),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        start_new_session=True,
     )
     wait_for_quiet(repo)
     return result
@@ -200,11 +205,17 @@ def test_malformed_kill_spec_is_refused(monkeypatch: pytest.MonkeyPatch, spec: s
 def test_kill_spec_matches_the_path_as_written_and_absolute(tmp_path: Path) -> None:
     """Each spec, in a child process: the exit status says whether it killed there."""
     code = "import sys; from ebd2n.faults import at; at(sys.argv[1], sys.argv[2])"
-    cases = [("after:*/runs/r/final.pt", "after", "results/t/runs/r/final.pt"),
-             (f"after:{tmp_path}/*", "after", "relative/file"),
-             ("before:*/final.pt", "after", "results/t/runs/r/final.pt")]
-    result = [subprocess.run([sys.executable, "-c", code, when, path], cwd=tmp_path, env={**environment(), KILL_AT: spec},
-                             timeout=60).returncode for spec, when, path in cases]
+    cases = [
+        ("after:*/runs/r/final.pt", "after", "results/t/runs/r/final.pt"),
+        (f"after:{tmp_path}/*", "after", "relative/file"),
+        ("before:*/final.pt", "after", "results/t/runs/r/final.pt"),
+    ]
+    result = [
+        subprocess.run(
+            [sys.executable, "-c", code, when, path], cwd=tmp_path, env={**environment(), KILL_AT: spec}, timeout=60
+        ).returncode
+        for spec, when, path in cases
+    ]
     assert result == [KILLED, KILLED, 0]
 
 
@@ -236,9 +247,18 @@ def test_faults_every_output_marked_incomplete_then_same_command_completes(campa
     repo = fresh(campaign, "finished")
     before = tree_bytes(repo / PATHS.runs)
     runs = [PATHS.run(run) for run in RUNS]
-    outputs = [PATHS.source_hash, PATHS.freeze_record, PATHS.base_recipe("base"), PATHS.slice_plan("base"), PATHS.campaign_json,
-               PATHS.runs_csv, PATHS.audit_runs, PATHS.report_index, Path("results/caches/tiny"),
-               *(path for run in runs for path in (run.recipe, run.slice_record(1), run.final, run.best, run.results))]
+    outputs = [
+        PATHS.source_hash,
+        PATHS.freeze_record,
+        PATHS.base_recipe("base"),
+        PATHS.slice_plan("base"),
+        PATHS.campaign_json,
+        PATHS.runs_csv,
+        PATHS.audit_runs,
+        PATHS.report_index,
+        Path("results/caches/tiny"),
+        *(path for run in runs for path in (run.recipe, run.slice_record(1), run.final, run.best, run.results)),
+    ]
     for path in outputs:
         mark = repo / ".snakemake/incomplete" / base64url(path.as_posix())
         mark.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +267,8 @@ def test_faults_every_output_marked_incomplete_then_same_command_completes(campa
     after = tree_bytes(repo / PATHS.runs)
     assert_recovered(repo, campaign, result, marks=False)
     assert {name: after[name] for name in before if name.endswith((".pt", "metrics.jsonl"))} == {
-        name: data for name, data in before.items() if name.endswith((".pt", "metrics.jsonl"))}
+        name: data for name, data in before.items() if name.endswith((".pt", "metrics.jsonl"))
+    }
 
 
 @pytest.mark.slow
@@ -258,7 +279,9 @@ def test_faults_controller_killed_alone_while_its_trainers_run_on(campaign: dict
     env = env_for()
     env["EBD2N_WARM"] = "0"  # orphans of a cold job are plain processes
     command = [sys.executable, "-m", "snakemake", *COMMAND]
-    with subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as controller:
+    with subprocess.Popen(
+        command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    ) as controller:
         leases = [repo / PATHS.run(run).directory / LEASE for run in RUNS]
         deadline = time.monotonic() + TIMEOUT
         while not any(lease.exists() for lease in leases):
@@ -273,8 +296,14 @@ def test_faults_controller_under_timeout_then_same_command_completes(campaign: d
     """`timeout` ends the controller with SIGTERM midway; its lock would have stopped the next run
     until --unlock. The same command, once, completes."""
     repo = fresh(campaign, "resolved")
-    stopped = subprocess.run(["timeout", "8", sys.executable, "-m", "snakemake", *COMMAND], cwd=repo, env=env_for(),
-                             capture_output=True, text=True, timeout=TIMEOUT)
+    stopped = subprocess.run(
+        ["timeout", "8", sys.executable, "-m", "snakemake", *COMMAND],
+        cwd=repo,
+        env=env_for(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     wait_for_quiet(repo)
     assert stopped.returncode == 124, stopped.stdout + stopped.stderr
     assert_recovered(repo, campaign, rerun(repo))

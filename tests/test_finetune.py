@@ -30,10 +30,17 @@ def base_run(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 @pytest.fixture(scope="module")
 def lora_run(demo_cache: Path, base_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("lora") / "run"
-    recipe = load_recipe("demo", [
-        f"data.cache_dir={demo_cache}", f"runtime.output_dir={run}", *SHORT,
-        f"training.init_from={base_run / 'final.pt'}", "parallel.freeze_prefix=1", "parallel.lora={rank: 4, alpha: 8}",
-    ])
+    recipe = load_recipe(
+        "demo",
+        [
+            f"data.cache_dir={demo_cache}",
+            f"runtime.output_dir={run}",
+            *SHORT,
+            f"training.init_from={base_run / 'final.pt'}",
+            "parallel.freeze_prefix=1",
+            "parallel.lora={rank: 4, alpha: 8}",
+        ],
+    )
     train(recipe, progress=False)
     return run
 
@@ -76,8 +83,11 @@ def test_lora_unit_table_states(lora_run: Path) -> None:
     record = json.loads((lora_run / "run.json").read_text())
     result = {row["name"]: row["state"] for row in record["units"]}
     expected = {
-        "embedding": "frozen base under LoRA", "block0.attention": "frozen by the prefix",
-        "block0.mlp": "frozen by the prefix", "block1.attention": "LoRA", "block1.mlp": "LoRA",
+        "embedding": "frozen base under LoRA",
+        "block0.attention": "frozen by the prefix",
+        "block0.mlp": "frozen by the prefix",
+        "block1.attention": "LoRA",
+        "block1.mlp": "LoRA",
         "head": "frozen base under LoRA",
     }
     assert result == expected
@@ -103,10 +113,16 @@ def test_lora_run_full_validation_uses_merged_weights(lora_run: Path) -> None:
 
 
 def test_frozen_prefix_without_lora_keeps_block_zero(demo_cache: Path, base_run: Path, tmp_path: Path) -> None:
-    recipe = load_recipe("demo", [
-        f"data.cache_dir={demo_cache}", f"runtime.output_dir={tmp_path / 'run'}", *SHORT,
-        f"training.init_from={base_run / 'final.pt'}", "parallel.freeze_prefix=1",
-    ])
+    recipe = load_recipe(
+        "demo",
+        [
+            f"data.cache_dir={demo_cache}",
+            f"runtime.output_dir={tmp_path / 'run'}",
+            *SHORT,
+            f"training.init_from={base_run / 'final.pt'}",
+            "parallel.freeze_prefix=1",
+        ],
+    )
     train(recipe, progress=False)
     before, after = _weights(base_run), _weights(tmp_path / "run")
     frozen_same = all(torch.equal(before[n], after[n]) for n in before if n.startswith("blocks.0."))

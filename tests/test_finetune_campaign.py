@@ -45,8 +45,17 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_seed_campaign_dry_run_plans_one_training_job(hub: Path, tmp_path: Path) -> None:
     repo = copy_repo(tmp_path / "repo")
     env = {**environment(), "HF_HUB_CACHE": str(hub)}
-    result = snakemake(repo, "--profile", "slurm", "-n", "--quiet", "rules", "--configfile",
-                       "config/campaigns/finetune-qwen-moe.yaml", env=env)
+    result = snakemake(
+        repo,
+        "--profile",
+        "slurm",
+        "-n",
+        "--quiet",
+        "rules",
+        "--configfile",
+        "config/campaigns/finetune-qwen-moe.yaml",
+        env=env,
+    )
     planned = dict(re.findall(r"^(\w+)\s+(\d+)$", result.stdout + result.stderr, flags=re.M))
     assert (planned["train_final"], planned["validate_run"], planned.get("train_slice")) == ("1", "1", None)
 
@@ -68,8 +77,13 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     repo = copy_repo(tmp_path_factory.mktemp("finetune"))
     started = time.monotonic()
     env = {**environment(), "PYTHONPATH": str(repo / "src")}
-    subprocess.run([sys.executable, "-m", "ebd2n", "hf-init", "qwen2_moe", MODEL], cwd=repo, env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "ebd2n", "hf-init", "qwen2_moe", MODEL],
+        cwd=repo,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     snakemake(repo, "--cores", "2", "--configfile", CAMPAIGN)
     return repo, time.monotonic() - started
 
@@ -104,14 +118,25 @@ def page(campaign: tuple[Path, float]) -> Iterator[object]:
 @MARKS[1]
 def test_browser_fine_tune_dashboard_shows_the_seed_fields(page, campaign: tuple[Path, float]) -> None:
     record = json.loads((campaign[0] / RUN / "run.json").read_text())
-    identity = dict(page.evaluate("[...document.querySelectorAll('#identity tr')].map(r => [r.cells[0].innerText, r.cells[1].innerText])"))
+    identity = dict(
+        page.evaluate(
+            "[...document.querySelectorAll('#identity tr')].map(r => [r.cells[0].innerText, r.cells[1].innerText])"
+        )
+    )
     settings = page.locator("#settings").inner_text()
     units = page.evaluate("[...document.querySelectorAll('table.units tbody tr')].map(row => row.cells[1].innerText)")
-    figures = page.evaluate("[...document.querySelectorAll('[data-figure]')].map(div => div.querySelector('.main-svg') !== null)")
+    figures = page.evaluate(
+        "[...document.querySelectorAll('[data-figure]')].map(div => div.querySelector('.main-svg') !== null)"
+    )
     assert identity["Hugging Face model"] == MODEL
     assert identity["Model config SHA-256"] == record["model"]["config_sha256"]
     assert {"Purpose", "Configuration file", "Host", "Devices", "PyTorch", "CUDA"} <= identity.keys()
-    assert "Pipeline depth" in settings and "block 0" in settings and "rank 8" in settings and "norms full rank" in settings
+    assert (
+        "Pipeline depth" in settings
+        and "block 0" in settings
+        and "rank 8" in settings
+        and "norms full rank" in settings
+    )
     assert "qwen2_moe" in settings and "4, 2 per token" in settings  # family and experts
     assert len(units) == len(record["units"]) == 21 and set(units) == set(UNIT_STATES)
     assert page.locator("#placement").inner_text().count("block1.q") == 1

@@ -39,8 +39,15 @@ def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
     """The demo model on CUDA with BF16 autocast, 4 epochs x 4 steps of 1,024 tokens."""
     return load_recipe(
         "demo",
-        [f"data.cache_dir={cache_dir}", f"runtime.output_dir={run_dir}", "training.max_tokens=16384",
-         "training.epoch_tokens=4096", "runtime.device=cuda", "runtime.amp=true", *overrides],
+        [
+            f"data.cache_dir={cache_dir}",
+            f"runtime.output_dir={run_dir}",
+            "training.max_tokens=16384",
+            "training.epoch_tokens=4096",
+            "runtime.device=cuda",
+            "runtime.amp=true",
+            *overrides,
+        ],
     )
 
 
@@ -102,7 +109,9 @@ def test_peak_memory_of_20m_steps_within_recorded_peak() -> None:
     for _ in range(3):  # the optimizer's moments exist from the first step on
         engine.train_step(sequences, lr=1e-4)
     peak = torch.cuda.max_memory_allocated(device) / 2**30
-    assert peak <= PEAK_MEMORY["peak_gib"] * (1 + PEAK_MARGIN), f"peak {peak:.2f} GiB; recorded {PEAK_MEMORY['peak_gib']} GiB"
+    assert peak <= PEAK_MEMORY["peak_gib"] * (1 + PEAK_MARGIN), (
+        f"peak {peak:.2f} GiB; recorded {PEAK_MEMORY['peak_gib']} GiB"
+    )
 
 
 def test_cuda_rng_state_has_recorded_layout() -> None:

@@ -51,8 +51,14 @@ def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
     """A one-block demo model (compiling a second, identical block only costs time), 4 epochs x 4 steps."""
     return load_recipe(
         "demo",
-        [f"data.cache_dir={cache_dir}", f"runtime.output_dir={run_dir}", "training.max_tokens=16384",
-         "training.epoch_tokens=4096", "model.layers=1", *overrides],
+        [
+            f"data.cache_dir={cache_dir}",
+            f"runtime.output_dir={run_dir}",
+            "training.max_tokens=16384",
+            "training.epoch_tokens=4096",
+            "model.layers=1",
+            *overrides,
+        ],
     )
 
 
@@ -78,8 +84,9 @@ def _fp32_validation_loss(run_dir: Path) -> float:
     """Full validation of the run's final weights on the CPU's own path (FP32)."""
     recipe = load_recipe(RunPaths(run_dir).recipe)
     model = model_with_weights(recipe, evaluation_state_dict(recipe, _weights(run_dir)))
-    batches = iter_full_validation(open_cache(recipe.data.cache_dir), recipe.model.context_length,
-                                   recipe.evaluation.batch_size)
+    batches = iter_full_validation(
+        open_cache(recipe.data.cache_dir), recipe.model.context_length, recipe.evaluation.batch_size
+    )
     return evaluate_sequences(model, batches, torch.device("cpu"), amp=False)[0]
 
 
@@ -141,8 +148,9 @@ def test_cuda_path_on_cpu_two_slices_equal_one_job_bitwise(eager_runs: tuple[Pat
     assert comparable_metrics(whole) == comparable_metrics(sliced)
 
 
-def test_cuda_path_on_cpu_losses_within_tolerance_of_fp32(eager_runs: tuple[Path, Path],
-                                                         fp32_runs: tuple[Path, Path]) -> None:
+def test_cuda_path_on_cpu_losses_within_tolerance_of_fp32(
+    eager_runs: tuple[Path, Path], fp32_runs: tuple[Path, Path]
+) -> None:
     result, expected = _step_losses(eager_runs[0])[:FIRST_STEPS], _step_losses(fp32_runs[0])[:FIRST_STEPS]
     assert result != expected  # BF16 rounds: equal losses would mean autocast never ran
     assert result == pytest.approx(expected, rel=LOSS_RTOL)
@@ -159,8 +167,9 @@ def test_compiled_two_slices_equal_one_job_bitwise(compiled_runs: tuple[Path, Pa
     assert comparable_metrics(whole) == comparable_metrics(sliced)
 
 
-def test_compiled_first_steps_within_tolerance_of_eager(compiled_runs: tuple[Path, Path, dict],
-                                                        eager_runs: tuple[Path, Path]) -> None:
+def test_compiled_first_steps_within_tolerance_of_eager(
+    compiled_runs: tuple[Path, Path, dict], eager_runs: tuple[Path, Path]
+) -> None:
     """Within LOSS_RTOL, not bitwise: inductor fuses and reorders the FP32 work around the BF16 matmuls."""
     result, expected = _step_losses(compiled_runs[0]), _step_losses(eager_runs[0])
     assert len(result) == 16 and all(math.isfinite(loss) for loss in result) and result[-1] < result[0]
@@ -177,8 +186,9 @@ def test_compiled_run_validates(compiled_runs: tuple[Path, Path, dict], demo_cac
     _assert_validates_in_bf16(compiled_runs[1], demo_cache, {"dtype": "bf16", "compile": True, "deterministic": True})
 
 
-def test_checkpoint_with_cuda_rng_states_resumes_on_cpu(fp32_runs: tuple[Path, Path], demo_cache: Path,
-                                                       tmp_path: Path) -> None:
+def test_checkpoint_with_cuda_rng_states_resumes_on_cpu(
+    fp32_runs: tuple[Path, Path], demo_cache: Path, tmp_path: Path
+) -> None:
     """A slice a CUDA job wrote (its generators' states beside the CPU's) resumes on the CPU, which
     restores the CPU's and has no CUDA generator to restore: the run ends as the uninterrupted one."""
     run_dir = tmp_path / "from-cuda"

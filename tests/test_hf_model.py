@@ -124,7 +124,9 @@ def test_hub_name_resolved_offline_from_the_local_cache(
     by_ref = _recipe(hf_models["llama"], demo_cache, tmp_path / "run")
     by_ref.model = by_ref.model.model_validate({**raw, "revision": "main"})
     assert by_ref.model.width == 32
-    with pytest.raises(UserError, match=r"^model.revision " + "b" * 40 + ": org/tiny at this revision is not in the local"):
+    with pytest.raises(
+        UserError, match=r"^model.revision " + "b" * 40 + ": org/tiny at this revision is not in the local"
+    ):
         by_ref.model.model_validate({**raw, "revision": "b" * 40})
 
 
@@ -140,7 +142,9 @@ def test_identity_names_the_weights_not_the_path(hf_models: dict[str, Path], dem
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_two_slices_equal_one_job_bitwise(hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path, family: str) -> None:
+def test_two_slices_equal_one_job_bitwise(
+    hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path, family: str
+) -> None:
     whole = _recipe(hf_models[family], demo_cache, tmp_path / "whole")
     train(whole, progress=False)
     sliced = _recipe(hf_models[family], demo_cache, tmp_path / "sliced")
@@ -153,7 +157,9 @@ def test_two_slices_equal_one_job_bitwise(hf_models: dict[str, Path], demo_cache
     assert any(not torch.equal(final["model"][k], initial[k]) for k in initial)  # it trained
 
 
-def test_frozen_layers_and_lora_bases_stay_bitwise(hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path) -> None:
+def test_frozen_layers_and_lora_bases_stay_bitwise(
+    hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path
+) -> None:
     lora = {"rank": 4, "targets": ["q", "k", "v", "o", "gate", "up", "down"], "train_norms": True}
     recipe = _recipe(hf_models["qwen2_moe"], demo_cache, tmp_path / "run", freeze_prefix=1, lora=lora)
     train(recipe, progress=False)
@@ -197,21 +203,34 @@ def test_gpt_paths_never_import_transformers(demo_cache: Path, tmp_path: Path) -
         "'training.max_tokens=2048', 'training.epoch_tokens=1024', 'evaluation.subset_blocks=4'])\n"
         "train(r, progress=False)\nprint('transformers' in sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+    )
     assert result.stdout.strip() == "False"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ebd2n.cli", *args], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "ebd2n.cli", *args],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+    )
 
 
-@pytest.mark.parametrize(("family", "targets"), [
-    ("qwen2", ["q", "v", "gate", "up", "down"]),
-    ("qwen2_moe", ["q", "v", "gate", "up", "down"]),
-    ("qwen2_moe", ["q", "k", "experts"]),
-], ids=["qwen2", "qwen2_moe", "qwen2_moe-experts"])
+@pytest.mark.parametrize(
+    ("family", "targets"),
+    [
+        ("qwen2", ["q", "v", "gate", "up", "down"]),
+        ("qwen2_moe", ["q", "v", "gate", "up", "down"]),
+        ("qwen2_moe", ["q", "k", "experts"]),
+    ],
+    ids=["qwen2", "qwen2_moe", "qwen2_moe-experts"],
+)
 def test_exported_merged_model_loads_in_transformers_with_our_logits(
     hf_models: dict[str, Path], demo_cache: Path, tmp_path: Path, family: str, targets: list[str]
 ) -> None:
@@ -236,8 +255,13 @@ def test_exported_merged_model_loads_in_transformers_with_our_logits(
         assert not torch.allclose(theirs(idx).logits, load_model(hf_models[family])(idx)[0], atol=1e-4)  # fine-tuned
     if "experts" in targets:  # the routed experts trained through their adapters, their bases did not
         initial, final = load_model(hf_models[family]).state_dict(), state["model"]
-        assert torch.equal(final["model.layers.1.mlp.experts.base.gate_up_proj"], initial["model.layers.1.mlp.experts.gate_up_proj"])
-        assert not torch.equal(final["model.layers.1.mlp.experts.lora_down_b"], torch.zeros_like(final["model.layers.1.mlp.experts.lora_down_b"]))
+        assert torch.equal(
+            final["model.layers.1.mlp.experts.base.gate_up_proj"], initial["model.layers.1.mlp.experts.gate_up_proj"]
+        )
+        assert not torch.equal(
+            final["model.layers.1.mlp.experts.lora_down_b"],
+            torch.zeros_like(final["model.layers.1.mlp.experts.lora_down_b"]),
+        )
         units = {u["name"]: u for u in json.loads((tmp_path / "run/run.json").read_text())["units"]}
         live = _trainable(recipe)
         assert units["block1.experts"]["state"] == LORA
@@ -329,8 +353,11 @@ def _pipeline_worker(rank: int, port: int, model_dir: Path, freeze: int, out_dir
     context = distributed.init(recipe)
     torch.manual_seed(recipe.runtime.seed)
     engine = build_engine(recipe, budget_of(recipe), context.device, context)
-    held = {"parameters": sum(p.numel() for p in engine.model.parameters()),
-            "meta": sum(p.is_meta for p in engine.model.parameters()), "units": context.placement.stages[rank]}
+    held = {
+        "parameters": sum(p.numel() for p in engine.model.parameters()),
+        "meta": sum(p.is_meta for p in engine.model.parameters()),
+        "units": context.placement.stages[rank],
+    }
     results = fixed_steps(engine, recipe, ROWS)
     state = engine.state_dict()
     torch.save({"results": results, "model": state.get("model"), "held": held}, out_dir / f"rank{rank}.pt")
@@ -339,7 +366,9 @@ def _pipeline_worker(rank: int, port: int, model_dir: Path, freeze: int, out_dir
 
 @pytest.mark.slow
 @pytest.mark.parametrize("freeze", [1, 2], ids=["lora-on-layer-1", "first-stage-all-frozen"])
-def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(hf_models: dict[str, Path], tmp_path: Path, freeze: int) -> None:
+def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(
+    hf_models: dict[str, Path], tmp_path: Path, freeze: int
+) -> None:
     import socket
 
     import torch.multiprocessing as mp
@@ -357,7 +386,9 @@ def test_two_stage_gloo_pipeline_of_the_moe_matches_one_process(hf_models: dict[
     engine = build_engine(recipe, budget_of(recipe), torch.device("cpu"))
     expected = fixed_steps(engine, recipe, ROWS)
     keys = ("loss", "accuracy", "grad_norm")
-    assert [r[k] for r in ranks[0]["results"] for k in keys] == pytest.approx([r[k] for r in expected for k in keys], rel=1e-5)
+    assert [r[k] for r in ranks[0]["results"] for k in keys] == pytest.approx(
+        [r[k] for r in expected for k in keys], rel=1e-5
+    )
     torch.testing.assert_close(ranks[0]["model"], engine.state_dict()["model"], rtol=0, atol=1e-5)
     whole = sum(p.numel() for p in engine.model.parameters())
     held = [rank["held"] for rank in ranks]
@@ -370,7 +401,9 @@ def test_model_absent_from_the_local_cache_is_one_line_naming_the_key(tmp_path: 
     overrides = ["model.source=huggingface", "model.name=org/absent", "model.revision=main", "model.vocab_size=null"]
     result = subprocess.run(
         [sys.executable, "-m", "ebd2n.cli", "recipe", "demo", *[f"--set={o}" for o in overrides]],
-        capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_CACHE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_CACHE": str(tmp_path)},
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("ebd2n recipe: error: model.revision main: org/absent at this revision is not in")
@@ -384,17 +417,27 @@ def test_moe_fine_tune_on_the_sql_set_resumes_bitwise_and_validates_completions(
     from ebd2n.hf_init import tiny_hf_model
 
     model_dir = tiny_hf_model("qwen2_moe", tmp_path / "model", vocab_size=384)
-    supervised = ["data.source=sql-synthetic", f"data.tokenizer={model_dir}", "data.supervised={format: chat}",
-                  "data.synthetic_train_bytes=60000", "data.synthetic_validation_bytes=8000", "model.context_length=128"]
+    supervised = [
+        "data.source=sql-synthetic",
+        f"data.tokenizer={model_dir}",
+        "data.supervised={format: chat}",
+        "data.synthetic_train_bytes=60000",
+        "data.synthetic_validation_bytes=8000",
+        "model.context_length=128",
+    ]
     lora = {"rank": 4, "targets": ["q", "v", "experts"], "train_norms": True}
-    runs = {name: _recipe(model_dir, tmp_path / "cache", tmp_path / name, *supervised, freeze_prefix=1, lora=lora)
-            for name in ("whole", "sliced")}
+    runs = {
+        name: _recipe(model_dir, tmp_path / "cache", tmp_path / name, *supervised, freeze_prefix=1, lora=lora)
+        for name in ("whole", "sliced")
+    }
     recipe = runs["whole"]
     prepare_cache(recipe.data, recipe.model.vocab_size, progress=False, context_length=recipe.model.context_length)
     train(runs["whole"], progress=False)
     train(runs["sliced"], until_epoch=2, progress=False)
     train(runs["sliced"], resume=tmp_path / "sliced/checkpoints/epoch-2.pt", progress=False)
-    assert_states_equal(load_checkpoint(tmp_path / "whole/final.pt")["engine"], load_checkpoint(tmp_path / "sliced/final.pt")["engine"])
+    assert_states_equal(
+        load_checkpoint(tmp_path / "whole/final.pt")["engine"], load_checkpoint(tmp_path / "sliced/final.pt")["engine"]
+    )
     assert comparable_metrics(tmp_path / "whole") == comparable_metrics(tmp_path / "sliced")
     results = validate_run(tmp_path / "whole")  # checks its target count against the cache's completion targets
     blocks = BlockReader(open_cache(tmp_path / "cache"), "validation", 129).num_blocks

@@ -11,7 +11,19 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ebd2n"
 
 LAYERS = (
-    {"ebd2n", "layout", "errors", "atomic", "yamlio", "jsonio", "targets", "provenance", "faults", "quantities", "slots"},
+    {
+        "ebd2n",
+        "layout",
+        "errors",
+        "atomic",
+        "yamlio",
+        "jsonio",
+        "targets",
+        "provenance",
+        "faults",
+        "quantities",
+        "slots",
+    },
     {"signing"},
     {"config"},
     {"data", "model"},

@@ -12,9 +12,19 @@ from ebd2n import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = (
-    *layout.RUN_ARTIFACTS, f"{layout.CHECKPOINT_DIR}/", layout.CAMPAIGN_JSON, layout.RUNS_CSV, layout.AUDIT_JSON,
-    layout.AUDIT_RUNS, layout.AUDIT_LEDGER, layout.AUDIT_PASSED, layout.SOURCE_HASH, layout.FREEZE_RECORD,
-    f"{layout.SIGNATURES}/", layout.PRIVATE_KEY, layout.PUBLIC_KEY,
+    *layout.RUN_ARTIFACTS,
+    f"{layout.CHECKPOINT_DIR}/",
+    layout.CAMPAIGN_JSON,
+    layout.RUNS_CSV,
+    layout.AUDIT_JSON,
+    layout.AUDIT_RUNS,
+    layout.AUDIT_LEDGER,
+    layout.AUDIT_PASSED,
+    layout.SOURCE_HASH,
+    layout.FREEZE_RECORD,
+    f"{layout.SIGNATURES}/",
+    layout.PRIVATE_KEY,
+    layout.PUBLIC_KEY,
 )
 PATTERN = re.compile("|".join(rf"(?<![\w.-]){re.escape(name)}" for name in NAMES))
 HELPERS = ("campaign_tree.py", "run_dir_factory.py", "workflow_support.py", "offline_browser.py", "conftest.py")
@@ -24,9 +34,12 @@ def string_literals(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every string constant of a Python file that is not documentation (a
     docstring, or a bare string under a field)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    docstrings = {
+        id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
     return [
-        (node.lineno, node.value) for node in ast.walk(tree)
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
     ]
 
@@ -52,5 +65,8 @@ def test_layout_no_file_name_literal_in_workflow(path: Path) -> None:
 
 
 def test_layout_pattern_finds_a_literal() -> None:
-    result = [bool(PATTERN.search(text)) for text in ("runs/x/final.pt", "final.pt.bak", "my_final.pt", "checkpoints/epoch-1.pt")]
+    result = [
+        bool(PATTERN.search(text))
+        for text in ("runs/x/final.pt", "final.pt.bak", "my_final.pt", "checkpoints/epoch-1.pt")
+    ]
     assert result == [True, True, False, True]

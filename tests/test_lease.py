@@ -55,7 +55,9 @@ def test_second_trainer_refuses_until_the_holder_is_killed(demo_cache: Path, tmp
             f"ebd2n train: error: runtime.output_dir {run}: another trainer holds it (host {socket.gethostname()}, "
             f"pid {first.pid}, since {_holder(run)['since']}); if that trainer is gone, delete {run / LEASE}"
         ]
-        assert (run / "train.log").read_text().count("slice: start") == 1 and (run / "train.log").read_text().startswith(log)
+        assert (run / "train.log").read_text().count("slice: start") == 1 and (
+            run / "train.log"
+        ).read_text().startswith(log)
         assert first.poll() is None and _holder(run)["pid"] == first.pid
         first.send_signal(signal.SIGKILL)  # as a node failure would: the lease stays behind
         first.wait()
@@ -83,16 +85,39 @@ def test_lease_of_another_host_without_a_job_is_never_broken(demo_cache: Path, t
 
 def test_finished_trainer_leaves_no_lease(demo_cache: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    settings = [f"data.cache_dir={demo_cache}", f"runtime.output_dir={run}", "training.max_tokens=4096", "training.epoch_tokens=4096"]
+    settings = [
+        f"data.cache_dir={demo_cache}",
+        f"runtime.output_dir={run}",
+        "training.max_tokens=4096",
+        "training.epoch_tokens=4096",
+    ]
     command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
     subprocess.run(command, env={**os.environ, "PYTHONPATH": SOURCE, "EBD2N_WARM": "0"}, check=True, timeout=300)
     assert (run / "final.pt").is_file() and not list(run.glob(f"*{LEASE}*"))
 
 
-def _train(cache: Path, run: str | Path, *settings: str, cwd: Path | None = None, wrap: list[str] = ()) -> subprocess.CompletedProcess:
+def _train(
+    cache: Path, run: str | Path, *settings: str, cwd: Path | None = None, wrap: list[str] = ()
+) -> subprocess.CompletedProcess:
     """A short demo run (two epochs) trained by `ebd2n train`, through `wrap` (a command prefix) if given."""
-    settings = [f"data.cache_dir={cache}", f"runtime.output_dir={run}", "training.max_tokens=8192", "training.epoch_tokens=4096", *settings]
-    command = [*wrap, sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", *[f"--set={s}" for s in settings]]
+    settings = [
+        f"data.cache_dir={cache}",
+        f"runtime.output_dir={run}",
+        "training.max_tokens=8192",
+        "training.epoch_tokens=4096",
+        *settings,
+    ]
+    command = [
+        *wrap,
+        sys.executable,
+        "-m",
+        "ebd2n",
+        "train",
+        "--config",
+        "demo",
+        "--quiet",
+        *[f"--set={s}" for s in settings],
+    ]
     environment = {**os.environ, "PYTHONPATH": SOURCE, "EBD2N_WARM": "0", "OMP_NUM_THREADS": "1"}
     return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300, cwd=cwd)
 
@@ -117,7 +142,9 @@ def _bind(source: Path, target: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("reach", ["symlink", "dotdot", "bind"])
-def test_finished_run_reached_by_another_path_returns_at_once(finished_run: Path, demo_cache: Path, tmp_path: Path, reach: str) -> None:
+def test_finished_run_reached_by_another_path_returns_at_once(
+    finished_run: Path, demo_cache: Path, tmp_path: Path, reach: str
+) -> None:
     before = _contents(finished_run)
     wrap: list[str] = []
     if reach == "symlink":
@@ -131,7 +158,11 @@ def test_finished_run_reached_by_another_path_returns_at_once(finished_run: Path
         path.mkdir(parents=True)
         wrap = _bind(finished_run, path)
     result = _train(demo_cache, path, wrap=wrap)
-    assert (result.returncode, "done already (nothing trained)" in result.stdout, _contents(finished_run) == before) == (0, True, True), result.stderr
+    assert (
+        result.returncode,
+        "done already (nothing trained)" in result.stdout,
+        _contents(finished_run) == before,
+    ) == (0, True, True), result.stderr
 
 
 def test_live_run_reached_through_a_symlink_is_refused_by_its_lease(demo_cache: Path, tmp_path: Path) -> None:
@@ -141,17 +172,25 @@ def test_live_run_reached_through_a_symlink_is_refused_by_its_lease(demo_cache: 
     try:
         _training(run, first)
         refused = _train(demo_cache, link, *LONG)
-        assert (refused.returncode, refused.stderr.splitlines()) == (2, [
-            f"ebd2n train: error: runtime.output_dir {run}: another trainer holds it (host {socket.gethostname()}, "
-            f"pid {first.pid}, since {_holder(run)['since']}); if that trainer is gone, delete {run / LEASE}"
-        ])
+        assert (refused.returncode, refused.stderr.splitlines()) == (
+            2,
+            [
+                f"ebd2n train: error: runtime.output_dir {run}: another trainer holds it (host {socket.gethostname()}, "
+                f"pid {first.pid}, since {_holder(run)['since']}); if that trainer is gone, delete {run / LEASE}"
+            ],
+        )
     finally:
         first.kill()
         first.communicate()
 
 
-@pytest.mark.parametrize(("target", "message"), [("file", "not a directory (.*file is a file)"), ("loop", "not a directory \\(a loop of symbolic links\\)")])
-def test_symlinked_output_dir_to_no_directory_is_refused_in_one_line(demo_cache: Path, tmp_path: Path, target: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [("file", "not a directory (.*file is a file)"), ("loop", "not a directory \\(a loop of symbolic links\\)")],
+)
+def test_symlinked_output_dir_to_no_directory_is_refused_in_one_line(
+    demo_cache: Path, tmp_path: Path, target: str, message: str
+) -> None:
     link = tmp_path / "link"
     if target == "file":
         (tmp_path / "file").write_text("mine\n")

@@ -12,14 +12,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_snakefmt_leaves_the_workflow_unchanged() -> None:
-    result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "workflow"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "workflow"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_snakemake_lint_reports_nothing() -> None:
     """Linting parses the Snakefile (and so validates the demo campaign) and runs no job."""
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, env=environment(), capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"],
+        cwd=ROOT,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     output = result.stdout + result.stderr
     assert (result.returncode, "Lints for" in output) == (0, False), output

@@ -8,6 +8,7 @@ Coverage of the 95 % intervals over 50 draws (seeds 0-49), measured when written
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -67,7 +68,7 @@ def test_lr_law_prediction_interval_holds_the_true_optimum_and_brackets_a_grid()
     grid = proposed_grid(prediction)
     assert len(grid) == 5 and grid[0] < prediction["low"] and grid[-1] > prediction["high"]
     assert grid[2] == pytest.approx(prediction["estimate"], rel=5e-3)
-    assert all(later / earlier >= 2 ** 0.5 * 0.99 for earlier, later in zip(grid, grid[1:]))
+    assert all(later / earlier >= 2**0.5 * 0.99 for earlier, later in itertools.pairwise(grid))
 
 
 def test_lr_law_curvature_found_only_where_the_law_bends() -> None:
@@ -91,7 +92,7 @@ def test_lr_law_leave_largest_out_predicts_it_with_a_small_regret() -> None:
 def test_lr_law_regret_is_the_interpolated_loss_above_the_best_measured() -> None:
     cell = Cell(1, 1, {0.001: [3.2], 0.002: [3.0], 0.004: [3.1]})
     assert regret(cell, 0.002)["nats"] == pytest.approx(0.0)
-    assert regret(cell, 0.002 * 2 ** 0.5)["nats"] == pytest.approx(0.05)  # halfway in ln LR
+    assert regret(cell, 0.002 * 2**0.5)["nats"] == pytest.approx(0.05)  # halfway in ln LR
     assert regret(cell, 0.01) == {"nats": pytest.approx(0.1), "beyond_grid": True}
 
 
@@ -114,10 +115,25 @@ def test_lr_law_needs_seeds_to_resample() -> None:
 
 
 def test_lr_law_cells_from_a_runs_table() -> None:
-    rows = [{"run": f"{preset}-{lr}-{seed}", "mode": "synchronous", "lr": lr, "beta2": 0.95, "seed": seed,
-             "status": "complete", "loss": 3.0 + lr + seed / 100, "preset": preset, "tokens": tokens}
-            for preset, tokens in (("20m", 400), ("50m", 1000)) for lr in (0.001, 0.002) for seed in (2, 1)]
+    rows = [
+        {
+            "run": f"{preset}-{lr}-{seed}",
+            "mode": "synchronous",
+            "lr": lr,
+            "beta2": 0.95,
+            "seed": seed,
+            "status": "complete",
+            "loss": 3.0 + lr + seed / 100,
+            "preset": preset,
+            "tokens": tokens,
+        }
+        for preset, tokens in (("20m", 400), ("50m", 1000))
+        for lr in (0.001, 0.002)
+        for seed in (2, 1)
+    ]
     cells = cells_from_runs(pl.DataFrame(rows), {"20m": 20, "50m": 50}, "synchronous", 0.95)
     assert [(cell.parameters, cell.tokens) for cell in cells] == [(20, 400), (50, 1000)]
     assert {lr: pytest.approx(losses) for lr, losses in cells[0].losses.items()} == {
-        0.001: [3.011, 3.021], 0.002: [3.012, 3.022]}  # seeds 1, 2 in order
+        0.001: [3.011, 3.021],
+        0.002: [3.012, 3.022],
+    }  # seeds 1, 2 in order

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ebd2n.config import ModelConfig, count_parameters, load_recipe
+from ebd2n.config.recipe import presets_dir
 from ebd2n.model import GPT, model_units, unit_of_parameter
 from ebd2n.model.gpt import apply_rotary, rotary_tables
-from ebd2n.config.recipe import presets_dir
 
 PRESETS = sorted(path.stem for path in presets_dir().glob("*.yaml"))
 

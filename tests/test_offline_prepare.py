@@ -46,15 +46,17 @@ def _tokenizer_snapshot(hub: Path) -> Path:
 
 def _c4_local_dir(root: Path) -> Path:
     """allenai/c4 as `hf download --local-dir` leaves it: en/ shards, README configs, download metadata."""
-    for split, name, seed in (("train", "c4-train.00000-of-01024.json.gz", 1), ("validation", "c4-validation.00000-of-00008.json.gz", 2)):
+    for name, seed in (("c4-train.00000-of-01024.json.gz", 1), ("c4-validation.00000-of-00008.json.gz", 2)):
         path = root / "en" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         with gzip.open(path, "wt", encoding="utf-8") as handle:
             for text in _documents(12, seed):
-                handle.write(json.dumps({"text": text, "timestamp": "2019-04-25T12:57:54Z", "url": "https://x.invalid"}) + "\n")
+                handle.write(
+                    json.dumps({"text": text, "timestamp": "2019-04-25T12:57:54Z", "url": "https://x.invalid"}) + "\n"
+                )
         metadata = root / ".cache/huggingface/download/en" / f"{name}.metadata"
         metadata.parent.mkdir(parents=True, exist_ok=True)
-        metadata.write_text(f"{DATA_SHA}\n\"etag\"\n1700000000.0\n")
+        metadata.write_text(f'{DATA_SHA}\n"etag"\n1700000000.0\n')
     (root / "README.md").write_text(C4_README)
     return root
 
@@ -70,10 +72,23 @@ def _minipile_cache(hub: Path) -> None:
 def _prepare(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     """`ebd2n prepare` with the Hub switched offline and every connection refused (a dead proxy)."""
     dead = "http://127.0.0.1:9"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-           "HF_HUB_CACHE": str(tmp_path / "hub"), "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "NO_PROXY": ""}
-    settings = ["data.source=huggingface", f"data.cache_dir={tmp_path / 'cache'}", f"data.tokenizer={TOKENIZER}",
-                "model.vocab_size=512", *overrides]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HTTP_PROXY": dead,
+        "HTTPS_PROXY": dead,
+        "NO_PROXY": "",
+    }
+    settings = [
+        "data.source=huggingface",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"data.tokenizer={TOKENIZER}",
+        "model.vocab_size=512",
+        *overrides,
+    ]
     command = [sys.executable, "-m", "ebd2n", "prepare", "demo", *(f"--set={s}" for s in settings)]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
@@ -81,9 +96,16 @@ def _prepare(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
 def test_c4_local_copy_prepares_offline_with_revisions_checked(tmp_path: Path) -> None:
     copy = _c4_local_dir(tmp_path / "c4")
     tokenizer = _tokenizer_snapshot(tmp_path / "elsewhere")
-    finished = _prepare(tmp_path, "data.dataset=allenai/c4", "data.dataset_config=en", "data.validation_split=validation",
-                        f"data.revision={DATA_SHA}", f"data.dataset_copy={copy}",
-                        f"data.tokenizer_revision={TOKENIZER_SHA}", f"data.tokenizer_copy={tokenizer}")
+    finished = _prepare(
+        tmp_path,
+        "data.dataset=allenai/c4",
+        "data.dataset_config=en",
+        "data.validation_split=validation",
+        f"data.revision={DATA_SHA}",
+        f"data.dataset_copy={copy}",
+        f"data.tokenizer_revision={TOKENIZER_SHA}",
+        f"data.tokenizer_copy={tokenizer}",
+    )
     assert finished.returncode == 0, finished.stderr
     manifest = open_cache(tmp_path / "cache").manifest
     result = (manifest["source"]["dataset"], manifest["source"]["revision"], manifest["tokenizer"]["revision"])
@@ -93,8 +115,13 @@ def test_c4_local_copy_prepares_offline_with_revisions_checked(tmp_path: Path) -
 def test_minipile_in_the_hub_cache_prepares_offline(tmp_path: Path) -> None:
     _minipile_cache(tmp_path / "hub")
     _tokenizer_snapshot(tmp_path / "hub")
-    finished = _prepare(tmp_path, "data.dataset=JeanKaddour/minipile", "data.validation_split=validation",
-                        f"data.revision={DATA_SHA}", f"data.tokenizer_revision={TOKENIZER_SHA}")
+    finished = _prepare(
+        tmp_path,
+        "data.dataset=JeanKaddour/minipile",
+        "data.validation_split=validation",
+        f"data.revision={DATA_SHA}",
+        f"data.tokenizer_revision={TOKENIZER_SHA}",
+    )
     assert finished.returncode == 0, finished.stderr
     manifest = open_cache(tmp_path / "cache").manifest
     result = (manifest["source"]["revision"], manifest["splits"]["validation"]["documents"])
@@ -111,8 +138,15 @@ def test_minipile_in_the_hub_cache_prepares_offline(tmp_path: Path) -> None:
 def test_c4_local_copy_revision_must_match(tmp_path: Path, overrides: tuple[str, ...], message: str | None) -> None:
     copy = _c4_local_dir(tmp_path / "c4")
     tokenizer = _tokenizer_snapshot(tmp_path / "elsewhere")
-    finished = _prepare(tmp_path, "data.dataset=allenai/c4", "data.dataset_config=en", "data.validation_split=validation",
-                        f"data.dataset_copy={copy}", f"data.tokenizer_copy={tokenizer}", *overrides)
+    finished = _prepare(
+        tmp_path,
+        "data.dataset=allenai/c4",
+        "data.dataset_config=en",
+        "data.validation_split=validation",
+        f"data.dataset_copy={copy}",
+        f"data.tokenizer_copy={tokenizer}",
+        *overrides,
+    )
     if message is None:
         assert finished.returncode == 0, finished.stderr
         assert open_cache(tmp_path / "cache").manifest["source"]["revision"] == DATA_SHA

@@ -21,19 +21,30 @@ GRID = [0.001 * 1.4**k for k in range(7)]
 OPTIMUM = 0.0031  # between grid points 0.00274 and 0.00384
 
 
-def _curve(lrs: list[float], seeds: int, sd: float, generator: int, optimum: float = OPTIMUM) -> dict[float, list[float]]:
+def _curve(
+    lrs: list[float], seeds: int, sd: float, generator: int, optimum: float = OPTIMUM
+) -> dict[float, list[float]]:
     """Per-seed losses of a parabola in ln(LR) with its minimum at `optimum`, plus Gaussian seed noise."""
     rng = np.random.default_rng(generator)
     return {lr: (3.0 + 0.05 * (math.log(lr / optimum)) ** 2 + rng.normal(0, sd, seeds)).tolist() for lr in lrs}
 
 
 def _runs(losses: dict[float, list[float]], mode: str = "sync", beta2: float = 0.99) -> pl.DataFrame:
-    return pl.DataFrame([
-        {"run": f"{mode}-lr{lr!r}-beta2{beta2!r}-seed{seed}", "mode": mode, "lr": lr, "beta2": beta2, "seed": seed,
-         "status": "complete", "loss": loss}
-        for lr, values in losses.items()
-        for seed, loss in enumerate(values)
-    ])
+    return pl.DataFrame(
+        [
+            {
+                "run": f"{mode}-lr{lr!r}-beta2{beta2!r}-seed{seed}",
+                "mode": mode,
+                "lr": lr,
+                "beta2": beta2,
+                "seed": seed,
+                "status": "complete",
+                "loss": loss,
+            }
+            for lr, values in losses.items()
+            for seed, loss in enumerate(values)
+        ]
+    )
 
 
 def test_fit_optimum_noiseless_curve_finds_its_minimum() -> None:
@@ -109,15 +120,22 @@ def test_lr_optima_per_beta2_only_when_the_grid_has_several() -> None:
     assert result == ["0.95", "0.99"]
 
 
-def test_select_without_enough_lrs_says_so_in_one_line_and_selects(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_select_without_enough_lrs_says_so_in_one_line_and_selects(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     path = tmp_path / "runs.csv"
     _runs(_curve(GRID[:2], seeds=2, sd=0.005, generator=0)).write_csv(path)
     status = main(["select", str(path), "--out", str(tmp_path / "out")])
     lines = capsys.readouterr().out.splitlines()
     selection = json.loads((tmp_path / "out/selection.json").read_text())
     result = (status, lines[0], selection["sync"]["lr"], selection["sync"]["lr_optimum"]["estimate"])
-    expected = (0, "sync: no fitted LR optimum (only 2 learning rates with every seed; a quadratic fit needs 3); "
-                   "the winner is at the upper edge of the grid", GRID[1], None)
+    expected = (
+        0,
+        "sync: no fitted LR optimum (only 2 learning rates with every seed; a quadratic fit needs 3); "
+        "the winner is at the upper edge of the grid",
+        GRID[1],
+        None,
+    )
     assert result == expected
 
 
@@ -139,6 +157,9 @@ def test_reference_inside_winner_has_an_estimate_between_its_neighbours_inside_i
 ) -> None:
     fit = reference["optima"][mode]["lr_optimum"]
     estimate = fit["estimate"]
-    result = (reference["optima"][mode]["edge"], neighbours[0] < estimate < neighbours[1],
-              (fit["low"] or 0.0) <= estimate <= (fit["high"] or math.inf))
+    result = (
+        reference["optima"][mode]["edge"],
+        neighbours[0] < estimate < neighbours[1],
+        (fit["low"] or 0.0) <= estimate <= (fit["high"] or math.inf),
+    )
     assert result == (None, True, True)

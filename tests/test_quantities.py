@@ -9,8 +9,18 @@ from ebd2n.quantities import format_amount, format_duration
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(0.0, "0"), (0.004171, "0.00417"), (0.0514, "0.0514"), (0.9996, "1.00"), (1.2345, "1.23"), (9.996, "10.0"),
-     (12.34, "12.3"), (99.96, "100"), (1234.4, "1,234"), (123456.7, "123,457")],
+    [
+        (0.0, "0"),
+        (0.004171, "0.00417"),
+        (0.0514, "0.0514"),
+        (0.9996, "1.00"),
+        (1.2345, "1.23"),
+        (9.996, "10.0"),
+        (12.34, "12.3"),
+        (99.96, "100"),
+        (1234.4, "1,234"),
+        (123456.7, "123,457"),
+    ],
 )
 def test_format_amount_three_significant_digits(value: float, expected: str) -> None:
     result = format_amount(value)

@@ -50,13 +50,17 @@ def test_readme_marks_the_everyday_commands() -> None:
 
 @pytest.mark.slow
 def test_readme_everyday_commands_run_in_order(tmp_path: Path) -> None:
-    script = "\n".join([
-        "set -euo pipefail",
-        f'ebd2n() {{ "{sys.executable}" -m ebd2n "$@"; }}',
-        *runnable_blocks((ROOT / "README.md").read_text(encoding="utf-8")),
-    ])
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            f'ebd2n() {{ "{sys.executable}" -m ebd2n "$@"; }}',
+            *runnable_blocks((ROOT / "README.md").read_text(encoding="utf-8")),
+        ]
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    completed = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    completed = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     trained = [line.split(";")[0] for line in completed.stdout.splitlines() if line.startswith(("done", "slice done"))]
     result = (
@@ -67,14 +71,21 @@ def test_readme_everyday_commands_run_in_order(tmp_path: Path) -> None:
     )
     assert result == (
         ["results", "runs", "sliced.html"],
-        ["done: runs/whole/final.pt, dashboard runs/whole/report.html",
-         "slice done: epoch 1 of runs/sliced",
-         "done: runs/sliced/final.pt, dashboard runs/sliced/report.html",
-         "done already (nothing trained): runs/sliced/final.pt, dashboard runs/sliced/report.html"],
-        True, True,
+        [
+            "done: runs/whole/final.pt, dashboard runs/whole/report.html",
+            "slice done: epoch 1 of runs/sliced",
+            "done: runs/sliced/final.pt, dashboard runs/sliced/report.html",
+            "done already (nothing trained): runs/sliced/final.pt, dashboard runs/sliced/report.html",
+        ],
+        True,
+        True,
     )
-    assert_states_equal(*(torch.load(tmp_path / "runs" / name / "final.pt", weights_only=True)["engine"] for name in ("whole", "sliced")))
-
+    assert_states_equal(
+        *(
+            torch.load(tmp_path / "runs" / name / "final.pt", weights_only=True)["engine"]
+            for name in ("whole", "sliced")
+        )
+    )
 
 
 def campaign_block(text: str) -> str:
@@ -86,13 +97,29 @@ def campaign_block(text: str) -> str:
 def test_readme_campaign_template_commands_run_as_written(tmp_path: Path) -> None:
     """The campaign block's lines for a campaign of one's own (the template copied, checked, dry-run)
     run as written in a copy of the checkout; training it is the demo's path, tested elsewhere."""
-    lines = [line.split("#")[0].strip() for line in campaign_block((ROOT / "README.md").read_text(encoding="utf-8")).splitlines()]
+    lines = [
+        line.split("#")[0].strip()
+        for line in campaign_block((ROOT / "README.md").read_text(encoding="utf-8")).splitlines()
+    ]
     own = [line for line in lines if "my.yaml" in line and not line.startswith("snakemake --cores")]
     repo = copy_repo(tmp_path)
     env = environment()
-    completed = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(own)], cwd=repo, env=env, capture_output=True,
-                               text=True, timeout=600)
+    completed = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + "\n".join(own)],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    result = ([line.split()[:2] for line in own], "campaign my-campaign: 6 runs" in completed.stdout,
-              "would train: 6 runs" in completed.stdout + completed.stderr)
-    assert result == ([["cp", "config/campaigns/template.yaml"], ["ebd2n", "campaign"], ["snakemake", "-n"]], True, True)
+    result = (
+        [line.split()[:2] for line in own],
+        "campaign my-campaign: 6 runs" in completed.stdout,
+        "would train: 6 runs" in completed.stdout + completed.stderr,
+    )
+    assert result == (
+        [["cp", "config/campaigns/template.yaml"], ["ebd2n", "campaign"], ["snakemake", "-n"]],
+        True,
+        True,
+    )

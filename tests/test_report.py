@@ -17,18 +17,32 @@ import pytest
 from campaign_tree import CACHE_IDENTITY, HOSTILE, REPORT_MODES, REPORT_SEEDS, RunSpec, grid_runs
 
 from ebd2n.campaign.analysis import group_runs, load_runs, select
+from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.config import load_recipe
 from ebd2n.errors import UserError
 from ebd2n.report import build_report
-from ebd2n.campaign.results import RUN_COLUMNS
 from ebd2n.report.plotly_embed import figure_json, plotly_asset_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 GRID_FILES = {
-    "runs.csv", "runs.parquet", "metrics", "groups.csv", "selection.json", "lr-response.csv", "results.json",
+    "runs.csv",
+    "runs.parquet",
+    "metrics",
+    "groups.csv",
+    "selection.json",
+    "lr-response.csv",
+    "results.json",
     "curves.csv",
-    "heatmaps.png", "heatmaps.pdf", "curves.png", "curves.pdf", "index.html",
-    "selected-synchronous.yaml", "selected-packed-4.yaml", "assets", "lr-optimum.png", "lr-optimum.pdf",
+    "heatmaps.png",
+    "heatmaps.pdf",
+    "curves.png",
+    "curves.pdf",
+    "index.html",
+    "selected-synchronous.yaml",
+    "selected-packed-4.yaml",
+    "assets",
+    "lr-optimum.png",
+    "lr-optimum.pdf",
 }
 CURVE_COLUMNS = ["mode", "lr", "beta2", "tokens", "split", "seeds", "mean_loss", "std_loss"]
 MAGIC = {".png": b"\x89PNG\r\n\x1a\n", ".pdf": b"%PDF-"}
@@ -71,7 +85,9 @@ def test_report_groups_match_analysis(report_campaign: Path) -> None:
 def test_report_selection_matches_analysis(report_campaign: Path) -> None:
     result = json.loads((_report(report_campaign) / "selection.json").read_text())
     expected = select(group_runs(load_runs(_report(report_campaign) / "runs.csv")))
-    assert {m: (e["lr"], e["beta2"]) for m, e in result.items()} == {m: (e["lr"], e["beta2"]) for m, e in expected.items()}
+    assert {m: (e["lr"], e["beta2"]) for m, e in result.items()} == {
+        m: (e["lr"], e["beta2"]) for m, e in expected.items()
+    }
 
 
 def test_report_lr_response_is_at_the_winners_beta2(report_campaign: Path) -> None:
@@ -163,8 +179,11 @@ def test_report_page_escapes_user_text(report_campaign: Path) -> None:
 def test_report_page_loads_the_shared_plotly_and_nothing_else(report_campaign: Path) -> None:
     page = _page(report_campaign)
     asset = _report(report_campaign) / "assets" / plotly_asset_name()
-    result = (page.count("* plotly.js v"), re.findall(r'<script[^>]+src="([^"]*)"|<link[^>]+href="?(https?:)', page),
-              asset.read_text().count("* plotly.js v"))
+    result = (
+        page.count("* plotly.js v"),
+        re.findall(r'<script[^>]+src="([^"]*)"|<link[^>]+href="?(https?:)', page),
+        asset.read_text().count("* plotly.js v"),
+    )
     assert result == (0, [(f"assets/{plotly_asset_name()}", "")], 1)
 
 
@@ -192,7 +211,11 @@ def test_report_regeneration_is_byte_identical(campaign_tree: Callable[..., Path
 def _report_bytes(campaign: Path) -> dict[str, bytes]:
     """Every file of the published report (earlier reports in history/ left out)."""
     report = _report(campaign)
-    return {p.relative_to(report).as_posix(): p.read_bytes() for p in report.rglob("*") if p.is_file() and "history" not in p.parts}
+    return {
+        p.relative_to(report).as_posix(): p.read_bytes()
+        for p in report.rglob("*")
+        if p.is_file() and "history" not in p.parts
+    }
 
 
 @pytest.mark.parametrize(("audit", "expected"), [(None, "not audited"), (True, "passed"), (False, "failed")])
@@ -214,7 +237,11 @@ def test_report_without_campaign_json_derives_the_grid(campaign_tree: Callable[.
     campaign = campaign_tree(campaign_json=False)
     build_report(campaign)
     result = _results(campaign)["grid"]
-    expected = {"modes": list(REPORT_MODES), "learning_rates": {m: [0.001, 0.003] for m in REPORT_MODES}, "beta2": [0.95, 0.999]}
+    expected = {
+        "modes": list(REPORT_MODES),
+        "learning_rates": {m: [0.001, 0.003] for m in REPORT_MODES},
+        "beta2": [0.95, 0.999],
+    }
     assert result == expected
 
 
@@ -222,7 +249,9 @@ def test_report_incomplete_point_is_not_eligible(campaign_tree: Callable[..., Pa
     campaign = campaign_tree()
     (campaign / "runs" / "synchronous-lr0.003-beta20.999-seed44" / "results.json").unlink()
     build_report(campaign)
-    groups = pl.read_csv(_report(campaign) / "groups.csv").filter((pl.col("mode") == "synchronous") & (pl.col("lr") == 0.003))
+    groups = pl.read_csv(_report(campaign) / "groups.csv").filter(
+        (pl.col("mode") == "synchronous") & (pl.col("lr") == 0.003)
+    )
     result = (_results(campaign)["status"], groups["eligible"].to_list(), groups["seeds_completed"].to_list())
     assert result == ("incomplete", [True, False], [3, 2])
 
@@ -235,8 +264,13 @@ def test_report_scaling_campaign_shows_the_scaling_table(campaign_tree: Callable
     campaign = campaign_tree(runs, presets=["tiny", "small"])
     build_report(campaign)
     scaling = pl.read_csv(_report(campaign) / "scaling.csv")
-    result = (scaling["size"].to_list(), scaling["epochs"].to_list(), '<section id="scaling">' in _page(campaign),
-              "<script src" in _page(campaign), (_report(campaign) / "assets" / plotly_asset_name()).is_file())
+    result = (
+        scaling["size"].to_list(),
+        scaling["epochs"].to_list(),
+        '<section id="scaling">' in _page(campaign),
+        "<script src" in _page(campaign),
+        (_report(campaign) / "assets" / plotly_asset_name()).is_file(),
+    )
     assert result == (["tiny", "small"], [4, 4], True, True, True)  # the Explore section draws the runs' curves
 
 
@@ -255,7 +289,11 @@ def test_cli_report_regenerates_from_disk(campaign_tree: Callable[..., Path]) ->
 
 def test_cli_report_missing_directory_exits_2_with_one_line(tmp_path: Path) -> None:
     completed = _cli("report", str(tmp_path / "absent"))
-    result = (completed.returncode, len(completed.stderr.strip().splitlines()), "not a campaign directory (no such directory)" in completed.stderr)
+    result = (
+        completed.returncode,
+        len(completed.stderr.strip().splitlines()),
+        "not a campaign directory (no such directory)" in completed.stderr,
+    )
     assert result == (2, 1, True)
 
 
@@ -275,9 +313,17 @@ def test_regenerated_report_keeps_its_predecessor(campaign_tree: Callable[..., P
     results.write_text(json.dumps({**json.loads(results.read_text()), "loss": 3.0}))
     build_report(campaign)
     history = list((_report(campaign) / "history").iterdir())
-    kept = {p.relative_to(history[0]).as_posix(): p.read_bytes() for p in history[0].rglob("*") if p.is_file()} if len(history) == 1 else {}
-    result = (len(history), kept == first, (_report(campaign) / "index.html").read_bytes() == first["index.html"],
-              sorted(p.name for p in (_report(campaign) / "assets").iterdir()))
+    kept = (
+        {p.relative_to(history[0]).as_posix(): p.read_bytes() for p in history[0].rglob("*") if p.is_file()}
+        if len(history) == 1
+        else {}
+    )
+    result = (
+        len(history),
+        kept == first,
+        (_report(campaign) / "index.html").read_bytes() == first["index.html"],
+        sorted(p.name for p in (_report(campaign) / "assets").iterdir()),
+    )
     assert result == (1, True, False, [plotly_asset_name()])  # assets/ stays for the run pages
 
 
@@ -300,16 +346,25 @@ def test_selected_recipe_carries_cache_identity_and_revisions(campaign_tree: Cal
 
 
 PRICED = {
-    "campaign": "sweep", "recipe": "demo", "data": {"source": "synthetic", "cache_dir": "results/caches/synthetic"},
-    "grid": {"modes": list(REPORT_MODES), "learning_rates": {"synchronous": [0.001, 0.003], "packed-4": [0.001, 0.003]},
-             "beta2": [0.95, 0.999]},
-    "seeds": list(REPORT_SEEDS), "epochs_per_slice": 1, "cost_per_gpu_hour": 3.0,
+    "campaign": "sweep",
+    "recipe": "demo",
+    "data": {"source": "synthetic", "cache_dir": "results/caches/synthetic"},
+    "grid": {
+        "modes": list(REPORT_MODES),
+        "learning_rates": {"synchronous": [0.001, 0.003], "packed-4": [0.001, 0.003]},
+        "beta2": [0.95, 0.999],
+    },
+    "seeds": list(REPORT_SEEDS),
+    "epochs_per_slice": 1,
+    "cost_per_gpu_hour": 3.0,
     "resources": {"default": {"gpus": 1, "cpus": 8}, "packed-4": {"gpus": 1, "cpus": 4}},
 }
 """The report tests' grid as a campaign file, priced, with 8 CPUs per synchronous job and 4 per packed one."""
 
 
-def test_report_cost_from_the_plan(campaign_tree: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_cost_from_the_plan(
+    campaign_tree: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """24 runs of 4 recorded epochs of 0.5 s: 2 s each, on 1 GPU and 8 or 4 CPUs, at 3.0 per GPU-hour."""
     from ebd2n.campaign.check import campaign_from_dict
     from ebd2n.campaign.plans import campaign_plans
@@ -322,14 +377,28 @@ def test_report_cost_from_the_plan(campaign_tree: Callable[..., Path], tmp_path:
     info.write_text(json.dumps({**json.loads(info.read_text()), "plan": campaign_plan(spec, campaign_plans(spec))}))
     build_report(campaign)
     cost = _results(campaign)["cost"]
-    modes = {entry["mode"]: (entry["runs"], round(entry["gpu_hours"] * 3600, 6), round(entry["cpu_hours"] * 3600, 6))
-             for entry in cost["mode"]}
+    modes = {
+        entry["mode"]: (entry["runs"], round(entry["gpu_hours"] * 3600, 6), round(entry["cpu_hours"] * 3600, 6))
+        for entry in cost["mode"]
+    }
     points = {(entry["mode"], entry["lr"], entry["beta2"]): entry["runs"] for entry in cost["point"]}
     total = cost["campaign"]
-    result = (modes, set(points.values()), len(points), round(total["gpu_hours"] * 3600, 6), round(total["cost"], 9),
-              '<tr class="total"><th scope="row">campaign</th><td class="num">24</td>' in _page(campaign))
-    assert result == ({"synchronous": (12, 24.0, 192.0), "packed-4": (12, 24.0, 96.0)}, {3}, 8, 48.0,
-                      round(48.0 / 3600 * 3.0, 9), True)
+    result = (
+        modes,
+        set(points.values()),
+        len(points),
+        round(total["gpu_hours"] * 3600, 6),
+        round(total["cost"], 9),
+        '<tr class="total"><th scope="row">campaign</th><td class="num">24</td>' in _page(campaign),
+    )
+    assert result == (
+        {"synchronous": (12, 24.0, 192.0), "packed-4": (12, 24.0, 96.0)},
+        {3},
+        8,
+        48.0,
+        round(48.0 / 3600 * 3.0, 9),
+        True,
+    )
 
 
 def test_report_cost_without_a_plan_counts_recorded_devices(campaign_tree: Callable[..., Path]) -> None:

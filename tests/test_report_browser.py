@@ -25,8 +25,9 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The report tests' audited 24-run campaign; its first run also has its dashboard (run.json
     as the trainer writes it), the others have none, as after an interrupted dashboard write."""
     root = tmp_path_factory.mktemp("linked")
-    campaign = write_campaign(root, "sweep", report_runs(), audit=True, purpose=f"purpose {HOSTILE}",
-                              description=f"description {HOSTILE}")
+    campaign = write_campaign(
+        root, "sweep", report_runs(), audit=True, purpose=f"purpose {HOSTILE}", description=f"description {HOSTILE}"
+    )
     first = sorted((campaign / "runs").iterdir())[0]
     shutil.copy(fabricate_run(root / "scratch" / first.name) / "run.json", first / "run.json")
     write_dashboard(first)
@@ -128,10 +129,17 @@ def test_browser_run_links_open_dashboards(browser, loaded: Loaded, campaign: Pa
     first = sorted((campaign / "runs").iterdir())[0].name
     linked = [link for link in links if link.endswith("/report.html")]
     context, dashboard = open_offline(browser, campaign / "report" / linked[0])
-    drawn = dashboard.page.evaluate("[...document.querySelectorAll('[data-figure]')].every(div => div.querySelector('.main-svg'))")
+    drawn = dashboard.page.evaluate(
+        "[...document.querySelectorAll('[data-figure]')].every(div => div.querySelector('.main-svg'))"
+    )
     context.close()
     result = (linked, sorted(links)[1:3], drawn, dashboard.errors)
-    assert result == ([f"../runs/{first}/report.html"], [f"../runs/{name}/" for name in sorted(p.name for p in (campaign / "runs").iterdir())[1:3]], True, [])
+    assert result == (
+        [f"../runs/{first}/report.html"],
+        [f"../runs/{name}/" for name in sorted(p.name for p in (campaign / "runs").iterdir())[1:3]],
+        True,
+        [],
+    )
 
 
 def test_browser_console_has_no_errors(loaded: Loaded) -> None:

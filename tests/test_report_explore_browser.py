@@ -39,7 +39,10 @@ def test_explore_grouping_changes_what_is_drawn(explored: Loaded) -> None:
     runs = _names(explored)
     _choose(explored, "mode,lr,beta2")
     assert (len(seeds), seeds[0], modes, len(runs), runs[0]) == (
-        8, "synchronous, LR 0.001, beta2 0.95 (3 runs)", ["synchronous (12 runs)", "packed-4 (12 runs)"], 24,
+        8,
+        "synchronous, LR 0.001, beta2 0.95 (3 runs)",
+        ["synchronous (12 runs)", "packed-4 (12 runs)"],
+        24,
         "run <script>alert(1)</script>",
     )
 
@@ -55,14 +58,19 @@ def test_explore_group_band_brackets_the_seed_mean(explored: Loaded) -> None:
 def test_explore_smoothing_changes_the_curves(explored: Loaded) -> None:
     def roughness() -> float:
         return explored.page.evaluate(
-            f"{PLOT}.data[2].y.slice(1).reduce((a, y, i) => a + Math.abs(y - {PLOT}.data[2].y[i]), 0)")
+            f"{PLOT}.data[2].y.slice(1).reduce((a, y, i) => a + Math.abs(y - {PLOT}.data[2].y[i]), 0)"
+        )
 
     raw = roughness()
-    explored.page.evaluate("(() => { const s = document.getElementById('explore-smooth'); s.value = '0.9';"
-                           " s.dispatchEvent(new Event('input')); })()")
+    explored.page.evaluate(
+        "(() => { const s = document.getElementById('explore-smooth'); s.value = '0.9';"
+        " s.dispatchEvent(new Event('input')); })()"
+    )
     smoothed = roughness()
-    explored.page.evaluate("(() => { const s = document.getElementById('explore-smooth'); s.value = '0';"
-                           " s.dispatchEvent(new Event('input')); })()")
+    explored.page.evaluate(
+        "(() => { const s = document.getElementById('explore-smooth'); s.value = '0';"
+        " s.dispatchEvent(new Event('input')); })()"
+    )
     assert smoothed < 0.8 * raw and roughness() == raw
 
 
@@ -71,10 +79,15 @@ def test_explore_filter_leaves_a_mode_out(explored: Loaded) -> None:
     box.uncheck()
     result = _names(explored), explored.page.text_content("#explore-count")
     box.check()
-    assert result == ([
-        "synchronous, LR 0.001, beta2 0.95 (3 runs)", "synchronous, LR 0.001, beta2 0.999 (3 runs)",
-        "synchronous, LR 0.003, beta2 0.95 (3 runs)", "synchronous, LR 0.003, beta2 0.999 (3 runs)",
-    ], "12 of 24 runs drawn")
+    assert result == (
+        [
+            "synchronous, LR 0.001, beta2 0.95 (3 runs)",
+            "synchronous, LR 0.001, beta2 0.999 (3 runs)",
+            "synchronous, LR 0.003, beta2 0.95 (3 runs)",
+            "synchronous, LR 0.003, beta2 0.999 (3 runs)",
+        ],
+        "12 of 24 runs drawn",
+    )
 
 
 def test_explore_log_x_and_the_epoch_curve(explored: Loaded) -> None:

@@ -53,19 +53,34 @@ def _epochs(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 def test_report_halving_writes_its_table_and_figures(campaign: Path) -> None:
     report = campaign / "report"
-    result = [(report / name).read_bytes()[:5] for name in ("halving.png", "halving.pdf")], (report / "brackets.csv").is_file()
+    result = (
+        [(report / name).read_bytes()[:5] for name in ("halving.png", "halving.pdf")],
+        (report / "brackets.csv").is_file(),
+    )
     assert result == ([b"\x89PNG\r", b"%PDF-"], True)
 
 
 @pytest.mark.slow
 def test_report_halving_table_equals_the_decision_files(campaign: Path) -> None:
     decisions = [read_decision(path) for path in sorted((campaign / "search").rglob("rung-*.json"))]
-    stopped = {entry["point"]: decision["epoch"] for decision in decisions for entry in decision["ranking"]
-               if entry["point"] not in decision["continuing"]}
+    stopped = {
+        entry["point"]: decision["epoch"]
+        for decision in decisions
+        for entry in decision["ranking"]
+        if entry["point"] not in decision["continuing"]
+    }
     expected = sorted(
-        (decision["bracket"], entry["point"], decision["epoch"], rank, entry["mean_loss"], entry["point"] in decision["continuing"],
-         f"stopped at epoch {stopped[entry['point']]}" if entry["point"] in stopped else "finished")
-        for decision in decisions for rank, entry in enumerate(decision["ranking"], start=1)
+        (
+            decision["bracket"],
+            entry["point"],
+            decision["epoch"],
+            rank,
+            entry["mean_loss"],
+            entry["point"] in decision["continuing"],
+            f"stopped at epoch {stopped[entry['point']]}" if entry["point"] in stopped else "finished",
+        )
+        for decision in decisions
+        for rank, entry in enumerate(decision["ranking"], start=1)
     )
     table = pl.read_csv(campaign / "report" / "brackets.csv")
     result = sorted(table.select("bracket", "point", "rung", "rank", "mean_loss", "continued", "outcome").iter_rows())
@@ -75,19 +90,31 @@ def test_report_halving_table_equals_the_decision_files(campaign: Path) -> None:
 @pytest.mark.slow
 def test_report_halving_shows_the_brackets_table_on_the_page(campaign: Path) -> None:
     page = (campaign / "report" / "index.html").read_text()
-    section = page[page.index('<section id="halving">'):page.index("</section>", page.index('<section id="halving">'))]
+    section = page[
+        page.index('<section id="halving">') : page.index("</section>", page.index('<section id="halving">'))
+    ]
     rows = [row for row in pl.read_csv(campaign / "report" / "brackets.csv").iter_rows(named=True)]
-    result = [f"{row['mean_loss']:.4f}<br><span class=\"muted\">rank {row['rank']}{'' if row['continued'] else ', stopped'}</span>"
-              in section for row in rows]
-    assert (result, section.count("stopped at epoch 1"), section.count("stopped at epoch 2"), section.count(">finished<")) == (
-        [True] * 6, 2, 1, 1)
+    result = [
+        f'{row["mean_loss"]:.4f}<br><span class="muted">rank {row["rank"]}{"" if row["continued"] else ", stopped"}</span>'
+        in section
+        for row in rows
+    ]
+    assert (
+        result,
+        section.count("stopped at epoch 1"),
+        section.count("stopped at epoch 2"),
+        section.count(">finished<"),
+    ) == ([True] * 6, 2, 1, 1)
 
 
 @pytest.mark.slow
 def test_report_halving_hours_are_the_runs_recorded_epochs(campaign: Path) -> None:
     runs = {run_dir.name: _epochs(run_dir) for run_dir in sorted((campaign / "runs").iterdir())}
     used = sum(record["wall_s"] for records in runs.values() for record in records)
-    trained = {epoch: [r["wall_s"] for records in runs.values() for r in records if r["epoch"] == epoch] for epoch in range(1, EPOCHS + 1)}
+    trained = {
+        epoch: [r["wall_s"] for records in runs.values() for r in records if r["epoch"] == epoch]
+        for epoch in range(1, EPOCHS + 1)
+    }
     missing = [epoch for records in runs.values() for epoch in range(len(records) + 1, EPOCHS + 1)]
     full = used + sum(sum(trained[epoch]) / len(trained[epoch]) for epoch in missing)
     hours = _results(campaign)["search"]["hours"]
@@ -109,9 +136,15 @@ def test_report_halving_selects_only_runs_that_finished(campaign: Path) -> None:
     results = _results(campaign)
     groups = pl.read_csv(campaign / "report" / "groups.csv")
     finished = groups.filter(pl.col("seeds_completed") > 0)
-    result = (results["status"], results["expected_runs"], results["stopped_runs"], len(results["search"]["stopped_runs"]),
-              finished.select("lr", "seeds_completed", "eligible").rows(), (results["selected"]["synchronous"]["lr"],),
-              results["lr_optima"]["synchronous"]["lr_optimum"]["estimate"])
+    result = (
+        results["status"],
+        results["expected_runs"],
+        results["stopped_runs"],
+        len(results["search"]["stopped_runs"]),
+        finished.select("lr", "seeds_completed", "eligible").rows(),
+        (results["selected"]["synchronous"]["lr"],),
+        results["lr_optima"]["synchronous"]["lr_optimum"]["estimate"],
+    )
     winner = [p["lr"] for p in results["search"]["brackets"][0]["points"] if p["outcome"] == "finished"]
     assert result == ("complete", 2, 6, 6, [(winner[0], 2, True)], tuple(winner), None)
 
@@ -122,15 +155,22 @@ def test_report_halving_lr_optimum_cannot_fit_one_finished_point(campaign: Path)
     groups = group_runs(runs, SEEDS)
     fit = lr_optima(groups, runs, SEEDS)["synchronous"]["lr_optimum"]
     assert (list(select(groups)), fit["estimate"], fit["reason"]) == (
-        ["synchronous"], None, "only 1 learning rate with every seed; a quadratic fit needs 3")
+        ["synchronous"],
+        None,
+        "only 1 learning rate with every seed; a quadratic fit needs 3",
+    )
 
 
 @pytest.mark.slow
 def test_report_halving_runs_table_marks_stopped_runs(campaign: Path) -> None:
     page = (campaign / "report" / "index.html").read_text()
-    runs = page[page.index('<section id="runs">'):]
-    assert (runs.count('stopped<br><span class="muted">at epoch 1</span>'), runs.count('at epoch 2</span>'),
-            runs.count("<td>complete</td>"), runs.count("incomplete")) == (4, 2, 2, 0)
+    runs = page[page.index('<section id="runs">') :]
+    assert (
+        runs.count('stopped<br><span class="muted">at epoch 1</span>'),
+        runs.count("at epoch 2</span>"),
+        runs.count("<td>complete</td>"),
+        runs.count("incomplete"),
+    ) == (4, 2, 2, 0)
 
 
 @pytest.mark.slow
@@ -138,11 +178,23 @@ def test_report_halving_passes_the_audit_and_rebuilds_byte_for_byte(campaign: Pa
     audit = json.loads((campaign / "audit.json").read_text())
     report_check = next(check for check in audit["checks"] if check["name"].startswith("the published report"))
     build_report(campaign, tmp_path / "again")
-    published = {p.relative_to(campaign / "report").as_posix(): p.read_bytes() for p in (campaign / "report").rglob("*")
-                 if p.is_file() and "history" not in p.parts}
-    rebuilt = {p.relative_to(tmp_path / "again").as_posix(): p.read_bytes() for p in (tmp_path / "again").rglob("*") if p.is_file()}
-    assert (audit["passed"], report_check["passed"], report_check["examined"], {"brackets.csv", "halving.png"} <= set(rebuilt),
-            rebuilt == published) == (True, True, len(rebuilt), True, True)
+    published = {
+        p.relative_to(campaign / "report").as_posix(): p.read_bytes()
+        for p in (campaign / "report").rglob("*")
+        if p.is_file() and "history" not in p.parts
+    }
+    rebuilt = {
+        p.relative_to(tmp_path / "again").as_posix(): p.read_bytes()
+        for p in (tmp_path / "again").rglob("*")
+        if p.is_file()
+    }
+    assert (
+        audit["passed"],
+        report_check["passed"],
+        report_check["examined"],
+        {"brackets.csv", "halving.png"} <= set(rebuilt),
+        rebuilt == published,
+    ) == (True, True, len(rebuilt), True, True)
 
 
 def test_report_of_a_grid_campaign_has_no_halving(campaign_tree: Callable[..., Path]) -> None:
@@ -150,8 +202,12 @@ def test_report_of_a_grid_campaign_has_no_halving(campaign_tree: Callable[..., P
     build_report(campaign)
     report = campaign / "report"
     page = (report / "index.html").read_text()
-    result = ("search" in _results(campaign), "stopped_runs" in _results(campaign), "halving" in page,
-              sorted(p.name for p in report.iterdir() if "halving" in p.name or p.name == "brackets.csv"))
+    result = (
+        "search" in _results(campaign),
+        "stopped_runs" in _results(campaign),
+        "halving" in page,
+        sorted(p.name for p in report.iterdir() if "halving" in p.name or p.name == "brackets.csv"),
+    )
     assert result == (False, False, False, [])
 
 
@@ -171,4 +227,10 @@ def test_browser_halving_section_renders_without_overflow(loaded: Loaded) -> Non
     page = loaded.page
     legend = page.evaluate("[...document.querySelectorAll('#plot-halving-0 .legendtext')].map(t => t.textContent)")
     points = page.evaluate("document.querySelectorAll('#plot-halving-0 .scatterlayer .point').length")
-    assert (legend, points, overflowing(page), toolbar_overlaps(page), loaded.errors) == (["epoch 1", "epoch 2"], 6, [], [], [])
+    assert (legend, points, overflowing(page), toolbar_overlaps(page), loaded.errors) == (
+        ["epoch 1", "epoch 2"],
+        6,
+        [],
+        [],
+        [],
+    )

@@ -12,8 +12,12 @@ from ebd2n.report.jobs import train_job, validate_job
 
 
 def _settings(cache: Path, run: Path) -> list[str]:
-    return [f"data.cache_dir={cache}", f"runtime.output_dir={run}", "training.max_tokens=8192",
-            "training.epoch_tokens=4096"]
+    return [
+        f"data.cache_dir={cache}",
+        f"runtime.output_dir={run}",
+        "training.max_tokens=8192",
+        "training.epoch_tokens=4096",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +49,10 @@ def test_validate_job_writes_a_missing_dashboard_then_validates(trained) -> None
     run = trained[0]
     (run / DASHBOARD).unlink()
     lines = validate_job(run)
-    result = (len(lines), lines[0].startswith(f"{run}: full-validation loss "), (run / DASHBOARD).is_file(),
-              (run / RESULTS_JSON).is_file())
+    result = (
+        len(lines),
+        lines[0].startswith(f"{run}: full-validation loss "),
+        (run / DASHBOARD).is_file(),
+        (run / RESULTS_JSON).is_file(),
+    )
     assert result == (2, True, True, True)

@@ -25,8 +25,11 @@ STEPS = {42: 30, 43: 27}  # the lr-1000 seeds diverge here; the point's step is 
 
 
 def _runs(diverging: float = DIVERGING) -> list[RunSpec]:
-    runs = [RunSpec("synchronous", lr, 0.95, seed, synthetic_loss("synchronous", lr, 0.95, seed))
-            for lr in LRS for seed in SEEDS]
+    runs = [
+        RunSpec("synchronous", lr, 0.95, seed, synthetic_loss("synchronous", lr, 0.95, seed))
+        for lr in LRS
+        for seed in SEEDS
+    ]
     return runs + [RunSpec("synchronous", diverging, 0.95, seed, 0.0, diverged_at=STEPS[seed]) for seed in SEEDS]
 
 
@@ -82,13 +85,19 @@ def test_groups_diverged_point_is_not_eligible_and_ranks_last(diverged: Path) ->
     groups = pl.read_csv(_report(diverged, "groups.csv"))
     point = groups.filter(pl.col("lr") == DIVERGING).row(0, named=True)
     result = {key: point[key] for key in ("eligible", "outcome", "diverged_step", "rank", "mean_loss")}
-    assert result == {"eligible": False, "outcome": "diverged", "diverged_step": 27, "rank": groups.height,
-                      "mean_loss": None}
+    assert result == {
+        "eligible": False,
+        "outcome": "diverged",
+        "diverged_step": 27,
+        "rank": groups.height,
+        "mean_loss": None,
+    }
 
 
 def test_group_runs_one_diverged_seed_ranks_after_every_converged_point(diverged: Path) -> None:
     runs = read_results(diverged).runs.with_columns(  # seed 43 of lr 0.003 diverged: the best point now ranks last
-        status=pl.when((pl.col("lr") == 0.003) & (pl.col("seed") == 43)).then(pl.lit("diverged")).otherwise("status"))
+        status=pl.when((pl.col("lr") == 0.003) & (pl.col("seed") == 43)).then(pl.lit("diverged")).otherwise("status")
+    )
     groups = group_runs(runs, list(SEEDS))
     result = groups.sort("rank").select("lr", "outcome").rows()
     assert result == [(0.001, "converged"), (0.006, "converged"), (0.003, "diverged"), (DIVERGING, "diverged")]
@@ -114,8 +123,14 @@ def test_winner_below_a_diverged_lr_is_bracketed_by_divergence(tmp_path: Path) -
     groups = group_runs(results.runs, results.seeds)
     notes = winner_notes(groups, results.runs, results.seeds)["synchronous"]
     optima = lr_optima(groups, results.runs, results.seeds)
-    result = (select(groups)["synchronous"]["lr"], notes["edge"], notes["diverged_above"], notes["next_lrs"],
-              "bracketed by divergence" in notes["verdict"], "bracketed by divergence" in optimum_lines(optima)[0])
+    result = (
+        select(groups)["synchronous"]["lr"],
+        notes["edge"],
+        notes["diverged_above"],
+        notes["next_lrs"],
+        "bracketed by divergence" in notes["verdict"],
+        "bracketed by divergence" in optimum_lines(optima)[0],
+    )
     assert result == (0.003, None, {"lr": 0.009, "beta2": 0.95, "diverged_step": 27}, [], True, True)
 
 
@@ -123,16 +138,19 @@ def test_report_page_bracketed_by_divergence_never_inside(tmp_path: Path) -> Non
     campaign = write_campaign(tmp_path, "top", [spec for spec in _runs(diverging=0.009) if spec.lr != 0.006])
     build_report(campaign)
     text = _page_text(campaign)
-    result = ("the grid is bracketed by divergence: LR 0.009 (beta2 0.95) diverged at step 27" in text,
-              "inside the searched LR range" in text)
+    result = (
+        "the grid is bracketed by divergence: LR 0.009 (beta2 0.95) diverged at step 27" in text,
+        "inside the searched LR range" in text,
+    )
     assert result == (True, False)
 
 
 def test_report_page_says_diverged_at_step_wherever_a_dash_was(diverged: Path) -> None:
     page = _report(diverged, "index.html").read_text()
     tables = re.findall(r"<table>.*?</table>", page, flags=re.S)
-    response = next(table for table in tables
-                    if "mean ± SD loss" not in table and "<th>LR</th><th>synchronous" in table)
+    response = next(
+        table for table in tables if "mean ± SD loss" not in table and "<th>LR</th><th>synchronous" in table
+    )
     heatmap = next(table for table in tables if "mean ± SD loss (nats)" in table)
     optimum = next(table for table in tables if "final loss per LR" in table)
     result = ["diverged at step 27" in table for table in (response, heatmap, optimum)]
@@ -177,15 +195,23 @@ def test_report_unfinished_names_failed_missing_and_retired_runs(unfinished: Pat
     outcomes = json.loads(_report(unfinished, "results.json").read_text())["outcomes"]
     failed = outcomes["failed"][0]
     result = (failed["run"], failed["log"][-1], outcomes["missing"], outcomes["retired"], outcomes["incomplete"])
-    assert result == ("synchronous-lr0.003-beta20.95-seed42", FAILED_LOG,
-                      [{"run": "synchronous-lr0.006-beta20.95-seed42"}],
-                      [{"run": "synchronous-lr0.0001-beta20.95-seed42"}], [])
+    assert result == (
+        "synchronous-lr0.003-beta20.95-seed42",
+        FAILED_LOG,
+        [{"run": "synchronous-lr0.006-beta20.95-seed42"}],
+        [{"run": "synchronous-lr0.0001-beta20.95-seed42"}],
+        [],
+    )
 
 
 def test_report_unfinished_page_never_claims_untested_or_inside(unfinished: Path) -> None:
     text = _page_text(unfinished)
-    result = (FAILED_LOG in text, "not finished (LR 0.003, 0.006)" in text, "inside the searched LR range" in text,
-              "the campaign is incomplete" in text)
+    result = (
+        FAILED_LOG in text,
+        "not finished (LR 0.003, 0.006)" in text,
+        "inside the searched LR range" in text,
+        "the campaign is incomplete" in text,
+    )
     assert result == (True, True, False, True)
 
 

@@ -5,7 +5,6 @@ figures with a legend entry, and the console stays clean."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from campaign_tree import FAILED_LOG
@@ -26,8 +25,13 @@ def loaded(browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded
 def test_browser_unfinished_outcomes_are_on_screen(loaded: Loaded) -> None:
     section = loaded.page.locator("#outcomes")
     text = section.inner_text()
-    result = (section.is_visible(), FAILED_LOG in text, "synchronous-lr0.006-beta20.95-seed42" in text,
-              "synchronous-lr0.0001-beta20.95-seed42" in text, "diverged at step 30" in text)
+    result = (
+        section.is_visible(),
+        FAILED_LOG in text,
+        "synchronous-lr0.006-beta20.95-seed42" in text,
+        "synchronous-lr0.0001-beta20.95-seed42" in text,
+        "diverged at step 30" in text,
+    )
     assert result == (True, True, True, True, True)
 
 

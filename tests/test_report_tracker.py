@@ -51,20 +51,36 @@ def test_tracker_export_reads_back_every_run(exported: tuple[Path, Path], monkey
     for run_id, run in runs.items():
         results = json.loads((campaign / "runs" / run_id / "results.json").read_text())
         records = read_jsonl(campaign / "runs" / run_id / "metrics.jsonl")
-        history = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
-                   for key in ("loss", "grad_norm", "subset_val_loss")}
+        history = {
+            key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+            for key in ("loss", "grad_norm", "subset_val_loss")
+        }
         result = (
             {key: run.data.params[key] for key in ("mode", "lr", "beta2", "seed", "optimizer.lr", "model.layers")},
-            history, run.data.metrics["final_loss"], run.data.tags["ebd2n.recipe"], run.info.status, run.info.run_name,
+            history,
+            run.data.metrics["final_loss"],
+            run.data.tags["ebd2n.recipe"],
+            run.info.status,
+            run.info.run_name,
         )
         steps = [r for r in records if r["type"] == "step"]
         assert result == (
-            {"mode": results["mode"], "lr": str(results["lr"]), "beta2": str(results["beta2"]),
-             "seed": str(results["seed"]),
-             "optimizer.lr": str(results["lr"]), "model.layers": "2"},
-            {"loss": [(r["step"], r["loss"]) for r in steps], "grad_norm": [(r["step"], r["grad_norm"]) for r in steps],
-             "subset_val_loss": [(r["step"], r["val_loss"]) for r in records if r["type"] == "epoch"]},
-            results["loss"], (campaign / "runs" / run_id / "recipe.yaml").resolve().as_uri(), "FINISHED",
+            {
+                "mode": results["mode"],
+                "lr": str(results["lr"]),
+                "beta2": str(results["beta2"]),
+                "seed": str(results["seed"]),
+                "optimizer.lr": str(results["lr"]),
+                "model.layers": "2",
+            },
+            {
+                "loss": [(r["step"], r["loss"]) for r in steps],
+                "grad_norm": [(r["step"], r["grad_norm"]) for r in steps],
+                "subset_val_loss": [(r["step"], r["val_loss"]) for r in records if r["type"] == "epoch"],
+            },
+            results["loss"],
+            (campaign / "runs" / run_id / "recipe.yaml").resolve().as_uri(),
+            "FINISHED",
             results["run"],
         )
 

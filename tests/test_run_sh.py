@@ -73,7 +73,9 @@ def test_run_sh_test_extras_install_covers_the_demo(tmp_path: Path) -> None:
 def _said(checkout: Path, *args: str) -> list[str]:
     """run.sh's own lines (on stderr) of one ./run.sh, the set-up's duration blanked out."""
     env = {**os.environ, "PATH": f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin"}
-    completed = subprocess.run(["bash", "run.sh", *args], cwd=checkout, env=env, check=True, timeout=60, capture_output=True, text=True)
+    completed = subprocess.run(
+        ["bash", "run.sh", *args], cwd=checkout, env=env, check=True, timeout=60, capture_output=True, text=True
+    )
     lines = [line for line in completed.stderr.splitlines() if line.startswith("run.sh: ")]
     return [line.split(" (")[0] if line.startswith("run.sh: .venv is ready") else line for line in lines]
 

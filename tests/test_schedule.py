@@ -21,10 +21,16 @@ STEPS = 1000
 
 def _optimizer(warmup_steps: int, decay_fraction: float, shape: str = "sqrt"):
     """A wsd optimizer section over a budget of STEPS steps of one token each."""
-    return load_recipe("demo", [
-        f"optimizer.lr={PEAK}", "optimizer.schedule=wsd", f"optimizer.warmup_fraction={warmup_steps / STEPS}",
-        f"optimizer.decay_fraction={decay_fraction}", f"optimizer.decay_shape={shape}",
-    ]).optimizer
+    return load_recipe(
+        "demo",
+        [
+            f"optimizer.lr={PEAK}",
+            "optimizer.schedule=wsd",
+            f"optimizer.warmup_fraction={warmup_steps / STEPS}",
+            f"optimizer.decay_fraction={decay_fraction}",
+            f"optimizer.decay_shape={shape}",
+        ],
+    ).optimizer
 
 
 @pytest.mark.parametrize(
@@ -54,9 +60,17 @@ DECAYS = {
 
 @pytest.mark.parametrize("shape", sorted(DECAYS))
 def test_wsd_every_step_of_a_budget_follows_the_formula(shape: str) -> None:
-    recipe = load_recipe("demo", ["optimizer.schedule=wsd", "optimizer.warmup_fraction=0.1",
-                                  "optimizer.decay_fraction=0.25", f"optimizer.decay_shape={shape}",
-                                  "training.max_tokens=50000", "training.epoch_tokens=12500"])
+    recipe = load_recipe(
+        "demo",
+        [
+            "optimizer.schedule=wsd",
+            "optimizer.warmup_fraction=0.1",
+            "optimizer.decay_fraction=0.25",
+            f"optimizer.decay_shape={shape}",
+            "training.max_tokens=50000",
+            "training.epoch_tokens=12500",
+        ],
+    )
     budget = budget_of(recipe)
     total = budget.total_tokens
     warmup, decay_start = 0.1 * total, 0.75 * total
@@ -92,9 +106,17 @@ def test_wsd_decay_settings_without_wsd_are_refused() -> None:
 
 
 def test_wsd_demo_run_trains(demo_cache: Path, tmp_path: Path) -> None:
-    recipe = load_recipe("demo", [f"data.cache_dir={demo_cache}", f"runtime.output_dir={tmp_path / 'run'}",
-                                  "training.max_tokens=16384", "training.epoch_tokens=4096",
-                                  "optimizer.schedule=wsd", "optimizer.decay_fraction=0.5"])
+    recipe = load_recipe(
+        "demo",
+        [
+            f"data.cache_dir={demo_cache}",
+            f"runtime.output_dir={tmp_path / 'run'}",
+            "training.max_tokens=16384",
+            "training.epoch_tokens=4096",
+            "optimizer.schedule=wsd",
+            "optimizer.decay_fraction=0.5",
+        ],
+    )
     train(recipe, progress=False)
     epochs = [record for record in read_metrics(tmp_path / "run") if record["type"] == "epoch"]
     assert [record["lr"] for record in epochs] == pytest.approx([0.01, 0.01, 0.01 * (1 - math.sqrt(0.5)), 0.0])

@@ -30,7 +30,10 @@ SEEDS = [42, 43]
 KEEP = 0.34
 RUNGS = [1, 2]
 RAW = json.loads(json.dumps(TINY)) | {"seeds": SEEDS, "search": {"method": "successive-halving", "keep": KEEP}}
-RAW["overrides"] = RAW["overrides"] | {"training.max_tokens": 12288, "training.epoch_tokens": 4096}  # 3 epochs x 4 steps
+RAW["overrides"] = RAW["overrides"] | {
+    "training.max_tokens": 12288,
+    "training.epoch_tokens": 4096,
+}  # 3 epochs x 4 steps
 RAW["grid"] = RAW["grid"] | {"learning_rates": {"synchronous": LRS}}
 GRID = json.loads(json.dumps(RAW)) | {"campaign": "grid", "seeds": [42]}
 GRID.pop("search")
@@ -81,17 +84,25 @@ def expected_search(repo: Path) -> tuple[dict[int, list[float]], dict[float, int
     the seeds; ties lower learning rate), the best ceil(keep x n) kept; and each point's fate."""
     candidates, ranked, fate = list(LRS), {}, {}
     for epoch in RUNGS:
-        means = {lr: sum(subset_loss(repo, run_id(lr, seed), epoch) for seed in SEEDS) / len(SEEDS) for lr in candidates}
+        means = {
+            lr: sum(subset_loss(repo, run_id(lr, seed), epoch) for seed in SEEDS) / len(SEEDS) for lr in candidates
+        }
         ranked[epoch] = sorted(candidates, key=lambda lr: (means[lr], lr))
-        kept = ranked[epoch][:math.ceil(KEEP * len(candidates))]
+        kept = ranked[epoch][: math.ceil(KEEP * len(candidates))]
         fate |= {lr: epoch for lr in candidates if lr not in kept}
         candidates = kept
     return ranked, fate | {lr: None for lr in candidates}
 
 
 def audit(repo: Path, campaign: str = "tiny") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ebd2n", "audit", f"results/{campaign}"], cwd=repo, env=environment(),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ebd2n", "audit", f"results/{campaign}"],
+        cwd=repo,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def hashes(root: Path) -> dict[str, bytes]:
@@ -110,9 +121,13 @@ def test_decide_ranks_by_mean_loss_ties_lower_lr_then_lower_beta2() -> None:
     beta2; ceil(0.34 x 3) = 2 train on."""
     points = ((0.002, 0.99), (0.001, 0.999), (0.001, 0.99))
     bracket = Bracket(None, "synchronous", points, (1, 2))
-    losses = {run.id: loss for run, loss in zip(bracket.runs(), [4.0, 5.0, 4.5, 4.5, 5.5, 3.5])}
+    losses = {run.id: loss for run, loss in zip(bracket.runs(), [4.0, 5.0, 4.5, 4.5, 5.5, 3.5], strict=True)}
     decision = decide(bracket, 1, list(points), 0.34, losses, {})
-    assert [entry["point"] for entry in decision["ranking"]] == [point_id(0.001, 0.99), point_id(0.001, 0.999), point_id(0.002, 0.99)]
+    assert [entry["point"] for entry in decision["ranking"]] == [
+        point_id(0.001, 0.99),
+        point_id(0.001, 0.999),
+        point_id(0.002, 0.99),
+    ]
     assert [entry["mean_loss"] for entry in decision["ranking"]] == [4.5, 4.5, 4.5]
     assert decision["promoted"] == decision["continuing"] == [point_id(0.001, 0.99), point_id(0.001, 0.999)]
     assert (decision["candidates"], decision["carried"], decision["earlier"]) == (3, [], [])
@@ -121,10 +136,14 @@ def test_decide_ranks_by_mean_loss_ties_lower_lr_then_lower_beta2() -> None:
 def test_decide_ranks_a_point_without_a_finite_loss_for_every_seed_last() -> None:
     points = ((0.001, 0.99), (0.002, 0.99), (0.004, 0.99))
     bracket = Bracket(None, "synchronous", points, (1, 2))
-    losses = dict(zip([run.id for run in bracket.runs()], [3.0, math.nan, 9.0, 9.0, 1.0, 1.0]))
+    losses = dict(zip([run.id for run in bracket.runs()], [3.0, math.nan, 9.0, 9.0, 1.0, 1.0], strict=True))
     losses.pop(bracket.runs()[-1].id)  # a seed of the best point has no loss
     decision = decide(bracket, 1, list(points), 0.5, losses, {})
-    assert [(entry["lr"], entry["mean_loss"]) for entry in decision["ranking"]] == [(0.002, 9.0), (0.001, None), (0.004, None)]
+    assert [(entry["lr"], entry["mean_loss"]) for entry in decision["ranking"]] == [
+        (0.002, 9.0),
+        (0.001, None),
+        (0.004, None),
+    ]
     assert decision["promoted"] == [point_id(0.002, 0.99), point_id(0.001, 0.99)]
 
 
@@ -149,20 +168,24 @@ def test_decisions_equal_the_ranking_recomputed_from_the_runs(campaign: Path) ->
     assert (campaign / PATHS.audit_passed).is_file()
     for epoch in RUNGS:
         decision = json.loads(the_decision(campaign, epoch).read_text())
-        kept = ranked[epoch][:math.ceil(KEEP * len(ranked[epoch]))]
+        kept = ranked[epoch][: math.ceil(KEEP * len(ranked[epoch]))]
         assert [entry["lr"] for entry in decision["ranking"]] == ranked[epoch]
         assert decision["promoted"] == decision["continuing"] == [point_id(lr, 0.99) for lr in kept]
         assert {run: loss for entry in decision["ranking"] for run, loss in entry["losses"].items()} == {
-            run_id(lr, seed): subset_loss(campaign, run_id(lr, seed), epoch) for lr in ranked[epoch] for seed in SEEDS}
+            run_id(lr, seed): subset_loss(campaign, run_id(lr, seed), epoch) for lr in ranked[epoch] for seed in SEEDS
+        }
     assert sorted(fate.values(), key=str) == [1, 2, None]
     for lr, stop in fate.items():
         for seed in SEEDS:
             files = PATHS.run(run_id(lr, seed))
             assert (campaign / files.final).is_file() == (stop is None)
             if stop is not None:  # kept where it would continue from, and nothing past it
-                assert sorted(p.name for p in (campaign / files.directory / "checkpoints").iterdir()) == [f"epoch-{stop}.pt"]
+                assert sorted(p.name for p in (campaign / files.directory / "checkpoints").iterdir()) == [
+                    f"epoch-{stop}.pt"
+                ]
                 assert sorted(p.name for p in (campaign / files.directory / "slices").iterdir()) == [
-                    f"epoch-{e}.json" for e in range(1, stop + 1)]
+                    f"epoch-{e}.json" for e in range(1, stop + 1)
+                ]
     record = json.loads((campaign / PATHS.campaign_json).read_text())["search"]
     assert (record["runs_stopped"], record["runs_training_to_the_end"]) == (4, 2)
 
@@ -217,7 +240,10 @@ def test_extension_promotes_stopped_runs_and_continues_them_bitwise(repo: Path) 
         (new,) = [path for path in decision_files(repo, epoch) if path != old[epoch]]
         assert old[epoch].read_bytes() == old_bytes[epoch]
         decision = json.loads(new.read_text())
-        assert (decision["continuing"], decision["earlier"]) == ([entry["point"] for entry in decision["ranking"]], [old[epoch].name])
+        assert (decision["continuing"], decision["earlier"]) == (
+            [entry["point"] for entry in decision["ranking"]],
+            [old[epoch].name],
+        )
     for lr, stop in fate.items():
         if stop is None:
             continue
@@ -226,7 +252,10 @@ def test_extension_promotes_stopped_runs_and_continues_them_bitwise(repo: Path) 
             assert f"slice: resume from checkpoints/epoch-{stop}.pt at epoch {stop}" in log
             assert log.count("slice: start") == 1  # no fresh start
         run = run_id(lr, 42)
-        ours, straight = model_state(repo / PATHS.run(run).final), model_state(repo / named_campaign("grid").run(run).final)
+        ours, straight = (
+            model_state(repo / PATHS.run(run).final),
+            model_state(repo / named_campaign("grid").run(run).final),
+        )
         assert ours.keys() == straight.keys()
         assert all(torch.equal(ours[name], straight[name]) for name in ours), run
     assert {run: hashes(repo / PATHS.run(run).directory) for run in finished} == before
@@ -244,8 +273,9 @@ def test_stopped_runs_files_are_protected_by_the_ledger_and_retrained_ones_named
     assert (ledger["stopped"][stopped], f"runs/{stopped}/checkpoints/epoch-1.pt" in protected) == (1, True)
     shutil.rmtree(repo / PATHS.run(stopped).directory)
     deleted = audit(repo)
-    named = ("ebd2n audit: audited artifacts unchanged since the last audit (ledger): "
-             "{}: disappeared since the last audit")
+    named = (
+        "ebd2n audit: audited artifacts unchanged since the last audit (ledger): {}: disappeared since the last audit"
+    )
     assert all(named.format(name) in deleted.stderr for name in protected), deleted.stderr
     snakemake(repo, "--configfile", CAMPAIGN)  # its full audit notes what it found trained again
     record = json.loads((repo / PATHS.audit).read_text())
@@ -302,8 +332,10 @@ def test_grid_campaign_plans_trains_and_audits_as_before(campaign: Path) -> None
     assert all("search" not in json.loads(path.read_text()) for path in (campaign / grid.frozen_spec).glob("*.json"))
     assert "search" not in json.loads((campaign / grid.campaign_json).read_text())
     assert not (campaign / grid.search).exists()
-    names = {name: [check["name"] for check in json.loads((campaign / c.audit).read_text())["checks"]]
-             for name, c in (("grid", grid), ("tiny", PATHS))}
+    names = {
+        name: [check["name"] for check in json.loads((campaign / c.audit).read_text())["checks"]]
+        for name, c in (("grid", grid), ("tiny", PATHS))
+    }
     assert set(names["grid"]) == set(names["tiny"]) - {HALVING_CHECK}
     assert HALVING_CHECK in names["tiny"]
 
@@ -352,9 +384,24 @@ def tamper_promoted_loser(repo: Path, stopped: str, winner: str) -> list[str]:
 
 def tamper_trained_on(repo: Path, stopped: str, winner: str) -> list[str]:
     """The stopped run trained one slice more by hand, with the campaign's frozen trainer."""
-    subprocess.run([sys.executable, "-m", "ebd2n", "train", "--config", str(PATHS.run(stopped).recipe), "--until-epoch", "2",
-                    "--quiet"], cwd=repo, env=environment() | {"PYTHONPATH": str(repo / PATHS.frozen_src)}, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ebd2n",
+            "train",
+            "--config",
+            str(PATHS.run(stopped).recipe),
+            "--until-epoch",
+            "2",
+            "--quiet",
+        ],
+        cwd=repo,
+        env=environment() | {"PYTHONPATH": str(repo / PATHS.frozen_src)},
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return [f"{stopped}: stopped at rung 1, but it trained on"]
 
 
@@ -370,8 +417,14 @@ def tamper_decision_deleted(repo: Path, stopped: str, winner: str) -> list[str]:
     return [f"bracket synchronous rung 2: no decision (search/synchronous/{path.name})"]
 
 
-TAMPERING = [tamper_metrics, tamper_decision_loss, tamper_promoted_loser, tamper_trained_on, tamper_slice_record_copied,
-             tamper_decision_deleted]
+TAMPERING = [
+    tamper_metrics,
+    tamper_decision_loss,
+    tamper_promoted_loser,
+    tamper_trained_on,
+    tamper_slice_record_copied,
+    tamper_decision_deleted,
+]
 
 
 @pytest.mark.parametrize("tamper", TAMPERING, ids=lambda f: f.__name__.removeprefix("tamper_"))
@@ -401,5 +454,9 @@ def test_a_killed_decide_jobs_temporary_is_cleaned_and_a_corrupt_decision_named_
     failed = audit(repo)
     output = failed.stdout + failed.stderr
     assert failed.returncode == 1 and "Traceback" not in output, output
-    assert any(line.startswith(f"ebd2n audit: {HALVING_CHECK}:") and f"{decision.name}: " in line and "not a rung decision" in line
-               for line in output.splitlines()), output
+    assert any(
+        line.startswith(f"ebd2n audit: {HALVING_CHECK}:")
+        and f"{decision.name}: " in line
+        and "not a rung decision" in line
+        for line in output.splitlines()
+    ), output

@@ -57,13 +57,25 @@ def test_seed_noise_with_one_seed_falls_back_to_rank() -> None:
     decision = _decision(0.05, seeds=(1,))
     assert decision["promoted"] == [point_id(0.004, 0.95)]  # seed 1 alone prefers 0.004
     assert {entry["seed_noise_rule"]["rule"] for entry in decision["ranking"][1:]} == {
-        "dropped: rank (one seed: no noise to test against)"}
+        "dropped: rank (one seed: no noise to test against)"
+    }
 
 
 def test_seed_noise_absent_leaves_the_decision_as_before() -> None:
     decision = _decision(None)
-    assert set(decision) == {"bracket", "epoch", "keep", "digest", "candidates", "ranking", "promoted", "carried",
-                             "continuing", "earlier", "drawn_from"}
+    assert set(decision) == {
+        "bracket",
+        "epoch",
+        "keep",
+        "digest",
+        "candidates",
+        "ranking",
+        "promoted",
+        "carried",
+        "continuing",
+        "earlier",
+        "drawn_from",
+    }
     assert all(set(entry) == {"point", "lr", "beta2", "mean_loss", "losses"} for entry in decision["ranking"])
     runs = [run for entry in decision["ranking"] for run in entry["losses"]]
     assert decision["digest"] == decision_digest(runs, 0.25) != decision_digest(runs, 0.25, 0.05)

@@ -181,8 +181,12 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _sql_data(tmp_path: Path, name: str = "cache", **supervised: Any) -> DataConfig:
     return DataConfig(
-        source="sql-synthetic", cache_dir=str(tmp_path / name), supervised=supervised,
-        synthetic_train_bytes=6_000, synthetic_validation_bytes=3_000, shard_tokens=700,
+        source="sql-synthetic",
+        cache_dir=str(tmp_path / name),
+        supervised=supervised,
+        synthetic_train_bytes=6_000,
+        synthetic_validation_bytes=3_000,
+        shard_tokens=700,
     )
 
 
@@ -232,8 +236,13 @@ def test_packed_cache_is_the_records_in_a_row(tmp_path: Path, model_dir: Path) -
     assert (prompt.removesuffix("\n"), completion.removesuffix("<|im_end|>")) in _validation_records(data)
     assert cache.padded_block_len is None and "model.context_length" not in cache.manifest["request"]
     counted = sum(int((targets != IGNORE_INDEX).sum()) for _, targets in iter_full_validation(cache, 31, 4))
-    assert counted == cache.validation_targets == int((np.concatenate(
-        [np.fromfile(path, dtype="<i4") for path, _ in cache.shards("validation")])[1:] >= 0).sum())
+    assert (
+        counted
+        == cache.validation_targets
+        == int(
+            (np.concatenate([np.fromfile(path, dtype="<i4") for path, _ in cache.shards("validation")])[1:] >= 0).sum()
+        )
+    )
 
 
 def test_chat_format_renders_the_template(tmp_path: Path, model_dir: Path) -> None:
@@ -306,17 +315,35 @@ def test_language_model_caches_and_recipes_keep_their_identity(tmp_path: Path) -
 
 def _sft_recipe(tmp_path: Path, model_dir: Path, packing: bool, *overrides: str):
     context = 64 if packing else 160
-    return load_recipe("demo", [
-        f"data.cache_dir={tmp_path / 'cache'}", f"runtime.output_dir={tmp_path / 'run'}", "data.source=sql-synthetic",
-        f"data.supervised.packing={str(packing).lower()}", f"data.tokenizer={model_dir}",
-        "data.synthetic_train_bytes=12000", "data.synthetic_validation_bytes=3000", "model.vocab_size=330",
-        "model.layers=1", "model.width=32", "model.ffn_width=64", f"model.context_length={context}",
-        f"training.batch_tokens={4 * context}", "training.micro_batch_size=2", f"training.epoch_tokens={16 * context}",
-        f"training.max_tokens={32 * context}", "evaluation.subset_blocks=8", "evaluation.batch_size=4", *overrides,
-    ])
+    return load_recipe(
+        "demo",
+        [
+            f"data.cache_dir={tmp_path / 'cache'}",
+            f"runtime.output_dir={tmp_path / 'run'}",
+            "data.source=sql-synthetic",
+            f"data.supervised.packing={str(packing).lower()}",
+            f"data.tokenizer={model_dir}",
+            "data.synthetic_train_bytes=12000",
+            "data.synthetic_validation_bytes=3000",
+            "model.vocab_size=330",
+            "model.layers=1",
+            "model.width=32",
+            "model.ffn_width=64",
+            f"model.context_length={context}",
+            f"training.batch_tokens={4 * context}",
+            "training.micro_batch_size=2",
+            f"training.epoch_tokens={16 * context}",
+            f"training.max_tokens={32 * context}",
+            "evaluation.subset_blocks=8",
+            "evaluation.batch_size=4",
+            *overrides,
+        ],
+    )
 
 
-def test_engine_step_is_the_mean_over_counted_targets_whatever_the_micro_batches(model_dir: Path, tmp_path: Path) -> None:
+def test_engine_step_is_the_mean_over_counted_targets_whatever_the_micro_batches(
+    model_dir: Path, tmp_path: Path
+) -> None:
     """Rows with different numbers of completion tokens: micro-batches of 1, 2 or 4 rows take the same step."""
     from ebd2n.train.budget import budget_of
     from ebd2n.train.engine import SynchronousEngine
@@ -326,9 +353,17 @@ def test_engine_step_is_the_mean_over_counted_targets_whatever_the_micro_batches
     blocks[2, :3] = ~blocks[2, :3]
     results, states = [], []
     for micro in (1, 2, 4):
-        recipe = _sft_recipe(tmp_path, model_dir, True, "model.vocab_size=40", "model.context_length=12",
-                             "training.batch_tokens=48", f"training.micro_batch_size={micro}",
-                             "training.epoch_tokens=480", "training.max_tokens=960")
+        recipe = _sft_recipe(
+            tmp_path,
+            model_dir,
+            True,
+            "model.vocab_size=40",
+            "model.context_length=12",
+            "training.batch_tokens=48",
+            f"training.micro_batch_size={micro}",
+            "training.epoch_tokens=480",
+            "training.max_tokens=960",
+        )
         torch.manual_seed(0)
         engine = SynchronousEngine(recipe, budget_of(recipe), torch.device("cpu"))
         results.append(engine.train_step(blocks, 1e-2))
@@ -349,9 +384,18 @@ def test_packed_engine_weighs_completion_tokens_as_the_synchronous_one(model_dir
     blocks[1, 6:10] = ~blocks[1, 6:10]
     results, weights = [], []
     for engine_class, extra in ((SynchronousEngine, []), (PackedEngine, ["decentralized.num_models=1"])):
-        recipe = _sft_recipe(tmp_path, model_dir, True, "model.vocab_size=40", "model.context_length=12",
-                             "training.batch_tokens=48", "training.micro_batch_size=1", "training.epoch_tokens=480",
-                             "training.max_tokens=960", *extra)
+        recipe = _sft_recipe(
+            tmp_path,
+            model_dir,
+            True,
+            "model.vocab_size=40",
+            "model.context_length=12",
+            "training.batch_tokens=48",
+            "training.micro_batch_size=1",
+            "training.epoch_tokens=480",
+            "training.max_tokens=960",
+            *extra,
+        )
         torch.manual_seed(0)
         engine = engine_class(recipe, budget_of(recipe), torch.device("cpu"))
         results.append(engine.train_step(blocks, 1e-2))
@@ -373,7 +417,9 @@ def test_supervised_run_resumes_bitwise_and_validates_completions(
     recipe = _sft_recipe(tmp_path, model_dir, packing)
     prepare_cache(recipe.data, recipe.model.vocab_size, progress=False, context_length=recipe.model.context_length)
     train(recipe, progress=False)
-    sliced = recipe.model_copy(update={"runtime": recipe.runtime.model_copy(update={"output_dir": str(tmp_path / "sliced")})})
+    sliced = recipe.model_copy(
+        update={"runtime": recipe.runtime.model_copy(update={"output_dir": str(tmp_path / "sliced")})}
+    )
     train(sliced, until_epoch=1, progress=False)
     train(sliced, resume=tmp_path / "sliced/checkpoints/epoch-1.pt", progress=False)
     whole, resumed = (load_checkpoint(tmp_path / name / "final.pt")["engine"]["model"] for name in ("run", "sliced"))
@@ -396,8 +442,10 @@ def _write_records(directory: Path, kind: str, prompt: str = "question", complet
     rows = {prompt: [r.prompt for r in records], completion: [r.completion for r in records]}
     if kind == "jsonl":
         path = directory / "records.jsonl"
-        path.write_text("".join(json.dumps({prompt: p, completion: c}) + "\n" for p, c in zip(*rows.values())),
-                        encoding="utf-8")
+        path.write_text(
+            "".join(json.dumps({prompt: p, completion: c}) + "\n" for p, c in zip(*rows.values(), strict=True)),
+            encoding="utf-8",
+        )
     else:
         path = directory / "records.parquet"
         pq.write_table(pa.table(rows), path)
@@ -412,9 +460,14 @@ def _prepare_cli(*settings: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_records_from_local_files(tmp_path: Path, model_dir: Path, kind: str) -> None:
     path = _write_records(tmp_path, kind)
-    data = DataConfig(source="local", dataset=str(path), cache_dir=str(tmp_path / "cache"), tokenizer=str(model_dir),
-                      validation_fraction=0.2, supervised={"prompt_field": "question", "completion_field": "query",
-                                                           "packing": True})
+    data = DataConfig(
+        source="local",
+        dataset=str(path),
+        cache_dir=str(tmp_path / "cache"),
+        tokenizer=str(model_dir),
+        validation_fraction=0.2,
+        supervised={"prompt_field": "question", "completion_field": "query", "packing": True},
+    )
     cache = prepare_cache(data, 400, progress=False)
     records = Counter((r.prompt, r.completion) for r in _records(11, 60))
     stream = np.concatenate([np.fromfile(p, dtype="<i4") for p, _ in cache.shards("train")])
@@ -427,9 +480,15 @@ def test_records_from_local_files(tmp_path: Path, model_dir: Path, kind: str) ->
 
 
 def test_prepare_prints_records_and_truncation(tmp_path: Path, model_dir: Path) -> None:
-    result = _prepare_cli(f"data.cache_dir={tmp_path / 'cache'}", "data.source=sql-synthetic",
-                          "data.supervised.packing=false", f"data.tokenizer={model_dir}", "model.context_length=48",
-                          "data.synthetic_train_bytes=3000", "data.synthetic_validation_bytes=2000")
+    result = _prepare_cli(
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.source=sql-synthetic",
+        "data.supervised.packing=false",
+        f"data.tokenizer={model_dir}",
+        "model.context_length=48",
+        "data.synthetic_train_bytes=3000",
+        "data.synthetic_validation_bytes=2000",
+    )
     assert result.returncode == 0, result.stderr
     manifest = json.loads((tmp_path / "cache" / MANIFEST).read_text())
     train, validation = manifest["splits"]["train"], manifest["splits"]["validation"]
@@ -440,9 +499,14 @@ def test_prepare_prints_records_and_truncation(tmp_path: Path, model_dir: Path) 
 
 def test_a_missing_record_field_is_a_one_line_error(tmp_path: Path, model_dir: Path) -> None:
     path = _write_records(tmp_path, "jsonl")
-    result = _prepare_cli(f"data.cache_dir={tmp_path / 'cache'}", "data.source=local", f"data.dataset={path}",
-                          f"data.tokenizer={model_dir}", "data.supervised.prompt_field=question",
-                          "data.supervised.packing=true")
+    result = _prepare_cli(
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.source=local",
+        f"data.dataset={path}",
+        f"data.tokenizer={model_dir}",
+        "data.supervised.prompt_field=question",
+        "data.supervised.packing=true",
+    )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert f"data.supervised.completion_field completion: no such column in data.dataset {path}" in result.stderr
@@ -452,9 +516,16 @@ def test_a_missing_record_field_is_a_one_line_error(tmp_path: Path, model_dir: P
 def test_a_wrong_typed_record_field_names_key_and_file(tmp_path: Path, model_dir: Path) -> None:
     path = tmp_path / "records.parquet"
     pq.write_table(pa.table({"prompt": ["How many books are there?"], "completion": [3]}), path)
-    data = DataConfig(source="local", dataset=str(path), cache_dir=str(tmp_path / "cache"), tokenizer=str(model_dir),
-                      supervised={"packing": True})
-    with pytest.raises(UserError, match=f"data.supervised.completion_field completion: column of data.dataset {path} holds int"):
+    data = DataConfig(
+        source="local",
+        dataset=str(path),
+        cache_dir=str(tmp_path / "cache"),
+        tokenizer=str(model_dir),
+        supervised={"packing": True},
+    )
+    with pytest.raises(
+        UserError, match=f"data.supervised.completion_field completion: column of data.dataset {path} holds int"
+    ):
         prepare_cache(data, 400, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 

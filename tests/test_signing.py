@@ -39,7 +39,9 @@ def ebd2n(*args: str | Path, cwd: Path | None = None, torch: bool = False) -> su
     """The command line in a fresh process, one that cannot import torch unless `torch` (the audit needs it)."""
     variables = {**environment(), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     command = ["-m", "ebd2n"] if torch else ["-c", NO_TORCH]
-    return subprocess.run([sys.executable, *command, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=variables)
+    return subprocess.run(
+        [sys.executable, *command, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=variables
+    )
 
 
 def _resolved(directory: Path) -> str:
@@ -96,7 +98,11 @@ def test_signing_key_new_refuses_a_results_directory(tmp_path: Path) -> None:
 def test_signing_key_new_in_place_of_a_file_exits_2(tmp_path: Path) -> None:
     (tmp_path / "keys").write_text("a file")
     result = ebd2n("key", "new", tmp_path / "keys")
-    assert (result.returncode, len(result.stderr.splitlines()), "cannot write a key pair" in result.stderr) == (2, 1, True)
+    assert (result.returncode, len(result.stderr.splitlines()), "cannot write a key pair" in result.stderr) == (
+        2,
+        1,
+        True,
+    )
 
 
 def test_signing_key_readable_by_others_is_refused(tmp_path: Path) -> None:
@@ -109,7 +115,11 @@ def test_signing_key_readable_by_others_is_refused(tmp_path: Path) -> None:
 def test_signing_verify_of_no_campaign_exits_2(tmp_path: Path) -> None:
     _, public = new_key_pair(tmp_path / "keys")
     result = ebd2n("verify", tmp_path / "nothing", "--key", public)
-    assert (result.returncode, len(result.stderr.splitlines()), "not a campaign directory" in result.stderr) == (2, 1, True)
+    assert (result.returncode, len(result.stderr.splitlines()), "not a campaign directory" in result.stderr) == (
+        2,
+        1,
+        True,
+    )
 
 
 def test_signing_verify_with_a_file_that_is_no_key_exits_2(tmp_path: Path) -> None:
@@ -172,7 +182,10 @@ def test_signing_workflow_signed_the_campaign_and_it_verifies(campaign: Path, ke
 def test_signing_statement_names_the_selection_and_the_audit(campaign: Path, public) -> None:
     predicate = verify_campaign(campaign, public).predicate
     selection = json.loads((campaign / "report" / "selection.json").read_text())
-    checks = [{k: c[k] for k in ("name", "status", "scope")} for c in json.loads((campaign / "audit.json").read_text())["checks"]]
+    checks = [
+        {k: c[k] for k in ("name", "status", "scope")}
+        for c in json.loads((campaign / "audit.json").read_text())["checks"]
+    ]
     found = (predicate["selection"], predicate["sequence"], predicate["previous"], predicate["audit"]["checks"])
     assert found == (selection, 1, None, checks)
 
@@ -199,7 +212,9 @@ def test_signing_verify_names_a_flipped_byte(campaign: Path, public, name: str) 
     assert problems(campaign, public) == [f"{name}: changed since it was signed"]
 
 
-def test_signing_verify_names_the_original_cache_manifest_edited_against_its_signed_copy(campaign: Path, public) -> None:
+def test_signing_verify_names_the_original_cache_manifest_edited_against_its_signed_copy(
+    campaign: Path, public
+) -> None:
     manifest = campaign.parent / "caches" / "tiny" / "manifest.json"
     before = sha256_file(campaign / "signatures" / "cache-manifest.json")
     flip_byte(manifest)
@@ -211,7 +226,10 @@ def test_signing_verify_names_missing_and_added_files(campaign: Path, public) ->
     (campaign / "runs" / RUNS[1] / "best.json").unlink()
     (campaign / "runs" / RUNS[0] / "checkpoints").mkdir()
     (campaign / "runs" / RUNS[0] / "checkpoints" / "epoch-1.pt").write_bytes(b"x")
-    expected = [f"runs/{RUNS[1]}/best.json: missing", f"runs/{RUNS[0]}/checkpoints/epoch-1.pt: added since the campaign was signed"]
+    expected = [
+        f"runs/{RUNS[1]}/best.json: missing",
+        f"runs/{RUNS[0]}/checkpoints/epoch-1.pt: added since the campaign was signed",
+    ]
     assert problems(campaign, public) == expected
 
 
@@ -236,10 +254,15 @@ def test_signing_catches_a_consistent_rewrite_the_audit_cannot_see(campaign: Pat
         ledger["artifacts"][f"runs/{RUNS[0]}/{name}"] = sha256_file(run / name)
     (campaign / "audit-ledger.json").write_text(json.dumps(ledger))
     audit = json.loads((campaign / "audit.json").read_text())
-    (campaign / "audit.json").write_text(json.dumps({**audit, "ledger_sha256": sha256_file(campaign / "audit-ledger.json")}))
+    (campaign / "audit.json").write_text(
+        json.dumps({**audit, "ledger_sha256": sha256_file(campaign / "audit-ledger.json")})
+    )
     audit_passes = violations(audit_campaign(campaign)) == []
     found = problems(campaign, public)
-    named = [f"runs/{RUNS[0]}/train.log: changed since it was signed", f"runs/{RUNS[0]}/results.json: changed since it was signed"]
+    named = [
+        f"runs/{RUNS[0]}/train.log: changed since it was signed",
+        f"runs/{RUNS[0]}/results.json: changed since it was signed",
+    ]
     assert (audit_passes, all(line in found for line in named)) == (True, True)
 
 
@@ -267,7 +290,9 @@ def chained(campaign: Path) -> Path:
     """The campaign re-baselined twice more (`ebd2n audit --accept`: its ledger gains a history
     entry, so what is signed changed) and signed each time: a chain of three statements."""
     for _ in range(2):
-        result = ebd2n("audit", campaign, "--accept", torch=True)  # the key: campaign.json's, from the campaign file's signing_key
+        result = ebd2n(
+            "audit", campaign, "--accept", torch=True
+        )  # the key: campaign.json's, from the campaign file's signing_key
         assert result.returncode == 0, result.stderr
     return campaign
 
@@ -279,7 +304,9 @@ def test_signing_audit_of_an_unchanged_campaign_adds_no_statement(campaign: Path
     ebd2n("audit", campaign, torch=True)
     before = sorted(p.name for p in (campaign / "signatures").iterdir())
     result = ebd2n("audit", campaign, torch=True)
-    assert (result.returncode, sorted(p.name for p in (campaign / "signatures").iterdir())) == (0, before), result.stderr
+    assert (result.returncode, sorted(p.name for p in (campaign / "signatures").iterdir())) == (0, before), (
+        result.stderr
+    )
 
 
 def test_signing_chain_of_three_verifies_and_links_each_statement(chained: Path, public) -> None:
@@ -290,25 +317,33 @@ def test_signing_chain_of_three_verifies_and_links_each_statement(chained: Path,
 
 def test_signing_dropped_chain_link_is_caught(chained: Path, public) -> None:
     (chained / "signatures" / "2.dsse.json").unlink()
-    assert problems(chained, public) == ["signatures/2.dsse.json: missing (a dropped link of the chain of 3 statements)"]
+    assert problems(chained, public) == [
+        "signatures/2.dsse.json: missing (a dropped link of the chain of 3 statements)"
+    ]
 
 
 def test_signing_dropped_link_closed_by_renaming_is_caught(chained: Path, public) -> None:
     signatures = chained / "signatures"
     (signatures / "3.dsse.json").replace(signatures / "2.dsse.json")
     found = problems(chained, public)
-    assert found == ["signatures/3.dsse.json: missing (deleted: signatures/latest.json names signatures/3.dsse.json the "
-                     "latest statement)",
-                     "signatures/2.dsse.json: is statement 3 of its chain, renamed (a link was dropped or reordered)"]
+    assert found == [
+        "signatures/3.dsse.json: missing (deleted: signatures/latest.json names signatures/3.dsse.json the "
+        "latest statement)",
+        "signatures/2.dsse.json: is statement 3 of its chain, renamed (a link was dropped or reordered)",
+    ]
 
 
 def test_signing_replaced_earlier_link_is_caught(chained: Path, public, keys: tuple[Path, Path]) -> None:
     signatures = chained / "signatures"
     path = signatures / "2.dsse.json"
     body = json.loads(base64.b64decode(json.loads(path.read_text())["payload"]))
-    body["predicate"]["signed"] = "2000-01-01T00:00:00+0000"  # a statement the owner's key signed, but not the one linked
+    body["predicate"]["signed"] = (
+        "2000-01-01T00:00:00+0000"  # a statement the owner's key signed, but not the one linked
+    )
     path.write_text(json.dumps(sign_envelope(json.dumps(body).encode(), load_private(keys[0]))))
-    assert problems(chained, public) == ["signatures/3.dsse.json: names another previous statement than signatures/2.dsse.json (replaced)"]
+    assert problems(chained, public) == [
+        "signatures/3.dsse.json: names another previous statement than signatures/2.dsse.json (replaced)"
+    ]
 
 
 def test_signing_cp_r_copy_verifies_without_torch(campaign: Path, keys: tuple[Path, Path], tmp_path: Path) -> None:
@@ -319,7 +354,9 @@ def test_signing_cp_r_copy_verifies_without_torch(campaign: Path, keys: tuple[Pa
     assert (result.returncode, result.stderr) == (0, _resolved(copy))
 
 
-def test_signing_tarball_round_trip_verifies_without_torch(campaign: Path, keys: tuple[Path, Path], tmp_path: Path) -> None:
+def test_signing_tarball_round_trip_verifies_without_torch(
+    campaign: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
     archive = tmp_path / "tiny.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(campaign, arcname="tiny")
@@ -337,7 +374,9 @@ def test_signing_unsigned_campaign_is_reported_unsigned_never_verified(campaign:
     assert found == (1, True, False)
 
 
-def test_signing_audit_with_a_key_other_than_the_named_one_is_refused_and_writes_nothing(campaign: Path, tmp_path: Path) -> None:
+def test_signing_audit_with_a_key_other_than_the_named_one_is_refused_and_writes_nothing(
+    campaign: Path, tmp_path: Path
+) -> None:
     other, _ = new_key_pair(tmp_path / "other")
     before = {p.name: p.read_bytes() for p in campaign.iterdir() if p.is_file()}
     result = ebd2n("audit", campaign, "--sign", other, torch=True)
@@ -350,7 +389,9 @@ def test_signing_audit_with_a_key_other_than_the_named_one_is_refused_and_writes
 def key_material(private: Path) -> list[bytes]:
     """Every form the private key could leak in: its PEM body lines, its raw seed and that seed's encodings."""
     pem = private.read_bytes()
-    raw = load_private(private).private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    raw = load_private(private).private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
     body = [line for line in pem.splitlines() if line and not line.startswith(b"-----")]
     return [*body, raw, raw.hex().encode(), base64.b64encode(raw)]
 
@@ -358,12 +399,16 @@ def key_material(private: Path) -> list[bytes]:
 def test_signing_private_key_is_in_no_result_and_no_log(signed: Path, keys: tuple[Path, Path]) -> None:
     secrets = key_material(keys[0])
     places = [*(signed / "results").rglob("*"), *(signed / ".snakemake").rglob("*")]
-    leaked = [str(p) for p in places if p.is_file() and not p.is_symlink() and any(s in p.read_bytes() for s in secrets)]
+    leaked = [
+        str(p) for p in places if p.is_file() and not p.is_symlink() and any(s in p.read_bytes() for s in secrets)
+    ]
     logs = [p for p in places if p.is_file() and p.suffix == ".log"]
     assert (leaked, bool(logs)) == ([], True)
 
 
-def test_signing_campaign_file_naming_a_missing_key_stops_collect_and_writes_nothing(repo: Path, campaign: Path) -> None:
+def test_signing_campaign_file_naming_a_missing_key_stops_collect_and_writes_nothing(
+    repo: Path, campaign: Path
+) -> None:
     path = repo / "config" / "campaigns" / "tiny.yaml"
     path.write_text(path.read_text().replace("signing_key: ", "signing_key: /nonexistent"))
     before = (campaign / "campaign.json").read_bytes()
@@ -374,20 +419,28 @@ def test_signing_campaign_file_naming_a_missing_key_stops_collect_and_writes_not
 
 def test_signing_audit_runs_stage_refuses_sign(campaign: Path, keys: tuple[Path, Path]) -> None:
     result = ebd2n("audit", campaign, "--stage", "runs", "--sign", keys[0], torch=True)
-    assert (result.returncode, result.stderr.strip()) == (2, "ebd2n audit: error: --sign: only the full audit signs (drop --stage runs)")
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "ebd2n audit: error: --sign: only the full audit signs (drop --stage runs)",
+    )
 
 
 def test_signing_deleted_latest_statement_is_named(chained: Path, public) -> None:
     (chained / "signatures" / "3.dsse.json").unlink()
     found = problems(chained, public)
-    assert found[0] == ("signatures/3.dsse.json: missing (deleted: signatures/latest.json names signatures/3.dsse.json "
-                        "the latest statement)")
+    assert found[0] == (
+        "signatures/3.dsse.json: missing (deleted: signatures/latest.json names signatures/3.dsse.json "
+        "the latest statement)"
+    )
 
 
 def _signed_snapshot(campaign: Path) -> dict[str, bytes]:
     """Every file a statement covers, or could (the statements aside), by content."""
-    return {p.relative_to(campaign).as_posix(): p.read_bytes() for p in sorted(campaign.rglob("*"))
-            if p.is_file() and p.relative_to(campaign).parts[0] not in ("logs", "benchmarks", "status", "status.html")}
+    return {
+        p.relative_to(campaign).as_posix(): p.read_bytes()
+        for p in sorted(campaign.rglob("*"))
+        if p.is_file() and p.relative_to(campaign).parts[0] not in ("logs", "benchmarks", "status", "status.html")
+    }
 
 
 def _rerun_records(repo: Path, tmp_path: Path) -> Path:
@@ -418,10 +471,12 @@ def _tar_round_trip(repo: Path, tmp_path: Path) -> Path:
     return tmp_path / "unpacked" / "repo"
 
 
-@pytest.mark.parametrize("change", [_rerun_records, _touch_everything, _cp_a, _tar_round_trip],
-                         ids=lambda f: f.__name__.strip("_"))
-def test_signing_campaign_verifies_after_a_green_rerun(repo: Path, tmp_path: Path, keys: tuple[Path, Path],
-                                                       change) -> None:
+@pytest.mark.parametrize(
+    "change", [_rerun_records, _touch_everything, _cp_a, _tar_round_trip], ids=lambda f: f.__name__.strip("_")
+)
+def test_signing_campaign_verifies_after_a_green_rerun(
+    repo: Path, tmp_path: Path, keys: tuple[Path, Path], change
+) -> None:
     """What a benign rerun rewrites is byte for byte what was signed (no fresh time stamps, no
     first-audit summary in the report), so the campaign verifies after any invocation that ends
     green. Only the audit's own record may change (and is signed again): it has compared with the
@@ -432,21 +487,25 @@ def test_signing_campaign_verifies_after_a_green_rerun(repo: Path, tmp_path: Pat
     result = ebd2n("verify", where / CAMPAIGN, "--key", keys[1])
     after = _signed_snapshot(where / CAMPAIGN)
     changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
-    others = [name for name in changed
-              if not name.startswith("signatures/") and name not in ("audit.json", "audit.passed")]
+    others = [
+        name for name in changed if not name.startswith("signatures/") and name not in ("audit.json", "audit.passed")
+    ]
     assert (result.returncode, result.stderr, others) == (0, "", [])
 
 
-def test_signing_audit_of_a_copy_without_its_cache_names_it_and_writes_nothing(campaign: Path, keys: tuple[Path, Path],
-                                                                                tmp_path: Path) -> None:
+def test_signing_audit_of_a_copy_without_its_cache_names_it_and_writes_nothing(
+    campaign: Path, keys: tuple[Path, Path], tmp_path: Path
+) -> None:
     copy = tmp_path / "elsewhere" / "tiny"
     copy.parent.mkdir()
     subprocess.run(["cp", "-a", str(campaign), str(copy)], check=True)  # its relative cache path now leads nowhere
     before = _signed_snapshot(copy)
     result = ebd2n("audit", copy, torch=True, cwd=tmp_path)
-    expected = (f"ebd2n audit: error: data cache results/caches/tiny (the runs' data.cache_dir): not found at "
-                f"{tmp_path}/results/caches/tiny, relative to the campaign's repository {tmp_path}; "
-                "audit the campaign where its cache is reached (a copy: beside its repository's results/), "
-                "nothing was written")
+    expected = (
+        f"ebd2n audit: error: data cache results/caches/tiny (the runs' data.cache_dir): not found at "
+        f"{tmp_path}/results/caches/tiny, relative to the campaign's repository {tmp_path}; "
+        "audit the campaign where its cache is reached (a copy: beside its repository's results/), "
+        "nothing was written"
+    )
     assert (result.returncode, result.stderr.splitlines(), _signed_snapshot(copy) == before) == (2, [expected], True)
     assert ebd2n("verify", copy, "--key", keys[1]).returncode == 0

@@ -18,9 +18,11 @@ from ebd2n.slots import acquire, machine_pool, pool_warnings
 
 @pytest.mark.parametrize(
     ("environ", "expected"),
-    [({"EBD2N_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, ["2", "3"]),
-     ({"CUDA_VISIBLE_DEVICES": "4,5"}, ["4", "5"]),
-     ({"CUDA_VISIBLE_DEVICES": ""}, [])],
+    [
+        ({"EBD2N_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, ["2", "3"]),
+        ({"CUDA_VISIBLE_DEVICES": "4,5"}, ["4", "5"]),
+        ({"CUDA_VISIBLE_DEVICES": ""}, []),
+    ],
 )
 def test_machine_pool_from_environment(environ: dict, expected: list[str]) -> None:
     result = machine_pool(environ)
@@ -83,15 +85,38 @@ def test_launch_one_process_is_the_warm_launcher() -> None:
 
 def test_launch_one_node_is_standalone_torchrun() -> None:
     result = job_command(4, 1, ["train"], {})[1:]
-    assert result == ["-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "4", "-m", "ebd2n", "train"]
+    assert result == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "4",
+        "-m",
+        "ebd2n",
+        "train",
+    ]
 
 
 def test_launch_two_nodes_srun_one_agent_per_node_with_c10d_rendezvous() -> None:
     result = job_command(8, 2, ["train"], {"SLURM_JOB_ID": "77"})
-    srun, torchrun = result[:result.index(sys.executable)], result[result.index(sys.executable) + 1:]
+    srun, torchrun = result[: result.index(sys.executable)], result[result.index(sys.executable) + 1 :]
     assert srun == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--jobid=77"]
-    assert torchrun[:12] == ["-m", "torch.distributed.run", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                             f"{os.uname().nodename}:29400", "--rdzv-id", "ebd2n-77", "--nproc-per-node", "4"]
+    assert torchrun[:12] == [
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{os.uname().nodename}:29400",
+        "--rdzv-id",
+        "ebd2n-77",
+        "--nproc-per-node",
+        "4",
+    ]
 
 
 def test_launch_two_nodes_outside_slurm_refused() -> None:

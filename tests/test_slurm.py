@@ -10,6 +10,7 @@ to one campaign: the file stays under ten minutes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -60,7 +61,7 @@ def no_accounting(cluster: None):
 
 def _start_cluster(*options: str) -> None:
     started = subprocess.run(
-        [REPO / "tests/slurm/start-cluster.sh", *options], capture_output=True, text=True, timeout=600,
+        [REPO / "tests/slurm/start-cluster.sh", *options], capture_output=True, text=True, timeout=600
     )
     if started.returncode:
         pytest.fail(f"no SLURM cluster: {started.stderr.strip()}")
@@ -95,7 +96,9 @@ def _snakemake(repo: Path, env: dict[str, str], command: list[str], check: bool 
 
 
 def _weights(repo: Path, run: str) -> dict:
-    return torch.load(repo / "results/slurm-tiny/runs" / run / "final.pt", weights_only=True, map_location="cpu")["engine"]
+    return torch.load(repo / "results/slurm-tiny/runs" / run / "final.pt", weights_only=True, map_location="cpu")[
+        "engine"
+    ]
 
 
 def _blocks(run_dir: Path) -> list[str]:
@@ -111,7 +114,9 @@ def _job_ids(run_dir: Path) -> list[str]:
 def _sacct(*job_ids: str, fields: str = "State") -> dict[str, str]:
     out = subprocess.run(
         ["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o", f"JobIdRaw,{fields}"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return {line.split("|", 1)[0]: line.split("|", 1)[1] for line in out.splitlines()}
 
@@ -126,7 +131,13 @@ class _Controller:
 
     def __init__(self, repo: Path, env: dict[str, str]) -> None:
         self.process = subprocess.Popen(
-            COMMAND, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            COMMAND,
+            cwd=repo,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         self.lines: list[tuple[float, str]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -171,7 +182,9 @@ def _midway(controller: _Controller, actions: dict[tuple[Path, int], Callable[[s
     deadline = time.monotonic() + TIMEOUT
     pending = dict(actions)
     while pending:
-        assert controller.running() and time.monotonic() < deadline, f"{list(pending)} never came:\n{controller.output()}"
+        assert controller.running() and time.monotonic() < deadline, (
+            f"{list(pending)} never came:\n{controller.output()}"
+        )
         for (run_dir, number), action in list(pending.items()):
             blocks = _blocks(run_dir)
             if len(blocks) >= number and len(STEP.findall(blocks[number - 1])) >= 2:  # 16 steps into its slice
@@ -185,7 +198,9 @@ def _trainer_pid(run_dir: Path) -> int:
     return json.loads((run_dir / LEASE).read_text())["pid"]
 
 
-def test_slurm_campaign_as_in_readme_survives_requeue_cancel_and_time_out(cluster: None, local: Path, tmp_path: Path) -> None:
+def test_slurm_campaign_as_in_readme_survives_requeue_cancel_and_time_out(
+    cluster: None, local: Path, tmp_path: Path
+) -> None:
     """The README's command while SLURM requeues the first run's first slice midway (the controller
     waits for it), `scancel` ends its last slice midway, and the second run's last slice hits its
     time limit (its trainer stopped, a slow step; the job's limit lowered to one minute). The
@@ -243,7 +258,9 @@ def test_slurm_campaign_as_in_readme_survives_requeue_cancel_and_time_out(cluste
         assert len(blocks) == attempts and RESUMED.search(blocks[-1]) and "slice done" in blocks[-1]
     logs = _slurm_logs(repo)
     for name in RUNS:
-        assert all(job.isdigit() and name in logs[job].parent.name for job in _job_ids(repo / "results/slurm-tiny/runs" / name))
+        assert all(
+            job.isdigit() and name in logs[job].parent.name for job in _job_ids(repo / "results/slurm-tiny/runs" / name)
+        )
     assert len(logs) == 1 + 4 * len(RUNS)  # the cache; per run: 3 slice jobs (one failed), validation
     accounting = _sacct(*logs, fields="State,Account,Partition,ReqMem,Timelimit")
     assert {job: fields.split("|") for job, fields in accounting.items()} == {
@@ -257,7 +274,9 @@ def test_slurm_campaign_as_in_readme_survives_requeue_cancel_and_time_out(cluste
 def test_lease_of_a_slurm_job_is_broken_only_once_the_job_ended(cluster: None, tmp_path: Path) -> None:
     job = subprocess.run(
         ["sbatch", "--parsable", "-A", "ebd2n", "-t", "2", "-o", "/dev/null", "--wrap", "sleep 120"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     holder = {"host": "another-node", "boot": "", "pid": 1, "job": job, "restarts": 0, "since": "then"}
     (tmp_path / LEASE).write_text(json.dumps(holder))
@@ -275,7 +294,7 @@ def test_lease_of_a_slurm_job_is_broken_only_once_the_job_ended(cluster: None, t
 
 
 def test_slurm_without_accounting_killed_controller_and_its_orphaned_job(
-    no_accounting: None, local: Path, tmp_path: Path,
+    no_accounting: None, local: Path, tmp_path: Path
 ) -> None:
     """On a cluster without slurmdbd, the README's command (one run): the controller SIGKILLed
     while a slice trains (a dropped SSH session), its job orphaned and still training (stopped
@@ -296,7 +315,9 @@ def test_slurm_without_accounting_killed_controller_and_its_orphaned_job(
             waiting = f"waiting for the trainer holding {run_dir.relative_to(repo)} (host {os.uname().nodename}, pid {trainer}, SLURM job {orphan},"
             log = repo / "results/slurm-tiny/logs/runs" / RUNS[0] / "slices/epoch-1.log"  # the slice job's log
             _wait_until(lambda: log.is_file() and waiting in log.read_text(), timeout=TIMEOUT)
-            resubmitted = [job for job, log in _slurm_logs(repo).items() if "rule_train_slice" in log.parts and job != orphan]
+            resubmitted = [
+                job for job, log in _slurm_logs(repo).items() if "rule_train_slice" in log.parts and job != orphan
+            ]
             assert len(resubmitted) == 1 and _squeue_state(resubmitted[0], "%a") == "ebd2n"  # the account, unchecked
             assert _job_ids(run_dir) == [orphan]  # the waiting trainer wrote nothing in the run directory
         finally:
@@ -323,10 +344,15 @@ def _assert_complete_like_local(repo: Path, local: Path, runs: list[str]) -> Non
             logged = [int(step) for step in STEP.findall(block)]
             assert logged == sorted(set(logged))
         spans = [STAMP.findall(block) for block in blocks]
-        assert all(earlier[-1] <= later[0] for earlier, later in zip(spans, spans[1:]))  # blocks never overlap in time
+        assert all(
+            earlier[-1] <= later[0] for earlier, later in itertools.pairwise(spans)
+        )  # blocks never overlap in time
     audit = subprocess.run(
-        [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"], cwd=repo,
-        env=environment() | {"PYTHONPATH": str(repo / "src")}, capture_output=True, text=True,
+        [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"],
+        cwd=repo,
+        env=environment() | {"PYTHONPATH": str(repo / "src")},
+        capture_output=True,
+        text=True,
     )
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert (repo / "results/slurm-tiny/report/index.html").is_file()
@@ -338,7 +364,7 @@ def _assert_complete_like_local(repo: Path, local: Path, runs: list[str]) -> Non
 def _squeue_state(job: str, field: str = "%T") -> str:
     """A job's state (or another field) as squeue shows it, finished jobs too (for MinJobAge, 300 s)."""
     return subprocess.run(
-        ["squeue", "-h", "--states=all", "-j", job, "-o", field], capture_output=True, text=True,
+        ["squeue", "-h", "--states=all", "-j", job, "-o", field], capture_output=True, text=True
     ).stdout.strip()
 
 
@@ -349,7 +375,9 @@ def _wait_until(condition, timeout: float = 120.0) -> None:
         time.sleep(0.2)
 
 
-def test_slurm_successive_halving_decides_on_the_controller_and_submits_the_promoted_slices(cluster: None, tmp_path: Path) -> None:
+def test_slurm_successive_halving_decides_on_the_controller_and_submits_the_promoted_slices(
+    cluster: None, tmp_path: Path
+) -> None:
     """A successive-halving campaign by the README's command: the rung decision is a checkpoint
     job on the controller; once made, the promoted point's last slice goes to SLURM while the
     stopped runs keep their rung checkpoint; the audit passes."""
@@ -373,10 +401,12 @@ def test_slurm_successive_halving_decides_on_the_controller_and_submits_the_prom
         if point in decision["promoted"]:
             assert len(jobs) == 2 and (run_dir / "results.json").is_file()
             assert _sacct(jobs[1], fields="Submit")[jobs[1]] >= time.strftime(  # submitted once the rung was decided
-                "%Y-%m-%dT%H:%M:%S", time.localtime(decision_file.stat().st_mtime))
+                "%Y-%m-%dT%H:%M:%S", time.localtime(decision_file.stat().st_mtime)
+            )
         else:
             assert len(jobs) == 1 and not (run_dir / "final.pt").exists()
             assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch-1.pt"]
     audit = json.loads((results / "audit.json").read_text())
     assert audit["passed"] and "successive-halving decisions recomputed from the runs' subset losses" in {
-        check["name"] for check in audit["checks"] if check["status"] == "passed"}
+        check["name"] for check in audit["checks"] if check["status"] == "passed"
+    }

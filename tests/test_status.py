@@ -25,9 +25,9 @@ import workflow_support as workflow
 from campaign_tree import RunSpec, grid_runs, write_campaign
 from offline_browser import CHROMIUM, launch
 
-from ebd2n.campaign.search import read_decision
 from ebd2n.campaign.check import campaign_from_dict
 from ebd2n.campaign.plans import campaign_plans
+from ebd2n.campaign.search import read_decision
 from ebd2n.campaign.status import CampaignStatus, campaign_status, finished, format_status, write_plan
 from ebd2n.errors import UserError
 from ebd2n.layout import LEASE
@@ -40,8 +40,11 @@ CAMPAIGN = {
     "campaign": "sweep",
     "recipe": "demo",
     "data": {"source": "synthetic", "cache_dir": "results/caches/synthetic"},
-    "grid": {"modes": ["synchronous", "packed-4"], "learning_rates": {"synchronous": [0.001, 0.003], "packed-4": [0.001, 0.003]},
-             "beta2": [0.95]},
+    "grid": {
+        "modes": ["synchronous", "packed-4"],
+        "learning_rates": {"synchronous": [0.001, 0.003], "packed-4": [0.001, 0.003]},
+        "beta2": [0.95],
+    },
     "seeds": [42, 43],
     "epochs_per_slice": 1,
     "resources": {"default": {"gpus": 1, "cpus": 4, "minutes": 5}},
@@ -53,7 +56,9 @@ FAILURE = "ebd2n train: run failed: 4 consecutive steps had non-finite gradients
 
 
 def _runs() -> list[RunSpec]:
-    return grid_runs(["synchronous"], [0.001, 0.003], [0.95], [42, 43]) + grid_runs(["packed-4"], [0.001, 0.003], [0.95], [42, 43])
+    return grid_runs(["synchronous"], [0.001, 0.003], [0.95], [42, 43]) + grid_runs(
+        ["packed-4"], [0.001, 0.003], [0.95], [42, 43]
+    )
 
 
 def _hold(directory: Path) -> None:
@@ -71,7 +76,9 @@ def stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     write_slice_plan(plan_slices(2, 1), campaign.paths.slice_plan("base"))
     runs = [spec.run_id for spec in _runs()]
     root = write_campaign(tmp_path, "sweep", _runs(), epochs=2, campaign_json=False, audit=None)
-    roles = dict(zip(runs, ["done", "done", "done", "training", "validating", "failed", "pending", "pending"], strict=True))
+    roles = dict(
+        zip(runs, ["done", "done", "done", "training", "validating", "failed", "pending", "pending"], strict=True)
+    )
     for run, role in roles.items():
         directory = root / "runs" / run
         if role != "done":
@@ -127,13 +134,31 @@ def test_status_rows_say_slice_and_failure(stopped: dict[str, str]) -> None:
 
 def test_cli_status_piped_is_plain_text_and_writes_the_page(stopped: dict[str, str], tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    completed = subprocess.run([sys.executable, "-m", "ebd2n", "status", "results/sweep"], capture_output=True, text=True,
-                               env=env, timeout=120, cwd=tmp_path)
+    completed = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "status", "results/sweep"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     lines = completed.stdout.splitlines()
-    result = (completed.returncode, "\033[" in completed.stdout, len(lines), lines[0].split(), lines[-2].split(":")[1],
-              (tmp_path / "results/sweep/status.html").is_file())
-    assert result == (0, False, 1 + 8 + 3, ["run", "state", "epochs", "subset", "val", "loss", "subset", "acc.", "full",
-                                            "val", "loss", "wall", "note"], " 8 runs", True)
+    result = (
+        completed.returncode,
+        "\033[" in completed.stdout,
+        len(lines),
+        lines[0].split(),
+        lines[-2].split(":")[1],
+        (tmp_path / "results/sweep/status.html").is_file(),
+    )
+    assert result == (
+        0,
+        False,
+        1 + 8 + 3,
+        ["run", "state", "epochs", "subset", "val", "loss", "subset", "acc.", "full", "val", "loss", "wall", "note"],
+        " 8 runs",
+        True,
+    )
 
 
 def test_status_in_a_terminal_is_coloured(stopped: dict[str, str]) -> None:
@@ -148,8 +173,14 @@ def test_status_names_each_loss(stopped: dict[str, str]) -> None:
     done = next(run for run, role in stopped.items() if role == "done")
     row = next(line for line in text.splitlines() if line.startswith(done))
     full = json.loads(Path(f"results/sweep/runs/{done}/results.json").read_text())["loss"]
-    subset = [json.loads(line) for line in Path(f"results/sweep/runs/{done}/metrics.jsonl").read_text().splitlines()][-1]
-    result = (f"{subset['val_loss']:.4f} at epoch 2" in row, f"{full:.4f}" in row.split("at epoch 2")[1], full != subset["val_loss"])
+    subset = [json.loads(line) for line in Path(f"results/sweep/runs/{done}/metrics.jsonl").read_text().splitlines()][
+        -1
+    ]
+    result = (
+        f"{subset['val_loss']:.4f} at epoch 2" in row,
+        f"{full:.4f}" in row.split("at epoch 2")[1],
+        full != subset["val_loss"],
+    )
     assert result == (True, True, True)
 
 
@@ -169,7 +200,9 @@ def _open_status_page(tmp_path: Path) -> Iterator[object]:
     """The campaign's status page in headless Chromium at 1,400 px, offline."""
     from ebd2n.campaign.status import write_status_page
 
-    yield from _open_page(write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW)))
+    yield from _open_page(
+        write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW))
+    )
 
 
 def _open_page(path: Path) -> Iterator[object]:
@@ -180,7 +213,9 @@ def _open_page(path: Path) -> Iterator[object]:
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
         context = browser.new_context(viewport={"width": 1400, "height": 900})
-        context.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
+        context.route(
+            "**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_()
+        )
         loaded = context.new_page()
         errors: list[str] = []
         loaded.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
@@ -218,8 +253,13 @@ def test_browser_status_page(page) -> None:
         page.evaluate("document.querySelector('meta[http-equiv=refresh]').content"),
         page.errors,
     )
-    assert result == (8, ["done"] * 3 + ["training", "validating", "failed", "pending", "pending"],
-                      "campaign sweep: 8 runs: 3 done, 2 running, 1 failed, 2 pending", "30", [])
+    assert result == (
+        8,
+        ["done"] * 3 + ["training", "validating", "failed", "pending", "pending"],
+        "campaign sweep: 8 runs: 3 done, 2 running, 1 failed, 2 pending",
+        "30",
+        [],
+    )
 
 
 @pytest.mark.browser
@@ -235,8 +275,10 @@ def test_browser_status_page_of_a_finished_campaign_stops_reloading(finished_pag
 
 @pytest.mark.browser
 def test_browser_status_page_names_each_loss(page) -> None:
-    result = (page.evaluate("[...document.querySelectorAll('#runs th')].map(th => th.textContent)")[3:6],
-              "which the report ranks runs by" in page.locator("body").inner_text())
+    result = (
+        page.evaluate("[...document.querySelectorAll('#runs th')].map(th => th.textContent)")[3:6],
+        "which the report ranks runs by" in page.locator("body").inner_text(),
+    )
     assert result == (["subset val loss", "subset acc.", "full val loss"], True)
 
 
@@ -280,8 +322,15 @@ def halved(tmp_path_factory: pytest.TempPathFactory) -> Halved:
     assert len(decisions) == 1
     console_page = repo / "console-status.html"
     console_page.write_text((repo / "results/halving/status.html").read_text())
-    return Halved(repo, dry_run, at_rung, format_status(at_rung), campaign_status(repo / "results/halving"),
-                  read_decision(decisions[0]), console_page)
+    return Halved(
+        repo,
+        dry_run,
+        at_rung,
+        format_status(at_rung),
+        campaign_status(repo / "results/halving"),
+        read_decision(decisions[0]),
+        console_page,
+    )
 
 
 @pytest.mark.slow
@@ -303,8 +352,15 @@ def test_halving_status_at_an_undecided_rung(halved: Halved) -> None:
     status = halved.at_rung
     slices = [seconds for row in status.runs for seconds in row.slice_seconds]
     bracket, line = halved.at_rung_text.splitlines()[-2:]
-    result = (status.counts, [(row.state, row.detail) for row in status.runs], status.brackets, finished(status),
-              status.eta_s, bracket, line.split(";")[0])
+    result = (
+        status.counts,
+        [(row.state, row.detail) for row in status.runs],
+        status.brackets,
+        finished(status),
+        status.eta_s,
+        bracket,
+        line.split(";")[0],
+    )
     assert result == (
         {"done": 0, "running": 0, "failed": 0, "pending": 6, "stopped": 0},
         [("pending", "1 of 2 slices done, waiting for rung 1's decision")] * 6,
@@ -324,12 +380,23 @@ def test_halving_status_of_the_finished_campaign_holds_the_decision(halved: Halv
     expected = {}
     for rank, entry in enumerate(decision["ranking"], 1):
         for run in entry["losses"]:
-            expected[run] = ("done", "") if entry["point"] in decision["continuing"] else (
-                "stopped", f"stopped at rung 1, epoch 1 (bracket synchronous: ranked {rank} of 3, "
-                           f"mean subset loss {entry['mean_loss']:.4f}; kept 1)")
+            expected[run] = (
+                ("done", "")
+                if entry["point"] in decision["continuing"]
+                else (
+                    "stopped",
+                    f"stopped at rung 1, epoch 1 (bracket synchronous: ranked {rank} of 3, "
+                    f"mean subset loss {entry['mean_loss']:.4f}; kept 1)",
+                )
+            )
     status = halved.done
-    result = ({row.run: (row.state, row.detail) for row in status.runs}, status.counts, status.brackets, finished(status),
-              status.eta_s)
+    result = (
+        {row.run: (row.state, row.detail) for row in status.runs},
+        status.counts,
+        status.brackets,
+        finished(status),
+        status.eta_s,
+    )
     assert result == (
         expected,
         {"done": 2, "running": 0, "failed": 0, "pending": 0, "stopped": 4},
@@ -341,13 +408,22 @@ def test_halving_status_of_the_finished_campaign_holds_the_decision(halved: Halv
 
 @pytest.mark.slow
 def test_halving_cli_status_counts_stopped_runs_apart(halved: Halved) -> None:
-    completed = subprocess.run([sys.executable, "-m", "ebd2n", "status", "results/halving"], capture_output=True, text=True,
-                               env=workflow.environment(), timeout=120, cwd=halved.repo)
+    completed = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "status", "results/halving"],
+        capture_output=True,
+        text=True,
+        env=workflow.environment(),
+        timeout=120,
+        cwd=halved.repo,
+    )
     lines = completed.stdout.splitlines()
     result = (completed.returncode, lines[-3], lines[-2].split(";")[0], lines[-1])
-    assert result == (0, "bracket synchronous: rung 1 of 1 decided, 1 of 3 points train on",
-                      "campaign halving: 6 runs: 2 done, 0 running, 4 stopped, 0 failed, 0 pending",
-                      "page results/halving/status.html")
+    assert result == (
+        0,
+        "bracket synchronous: rung 1 of 1 decided, 1 of 3 points train on",
+        "campaign halving: 6 runs: 2 done, 0 running, 4 stopped, 0 failed, 0 pending",
+        "page results/halving/status.html",
+    )
 
 
 @pytest.mark.slow

@@ -45,8 +45,11 @@ epochs_per_slice: 1
 @pytest.fixture
 def edgy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A finished campaign whose winner is its largest LR, and its file under config/campaigns/."""
-    runs = [RunSpec("synchronous", lr, 0.99, seed, synthetic_loss("synchronous", lr, 0.99, seed))
-            for lr in BELOW for seed in (1, 2)]
+    runs = [
+        RunSpec("synchronous", lr, 0.99, seed, synthetic_loss("synchronous", lr, 0.99, seed))
+        for lr in BELOW
+        for seed in (1, 2)
+    ]
     write_campaign(tmp_path, "edgy", runs)
     (tmp_path / "config/campaigns").mkdir(parents=True)
     (tmp_path / "config/campaigns/edgy.yaml").write_text(CAMPAIGN_TEXT)
@@ -57,7 +60,9 @@ def edgy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_extend_adds_the_next_lrs_on_the_grids_step_and_keeps_the_rest(edgy: Path) -> None:
     extend_campaign(Path("results/edgy"))
     result = (edgy / "config/campaigns/edgy.yaml").read_text()
-    expected = CAMPAIGN_TEXT.replace(":\n      - 0.00025\n      - 0.0005\n      - 0.001", ": [0.00025, 0.0005, 0.001, 0.002, 0.004]")
+    expected = CAMPAIGN_TEXT.replace(
+        ":\n      - 0.00025\n      - 0.0005\n      - 0.001", ": [0.00025, 0.0005, 0.001, 0.002, 0.004]"
+    )
     assert result == expected
 
 
@@ -73,8 +78,13 @@ def test_extend_keeps_the_previous_revision_and_records_why(edgy: Path) -> None:
     extend_campaign(Path("results/edgy"))
     history = json.loads((edgy / "results/edgy/extensions/history.json").read_text())
     result = ((edgy / "results/edgy/extensions/revision-0.yaml").read_text(), history[0]["added"], history[0]["why"])
-    expected = (CAMPAIGN_TEXT, {"synchronous": [0.002, 0.004]},
-                {"synchronous": "winner LR 0.001 (beta2 0.99) is the upper edge of the tested LRs; continued the grid's step there"})
+    expected = (
+        CAMPAIGN_TEXT,
+        {"synchronous": [0.002, 0.004]},
+        {
+            "synchronous": "winner LR 0.001 (beta2 0.99) is the upper edge of the tested LRs; continued the grid's step there"
+        },
+    )
     assert result == expected
 
 
@@ -87,7 +97,11 @@ def test_extend_twice_before_running_adds_nothing(edgy: Path) -> None:
 def test_extend_cli_prints_the_diff(edgy: Path, capsys: pytest.CaptureFixture) -> None:
     status = main(["extend", "results/edgy"])
     lines = capsys.readouterr().out.splitlines()
-    result = (status, "+    synchronous: [0.00025, 0.0005, 0.001, 0.002, 0.004]" in lines, lines[-1].startswith("extension 1: synchronous + 0.002, 0.004"))
+    result = (
+        status,
+        "+    synchronous: [0.00025, 0.0005, 0.001, 0.002, 0.004]" in lines,
+        lines[-1].startswith("extension 1: synchronous + 0.002, 0.004"),
+    )
     assert result == (0, True, True)
 
 
@@ -110,14 +124,18 @@ def test_sweep_refuses_configfile_after_double_dash(edgy: Path, capsys: pytest.C
 
 
 def _hashes(directory: Path) -> dict[str, str]:
-    return {p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _ebd2n(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**environment(), "PYTHONPATH": str(repo / "src")}
-    result = subprocess.run([sys.executable, "-m", "ebd2n", *args], cwd=repo, env=env, capture_output=True, text=True,
-                            timeout=1200)
+    result = subprocess.run(
+        [sys.executable, "-m", "ebd2n", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=1200
+    )
     if check and result.returncode:
         raise AssertionError(f"ebd2n {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
@@ -126,13 +144,22 @@ def _ebd2n(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
 @pytest.mark.slow
 def test_sweep_until_bracketed_brackets_a_grid_below_its_optimum(tmp_path: Path) -> None:
     repo = copy_repo(tmp_path / "repo")
-    raw = {**TINY, "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.001, 0.002]}, "beta2": [0.99]}}
+    raw = {
+        **TINY,
+        "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.001, 0.002]}, "beta2": [0.99]},
+    }
     campaign = write_campaign_file(repo, raw)
     _ebd2n(repo, "sweep", campaign, "--", "--cores", "2")
     before = _hashes(repo / "results/tiny/runs")
     text = (repo / campaign).read_text()
-    capped = _ebd2n(repo, "sweep", campaign, "--until-bracketed", "--max-extensions", "0", "--", "--cores", "2", check=False)
-    assert (capped.returncode, "not bracketed after 0 extension(s)" in capped.stderr, (repo / campaign).read_text()) == (1, True, text)
+    capped = _ebd2n(
+        repo, "sweep", campaign, "--until-bracketed", "--max-extensions", "0", "--", "--cores", "2", check=False
+    )
+    assert (
+        capped.returncode,
+        "not bracketed after 0 extension(s)" in capped.stderr,
+        (repo / campaign).read_text(),
+    ) == (1, True, text)
     swept = _ebd2n(repo, "sweep", campaign, "--until-bracketed", "--max-extensions", "3", "--", "--cores", "2")
     _ebd2n(repo, "audit", "results/tiny")
     after = _hashes(repo / "results/tiny/runs")

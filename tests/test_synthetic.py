@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import math
 import os
 import random
@@ -64,9 +65,7 @@ def test_generate_documents_identical_in_another_process() -> None:
         "print(hashlib.sha256('\\x00'.join(generate_documents(3, 20_000)).encode()).hexdigest())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(src)}
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     expected = _digest(generate_documents(3, 20_000))
     assert result.stdout.strip() == expected
 
@@ -87,9 +86,7 @@ def test_generate_documents_zero_bytes_is_empty() -> None:
 
 
 @pytest.mark.parametrize("pronoun", ["she", "he"])
-def test_generate_document_gendered_pronouns_need_cast_member(
-    documents: list[Document], pronoun: str
-) -> None:
+def test_generate_document_gendered_pronouns_need_cast_member(documents: list[Document], pronoun: str) -> None:
     result = [
         doc.text
         for doc in documents
@@ -102,7 +99,7 @@ def test_generate_document_gendered_pronouns_need_cast_member(
 def test_generate_document_sentence_initial_pronoun_continues_subject(documents: list[Document]) -> None:
     result = []
     for doc in documents:
-        for previous, sentence in zip(doc.sentences, doc.sentences[1:]):
+        for previous, sentence in itertools.pairwise(doc.sentences):
             pronoun = sentence.split(" ", 1)[0].lower()
             referents = [member for member in doc.cast if member.subject == pronoun]
             continues = len(referents) == 1 and (
@@ -143,10 +140,7 @@ def test_generate_document_pronoun_subjects_agree(documents: list[Document]) -> 
 
 def test_generate_document_keeps_one_tense(documents: list[Document]) -> None:
     narration = [re.sub(r'"[^"]*"', "", doc.text) for doc in documents]
-    result = [
-        text for text in narration
-        if re.search(r"\b(?:was|were)\b", text) and re.search(r"\b(?:is|are)\b", text)
-    ]
+    result = [text for text in narration if re.search(r"\b(?:was|were)\b", text) and re.search(r"\b(?:is|are)\b", text)]
     expected: list[str] = []
     assert result == expected
 
@@ -165,7 +159,7 @@ def test_generate_document_closing_returns_to_opening_place(documents: list[Docu
 def test_generate_documents_bigram_entropy_far_below_unigram() -> None:
     words = _words("\n".join(generate_documents(1, 1_000_000)))
     unigram = _entropy(Counter(words))
-    conditional = _entropy(Counter(zip(words, words[1:]))) - _entropy(Counter(words[:-1]))
+    conditional = _entropy(Counter(itertools.pairwise(words))) - _entropy(Counter(words[:-1]))
     result = unigram - conditional
     expected = 1.5
     assert result >= expected

@@ -29,12 +29,17 @@ def test_selected_recipe_resolves_to_the_reference_run(mode: str) -> None:
     recipe, raw = load_recipe(SELECTED[mode]), _raw(mode)
     budget = budget_of(recipe)
     result = (
-        recipe.mode, recipe.model.model_dump(), recipe.optimizer.model_dump(exclude=set(ADDED_OPTIMIZER_DEFAULTS)),
+        recipe.mode,
+        recipe.model.model_dump(),
+        recipe.optimizer.model_dump(exclude=set(ADDED_OPTIMIZER_DEFAULTS)),
         (budget.total_tokens, budget.total_steps, budget.epochs),
         {key: getattr(recipe.training, key) for key in ("batch_tokens", "micro_batch_size", "checkpoint_policy")},
     )
     expected = (
-        mode, load_recipe("20m").model.model_dump(), raw["optimizer"], BUDGETS[mode],
+        mode,
+        load_recipe("20m").model.model_dump(),
+        raw["optimizer"],
+        BUDGETS[mode],
         {key: raw["training"][key] for key in ("batch_tokens", "micro_batch_size", "checkpoint_policy")},
     )
     assert result == expected
@@ -59,9 +64,20 @@ def test_selected_recipe_keeps_the_pinned_data() -> None:
 
 def test_cli_names_ignored_keys_once_and_takes_the_seed_overrides(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "ebd2n", "recipe", str(SELECTED["packed-4"]), "--set", "runtime.seed=43",
-         "--set", f"runtime.output_dir={tmp_path / 'run'}"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "ebd2n",
+            "recipe",
+            str(SELECTED["packed-4"]),
+            "--set",
+            "runtime.seed=43",
+            "--set",
+            f"runtime.output_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert [line for line in result.stderr.splitlines() if "ignored" in line] == [
@@ -75,7 +91,10 @@ def test_cli_names_ignored_keys_once_and_takes_the_seed_overrides(tmp_path: Path
     ("change", "message"),
     [
         (lambda raw: raw["runtime"].update(warp_speed=True), "runtime.warp_speed: unknown key"),
-        (lambda raw: raw["data"].update(shuffle_buffer=5000), "data.shuffle_buffer: 5000 would change the prepared data"),
+        (
+            lambda raw: raw["data"].update(shuffle_buffer=5000),
+            "data.shuffle_buffer: 5000 would change the prepared data",
+        ),
         (lambda raw: raw["training"].update(checkpoint_policy="none"), "checkpoint_policy: tiny-llm's none"),
     ],
 )
@@ -88,11 +107,16 @@ def test_tiny_llm_keys_outside_the_mapping_stay_errors(tmp_path: Path, change, m
 
 
 def test_campaign_recipe_may_be_a_tiny_llm_file() -> None:
-    campaign = campaign_from_dict({
-        "campaign": "reference", "recipe": str(SELECTED["synchronous"]),
-        "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.0028]}, "beta2": [0.999]},
-        "seeds": [42], "epochs_per_slice": 40, "resources": {"default": {"gpus": 1, "minutes": 30}},
-    })
+    campaign = campaign_from_dict(
+        {
+            "campaign": "reference",
+            "recipe": str(SELECTED["synchronous"]),
+            "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [0.0028]}, "beta2": [0.999]},
+            "seeds": [42],
+            "epochs_per_slice": 40,
+            "resources": {"default": {"gpus": 1, "minutes": 30}},
+        }
+    )
     recipe = campaign.base_recipe("base")
     result = (recipe.optimizer.lr, recipe.runtime.ignored_keys, budget_of(recipe).total_steps)
     assert result == (0.0028, IGNORED, 12_480)
@@ -106,7 +130,9 @@ def test_tiny_llm_accumadamw_and_adaptive_consensus_in_ebd2n_terms(tmp_path: Pat
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
     recipe = load_recipe(tmp_path / "r.yaml")
     assert (recipe.optimizer.accum_iter, recipe.decentralized.adaptive_consensus.model_dump()) == (
-        4, {"start_fraction": 0.8, "p": 1.0})
+        4,
+        {"start_fraction": 0.8, "p": 1.0},
+    )
     raw["optimizer"].pop("accum_iter")
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(UserError, match="optimizer.name accumadamw: set optimizer.accum_iter"):

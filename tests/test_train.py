@@ -33,8 +33,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
     return load_recipe(
         "demo",
-        [f"data.cache_dir={cache_dir}", f"runtime.output_dir={run_dir}", "training.max_tokens=16384",
-         "training.epoch_tokens=4096", *overrides],
+        [
+            f"data.cache_dir={cache_dir}",
+            f"runtime.output_dir={run_dir}",
+            "training.max_tokens=16384",
+            "training.epoch_tokens=4096",
+            *overrides,
+        ],
     )
 
 
@@ -42,18 +47,19 @@ def _weights(run_dir: Path) -> dict:
     return load_checkpoint(run_dir / "final.pt")["engine"]
 
 
-@pytest.mark.parametrize(
-    ("tokens", "expected"),
-    [(1, 0.001 / 5), (4, 0.001 * 4 / 5), (5, 0.001), (100, 0.0001)],
-)
+@pytest.mark.parametrize(("tokens", "expected"), [(1, 0.001 / 5), (4, 0.001 * 4 / 5), (5, 0.001), (100, 0.0001)])
 def test_learning_rate_known_positions(tokens: int, expected: float) -> None:
-    optimizer = load_recipe("demo", ["optimizer.lr=0.001", "optimizer.min_lr_ratio=0.1", "optimizer.warmup_fraction=0.05"]).optimizer
+    optimizer = load_recipe(
+        "demo", ["optimizer.lr=0.001", "optimizer.min_lr_ratio=0.1", "optimizer.warmup_fraction=0.05"]
+    ).optimizer
     result = learning_rate(tokens, 100, optimizer)  # warm-up over the first 5 of 100 tokens
     assert result == pytest.approx(expected)
 
 
 def test_learning_rate_midpoint_of_cosine() -> None:
-    optimizer = load_recipe("demo", ["optimizer.lr=0.001", "optimizer.min_lr_ratio=0.1", "optimizer.warmup_fraction=0.05"]).optimizer
+    optimizer = load_recipe(
+        "demo", ["optimizer.lr=0.001", "optimizer.min_lr_ratio=0.1", "optimizer.warmup_fraction=0.05"]
+    ).optimizer
     result = learning_rate(5 + 47, 100, optimizer)
     assert result == pytest.approx(0.0001 + 0.0009 * 0.5 * (1 + math.cos(math.pi * 47 / 95)))
 
@@ -63,7 +69,9 @@ def test_train_loss_falls_below_unigram_entropy(demo_cache: Path, tmp_path: Path
     recipe = _recipe(demo_cache, tmp_path / "run", "training.max_tokens=245760", "training.epoch_tokens=49152")
     train(recipe, progress=False)
     cache = open_cache(demo_cache)
-    tokens = np.fromfile(cache.directory / cache.manifest["splits"]["validation"]["shards"][0]["file"], dtype=cache.dtype)
+    tokens = np.fromfile(
+        cache.directory / cache.manifest["splits"]["validation"]["shards"][0]["file"], dtype=cache.dtype
+    )
     counts = np.bincount(tokens).astype(np.float64)
     p = counts[counts > 0] / counts.sum()
     unigram_entropy = float(-(p * np.log(p)).sum())
@@ -143,7 +151,16 @@ def test_killed_slice_rerun_replaces_its_partial_metrics(demo_cache: Path, tmp_p
     [
         ("final", {"final.pt"}),
         ("epoch", {"final.pt", "checkpoints/epoch-1.pt", "checkpoints/epoch-2.pt", "checkpoints/epoch-3.pt"}),
-        ("all", {"final.pt", "checkpoints/epoch-0.pt", "checkpoints/epoch-1.pt", "checkpoints/epoch-2.pt", "checkpoints/epoch-3.pt"}),
+        (
+            "all",
+            {
+                "final.pt",
+                "checkpoints/epoch-0.pt",
+                "checkpoints/epoch-1.pt",
+                "checkpoints/epoch-2.pt",
+                "checkpoints/epoch-3.pt",
+            },
+        ),
     ],
 )
 def test_checkpoint_policy_retention(demo_cache: Path, tmp_path: Path, policy: str, expected: set[str]) -> None:
@@ -163,8 +180,10 @@ def test_first_slice_killed_midway_reruns_bitwise(demo_cache: Path, tmp_path: Pa
     killed = _recipe(demo_cache, tmp_path / "killed", f"training.checkpoint_policy={policy}")
     train(killed, until_epoch=1, progress=False)  # what the killed slice left: its epoch-1 checkpoint
     train(killed, until_epoch=2, progress=False)
-    assert_states_equal(load_checkpoint(tmp_path / "whole/checkpoints/epoch-2.pt")["engine"],
-                        load_checkpoint(tmp_path / "killed/checkpoints/epoch-2.pt")["engine"])
+    assert_states_equal(
+        load_checkpoint(tmp_path / "whole/checkpoints/epoch-2.pt")["engine"],
+        load_checkpoint(tmp_path / "killed/checkpoints/epoch-2.pt")["engine"],
+    )
     log = (tmp_path / "killed/train.log").read_bytes()
     again = train(killed, until_epoch=2, progress=False)
     assert (again, (tmp_path / "killed/train.log").read_bytes() == log) == (False, True)
@@ -233,24 +252,45 @@ def test_train_log_has_one_job_header_per_slice(demo_cache: Path, tmp_path: Path
     train(recipe, until_epoch=1, progress=False)
     train(recipe, resume=tmp_path / "run/checkpoints/epoch-1.pt", progress=False)
     lines = (tmp_path / "run/train.log").read_text().splitlines()
-    result = (Counter("##########" in line for line in lines)[True], sum(" | val loss " in line for line in lines),
-              sum(line.endswith(" model:") for line in lines), sum(" recipe as in the first slice " in line for line in lines))
+    result = (
+        Counter("##########" in line for line in lines)[True],
+        sum(" | val loss " in line for line in lines),
+        sum(line.endswith(" model:") for line in lines),
+        sum(" recipe as in the first slice " in line for line in lines),
+    )
     assert result == (2, 4, 1, 1)  # the whole recipe in the first slice only, its identity in the second
 
 
 def test_cli_train_piped_prints_summaries_and_no_progress_bars(demo_cache: Path, tmp_path: Path) -> None:
     """Outside a terminal: no carriage-return progress bars; each slice ends on a line saying what it left."""
     run = tmp_path / "run"
-    settings = ["--set", f"data.cache_dir={demo_cache}", "--set", f"runtime.output_dir={run}",
-                "--set", "training.max_tokens=8192", "--set", "training.epoch_tokens=4096"]
+    settings = [
+        "--set",
+        f"data.cache_dir={demo_cache}",
+        "--set",
+        f"runtime.output_dir={run}",
+        "--set",
+        "training.max_tokens=8192",
+        "--set",
+        "training.epoch_tokens=4096",
+    ]
     first = _cli("train", "--config", "demo", *settings, "--until-epoch", "1")
     second = _cli("train", "--config", "demo", *settings, "--resume", str(run / "checkpoints/epoch-1.pt"))
     loss = read_metrics(run)[-1]["val_loss"]
-    result = ([first.returncode, second.returncode], "\r" in first.stderr + second.stderr,
-              first.stdout.splitlines()[-1].split(";")[0], second.stdout.splitlines()[-1].split(";")[0],
-              f"validation loss {loss:.4f}," in second.stdout)
-    assert result == ([0, 0], False, f"slice done: epoch 1 of {run}",
-                      f"done: {run}/final.pt, dashboard {run}/report.html", True)
+    result = (
+        [first.returncode, second.returncode],
+        "\r" in first.stderr + second.stderr,
+        first.stdout.splitlines()[-1].split(";")[0],
+        second.stdout.splitlines()[-1].split(";")[0],
+        f"validation loss {loss:.4f}," in second.stdout,
+    )
+    assert result == (
+        [0, 0],
+        False,
+        f"slice done: epoch 1 of {run}",
+        f"done: {run}/final.pt, dashboard {run}/report.html",
+        True,
+    )
     # the lines the jobs appended after their trainers' (dashboard, CPU time) are the audit's one trainer's
     blocks = log_blocks((run / "train.log").read_text())
     assert (len(blocks), overlapping_blocks(blocks)) == (2, [])
@@ -285,8 +325,11 @@ def test_corrupt_checkpoint_refused(demo_cache: Path, tmp_path: Path) -> None:
     checkpoint.write_bytes(checkpoint.read_bytes()[:-100])
     with pytest.raises(UserError, match=r"epoch-2\.pt: SHA-256 .* does not match"):
         train(recipe, resume=checkpoint, progress=False)
-    result = (whole, _is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt"),
-              _is_recorded(tmp_path / "run", "final.pt"))
+    result = (
+        whole,
+        _is_recorded(tmp_path / "run", "checkpoints/epoch-2.pt"),
+        _is_recorded(tmp_path / "run", "final.pt"),
+    )
     assert result == (True, False, False)
 
 
@@ -347,8 +390,16 @@ def test_full_validation_of_packed_run(demo_cache: Path, tmp_path: Path) -> None
 
 def test_dashboard_written_once_at_the_end_covering_every_slice(demo_cache: Path, tmp_path: Path) -> None:
     """`ebd2n train` (the trainer's caller) writes the dashboard when its slice completes the run."""
-    settings = ["--set", f"data.cache_dir={demo_cache}", "--set", f"runtime.output_dir={tmp_path / 'run'}",
-                "--set", "training.max_tokens=8192", "--set", "training.epoch_tokens=2048"]
+    settings = [
+        "--set",
+        f"data.cache_dir={demo_cache}",
+        "--set",
+        f"runtime.output_dir={tmp_path / 'run'}",
+        "--set",
+        "training.max_tokens=8192",
+        "--set",
+        "training.epoch_tokens=2048",
+    ]
     _cli("train", "--config", "demo", *settings, "--until-epoch", "2")
     after_first_slice = (tmp_path / "run/report.html").exists()
     _cli("train", "--config", "demo", *settings, "--resume", str(tmp_path / "run/checkpoints/epoch-2.pt"))
@@ -385,20 +436,51 @@ def test_checkpoint_is_the_assembly_of_the_trainer_parts(demo_cache: Path, tmp_p
     run = tmp_path / "run"
     train(_recipe(demo_cache, run), until_epoch=1, progress=False)
     state = load_checkpoint(run / "checkpoints/epoch-1.pt")
-    result = (sorted(state), state["data"], state["progress"]["epoch"], len(state["progress"]["job_ids"]),
-              state["metrics"]["offset"] == (run / "metrics.jsonl").stat().st_size, state["tokens"])
-    assert result == (["cache_identity", "data", "engine", "format", "metrics", "progress", "recipe_identity", "rng",
-                       "run_id", "source_hash", "tokens"], {"step": 4}, 1, 1, True, 4096)
-
+    result = (
+        sorted(state),
+        state["data"],
+        state["progress"]["epoch"],
+        len(state["progress"]["job_ids"]),
+        state["metrics"]["offset"] == (run / "metrics.jsonl").stat().st_size,
+        state["tokens"],
+    )
+    assert result == (
+        [
+            "cache_identity",
+            "data",
+            "engine",
+            "format",
+            "metrics",
+            "progress",
+            "recipe_identity",
+            "rng",
+            "run_id",
+            "source_hash",
+            "tokens",
+        ],
+        {"step": 4},
+        1,
+        1,
+        True,
+        4096,
+    )
 
 
 def _as_format_1(state: dict) -> dict:
     """A format-2 checkpoint as an older ebd2n wrote it: counters, RNG and metrics offset in loose keys."""
     progress = {**state["progress"], "step": state["data"]["step"]}
     header = {key: state[key] for key in ("run_id", "recipe_identity", "cache_identity", "source_hash", "tokens")}
-    return {**header, "format": 1, "epoch": progress["epoch"], "step": progress["step"], "engine": state["engine"],
-            "progress": progress, "rng": state["rng"], "metrics_offset": state["metrics"]["offset"],
-            "job_ids": progress["job_ids"]}
+    return {
+        **header,
+        "format": 1,
+        "epoch": progress["epoch"],
+        "step": progress["step"],
+        "engine": state["engine"],
+        "progress": progress,
+        "rng": state["rng"],
+        "metrics_offset": state["metrics"]["offset"],
+        "job_ids": progress["job_ids"],
+    }
 
 
 def test_older_checkpoint_format_is_refused_for_resume_in_one_line(demo_cache: Path, tmp_path: Path) -> None:
@@ -406,7 +488,9 @@ def test_older_checkpoint_format_is_refused_for_resume_in_one_line(demo_cache: P
     train(recipe, until_epoch=1, progress=False)
     checkpoint = tmp_path / "run/checkpoints/epoch-1.pt"
     save_checkpoint(tmp_path / "run", "checkpoints/epoch-1.pt", _as_format_1(load_checkpoint(checkpoint)))
-    with pytest.raises(UserError, match=r"epoch-1\.pt: format 1, written by an older ebd2n; .* training\.init_from") as refused:
+    with pytest.raises(
+        UserError, match=r"epoch-1\.pt: format 1, written by an older ebd2n; .* training\.init_from"
+    ) as refused:
         train(recipe, resume=checkpoint, progress=False)
     assert "\n" not in str(refused.value)
 
@@ -425,5 +509,7 @@ def test_older_final_checkpoint_still_validates_and_initialises(demo_cache: Path
     assert (older["loss"], older["job_ids"]) == (current["loss"], current["job_ids"])
     assert_states_equal(checkpoint_weights(run / "final.pt"), weights)
     save_checkpoint(run, "final.pt", {**state, "format": 3})
-    with pytest.raises(UserError, match=r"final\.pt: format 3, not one this ebd2n reads .* the ebd2n version that wrote it"):
+    with pytest.raises(
+        UserError, match=r"final\.pt: format 3, not one this ebd2n reads .* the ebd2n version that wrote it"
+    ):
         checkpoint_weights(run / "final.pt")

@@ -24,14 +24,18 @@ def _together(commands: list[list[str]], cwd: Path) -> list[subprocess.Completed
     with tempfile.TemporaryDirectory() as scratch:
         logs = [(Path(scratch) / f"{n}.out", Path(scratch) / f"{n}.err") for n in range(len(commands))]
         handles = [(out.open("w"), err.open("w")) for out, err in logs]
-        started = [subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err)
-                   for command, (out, err) in zip(commands, handles)]
+        started = [
+            subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err)
+            for command, (out, err) in zip(commands, handles, strict=True)
+        ]
         codes = [process.wait(timeout=900) for process in started]
         for out, err in handles:
             out.close()
             err.close()
-        return [subprocess.CompletedProcess(command, code, out.read_text(), err.read_text())
-                for command, code, (out, err) in zip(commands, codes, logs)]
+        return [
+            subprocess.CompletedProcess(command, code, out.read_text(), err.read_text())
+            for command, code, (out, err) in zip(commands, codes, logs, strict=True)
+        ]
 
 
 @pytest.mark.parametrize("trial", range(TRIALS))
@@ -63,11 +67,20 @@ def test_twins_two_controllers_started_together_both_finish_one_audited_campaign
     snakemake = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", campaign]
     results = _together([snakemake, snakemake], repo)
     directory = repo / "results" / "tiny"
-    audited = subprocess.run([sys.executable, "-m", "ebd2n", "audit", "results/tiny"], cwd=repo, env=environment(),
-                             capture_output=True, text=True, timeout=600)
+    audited = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "audit", "results/tiny"],
+        cwd=repo,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     outputs = "\n".join(result.stdout + result.stderr for result in results)
     assert ([result.returncode for result in results], (directory / "audit.passed").is_file(), audited.returncode) == (
-        [0, 0], True, 0), outputs + audited.stdout + audited.stderr
+        [0, 0],
+        True,
+        0,
+    ), outputs + audited.stdout + audited.stderr
     twin_finals.append({path.parent.name: _weights_digest(path) for path in sorted(directory.glob("runs/*/final.pt"))})
     assert all(finals == twin_finals[0] for finals in twin_finals)  # the same model, bit for bit, in every trial
 

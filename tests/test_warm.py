@@ -38,8 +38,12 @@ def sockets() -> Iterator[Path]:
 
 def _env(sockets: Path, warm: bool, **extra: str) -> dict[str, str]:
     return {
-        **os.environ, "PYTHONPATH": SOURCE, "TMPDIR": str(sockets), "OMP_NUM_THREADS": "1",
-        "EBD2N_WARM": "1" if warm else "0", **extra,
+        **os.environ,
+        "PYTHONPATH": SOURCE,
+        "TMPDIR": str(sockets),
+        "OMP_NUM_THREADS": "1",
+        "EBD2N_WARM": "1" if warm else "0",
+        **extra,
     }
 
 
@@ -105,7 +109,10 @@ def test_warm_job_runs_in_a_fork_and_matches_cold_bitwise(demo_cache: Path, tmp_
 
 def _cpu_seconds(run: Path) -> float:
     """The CPU time of the train.log's `job usage` line (one job)."""
-    (seconds,) = re.findall(r"job usage: cpu ([0-9.]+) s \(user [0-9.]+, system [0-9.]+\) \| peak rss [0-9]+ MiB", (run / "train.log").read_text())
+    (seconds,) = re.findall(
+        r"job usage: cpu ([0-9.]+) s \(user [0-9.]+, system [0-9.]+\) \| peak rss [0-9]+ MiB",
+        (run / "train.log").read_text(),
+    )
     return float(seconds)
 
 
@@ -183,7 +190,9 @@ def test_warm_job_dies_with_its_client(demo_cache: Path, tmp_path: Path, sockets
 
 def test_warm_jobs_die_with_their_server(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
     run = tmp_path / "run"
-    with subprocess.Popen(_command(demo_cache, run, *LONG), env=_env(sockets, True), stderr=subprocess.PIPE, text=True) as client:
+    with subprocess.Popen(
+        _command(demo_cache, run, *LONG), env=_env(sockets, True), stderr=subprocess.PIPE, text=True
+    ) as client:
         try:
             _wait_for(lambda: (run / "checkpoints.json").exists() or client.poll() is not None)
             (server,) = _servers(sockets)
@@ -200,9 +209,15 @@ def test_job_starts_cold_when_no_server_can_be_reached(demo_cache: Path, tmp_pat
     """A socket directory others may enter is refused: the job runs in the client, as a cold one."""
     (sockets / f"ebd2n-warm-{os.getuid()}").mkdir(mode=0o755)
     run = tmp_path / "run"
-    with subprocess.Popen(_command(demo_cache, run, *SHORT), env=_env(sockets, True), stderr=subprocess.PIPE, text=True) as client:
+    with subprocess.Popen(
+        _command(demo_cache, run, *SHORT), env=_env(sockets, True), stderr=subprocess.PIPE, text=True
+    ) as client:
         result = (client.wait(timeout=600), _job_pids(run / "train.log"), client.stderr.read().splitlines()[0])
-    expected = (0, [client.pid], f"ebd2n: warm start unavailable ({sockets}/ebd2n-warm-{os.getuid()} must be your own directory with mode 0700); starting cold")
+    expected = (
+        0,
+        [client.pid],
+        f"ebd2n: warm start unavailable ({sockets}/ebd2n-warm-{os.getuid()} must be your own directory with mode 0700); starting cold",
+    )
     assert result == expected
     assert _servers(sockets) == []
 

@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 WHEEL_INPUTS = ("pyproject.toml", "README.md", "src")
 
 
-def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+def _run(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
     """Run with `env`, by default this environment without PYTHONPATH (through which pip would take the
     checkout's package for one already installed)."""
     env = env or {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
@@ -38,16 +40,34 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path: Path) -> None
     source.mkdir()
     for name in WHEEL_INPUTS:
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
-        copy(REPO / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")} if copy is shutil.copytree else {}))
+        copy(
+            REPO / name,
+            source / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")} if copy is shutil.copytree else {}),
+        )
     _run(sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", tmp_path / "dist", source, cwd=source)
     wheel = next((tmp_path / "dist").glob("ebd2n-*.whl"))
 
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
-    site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=tmp_path).stdout.strip())
+    site = Path(
+        _run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=tmp_path).stdout.strip()
+    )
     (site / "shared-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    _run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "--force-reinstall", wheel, cwd=tmp_path)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--force-reinstall",
+        wheel,
+        cwd=tmp_path,
+    )
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -58,15 +78,46 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path: Path) -> None
     recipe = _run(ebd2n, "recipe", "20m", cwd=empty, env=env).stdout
     prepared = _run(ebd2n, "prepare", "demo", "--quiet", cwd=empty, env=env).stdout
     trained = _run(
-        ebd2n, "train", "--config", "demo", "--set", "training.max_tokens=4096", "--set", "training.epoch_tokens=2048",
-        "--set", "runtime.output_dir=runs/wheel", "--quiet", cwd=empty, env=env,
+        ebd2n,
+        "train",
+        "--config",
+        "demo",
+        "--set",
+        "training.max_tokens=4096",
+        "--set",
+        "training.epoch_tokens=2048",
+        "--set",
+        "runtime.output_dir=runs/wheel",
+        "--quiet",
+        cwd=empty,
+        env=env,
     ).stdout
     (empty / "campaign.yaml").write_text("unknown_key: 1\n")
-    checked = subprocess.run([ebd2n, "campaign", "check", "campaign.yaml"], cwd=empty, env=env, capture_output=True, text=True, timeout=120)
+    checked = subprocess.run(
+        [ebd2n, "campaign", "check", "campaign.yaml"], cwd=empty, env=env, capture_output=True, text=True, timeout=120
+    )
     result = (
-        Path(located).is_relative_to(site), (checked.returncode, "'unknown_key' was unexpected" in checked.stderr), "parameters: " in recipe, prepared.startswith("cache results/caches/synthetic"),
+        Path(located).is_relative_to(site),
+        (checked.returncode, "'unknown_key' was unexpected" in checked.stderr),
+        "parameters: " in recipe,
+        prepared.startswith("cache results/caches/synthetic"),
         trained.startswith("done: runs/wheel/final.pt, dashboard runs/wheel/report.html"),
         sorted(p.name for p in (empty / "runs/wheel").iterdir() if p.is_file()),
     )
-    assert result == (True, (2, True), True, True, True, ["best.json", "checkpoints.json", "final.pt", "metrics.jsonl",
-                                              "recipe.yaml", "report.html", "run.json", "train.log"])
+    assert result == (
+        True,
+        (2, True),
+        True,
+        True,
+        True,
+        [
+            "best.json",
+            "checkpoints.json",
+            "final.pt",
+            "metrics.jsonl",
+            "recipe.yaml",
+            "report.html",
+            "run.json",
+            "train.log",
+        ],
+    )

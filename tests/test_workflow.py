@@ -22,15 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from workflow_support import (
-    TIMEOUT,
-    TINY,
-    assert_states_equal,
-    copy_repo,
-    environment,
-    snakemake,
-    write_campaign,
-)
+from workflow_support import TIMEOUT, TINY, assert_states_equal, copy_repo, environment, snakemake, write_campaign
 
 from ebd2n.campaign.check import load_campaign
 from ebd2n.errors import UserError
@@ -81,7 +73,12 @@ def test_workflow_finished_campaign_has_every_artifact(repo: Path) -> None:
     result = {path.name for path in run.iterdir()}
     assert {"best.json", "final.pt", "metrics.jsonl", "recipe.yaml", "results.json", "train.log"} <= result
     assert not (run / "checkpoints").exists()  # the slice checkpoint was let go, with its folder (policy final)
-    assert (repo / "results/tiny/runs.csv").read_text().splitlines()[1].startswith(f"{RUN},synchronous,0.003,0.99,42,complete,")
+    assert (
+        (repo / "results/tiny/runs.csv")
+        .read_text()
+        .splitlines()[1]
+        .startswith(f"{RUN},synchronous,0.003,0.99,42,complete,")
+    )
     assert (run / "train.log").read_text().count("########## job ") == 2
 
 
@@ -105,8 +102,11 @@ def test_workflow_deleted_run_is_retrained_alone_and_audited(repo: Path, finishe
     counts = job_counts(result.stdout + result.stderr)
     trained = {rule: counts.get(rule, 0) for rule in ("train_slice", "train_final", "validate_run")}
     audit = (repo / "results/tiny/logs/audit.log").read_text()
-    assert trained == ({"train_slice": 1, "train_final": 1, "validate_run": 1} if not removed else
-                       {"train_slice": 0, "train_final": 1, "validate_run": 1})
+    assert trained == (
+        {"train_slice": 1, "train_final": 1, "validate_run": 1}
+        if not removed
+        else {"train_slice": 0, "train_final": 1, "validate_run": 1}
+    )
     assert (repo / "results/tiny/audit.passed").is_file() and f"{RUN}: trained again since the last audit" in audit
     assert_states_equal(engine_state(run / "final.pt"), engine_state(finished / "results/tiny/runs" / RUN / "final.pt"))
 
@@ -148,8 +148,14 @@ def test_workflow_code_and_preset_edits_retrain_nothing(repo: Path) -> None:
     trainer.write_text(trainer.read_text() + "\n# edited after the campaign started\n")
     preset = repo / "src/ebd2n/config/recipes/demo.yaml"
     preset.write_text(preset.read_text().replace("log_every: 8", "log_every: 4"))
-    planner = repo / "src/ebd2n/train/plan.py"  # this checkout would now train a run in one job; the frozen trainer plans 2
-    planner.write_text(planner.read_text().replace("return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]", "return [epochs]"))
+    planner = (
+        repo / "src/ebd2n/train/plan.py"
+    )  # this checkout would now train a run in one job; the frozen trainer plans 2
+    planner.write_text(
+        planner.read_text().replace(
+            "return [*range(epochs_per_slice, epochs, epochs_per_slice), epochs]", "return [epochs]"
+        )
+    )
     dry = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")
     raw = json.loads(json.dumps(TINY))
     raw["seeds"].append(43)
@@ -173,7 +179,9 @@ def test_workflow_killed_slice_resumes_bitwise(repo: Path, finished: Path) -> No
     # take the run's missing files for deleted intermediates
     target = [(run / "results.json").relative_to(repo).as_posix(), "--configfile", "config/campaigns/tiny.yaml"]
     command = [sys.executable, "-m", "snakemake", *target]
-    with subprocess.Popen(command, cwd=repo, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+    with subprocess.Popen(
+        command, cwd=repo, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
         pids = wait_for_slice_two(run, process)
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)  # hold it midway through slice 2, then kill it as a node failure would
@@ -222,7 +230,7 @@ def slice_pids(run_id: str) -> list[int]:
 
 
 SLURM_TOOLS = {
-    "sbatch": '''
+    "sbatch": """
         args = sys.argv[1:]
         job_id = 1000 + len(list(STATE.glob("*.job")))
         name = args[args.index("--job-name") + 1]
@@ -236,8 +244,8 @@ SLURM_TOOLS = {
             code = subprocess.call(["sh", "-c", wrap], cwd=args[args.index("-D") + 1], env=env, stdout=out, stderr=out)
         (STATE / f"{job_id}.job").write_text(f"{name}|{'COMPLETED' if code == 0 else 'FAILED'}")
         print(job_id)
-    ''',
-    "squeue": '''
+    """,
+    "squeue": """
         args = sys.argv[1:]
         if "--name" in args:  # a status query: answer once the run's jobs ended, so checks never back off
             name = args[args.index("--name") + 1]
@@ -248,8 +256,8 @@ SLURM_TOOLS = {
                 time.sleep(0.1)
             for job in jobs:
                 print(f"{job.stem}|{job.read_text().split('|')[1]}")
-    ''',
-    "srun": '''
+    """,
+    "srun": """
         args = sys.argv[1:]
         with open(STATE / "srun.jsonl", "a") as record:
             record.write(json.dumps(args) + "\\n")
@@ -259,7 +267,7 @@ SLURM_TOOLS = {
             os.execvp(args[command], args[command:])
         steps = [subprocess.Popen(args[command:]) for _ in range(tasks)]  # one task per node, all on this machine
         sys.exit(max(step.wait() for step in steps))
-    ''',
+    """,
     "sinfo": 'print("PARTITION")\nprint("testpart*")',
     "sacctmgr": 'print("testacct")',
     "sacct": "pass",
@@ -285,43 +293,78 @@ def test_workflow_slurm_profile_submits_chain_with_campaign_resources(tmp_path: 
     shutil.copytree(finished / "results/caches", repo / "results/caches")  # the data-cache job is not submitted
     raw = json.loads(json.dumps(TINY))
     raw["resources"] = {
-        "default": {"gpus": 1, "minutes": 7, "mem_mb": 1234, "cpus": 1, "partition": "testpart", "account": "testacct"},
+        "default": {"gpus": 1, "minutes": 7, "mem_mb": 1234, "cpus": 1, "partition": "testpart", "account": "testacct"}
     }
     campaign = write_campaign(repo, raw)
     install_slurm_tools(tmp_path / "bin", tmp_path / "slurm")
     env = environment(tmp_path / "bin")
     target = f"results/tiny/runs/{RUN}/results.json"  # the chain of one run; campaign-level rules run locally
-    snakemake(repo, target, "--profile", "slurm", "--configfile", campaign, "--slurm-init-seconds-before-status-checks", "1", env=env)
+    snakemake(
+        repo,
+        target,
+        "--profile",
+        "slurm",
+        "--configfile",
+        campaign,
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+        env=env,
+    )
     submissions = [json.loads(line) for line in (tmp_path / "slurm/sbatch.jsonl").read_text().splitlines()]
     rules = [args[args.index("--comment") + 1].split("_wildcards_")[0] for args in submissions]
     log = (repo / "results/tiny/runs" / RUN / "train.log").read_text()
     assert rules == ["rule_train_slice", "rule_train_final", "rule_validate_run"]
-    assert all({"--gpus=1", "-t", "7", "--mem", "1234", "-p", "testpart", "-A", "testacct", "--requeue"} <= set(args)
-               for args in submissions)
+    assert all(
+        {"--gpus=1", "-t", "7", "--mem", "1234", "-p", "testpart", "-A", "testacct", "--requeue"} <= set(args)
+        for args in submissions
+    )
     assert re.findall(r"########## job (\S+) ##########", log) == ["1000", "1001"]
 
 
 @pytest.mark.slow
-def test_workflow_slurm_two_node_job_submits_nodes_and_starts_one_agent_per_node(tmp_path: Path, finished: Path) -> None:
+def test_workflow_slurm_two_node_job_submits_nodes_and_starts_one_agent_per_node(
+    tmp_path: Path, finished: Path
+) -> None:
     """A 2-stage x 2-replica run on `nodes: 2, gpus_per_node: 2`: sbatch gets the node layout, and
     the job srun-s a torchrun agent per node (the stand-in srun starts both here, on the CPU)."""
     repo = copy_repo(tmp_path / "repo")
     shutil.copytree(finished / "results/caches", repo / "results/caches")
     raw = json.loads(json.dumps(TINY))
-    raw["overrides"].update({"training.max_tokens": 8192, "training.epoch_tokens": 4096, "parallel.pipeline_stages": 2,
-                             "parallel.data_parallel": 2, "parallel.pipeline_depth": 2})
+    raw["overrides"].update(
+        {
+            "training.max_tokens": 8192,
+            "training.epoch_tokens": 4096,
+            "parallel.pipeline_stages": 2,
+            "parallel.data_parallel": 2,
+            "parallel.pipeline_depth": 2,
+        }
+    )
     raw["resources"] = {"default": {"nodes": 2, "gpus_per_node": 2, "minutes": 7, "mem_mb": 1234, "cpus": 1}}
     campaign = write_campaign(repo, raw)
     install_slurm_tools(tmp_path / "bin", tmp_path / "slurm")
     env = environment(tmp_path / "bin") | {"OMP_NUM_THREADS": "1"}
     target = f"results/tiny/runs/{RUN}/results.json"
-    snakemake(repo, target, "--profile", "slurm", "--configfile", campaign, "--slurm-init-seconds-before-status-checks", "1", env=env)
+    snakemake(
+        repo,
+        target,
+        "--profile",
+        "slurm",
+        "--configfile",
+        campaign,
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+        env=env,
+    )
     submissions = [json.loads(line) for line in (tmp_path / "slurm/sbatch.jsonl").read_text().splitlines()]
     steps = [json.loads(line) for line in (tmp_path / "slurm/srun.jsonl").read_text().splitlines()]
     record = json.loads((repo / "results/tiny/runs" / RUN / "run.json").read_text())
-    assert all({"--nodes=2", "--gres=gpu:2", "--ntasks=2", "-t", "7", "--mem", "1234"} <= set(args) for args in submissions)
+    assert all(
+        {"--nodes=2", "--gres=gpu:2", "--ntasks=2", "-t", "7", "--mem", "1234"} <= set(args) for args in submissions
+    )
     assert not any(arg.startswith(("--gpus", "--ntasks-per-gpu")) for args in submissions for arg in args)
-    assert [args[:3] for args in steps] == [["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]] * 2  # one a training slice
+    assert [args[:3] for args in steps] == [
+        ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
+    ] * 2  # one a training slice
     assert all(args[args.index("--nnodes") + 1] == "2" and "c10d" in args for args in steps)
     assert [(entry["stage"], entry["replica"]) for entry in record["placement"]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
 
@@ -338,16 +381,22 @@ def test_workflow_recipe_sweep_plans_324_runs_and_18_more(tmp_path: Path) -> Non
     raw = yaml.safe_load((repo / "config/campaigns/recipe-sweep-20m.yaml").read_text())
     raw["grid"]["learning_rates"]["packed-8"] += [0.0056, 0.006]
     extended = count_planned(repo, write_campaign(repo, raw, "sweep-extended.yaml"))
-    result = [(counts["train_final"], counts["validate_run"], counts.get("train_slice", 0)) for counts in (planned, extended)]
+    result = [
+        (counts["train_final"], counts["validate_run"], counts.get("train_slice", 0)) for counts in (planned, extended)
+    ]
     assert result == [(324, 324, 0), (342, 342, 0)]
 
 
 @pytest.mark.slow
 def test_workflow_scaling_campaign_plans_the_seeds_jobs(tmp_path: Path) -> None:
     repo = copy_repo(tmp_path / "repo")
-    result = snakemake(repo, "--profile", "slurm", "--summary", "--configfile", "config/campaigns/scaling-minipile.yaml")
+    result = snakemake(
+        repo, "--profile", "slurm", "--summary", "--configfile", "config/campaigns/scaling-minipile.yaml"
+    )
     rows = [line.split("\t") for line in result.stdout.splitlines()]
-    runs = [row[0].split("/")[3] for row in rows if len(row) > 2 and (row[0].endswith("final.pt") or "/slices/" in row[0])]  # one a job
+    runs = [
+        row[0].split("/")[3] for row in rows if len(row) > 2 and (row[0].endswith("final.pt") or "/slices/" in row[0])
+    ]  # one a job
     counts = {run.split("-")[0]: runs.count(run) for run in runs}
     assert counts == {"254m": 2, "483m": 3, "778m": 6, "1.41b": 5}
 
@@ -356,9 +405,13 @@ def test_workflow_scaling_campaign_plans_the_seeds_jobs(tmp_path: Path) -> None:
 def test_workflow_scaling_campaign_dry_run_shows_the_two_node_submissions(tmp_path: Path) -> None:
     repo = copy_repo(tmp_path / "repo")
     result = snakemake(repo, "--profile", "slurm", "-n", "--configfile", "config/campaigns/scaling-minipile.yaml")
-    lines = [line.strip() for line in (result.stdout + result.stderr).splitlines() if "training jobs asking nodes=" in line]
-    assert lines == ["11 training jobs asking nodes=2 gres=gpu:4 tasks=2 runtime=1440 mem_mb=256000: 2 runs: "
-                     "1.41b-synchronous-lr0.0004-beta20.95-seed42, 778m-synchronous-lr0.0005-beta20.95-seed42"], result.stdout
+    lines = [
+        line.strip() for line in (result.stdout + result.stderr).splitlines() if "training jobs asking nodes=" in line
+    ]
+    assert lines == [
+        "11 training jobs asking nodes=2 gres=gpu:4 tasks=2 runtime=1440 mem_mb=256000: 2 runs: "
+        "1.41b-synchronous-lr0.0004-beta20.95-seed42, 778m-synchronous-lr0.0005-beta20.95-seed42"
+    ], result.stdout
 
 
 def bad(change) -> dict:
@@ -368,22 +421,34 @@ def bad(change) -> dict:
 
 
 BAD = [
-    pytest.param(bad(lambda r: r.update(epochs=3)), "Additional properties are not allowed ('epochs' was unexpected)", id="unknown-key"),
+    pytest.param(
+        bad(lambda r: r.update(epochs=3)),
+        "Additional properties are not allowed ('epochs' was unexpected)",
+        id="unknown-key",
+    ),
     pytest.param(
         bad(lambda r: r["grid"]["learning_rates"].update(synchronous=[0.003, 0.003])),
         "[0.003, 0.003] has non-unique elements",
         id="duplicate-lr",
     ),
     pytest.param(bad(lambda r: r.update(seeds=[])), "[] should be non-empty", id="empty-seeds"),
-    pytest.param(bad(lambda r: r["grid"].update(modes=["packed-1"])), "unknown mode 'packed-1' (modes: synchronous, packed-K for K >= 2)", id="unknown-mode"),
+    pytest.param(
+        bad(lambda r: r["grid"].update(modes=["packed-1"])),
+        "unknown mode 'packed-1' (modes: synchronous, packed-K for K >= 2)",
+        id="unknown-mode",
+    ),
     pytest.param(
         bad(lambda r: (r.pop("recipe"), r["grid"].update(presets=["99m"]))),
         "recipe 99m: no such file and no such preset",
         id="unknown-preset",
     ),
     pytest.param(
-        bad(lambda r: (r["grid"].update(modes=["packed-4"], learning_rates={"packed-4": [0.003]}),
-                       r["resources"]["default"].update(gpus=2))),
+        bad(
+            lambda r: (
+                r["grid"].update(modes=["packed-4"], learning_rates={"packed-4": [0.003]}),
+                r["resources"]["default"].update(gpus=2),
+            )
+        ),
         "resources for packed-4: gpus 2, but packed-K mode trains its K models on one device",
         id="packed-on-two-gpus",
     ),
@@ -411,11 +476,15 @@ def test_workflow_bad_campaign_outside_the_checkout_is_named_as_given(bare_repo:
     path.parent.mkdir()
     path.write_text(yaml.safe_dump(bad(lambda r: r.update(seeds=[]))))
     result = snakemake(bare_repo, "-n", "--configfile", str(path), check=False)
-    assert (result.returncode, f"campaign file {path}: seeds: [] should be non-empty" in result.stderr) == (2, True), result.stderr
+    assert (result.returncode, f"campaign file {path}: seeds: [] should be non-empty" in result.stderr) == (2, True), (
+        result.stderr
+    )
 
 
 @pytest.mark.parametrize(("raw", "message"), BAD)
-def test_package_bad_campaign_same_error(raw: dict, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_package_bad_campaign_same_error(
+    raw: dict, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -430,8 +499,14 @@ def test_workflow_refuses_a_campaign_frozen_by_an_older_ebd2n(tmp_path: Path) ->
     repo = copy_repo(tmp_path / "repo")
     campaign = write_campaign(repo, TINY)
     for extra in ([], ["--base", "base"]):
-        subprocess.run([sys.executable, "-m", "ebd2n", "freeze", campaign, *extra], cwd=repo, check=True,
-                       env=environment() | {"PYTHONPATH": str(repo / "src")}, capture_output=True, timeout=TIMEOUT)
+        subprocess.run(
+            [sys.executable, "-m", "ebd2n", "freeze", campaign, *extra],
+            cwd=repo,
+            check=True,
+            env=environment() | {"PYTHONPATH": str(repo / "src")},
+            capture_output=True,
+            timeout=TIMEOUT,
+        )
     frozen = repo / "results/tiny/frozen/src/ebd2n"
     (frozen / "train/plan.py").unlink()
     warm = frozen / "warm.py"
@@ -439,5 +514,8 @@ def test_workflow_refuses_a_campaign_frozen_by_an_older_ebd2n(tmp_path: Path) ->
     result = snakemake(repo, "--configfile", campaign, check=False)
     lines = [line for line in result.stderr.splitlines() if not line.startswith("Using workflow specific profile")]
     assert (result.returncode, len(lines)) == (2, 1), result.stderr
-    assert "frozen by an older ebd2n" in lines[0] and "finish the campaign with the ebd2n checkout that froze it" in lines[0]
+    assert (
+        "frozen by an older ebd2n" in lines[0]
+        and "finish the campaign with the ebd2n checkout that froze it" in lines[0]
+    )
     assert not (repo / "results/tiny/frozen/plans").exists() and not (repo / "results/tiny/runs").exists()

@@ -30,7 +30,7 @@ def job_blocks(run_dir: Path) -> list[dict]:
             blocks.append({"run": run_dir.name, "slots": None, "start": stamp, "end": stamp})
         blocks[-1]["end"] = stamp
         if text.startswith(SLOT_LINE):
-            blocks[-1]["slots"] = text[len(SLOT_LINE):]
+            blocks[-1]["slots"] = text[len(SLOT_LINE) :]
     return blocks
 
 
@@ -62,10 +62,26 @@ def campaign_with_a_killed_job(tmp_path_factory: pytest.TempPathFactory) -> tupl
     campaign = write_campaign(repo, raw, "slots.yaml")
     env = environment() | {"EBD2N_GPUS": "0,1", "EBD2N_SLOTS_DIR": str(root / "slots"), "EBD2N_WARM": "0"}
     # the training jobs only: validation jobs take slots too, but leave no start and end times
-    targets = [f"results/slots/runs/synchronous-lr{lr}-beta20.99-seed42/final.pt" for lr in raw["grid"]["learning_rates"]["synchronous"]]
-    command = [sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--resources", "gpu=2", "--configfile", campaign]
+    targets = [
+        f"results/slots/runs/synchronous-lr{lr}-beta20.99-seed42/final.pt"
+        for lr in raw["grid"]["learning_rates"]["synchronous"]
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        *targets,
+        "--cores",
+        "2",
+        "--resources",
+        "gpu=2",
+        "--configfile",
+        campaign,
+    ]
     runs = repo / "results/slots/runs"
-    with subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as snakemake:
+    with subprocess.Popen(
+        command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as snakemake:
         deadline = time.monotonic() + TIMEOUT
         killed = None
         while killed is None and time.monotonic() < deadline and snakemake.poll() is None:
@@ -89,8 +105,12 @@ def campaign_with_a_killed_job(tmp_path_factory: pytest.TempPathFactory) -> tupl
 def test_slots_no_two_concurrent_jobs_share_an_id(campaign_with_a_killed_job: tuple[Path, str, set[str]]) -> None:
     runs, _, _ = campaign_with_a_killed_job
     blocks = [block for run in sorted(runs.iterdir()) for block in job_blocks(run)]
-    shared = [(a["run"], b["run"]) for i, a in enumerate(blocks) for b in blocks[i + 1:]
-              if a["slots"] == b["slots"] and a["start"] < b["end"] and b["start"] < a["end"]]
+    shared = [
+        (a["run"], b["run"])
+        for i, a in enumerate(blocks)
+        for b in blocks[i + 1 :]
+        if a["slots"] == b["slots"] and a["start"] < b["end"] and b["start"] < a["end"]
+    ]
     assert (len(blocks), shared) == (4, [])
 
 
@@ -100,8 +120,11 @@ def test_slots_every_job_records_its_id(campaign_with_a_killed_job: tuple[Path, 
     result = sorted(block["slots"] for run in runs.iterdir() for block in job_blocks(run))
     finished = [run for run in runs.iterdir() if run.name != killed]
     recorded = {json.loads((run / "run.json").read_text())["visible_devices"] for run in finished}
-    shown = all(f"GPU slots (CUDA_VISIBLE_DEVICES)</th><td>{json.loads((run / 'run.json').read_text())['visible_devices']}</td>"
-                in (run / "report.html").read_text() for run in finished)
+    shown = all(
+        f"GPU slots (CUDA_VISIBLE_DEVICES)</th><td>{json.loads((run / 'run.json').read_text())['visible_devices']}</td>"
+        in (run / "report.html").read_text()
+        for run in finished
+    )
     assert (result.count("0") + result.count("1"), recorded <= {"0", "1"}, len(finished), shown) == (4, True, 3, True)
 
 
@@ -119,9 +142,19 @@ def test_slots_resources_above_the_pool_said_in_one_line(tmp_path: Path) -> None
     repo = copy_repo(tmp_path)
     campaign = write_campaign(repo, TINY)
     env = environment() | {"EBD2N_GPUS": "0,1"}
-    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--resources", "gpu=8", "--configfile", campaign],
-                            cwd=repo, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--resources", "gpu=8", "--configfile", campaign],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     lines = [line for line in result.stderr.splitlines() if "GPU pool" in line]
-    assert (result.returncode, lines) == (0, [
-        "ebd2n: warning: --resources gpu=8, but this machine's GPU pool holds 2 (0,1: EBD2N_GPUS, else CUDA_VISIBLE_DEVICES, "
-        "else every GPU): at most 2 GPU(s) are in use at once, and GPU jobs wait for a free slot"])
+    assert (result.returncode, lines) == (
+        0,
+        [
+            "ebd2n: warning: --resources gpu=8, but this machine's GPU pool holds 2 (0,1: EBD2N_GPUS, else CUDA_VISIBLE_DEVICES, "
+            "else every GPU): at most 2 GPU(s) are in use at once, and GPU jobs wait for a free slot"
+        ],
+    )

@@ -39,8 +39,9 @@ def _trained(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 
 def _ebd2n(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ebd2n", *args], cwd=repo, env=environment(), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ebd2n", *args], cwd=repo, env=environment(), capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,20 +61,33 @@ def test_workflow_retired_point_stays_untouched_and_comes_back_byte_for_byte(fin
     shrunk = json.loads(json.dumps(RAW))
     shrunk["grid"]["learning_rates"]["synchronous"] = [0.003]
     retiring = snakemake(repo, "--configfile", write_campaign(repo, shrunk))
-    retired_state = (_hashes(campaign / "runs"), (campaign / "audit.passed").is_file(),
-                     json.loads((campaign / "campaign.json").read_text()).get("retired"),
-                     pl.read_csv(campaign / "report/runs.csv").select("run", "status").rows(),
-                     "Retired (1)" in (campaign / "report/index.html").read_text(),
-                     sorted(path.name for path in (campaign / "frozen/spec").iterdir()),
-                     f"retired (kept on disk, no longer in the campaign file's grid): {RETIRED}"
-                     in _ebd2n(repo, "status", "results/tiny").stdout)
+    retired_state = (
+        _hashes(campaign / "runs"),
+        (campaign / "audit.passed").is_file(),
+        json.loads((campaign / "campaign.json").read_text()).get("retired"),
+        pl.read_csv(campaign / "report/runs.csv").select("run", "status").rows(),
+        "Retired (1)" in (campaign / "report/index.html").read_text(),
+        sorted(path.name for path in (campaign / "frozen/spec").iterdir()),
+        f"retired (kept on disk, no longer in the campaign file's grid): {RETIRED}"
+        in _ebd2n(repo, "status", "results/tiny").stdout,
+    )
     restoring = snakemake(repo, "--configfile", write_campaign(repo, RAW))
-    restored_state = (_hashes(campaign / "runs"), (campaign / "audit.passed").is_file(),
-                      pl.read_csv(campaign / "report/runs.csv").select("run", "status").rows(),
-                      sorted(path.name for path in (campaign / "frozen/spec").iterdir()))
+    restored_state = (
+        _hashes(campaign / "runs"),
+        (campaign / "audit.passed").is_file(),
+        pl.read_csv(campaign / "report/runs.csv").select("run", "status").rows(),
+        sorted(path.name for path in (campaign / "frozen/spec").iterdir()),
+    )
     assert (_trained(retiring), _trained(restoring)) == ({}, {})
-    assert retired_state == (before, True, [RETIRED], [(KEPT, "complete"), (RETIRED, "retired")], True,
-                             ["1.json", "2.json"], True)
+    assert retired_state == (
+        before,
+        True,
+        [RETIRED],
+        [(KEPT, "complete"), (RETIRED, "retired")],
+        True,
+        ["1.json", "2.json"],
+        True,
+    )
     assert restored_state == (before, True, [(KEPT, "complete"), (RETIRED, "complete")], ["1.json", "2.json", "3.json"])
 
 

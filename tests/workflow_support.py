@@ -48,7 +48,9 @@ def copy_repo(destination: Path) -> Path:
         if (REPO / name).is_file():
             shutil.copy2(REPO / name, destination / name)
         else:
-            shutil.copytree(REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+            shutil.copytree(
+                REPO / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True
+            )
     return destination
 
 
@@ -73,7 +75,9 @@ def environment(extra_path: Path | None = None) -> dict[str, str]:
 
 def snakemake(repo: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "snakemake", *args]
-    result = subprocess.run(command, cwd=repo, env=env or environment(), capture_output=True, text=True, timeout=TIMEOUT)
+    result = subprocess.run(
+        command, cwd=repo, env=env or environment(), capture_output=True, text=True, timeout=TIMEOUT
+    )
     if check and result.returncode:
         raise AssertionError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
@@ -85,8 +89,9 @@ def killed_write(path: Path, data: bytes) -> Path:
     code = "import sys; from ebd2n.atomic import atomic_write_bytes as w; w(sys.argv[1], sys.stdin.buffer.read())"
     env = {**environment(), "EBD2N_KILL_AT": f"before:{Path(path).absolute()}", "EBD2N_KILL_TARGET": ""}
     before = set(Path(path).parent.glob(f".{Path(path).name}.*.tmp"))
-    killed = subprocess.run([sys.executable, "-c", code, str(path)], input=data, env=env, capture_output=True,
-                            timeout=120)
+    killed = subprocess.run(
+        [sys.executable, "-c", code, str(path)], input=data, env=env, capture_output=True, timeout=120
+    )
     assert killed.returncode == -9, killed.stderr
     (leftover,) = set(Path(path).parent.glob(f".{Path(path).name}.*.tmp")) - before
     return leftover
@@ -102,7 +107,7 @@ def assert_states_equal(left, right) -> None:
             assert_states_equal(left[key], right[key])
     elif isinstance(left, (list, tuple)):
         assert len(left) == len(right)
-        for a, b in zip(left, right):
+        for a, b in zip(left, right, strict=True):
             assert_states_equal(a, b)
     else:
         assert left == right

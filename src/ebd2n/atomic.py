@@ -22,7 +22,10 @@ from pathlib import Path
 from ebd2n.faults import at
 
 _CHUNK = 1 << 20
-_AT_FDCWD, _RENAME_NOREPLACE = -100, 1  # Linux's renameat2: paths relative to the working directory; fail if the target exists
+_AT_FDCWD, _RENAME_NOREPLACE = (
+    -100,
+    1,
+)  # Linux's renameat2: paths relative to the working directory; fail if the target exists
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -67,8 +67,12 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     from ebd2n.data import prepare_cache
 
     recipe = load_recipe(args.recipe, args.overrides)
-    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=not args.quiet and sys.stderr.isatty(),
-                          context_length=recipe.model.context_length)
+    cache = prepare_cache(
+        recipe.data,
+        recipe.model.vocab_size,
+        progress=not args.quiet and sys.stderr.isatty(),
+        context_length=recipe.model.context_length,
+    )
     print(f"cache {cache.directory}  identity {cache.identity}")
     for line in cache.record_counts():
         print(line)
@@ -77,8 +81,15 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from ebd2n.report.jobs import train_job
 
-    summary = train_job(args.recipe, args.overrides, resume=args.resume, until_epoch=args.until_epoch,
-                        progress=not args.quiet and sys.stderr.isatty(), wait=args.wait, plan=args.plan)
+    summary = train_job(
+        args.recipe,
+        args.overrides,
+        resume=args.resume,
+        until_epoch=args.until_epoch,
+        progress=not args.quiet and sys.stderr.isatty(),
+        wait=args.wait,
+        plan=args.plan,
+    )
     if summary is not None:
         print(summary)
 
@@ -155,8 +166,10 @@ def cmd_extend(args: argparse.Namespace) -> None:
     located = _locate(args, need_file=True)
     extension = extend_campaign(located.directory, located.file)
     if extension is None:
-        print(f"{located.directory}: nothing to add: no mode's winner lies at an edge of its LR range that the "
-              "campaign file does not already extend past (run the campaign, then extend again)")
+        print(
+            f"{located.directory}: nothing to add: no mode's winner lies at an edge of its LR range that the "
+            "campaign file does not already extend past (run the campaign, then extend again)"
+        )
         return
     print(extension.diff, end="")
     print(extension.summary())
@@ -233,8 +246,10 @@ def cmd_verify(args: argparse.Namespace) -> None:
     if result.problems:
         raise AuditFailed("\n".join(result.problems))
     audited = result.predicate.get("audit", {}).get("audited")
-    print(f"verified {directory}: {result.files:,} files as signed by key id {key_id(public)} "
-          f"(statement {result.statements} of its chain, audit of {audited})")
+    print(
+        f"verified {directory}: {result.files:,} files as signed by key id {key_id(public)} "
+        f"(statement {result.statements} of its chain, audit of {audited})"
+    )
 
 
 def cmd_key(args: argparse.Namespace) -> None:

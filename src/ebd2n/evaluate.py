@@ -17,12 +17,12 @@ from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.data import Cache, iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
-from ebd2n.provenance import environment, source_hash, timestamp
 from ebd2n.parallel.distributed import resolve_device
+from ebd2n.provenance import environment, source_hash, timestamp
+from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.lease import take_lease
-from ebd2n.train.budget import budget_of
 from ebd2n.train.step import bf16_autocast
 from ebd2n.train.validation import evaluate_sequences, position_problem
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
@@ -36,7 +36,9 @@ def validate_run(run_dir: str | Path, device: str | None = None, wait: bool = Fa
     a touched checkpoint (a copy without preserved times) never changes a result. Validation holds
     the run's lease, as a trainer does (`wait`: for a live trainer still finishing the run).
     """
-    paths = RunPaths(Path(os.path.realpath(run_dir)))  # one run, its lease and its id (its name), whatever path reached it
+    paths = RunPaths(
+        Path(os.path.realpath(run_dir))
+    )  # one run, its lease and its id (its name), whatever path reached it
     if not paths.recipe.is_file():
         raise UserError(f"{run_dir}: no {paths.recipe.name}; not a run directory")
     run_dir = paths.directory
@@ -58,17 +60,30 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     state = load_checkpoint(paths.final, provenance)
     budget = budget_of(recipe)
     if (problem := position_problem(state, budget, budget.epochs)) is not None:  # never a loss of the wrong checkpoint
-        raise UserError(f"{paths.final}: {problem}; it is not this run's final checkpoint: "
-                        "restore it, or train the run again")
+        raise UserError(
+            f"{paths.final}: {problem}; it is not this run's final checkpoint: restore it, or train the run again"
+        )
     previous = _unchanged_results(paths, provenance)
     if previous is not None:
         atomic_write_text(paths.results, previous)
         return json.loads(previous)
     diverged = state.get("progress", {}).get("diverged")
     if diverged is not None:  # the weights of a run that stopped learning: not worth a full pass
-        return _write_results(paths, recipe, provenance, state, started, {
-            "status": "diverged", "loss": None, "perplexity": None, "accuracy": None, "diverged": diverged,
-            "validation": "not run: the run diverged"})
+        return _write_results(
+            paths,
+            recipe,
+            provenance,
+            state,
+            started,
+            {
+                "status": "diverged",
+                "loss": None,
+                "perplexity": None,
+                "accuracy": None,
+                "diverged": diverged,
+                "validation": "not run: the run diverged",
+            },
+        )
     target = resolve_device(device or recipe.runtime.device)
     model = model_with_weights(recipe, evaluation_state_dict(recipe, state["engine"]))
     model.to(target)
@@ -76,16 +91,27 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     loss, accuracy, targets = evaluate_sequences(model, batches, target, bf16_autocast(recipe, target))
     if targets != cache.validation_targets:
         raise UserError(f"{run_dir}: evaluated {targets} targets, the cache has {cache.validation_targets}")
-    outcome = {"status": "complete", "loss": loss, "perplexity": math.exp(loss), "accuracy": accuracy,
-               "targets": targets}
+    outcome = {
+        "status": "complete",
+        "loss": loss,
+        "perplexity": math.exp(loss),
+        "accuracy": accuracy,
+        "targets": targets,
+    }
     if not math.isfinite(loss):  # non-finite weights the trainer did not stop at: a failed run, never a missing one
-        outcome |= {"status": "failed", "reason": f"non-finite full-validation loss ({loss})",
-                    "loss": None, "perplexity": None, "accuracy": None}
+        outcome |= {
+            "status": "failed",
+            "reason": f"non-finite full-validation loss ({loss})",
+            "loss": None,
+            "perplexity": None,
+            "accuracy": None,
+        }
     return _write_results(paths, recipe, provenance, state, started, outcome)
 
 
-def _write_results(paths: RunPaths, recipe: Recipe, provenance: Provenance, state: dict, started: float,
-                   outcome: dict) -> dict:
+def _write_results(
+    paths: RunPaths, recipe: Recipe, provenance: Provenance, state: dict, started: float, outcome: dict
+) -> dict:
     """results.json: the run, its `outcome` (status and measurements), who trained and validated it,
     and the SHA-256 of every file its trainer left."""
     results = {
@@ -118,6 +144,8 @@ def _unchanged_results(paths: RunPaths, provenance: Provenance) -> str | None:
         unchanged = previous["artifacts"][FINAL] == sha256_file(paths.final)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    same = (previous.get("recipe_identity"), previous.get("cache_identity")) == (provenance.recipe_identity, provenance.cache_identity)
+    same = (previous.get("recipe_identity"), previous.get("cache_identity")) == (
+        provenance.recipe_identity,
+        provenance.cache_identity,
+    )
     return text if unchanged and same and previous.get("status") in ("complete", "diverged") else None
-

@@ -33,8 +33,12 @@ def at(when: str, path: str | os.PathLike) -> None:
         return
     moment, _, pattern = wanted.partition(":")
     if moment not in MOMENTS or not pattern:
-        raise UserError(f"{KILL_AT}={wanted}: expected before:<pattern>, after:<pattern>, removing:<pattern> or removed:<pattern>")
-    if moment != when or not any(fnmatch.fnmatchcase(name, pattern) for name in (os.fspath(path), str(Path(path).absolute()))):
+        raise UserError(
+            f"{KILL_AT}={wanted}: expected before:<pattern>, after:<pattern>, removing:<pattern> or removed:<pattern>"
+        )
+    if moment != when or not any(
+        fnmatch.fnmatchcase(name, pattern) for name in (os.fspath(path), str(Path(path).absolute()))
+    ):
         return
     target = os.environ.get(KILL_TARGET, "")
     if target.startswith("term:"):  # a polite stop: the controller ends its jobs itself

@@ -21,7 +21,9 @@ TOKENIZER_TRAINING_BYTES = 400_000
 """Text of the embedded text-to-SQL training records a tiny model's tokenizer is trained on."""
 
 
-def tiny_hf_model(family: str, out_dir: Path, vocab_size: int = 512, seed: int = 0, tokenizer: Path | None = None) -> Path:
+def tiny_hf_model(
+    family: str, out_dir: Path, vocab_size: int = 512, seed: int = 0, tokenizer: Path | None = None
+) -> Path:
     """`ebd2n hf-init`: a random tiny `family` model in `out_dir` with `tokenizer` (a tokenizer.json),
     or with a byte-level BPE of `vocab_size` trained on the text-to-SQL set, its tokenizer_config.json
     naming the EOS and a chat template."""

@@ -27,14 +27,34 @@ RENDEZVOUS_PORT = 29400
 """Port of the c10d rendezvous on the first node (torchrun's default)."""
 
 
-def torchrun_command(processes: int, nodes: int, endpoint: str | None, rendezvous_id: str, argv: list[str]) -> list[str]:
+def torchrun_command(
+    processes: int, nodes: int, endpoint: str | None, rendezvous_id: str, argv: list[str]
+) -> list[str]:
     """One torchrun agent's command: standalone on one node, else a c10d rendezvous at `endpoint`."""
     if nodes == 1:
         placement = ["--standalone", "--nnodes", "1"]
     else:
-        placement = ["--nnodes", str(nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", str(endpoint), "--rdzv-id", rendezvous_id]
-    return [sys.executable, "-m", "torch.distributed.run", *placement, "--nproc-per-node", str(processes // nodes),
-            "-m", "ebd2n", *argv]
+        placement = [
+            "--nnodes",
+            str(nodes),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            str(endpoint),
+            "--rdzv-id",
+            rendezvous_id,
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *placement,
+        "--nproc-per-node",
+        str(processes // nodes),
+        "-m",
+        "ebd2n",
+        *argv,
+    ]
 
 
 def job_command(processes: int, nodes: int, argv: list[str], environ: dict[str, str]) -> list[str]:
@@ -52,7 +72,14 @@ def job_command(processes: int, nodes: int, argv: list[str], environ: dict[str, 
         )
     job = environ[CLUSTER_JOB]
     endpoint = f"{socket.gethostname()}:{RENDEZVOUS_PORT}"
-    srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", f"--jobid={job}"]
+    srun = [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        f"--jobid={job}",
+    ]
     return [*srun, *torchrun_command(processes, nodes, endpoint, f"ebd2n-{job}", argv)]
 
 

@@ -12,7 +12,14 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 STACK = (
-    "torch", "numpy", "polars", "pydantic", "tokenizers", "datasets", "snakemake", "snakemake-executor-plugin-slurm",
+    "torch",
+    "numpy",
+    "polars",
+    "pydantic",
+    "tokenizers",
+    "datasets",
+    "snakemake",
+    "snakemake-executor-plugin-slurm",
 )
 """Packages whose versions a campaign record keeps: the numerical stack and the job machinery."""
 _SOURCE_SUFFIXES = (".py", ".html", ".js", ".css", ".yaml", ".json")
@@ -25,7 +32,8 @@ LAUNCHER = "warm.py"
 def source_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     """The files whose content defines the trainer's behaviour, in a stable order."""
     return sorted(
-        p for p in package_dir.rglob("*")
+        p
+        for p in package_dir.rglob("*")
         if p.is_file() and p.suffix in _SOURCE_SUFFIXES and "__pycache__" not in p.parts and p != package_dir / LAUNCHER
     )
 

@@ -39,7 +39,9 @@ def machine_pool(environ: dict[str, str] | None = None) -> list[str]:
             ids = [part.strip() for part in environ[name].split(",") if part.strip()]
             bad = [part for part in ids if not re.fullmatch(r"[A-Za-z0-9-]+", part)]
             if bad or len(set(ids)) != len(ids):
-                raise UserError(f"{name}={environ[name]}: give distinct device ids separated by commas, e.g. {name}=0,1")
+                raise UserError(
+                    f"{name}={environ[name]}: give distinct device ids separated by commas, e.g. {name}=0,1"
+                )
             return ids
     count = len(list(NVIDIA_GPUS.iterdir())) if NVIDIA_GPUS.is_dir() else 0
     return [str(index) for index in range(count)]

@@ -79,8 +79,13 @@ def _connect() -> socket.socket:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if connection.connect_ex(str(path)) == 0:  # a path too long for a socket raises OSError
             return connection
-        server = subprocess.Popen([sys.executable, "-m", "ebd2n.warm", "--serve", str(path)],
-                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "ebd2n.warm", "--serve", str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         while server.poll() is None:  # it listens before it imports torch
             if connection.connect_ex(str(path)) == 0:
                 return connection

@@ -21,9 +21,7 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
 )
 
 
@@ -68,4 +66,3 @@ def first_line(error: BaseException) -> str:
     """The first line of an error's message (parser errors span several)."""
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
-

@@ -57,7 +57,9 @@ class DryRun:
             self.commands.setdefault(rule, " ".join(str(record.shellcmd).split()))
         if rule in TRAIN_RULES and "run" in wildcards:
             resources = dict(getattr(record, "resources", None) or {})
-            request = " ".join(f"{name}={resources[name]}" for name in SUBMITTED if resources.get(name) not in (None, ""))
+            request = " ".join(
+                f"{name}={resources[name]}" for name in SUBMITTED if resources.get(name) not in (None, "")
+            )
             runs = self.requests.setdefault(request, {})
             runs[str(wildcards["run"])] = runs.get(str(wildcards["run"]), 0) + 1
         if rule == DECIDE_RULE and {"bracket", "epoch"} <= wildcards.keys():
@@ -77,14 +79,20 @@ class DryRun:
         lines.append(_listed("would train", self._runs(TRAIN_RULES)))
         if any("nodes=" in request for request in self.requests):  # a campaign with runs over several nodes
             for request, runs in self.requests.items():
-                lines.append(_listed(f"  {_count(sum(runs.values()), 'training job')} asking {request or 'defaults'}", list(runs)))
+                lines.append(
+                    _listed(
+                        f"  {_count(sum(runs.values()), 'training job')} asking {request or 'defaults'}", list(runs)
+                    )
+                )
         lines.append(_listed("would validate", self._runs(VALIDATE_RULES)))
         if self.collected is not None:
             touched = {run for runs in self.runs.values() for run in runs}
             lines.append(_listed("reused untouched", [run for run in self.collected if run not in touched]))
         if self.rungs:
-            lines.append(f"successive halving: {_count(len(self.rungs), 'rung decision')} would run ({', '.join(self.rungs)}); "
-                         "the slices after a rung are planned once it is decided")
+            lines.append(
+                f"successive halving: {_count(len(self.rungs), 'rung decision')} would run ({', '.join(self.rungs)}); "
+                "the slices after a rung are planned once it is decided"
+            )
         lines.append(DONE)
         return "\n".join(lines)
 

@@ -26,24 +26,31 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_bytes
+from ebd2n.atomic import atomic_write_text, remove_temporaries, serialized, sha256_bytes
 from ebd2n.audit import checks
-from ebd2n.audit.positions import check_positions, checkpoint_metadata
 from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read_ledger
 from ebd2n.audit.outcomes import check_outcomes
+from ebd2n.audit.positions import check_positions, checkpoint_metadata
 from ebd2n.audit.runs import RunView, json_object, read_run
-from ebd2n.campaign.runs import parse_run_id
 from ebd2n.audit.search import check_search, readable
-from ebd2n.campaign.search import Halving
 from ebd2n.campaign.fates import finished_runs
 from ebd2n.campaign.history import GridHistory, read_history
 from ebd2n.campaign.plans import recorded_search
-from ebd2n.train.plan import SlicePlan, read_slice_plan
+from ebd2n.campaign.runs import parse_run_id
+from ebd2n.campaign.search import Halving
 from ebd2n.errors import UserError
-from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CAMPAIGN_JSON, FINAL, FROZEN, RUNS_CSV, CampaignPaths
-from ebd2n.layout import slice_checkpoint
+from ebd2n.layout import (
+    AUDIT_JSON,
+    AUDIT_LEDGER,
+    CAMPAIGN_JSON,
+    FINAL,
+    FROZEN,
+    RUNS_CSV,
+    CampaignPaths,
+    slice_checkpoint,
+)
 from ebd2n.provenance import timestamp
-from ebd2n.atomic import serialized
+from ebd2n.train.plan import SlicePlan, read_slice_plan
 
 Stage = Literal["runs", "full"]
 
@@ -88,8 +95,9 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
             fates = {}
     expected_finished = finished_runs(history.active.runs(), fates)  # retired runs stay on disk, not expected
     finished = [view for view in views.values() if view.finished]
-    stopped = {run: rung for run, rung in fates.items()
-               if rung is not None and not (run in views and views[run].finished)}
+    stopped = {
+        run: rung for run, rung in fates.items() if rung is not None and not (run in views and views[run].finished)
+    }
     settled = [view for view in views.values() if view.finished or view.id in stopped]  # what the ledger protects
     metadata = checkpoint_metadata(settled)
     cache_identity = _cache_identity(finished)
@@ -163,12 +171,16 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
         atomic_write_text(paths.audit, json.dumps(record, indent=2) + "\n")
         atomic_write_text(paths.ledger, ledger_text)
     seal = sha256_bytes(paths.audit.read_bytes()) + "\n"
-    if not paths.audit_passed.is_file() or paths.audit_passed.read_text() != seal:  # the workflow's target, while it passes
+    if (
+        not paths.audit_passed.is_file() or paths.audit_passed.read_text() != seal
+    ):  # the workflow's target, while it passes
         atomic_write_text(paths.audit_passed, seal)
     return record
 
 
-def _search(paths: CampaignPaths, history: GridHistory, views: dict[str, RunView]) -> tuple[Halving | None, list[checks.Check]]:
+def _search(
+    paths: CampaignPaths, history: GridHistory, views: dict[str, RunView]
+) -> tuple[Halving | None, list[checks.Check]]:
     """The campaign's successive halving and its check; none for the full grid (whose audit is as it was)."""
     try:
         halving = recorded_search(paths, history.grid)
@@ -208,7 +220,7 @@ def _same_runs_audit(previous: dict | None, record: dict) -> bool:
     if {**previous, **aside} != {**record, **aside} or len(previous["checks"]) != len(record["checks"]):
         return False
     ledger = record["checks"][-1]["name"]
-    for before, now in zip(previous["checks"], record["checks"]):
+    for before, now in zip(previous["checks"], record["checks"], strict=True):
         grown = now["name"] == ledger and before.get("status") == "not applicable" and now["status"] == "passed"
         outcome = ("name", "status", "violations", "notes")
         if [before.get(key) for key in outcome] != [now[key] for key in outcome] and not (grown and not now["notes"]):
@@ -280,7 +292,9 @@ def _views(paths: CampaignPaths, expected: list) -> dict[str, RunView]:
                 runs[directory.name] = parse_run_id(directory.name)
             except UserError:
                 continue
-    return {run_id: read_run(paths.run(run_id), run) for run_id, run in runs.items() if paths.run(run_id).directory.is_dir()}
+    return {
+        run_id: read_run(paths.run(run_id), run) for run_id, run in runs.items() if paths.run(run_id).directory.is_dir()
+    }
 
 
 def _cache_identity(finished: list[RunView]) -> str | None:
@@ -298,9 +312,11 @@ def _reachable_cache(paths: CampaignPaths, finished: list[RunView]) -> Path | No
     cache_dir = paths.repository / named
     if not cache_dir.is_dir():
         relative = "" if Path(named).is_absolute() else f", relative to the campaign's repository {paths.repository}"
-        raise UserError(f"data cache {named} (the runs' data.cache_dir): not found at {cache_dir}{relative}; audit the "
-                        "campaign where its cache is reached (a copy: beside its repository's results/), "
-                        "nothing was written")
+        raise UserError(
+            f"data cache {named} (the runs' data.cache_dir): not found at {cache_dir}{relative}; audit the "
+            "campaign where its cache is reached (a copy: beside its repository's results/), "
+            "nothing was written"
+        )
     return cache_dir
 
 
@@ -309,8 +325,9 @@ def _final_states(finished: list[RunView], metadata: dict[tuple[str, str], dict 
     return {view.id: state for view in finished if (state := metadata.get((view.id, FINAL))) is not None}
 
 
-def _jobs(settled: list[RunView], stopped: dict[str, int],
-          metadata: dict[tuple[str, str], dict | None]) -> dict[str, list[str]]:
+def _jobs(
+    settled: list[RunView], stopped: dict[str, int], metadata: dict[tuple[str, str], dict | None]
+) -> dict[str, list[str]]:
     """The jobs that trained each finished run (results.json) and each stopped run (its rung checkpoint)."""
     jobs = {}
     for view in settled:
@@ -335,7 +352,9 @@ def _recomputed(paths: CampaignPaths, info: dict | None, history: GridHistory) -
         return str(error)
 
 
-def _check_collected(paths: CampaignPaths, info: dict | None, recomputed: dict | str, finished: list[RunView]) -> checks.Check:
+def _check_collected(
+    paths: CampaignPaths, info: dict | None, recomputed: dict | str, finished: list[RunView]
+) -> checks.Check:
     """campaign.json and runs.csv say what the frozen spec and the runs say."""
     from ebd2n.campaign.results import read_results
 
@@ -348,12 +367,16 @@ def _check_collected(paths: CampaignPaths, info: dict | None, recomputed: dict |
         check.violations.append(f"{CAMPAIGN_JSON} cannot be recomputed: {recomputed}")
         return check
     if not isinstance(info, dict):
-        check.violations.append(f"{CAMPAIGN_JSON}: {'missing' if info is None else 'not a JSON object'}; collect the campaign again")
+        check.violations.append(
+            f"{CAMPAIGN_JSON}: {'missing' if info is None else 'not a JSON object'}; collect the campaign again"
+        )
     else:
         for key, value in recomputed.items():
             if info.get(key) != value:
-                check.violations.append(f"{CAMPAIGN_JSON}: {key} {_short(info.get(key))} is not the campaign's {_short(value)} "
-                                        f"(recomputed from {FROZEN}/ and the runs)")
+                check.violations.append(
+                    f"{CAMPAIGN_JSON}: {key} {_short(info.get(key))} is not the campaign's {_short(value)} "
+                    f"(recomputed from {FROZEN}/ and the runs)"
+                )
     try:
         expected = read_results(paths.directory, recomputed).runs.write_csv()
     except UserError as error:
@@ -361,7 +384,9 @@ def _check_collected(paths: CampaignPaths, info: dict | None, recomputed: dict |
         return check
     actual = paths.runs_csv.read_text(encoding="utf-8", errors="replace") if paths.runs_csv.is_file() else None
     if actual != expected:
-        check.violations.append(f"{paths.runs_csv.name}: {'missing' if actual is None else 'differs from the runs results'}")
+        check.violations.append(
+            f"{paths.runs_csv.name}: {'missing' if actual is None else 'differs from the runs results'}"
+        )
     return check
 
 
@@ -377,8 +402,14 @@ def _artifacts(paths: CampaignPaths, settled: list[RunView]) -> dict[str, str]:
 
     runs = paths.runs.name
     artifacts = {f"{runs}/{view.id}/{name}": digest for view in settled for name, digest in view.hashes.items()}
-    frozen = [paths.source_hash, paths.freeze_record, *sorted(paths.frozen_spec.glob("*")), *sorted(paths.frozen_recipes.glob("*.yaml")),
-              *sorted(paths.slice_plans.glob("*.json")), *sorted(paths.search.rglob("*.json"))]
+    frozen = [
+        paths.source_hash,
+        paths.freeze_record,
+        *sorted(paths.frozen_spec.glob("*")),
+        *sorted(paths.frozen_recipes.glob("*.yaml")),
+        *sorted(paths.slice_plans.glob("*.json")),
+        *sorted(paths.search.rglob("*.json")),
+    ]
     for path in [*frozen, paths.campaign_json, paths.runs_csv]:
         if path.is_file():
             artifacts[path.relative_to(paths.directory).as_posix()] = sha256_file(path)
@@ -390,7 +421,8 @@ def _report_artifacts(paths: CampaignPaths) -> dict[str, str]:
 
     return {
         p.relative_to(paths.directory).as_posix(): sha256_file(p)
-        for p in sorted(paths.report.rglob("*")) if p.is_file() and not p.is_symlink()
+        for p in sorted(paths.report.rglob("*"))
+        if p.is_file() and not p.is_symlink()
     }
 
 
@@ -398,7 +430,9 @@ def _check_runs_record(paths: CampaignPaths, now: list[checks.Check]) -> checks.
     """audit-runs.json, the audit the published report shows, says what these checks say: the same
     checks, outcomes and violations (only the ledger's may have gone from nothing to examine to
     passed, once a full audit wrote the ledger), so the page never shows an audit that did not happen."""
-    check = checks.Check(f"{paths.audit_runs.name} (the audit the report shows) equals this audit of the runs", unit="records")
+    check = checks.Check(
+        f"{paths.audit_runs.name} (the audit the report shows) equals this audit of the runs", unit="records"
+    )
     record, problem = json_object(paths.audit_runs) if paths.audit_runs.is_file() else (None, None)
     if record is None and problem is None:
         check.reason = f"no {paths.audit_runs.name} (the report says: not audited)"
@@ -420,8 +454,12 @@ def _check_runs_record(paths: CampaignPaths, now: list[checks.Check]) -> checks.
         grown = current.name == ledger and (entry.get("status"), current.status) == ("not applicable", "passed")
         found = [_repository_relative(paths, violation) for violation in current.violations]
         if not grown and (entry.get("status"), entry.get("violations")) != (current.status, found):
-            check.violations.append(f"{paths.audit_runs.name}: {current.name!r} is {entry.get('status')}, this audit finds it {current.status}")
+            check.violations.append(
+                f"{paths.audit_runs.name}: {current.name!r} is {entry.get('status')}, this audit finds it {current.status}"
+            )
     check.violations += [f"{paths.audit_runs.name}: names a check this audit has not, {name!r}" for name in shown]
     if check.violations:
-        check.violations.append(f"run `ebd2n audit {paths.directory} --stage runs`, then `ebd2n report {paths.directory}`")
+        check.violations.append(
+            f"run `ebd2n audit {paths.directory} --stage runs`, then `ebd2n report {paths.directory}`"
+        )
     return check

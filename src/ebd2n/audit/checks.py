@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ebd2n.audit.runs import RunView, metric_records
+from ebd2n.campaign.plans import frozen_trainer_plan
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import Run, parse_run_id
-from ebd2n.campaign.plans import frozen_trainer_plan
 from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
@@ -45,7 +45,12 @@ from ebd2n.train.plan import SlicePlan, plan_json
 from ebd2n.train.retention import Retention
 from ebd2n.train.runlog import CLOSING_LINES
 
-GRID_AXES = {"optimizer.lr": "learning rate", "optimizer.beta2": "beta2", "runtime.seed": "seed", "decentralized.num_models": "mode"}
+GRID_AXES = {
+    "optimizer.lr": "learning rate",
+    "optimizer.beta2": "beta2",
+    "runtime.seed": "seed",
+    "decentralized.num_models": "mode",
+}
 """Recipe keys a run id fixes: a difference there contradicts the run id, not the frozen base."""
 _JOB_HEADER = "########## job "
 _COUNTED = re.compile(r"(step|epoch) (\d+)[/:]")
@@ -76,8 +81,15 @@ class Check:
         return f"{self.examined} {self.unit}" if self.examined else (self.reason or f"no {self.unit}")
 
     def record(self) -> dict:
-        return {"name": self.name, "scope": self.scope, "examined": self.examined, "status": self.status,
-                "passed": self.status != "failed", "violations": self.violations, "notes": self.notes}
+        return {
+            "name": self.name,
+            "scope": self.scope,
+            "examined": self.examined,
+            "status": self.status,
+            "passed": self.status != "failed",
+            "violations": self.violations,
+            "notes": self.notes,
+        }
 
 
 def each_run(name: str, views: Iterable[RunView], problem: Callable[[RunView], Iterable[str]]) -> Check:
@@ -93,14 +105,19 @@ def each_run(name: str, views: Iterable[RunView], problem: Callable[[RunView], I
 
 def check_grid(expected: list[Run], views: dict[str, RunView]) -> Check:
     check = Check("every grid point has every seed", len(expected))
-    check.violations = [f"{run.id}: no finished run" for run in expected if not (run.id in views and views[run.id].finished)]
+    check.violations = [
+        f"{run.id}: no finished run" for run in expected if not (run.id in views and views[run.id].finished)
+    ]
     return check
 
 
 def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
     """Every run directory is a run of the frozen grid (frozen/spec/): a run of another grid,
     copied in under the same campaign name, is named, whatever campaign.json says."""
-    check = Check(f"every run directory is a run of the campaign's grid ({_where(paths, paths.frozen_spec)}/)", unit="run directories")
+    check = Check(
+        f"every run directory is a run of the campaign's grid ({_where(paths, paths.frozen_spec)}/)",
+        unit="run directories",
+    )
     grid = {run.id for run in expected}
     for directory in sorted(paths.runs.glob("*")) if paths.runs.is_dir() else []:
         check.examined += 1
@@ -111,7 +128,9 @@ def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
             check.violations.append(f"{where}: {error}")
             continue
         if directory.name not in grid:
-            check.violations.append(f"{where}: not a run of the campaign's grid (no such grid point and seed in {_where(paths, paths.frozen_spec)}/)")
+            check.violations.append(
+                f"{where}: not a run of the campaign's grid (no such grid point and seed in {_where(paths, paths.frozen_spec)}/)"
+            )
     return check
 
 
@@ -136,8 +155,10 @@ def check_plans(paths: CampaignPaths, bases: Iterable[str], epochs_per_slice: in
             check.violations.append(f"{where}: cannot be recomputed ({error})")
             continue
         if path.read_text(encoding="utf-8", errors="replace") != expected:
-            check.violations.append(f"{where}: differs from the frozen trainer's plan of {_where(paths, paths.base_recipe(base))} "
-                                    f"in slices of {per_slice} epoch(s) (edited)")
+            check.violations.append(
+                f"{where}: differs from the frozen trainer's plan of {_where(paths, paths.base_recipe(base))} "
+                f"in slices of {per_slice} epoch(s) (edited)"
+            )
     return check
 
 
@@ -189,7 +210,10 @@ def check_recipes(paths: CampaignPaths, views: list[RunView], campaign: str) -> 
         if isinstance(bases[base], str):
             yield f"frozen base recipe unreadable: {bases[base]}"
             return
-        own, trained_in = named_campaign(campaign).run(view.id).directory.as_posix(), paths.relative(view.recipe.runtime.output_dir)
+        own, trained_in = (
+            named_campaign(campaign).run(view.id).directory.as_posix(),
+            paths.relative(view.recipe.runtime.output_dir),
+        )
         if trained_in != own:
             yield f"runtime.output_dir {trained_in} is not the run's directory {own} (a run trained elsewhere)"
         expected = run_recipe(bases[base], view.run, view.recipe.runtime.output_dir)
@@ -223,7 +247,9 @@ def check_trainer(paths: CampaignPaths, frozen_hash: str | None, views: list[Run
     elif not paths.frozen_package.is_dir():
         check.violations.append(f"{paths.frozen_package.relative_to(paths.directory)}: missing")
     elif (actual := source_hash(paths.frozen_package)) != frozen_hash:
-        check.violations.append(f"frozen trainer source hashes to {actual[:12]}…, not its {SOURCE_HASH} {frozen_hash[:12]}… (edited)")
+        check.violations.append(
+            f"frozen trainer source hashes to {actual[:12]}…, not its {SOURCE_HASH} {frozen_hash[:12]}… (edited)"
+        )
     for view in views:
         if view.finished:
             check.examined += 1
@@ -345,7 +371,9 @@ def _foreign_line(lines: list[str]) -> str | None:
         elif (match := _COUNTED.match(line)) is not None:
             kind, number = match.group(1), int(match.group(2))
             if not sliced or number < last[kind]:  # equal: a skipped step's line, then its progress line
-                return f"{kind} {number} after {kind} {last[kind]}" if sliced else f"{kind} {number} before the slice line"
+                return (
+                    f"{kind} {number} after {kind} {last[kind]}" if sliced else f"{kind} {number} before the slice line"
+                )
             last[kind] = number
     return None
 
@@ -378,8 +406,11 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
         if stray:
             yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"
         stopped = ((view.results or {}).get("diverged") or {}).get("epoch")  # a diverged run wrote none from there on
-        missing = [name for name in kept if name not in view.files
-                   and not (isinstance(stopped, int) and (checkpoint_epoch(name) or 0) >= stopped)]
+        missing = [
+            name
+            for name in kept
+            if name not in view.files and not (isinstance(stopped, int) and (checkpoint_epoch(name) or 0) >= stopped)
+        ]
         if missing:
             yield f"checkpoint(s) {', '.join(missing)} missing (policy {retention.policy} keeps them)"
         for name in kept:
@@ -389,8 +420,9 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
         if gone:
             yield f"{CHECKPOINT_LEDGER} records {', '.join(sorted(gone))}, which the run does not hold"
 
-    return each_run("run directories hold exactly what the checkpoint policy keeps, as their ledger records", views,
-                    problem)
+    return each_run(
+        "run directories hold exactly what the checkpoint policy keeps, as their ledger records", views, problem
+    )
 
 
 def check_best(views: list[RunView]) -> Check:
@@ -421,7 +453,9 @@ def check_cache(cache_dir: str | Path | None, cache_identity: str | None) -> tup
         check.violations.append(str(error))
         return check, None
     if cache.identity != cache_identity:
-        check.violations.append(f"cache {cache_dir}: identity {cache.identity[:12]}… is not the campaign's {str(cache_identity)[:12]}… (manifest edited)")
+        check.violations.append(
+            f"cache {cache_dir}: identity {cache.identity[:12]}… is not the campaign's {str(cache_identity)[:12]}… (manifest edited)"
+        )
     return check, cache.validation_targets
 
 
@@ -432,7 +466,9 @@ def check_report(paths: CampaignPaths, info: dict | None) -> Check:
     check = Check("the published report equals a recomputation from the runs", unit="report files")
     published = paths.report
     if not published.is_dir():
-        check.violations.append(f"{published.relative_to(paths.directory)}: missing; build it with `ebd2n report {paths.directory}`")
+        check.violations.append(
+            f"{published.relative_to(paths.directory)}: missing; build it with `ebd2n report {paths.directory}`"
+        )
         return check
     with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
         try:
@@ -453,4 +489,3 @@ def check_report(paths: CampaignPaths, info: dict | None) -> Check:
             elif not filecmp.cmp(Path(scratch) / name, published / name, shallow=False):
                 check.violations.append(f"{where}: differs from a recomputation from the runs (rebuild: ebd2n report)")
     return check
-

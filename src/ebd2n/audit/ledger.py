@@ -61,16 +61,27 @@ def read_ledger(paths: CampaignPaths) -> Ledger:
         raw = json.loads(data.decode("utf-8"))
         if not isinstance(raw, dict) or not isinstance(raw.get("artifacts"), dict):
             raise ValueError("no artifacts mapping")
-        return Ledger(dict(raw["artifacts"]), list(raw.get("history") or []), sha256_bytes(data),
-                      dict(raw.get("jobs") or {}), dict(raw.get("stopped") or {}))
+        return Ledger(
+            dict(raw["artifacts"]),
+            list(raw.get("history") or []),
+            sha256_bytes(data),
+            dict(raw.get("jobs") or {}),
+            dict(raw.get("stopped") or {}),
+        )
     except (UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"{paths.ledger.name}: not a ledger ({error})") from None
 
 
-def ledger_json(artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]],
-                stopped: dict[str, int]) -> str:
+def ledger_json(
+    artifacts: dict[str, str], history: list[dict], jobs: dict[str, list[str]], stopped: dict[str, int]
+) -> str:
     """The ledger file's text (audit.json records its SHA-256); `stopped` only where a search stopped runs."""
-    record = {"format": FORMAT, "artifacts": dict(sorted(artifacts.items())), "history": history, "jobs": dict(sorted(jobs.items()))}
+    record = {
+        "format": FORMAT,
+        "artifacts": dict(sorted(artifacts.items())),
+        "history": history,
+        "jobs": dict(sorted(jobs.items())),
+    }
     if stopped:
         record["stopped"] = dict(sorted(stopped.items()))
     return json.dumps(record, indent=2) + "\n"
@@ -78,14 +89,20 @@ def ledger_json(artifacts: dict[str, str], history: list[dict], jobs: dict[str, 
 
 def compare(previous: dict[str, str], current: dict[str, str]) -> tuple[list[str], list[str]]:
     """Protected artifacts of `previous` that changed and that disappeared in `current`."""
-    changed = [name for name, digest in sorted(previous.items()) if protected(name) and name in current and current[name] != digest]
+    changed = [
+        name
+        for name, digest in sorted(previous.items())
+        if protected(name) and name in current and current[name] != digest
+    ]
     gone = [name for name in sorted(previous) if protected(name) and name not in current]
     return changed, gone
 
 
 def retrained(previous: dict[str, list[str]], current: dict[str, list[str]]) -> list[str]:
     """Runs trained again since the last audit: no job that trained them then trained them now."""
-    return sorted(run for run, jobs in current.items() if run in previous and jobs and not set(jobs) & set(previous[run]))
+    return sorted(
+        run for run, jobs in current.items() if run in previous and jobs and not set(jobs) & set(previous[run])
+    )
 
 
 def accepted(previous: dict[str, str], current: dict[str, str]) -> dict:
@@ -94,8 +111,15 @@ def accepted(previous: dict[str, str], current: dict[str, str]) -> dict:
     return {"accepted": timestamp(), "changed": changed, "removed": gone}
 
 
-def check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, current: dict[str, str],
-                 jobs: dict[str, list[str]], stopped: dict[str, int], accept: bool) -> Check:
+def check_ledger(
+    paths: CampaignPaths,
+    ledger: Ledger,
+    audit: dict | None,
+    current: dict[str, str],
+    jobs: dict[str, list[str]],
+    stopped: dict[str, int],
+    accept: bool,
+) -> Check:
     """The ledger is the one the last audit wrote, and nothing it protects has changed since, but
     for runs trained again by other jobs and stopped runs a later decision promoted (both named in
     the check's notes)."""
@@ -105,18 +129,24 @@ def check_ledger(paths: CampaignPaths, ledger: Ledger, audit: dict | None, curre
         recorded = ledger.digest  # the last audit was killed between its record and its ledger
     name = paths.ledger.name
     if recorded and ledger.digest is None and not paths.ledger.exists():  # unreadable: the files check says so
-        check.violations.append(f"{name}: missing, but {paths.audit.name} records one; restore it, or re-baseline with `ebd2n audit --accept`")
+        check.violations.append(
+            f"{name}: missing, but {paths.audit.name} records one; restore it, or re-baseline with `ebd2n audit --accept`"
+        )
     elif ledger.digest is not None and recorded != ledger.digest:
         check.violations.append(f"{name}: not the ledger the last audit wrote (edited, or {paths.audit.name} replaced)")
     if check.violations and accept:
         check.violations.clear()  # --accept re-baselines: recorded in the ledger's history
     changed, gone = compare(ledger.artifacts, current)
     again = retrained(ledger.jobs, jobs)
-    check.notes = [f"{run}: trained again since the last audit (jobs {', '.join(ledger.jobs[run])} -> {', '.join(jobs[run])})"
-                   for run in again]
+    check.notes = [
+        f"{run}: trained again since the last audit (jobs {', '.join(ledger.jobs[run])} -> {', '.join(jobs[run])})"
+        for run in again
+    ]
     promoted = sorted(run for run, rung in ledger.stopped.items() if stopped.get(run) != rung and run not in again)
-    check.notes += [f"{run}: stopped at rung {ledger.stopped[run]} at the last audit, trained on since (promoted)"
-                    for run in promoted]
+    check.notes += [
+        f"{run}: stopped at rung {ledger.stopped[run]} at the last audit, trained on since (promoted)"
+        for run in promoted
+    ]
     continued = [f"{paths.runs.name}/{run}/{name}" for run in promoted for name in CONTINUED]
     mine = (*(f"{paths.runs.name}/{run}/" for run in again), *continued)
     changed, gone = [e for e in changed if not e.startswith(mine)], [e for e in gone if not e.startswith(mine)]

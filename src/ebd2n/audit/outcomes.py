@@ -77,22 +77,28 @@ def _problems(view: RunView, records: list[dict[str, Any]], claims: dict[str, di
     places = ", ".join(sorted(claims))
     if fired is None:
         if claims:
-            yield (f"recorded as diverged ({places}), but no divergence rule fires over its {METRICS} steps: "
-                   "a converged run relabelled as diverged")
+            yield (
+                f"recorded as diverged ({places}), but no divergence rule fires over its {METRICS} steps: "
+                "a converged run relabelled as diverged"
+            )
         return
     step, rule = fired
     if not claims or (view.finished and RESULTS_JSON not in claims):
         status = (view.results or {}).get("status", "not validated")
-        yield (f"its {METRICS} steps diverge at step {step} (rule {rule}), but {RESULTS_JSON} says {status}"
-               f"{'' if not claims else ' (diverged only in ' + places + ')'}: a diverged run relabelled as finished")
+        yield (
+            f"its {METRICS} steps diverge at step {step} (rule {rule}), but {RESULTS_JSON} says {status}"
+            f"{'' if not claims else ' (diverged only in ' + places + ')'}: a diverged run relabelled as finished"
+        )
         return
     for place in (METRICS, FINAL, RESULTS_JSON) if view.finished else (METRICS, FINAL):
         claim = claims.get(place)
         if claim is None:
             yield f"diverged at step {step} (rule {rule}), but {place} records no such decision as its last"
         elif (claim.get("step"), claim.get("rule")) != (step, rule):
-            yield (f"{place} records divergence at step {claim.get('step')} (rule {claim.get('rule')}), "
-                   f"the rules fire at step {step} (rule {rule})")
+            yield (
+                f"{place} records divergence at step {claim.get('step')} (rule {claim.get('rule')}), "
+                f"the rules fire at step {step} (rule {rule})"
+            )
     if steps and steps[-1]["step"] != step:
         yield f"diverged at step {step} (rule {rule}), but it trained on to step {steps[-1]['step']}"
     decisions = [claim for claim in claims.values() if claim is not None]

@@ -54,7 +54,11 @@ class RunView:
 
 def read_run(paths: RunPaths, run: Run) -> RunView:
     """Hash every file of a run directory and parse its records; note what is wrong."""
-    files = sorted(p.relative_to(paths.directory).as_posix() for p in paths.directory.rglob("*") if not p.is_dir() or p.is_symlink())
+    files = sorted(
+        p.relative_to(paths.directory).as_posix()
+        for p in paths.directory.rglob("*")
+        if not p.is_dir() or p.is_symlink()
+    )
     view = RunView(run, paths, files, {})
     for name in files:
         path = paths / name

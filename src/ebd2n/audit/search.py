@@ -31,7 +31,17 @@ from ebd2n.campaign.search import (
     recorded_epochs,
 )
 from ebd2n.errors import UserError
-from ebd2n.layout import FINAL, FROZEN, FROZEN_SPEC, METRICS, RESULTS_JSON, checkpoint_epoch, slice_checkpoint, slice_record, slice_record_epoch
+from ebd2n.layout import (
+    FINAL,
+    FROZEN,
+    FROZEN_SPEC,
+    METRICS,
+    RESULTS_JSON,
+    checkpoint_epoch,
+    slice_checkpoint,
+    slice_record,
+    slice_record_epoch,
+)
 from ebd2n.train.divergence import diverged_record
 
 _COMPARED = ("ranking", "promoted", "carried", "continuing")
@@ -54,8 +64,10 @@ def check_search(halving: Halving, views: dict[str, RunView], history: GridHisto
     for bracket in halving.groups:
         for rung in halving.walk(bracket, read=readable):
             if rung.decision is None:
-                check.violations.append(f"bracket {bracket.name} rung {rung.epoch}: no decision ({_where(paths, rung.path)}); "
-                                        "the workflow makes it once the rung's runs reached it")
+                check.violations.append(
+                    f"bracket {bracket.name} rung {rung.epoch}: no decision ({_where(paths, rung.path)}); "
+                    "the workflow makes it once the rung's runs reached it"
+                )
     try:
         fates = halving.outcome(read=readable)
     except UserError as error:
@@ -86,7 +98,8 @@ def _recorded_grids(history: GridHistory) -> dict[str, list[tuple[float, tuple[i
         if grid.search.halving:
             for bracket in grid.brackets():
                 grids.setdefault(bracket.name, []).append(
-                    (grid.search.keep, bracket.seeds, {point_id(*point) for point in bracket.points}))
+                    (grid.search.keep, bracket.seeds, {point_id(*point) for point in bracket.points})
+                )
     return grids
 
 
@@ -96,27 +109,45 @@ def _untraced(halving: Halving, path: Path, decision: dict, grids: dict, epoch: 
     points the decisions it draws from promoted at the rung before."""
     seeds = _seeds(decision)
     points = {entry["point"] for entry in decision["ranking"]}
-    recorded = [grid for grid in grids.get(path.parent.name, []) if grid[0] == decision["keep"] and tuple(sorted(grid[1])) == seeds]
+    recorded = [
+        grid
+        for grid in grids.get(path.parent.name, [])
+        if grid[0] == decision["keep"] and tuple(sorted(grid[1])) == seeds
+    ]
     if not recorded:
         return f"keep {decision['keep']} with seeds {list(seeds)} is no recorded grid's ({FROZEN}/{FROZEN_SPEC}/)"
     rungs = halving.rungs(halving.bracket(path.parent.name))
     if epoch == rungs[0]:
-        return None if any(grid[2] == points for grid in recorded) else "its candidates are not the points of a recorded grid"
+        return (
+            None
+            if any(grid[2] == points for grid in recorded)
+            else "its candidates are not the points of a recorded grid"
+        )
     drawn = decision.get("drawn_from") or []
     before = rungs[rungs.index(epoch) - 1]
-    if not drawn or any(DECISION_NAME.fullmatch(name) is None or not name.startswith(f"rung-{before}-") or not (path.parent / name).is_file()
-                        for name in drawn):
+    if not drawn or any(
+        DECISION_NAME.fullmatch(name) is None
+        or not name.startswith(f"rung-{before}-")
+        or not (path.parent / name).is_file()
+        for name in drawn
+    ):
         return f"it draws its candidates from {drawn}, not from decisions of rung {before} that are there"
     drawn_from = [read_decision(path.parent / name) or {} for name in drawn]
     if not any(other.get("keep") == decision["keep"] and _seeds(other) == seeds for other in drawn_from):
         return f"none of the decisions of rung {before} it draws from ({', '.join(drawn)}) was made with its keep and seeds"
     promoted = {point for other in drawn_from for point in other.get("continuing", [])}
-    return None if promoted == points else f"its candidates are not the points rung {before} promoted ({', '.join(sorted(promoted))})"
+    return (
+        None
+        if promoted == points
+        else f"its candidates are not the points rung {before} promoted ({', '.join(sorted(promoted))})"
+    )
 
 
 def _seeds(decision: dict) -> tuple[int, ...]:
     """The seeds a decision ranked, from its run ids."""
-    return tuple(sorted({parse_run_id(run).seed for entry in decision.get("ranking", []) for run in entry.get("losses", {})}))
+    return tuple(
+        sorted({parse_run_id(run).seed for entry in decision.get("ranking", []) for run in entry.get("losses", {})})
+    )
 
 
 def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
@@ -152,13 +183,23 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
     losses = {}
     for run in runs:
         losses[run.id] = epoch_loss(paths.run(run.id).metrics, epoch) if paths.run(run.id).metrics.is_file() else None
-        recorded = next((entry["losses"].get(run.id) for entry in decision["ranking"] if isinstance(entry.get("losses"), dict)
-                         and run.id in entry["losses"]), None)
+        recorded = next(
+            (
+                entry["losses"].get(run.id)
+                for entry in decision["ranking"]
+                if isinstance(entry.get("losses"), dict) and run.id in entry["losses"]
+            ),
+            None,
+        )
         if losses[run.id] is None and diverged_record(paths.run(run.id).metrics) is None:  # diverged: none, ranks last
-            problems.append(f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its {METRICS}")
+            problems.append(
+                f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its {METRICS}"
+            )
         elif not _same(recorded, losses[run.id]):
-            problems.append(f"{where}: rung {epoch}: {run.id} is recorded with loss {recorded}, its {METRICS} says "
-                            f"{losses[run.id]} at epoch {epoch}")
+            problems.append(
+                f"{where}: rung {epoch}: {run.id} is recorded with loss {recorded}, its {METRICS} says "
+                f"{losses[run.id]} at epoch {epoch}"
+            )
     earlier = {}
     for name in earlier_names:
         try:
@@ -168,12 +209,15 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
     if problems:
         return problems
     diverged = frozenset(run.id for run in runs if diverged_record(paths.run(run.id).metrics) is not None)
-    recomputed = decide(bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds,
-                        seed_noise, diverged)
+    recomputed = decide(
+        bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds, seed_noise, diverged
+    )
     for key in _COMPARED:
         if not _same(decision.get(key), recomputed[key]):
-            problems.append(f"{where}: rung {epoch}: {key} {_points(decision.get(key))} is not what the runs decide, "
-                            f"{_points(recomputed[key])}")
+            problems.append(
+                f"{where}: rung {epoch}: {key} {_points(decision.get(key))} is not what the runs decide, "
+                f"{_points(recomputed[key])}"
+            )
     return problems
 
 
@@ -196,8 +240,11 @@ def _stopped_problems(halving: Halving, view: RunView | None, rung: int) -> list
     if diverged_record(view.paths.metrics) is not None:
         return []  # it diverged: its final records stand (ebd2n.audit.outcomes checks that it stopped there)
     problems = []
-    on = [name for name in view.files if name in (FINAL, RESULTS_JSON)
-          or max(checkpoint_epoch(name) or 0, slice_record_epoch(name) or 0) > rung]
+    on = [
+        name
+        for name in view.files
+        if name in (FINAL, RESULTS_JSON) or max(checkpoint_epoch(name) or 0, slice_record_epoch(name) or 0) > rung
+    ]
     if on:
         problems.append(f"{where}, but it trained on: {', '.join(on)}")
     later = [epoch for epoch in recorded_epochs(view.paths.metrics) if epoch > rung]
@@ -207,7 +254,9 @@ def _stopped_problems(halving: Halving, view: RunView | None, rung: int) -> list
         if name not in view.files:
             problems.append(f"{where}, but {name} is missing (it continues from there when a decision promotes it)")
     checkpoint = slice_checkpoint(rung)
-    recorded, _problem = json_object(view.paths.checkpoint_ledger) if view.paths.checkpoint_ledger.is_file() else (None, None)
+    recorded, _problem = (
+        json_object(view.paths.checkpoint_ledger) if view.paths.checkpoint_ledger.is_file() else (None, None)
+    )
     if checkpoint in view.hashes and (recorded or {}).get(checkpoint) != view.hashes[checkpoint]:
         problems.append(f"{where}, but {checkpoint} does not match its SHA-256 in {view.paths.checkpoint_ledger.name}")
     return problems

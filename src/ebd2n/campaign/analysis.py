@@ -31,8 +31,17 @@ RUN_FIELDS: dict[str, type[pl.DataType]] = {
 }
 """The per-run fields every runs table has (the reference's per-run records)."""
 _POINT = ["mode", "lr", "beta2"]
-_GROUP_COLUMNS = [*_POINT, "seeds_completed", "eligible", "mean_loss", "std_loss", "rank", "outcome", "diverged_step",
-                  "diverged"]
+_GROUP_COLUMNS = [
+    *_POINT,
+    "seeds_completed",
+    "eligible",
+    "mean_loss",
+    "std_loss",
+    "rank",
+    "outcome",
+    "diverged_step",
+    "diverged",
+]
 DIVERGED = "diverged"
 """A run's status when training stopped because it diverged: a result, never counted as a loss."""
 RETIRED = "retired"
@@ -41,7 +50,10 @@ _SELECTION_KEYS = ["lr", "beta2", "mean_loss", "std_loss", "seeds_completed"]
 _ALPHA = 0.05  # Welch t-test level below which a margin is called more than seed noise
 _NOT_ESTABLISHED = "the ranking alone does not establish a reliable improvement"
 RESPONSE_FIELDS = {
-    "mean_loss": pl.Float64, "std_loss": pl.Float64, "seeds_completed": pl.Int64, "diverged_step": pl.Int64,
+    "mean_loss": pl.Float64,
+    "std_loss": pl.Float64,
+    "seeds_completed": pl.Int64,
+    "diverged_step": pl.Int64,
 }
 """The LR-response table's columns per mode (`<mode> <field>`), from the grouped table."""
 
@@ -55,9 +67,7 @@ def load_runs(path: Path) -> pl.DataFrame:
     missing = [name for name in RUN_FIELDS if name not in table.columns]
     if missing:
         names = ", ".join(repr(name) for name in missing)
-        raise UserError(
-            f"{path}: missing column {names}; a runs table needs {', '.join(RUN_FIELDS)}"
-        )
+        raise UserError(f"{path}: missing column {names}; a runs table needs {', '.join(RUN_FIELDS)}")
     if table.height == 0:
         raise UserError(f"{path}: holds no runs (a header and no rows)")
     return table.with_columns(_cast(table, path, name, dtype) for name, dtype in RUN_FIELDS.items())
@@ -93,8 +103,11 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
         std_loss=pl.col("loss").std(ddof=1),
     )
     step = pl.col("diverged_step") if "diverged_step" in runs.columns else pl.lit(None)
-    diverged = runs.filter(pl.col("status") == DIVERGED).group_by(_POINT).agg(diverged_step=step.cast(pl.Int64).min(),
-                                                                               diverged=pl.lit(True))
+    diverged = (
+        runs.filter(pl.col("status") == DIVERGED)
+        .group_by(_POINT)
+        .agg(diverged_step=step.cast(pl.Int64).min(), diverged=pl.lit(True))
+    )
     stopped = runs.filter(pl.col("status") == "stopped").select(_POINT).unique().with_columns(stopped=pl.lit(True))
     modes = pl.Enum(runs["mode"].unique(maintain_order=True).to_list())
     groups = (
@@ -108,9 +121,15 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
             eligible=(pl.col("seeds_completed") == len(expected)) & (len(expected) > 0) & ~pl.col("diverged"),
             mode=pl.col("mode").cast(modes),
         )
-        .with_columns(outcome=pl.when("diverged").then(pl.lit(DIVERGED))
-                      .when("eligible").then(pl.lit("converged")).when("stopped").then(pl.lit("stopped"))
-                      .otherwise(pl.lit("incomplete")))
+        .with_columns(
+            outcome=pl.when("diverged")
+            .then(pl.lit(DIVERGED))
+            .when("eligible")
+            .then(pl.lit("converged"))
+            .when("stopped")
+            .then(pl.lit("stopped"))
+            .otherwise(pl.lit("incomplete"))
+        )
         .sort(
             ["mode", "eligible", "diverged", "mean_loss", "lr", "beta2"],
             descending=[False, True, False, False, False, False],
@@ -136,8 +155,9 @@ def outcome_text(point: dict[str, Any]) -> str:
 def select(groups: pl.DataFrame) -> dict[str, dict]:
     """Per mode, the best eligible point; a mode with no eligible point has no entry."""
     return {
-        mode: {key: value for key, value in ranked.row(0, named=True).items()
-               if key not in ("outcome", "diverged_step")}  # a winner converged: its selection entry as before
+        mode: {
+            key: value for key, value in ranked.row(0, named=True).items() if key not in ("outcome", "diverged_step")
+        }  # a winner converged: its selection entry as before
         for mode in _modes(groups)
         if not (ranked := _ranked_eligible(groups, mode)).is_empty()
     }
@@ -162,9 +182,7 @@ def lr_response(groups: pl.DataFrame, beta2: float) -> pl.DataFrame:
     return pl.DataFrame(columns)
 
 
-def winner_notes(
-    groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None = None
-) -> dict[str, dict]:
+def winner_notes(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None = None) -> dict[str, dict]:
     """Per mode with a winner: is it on the LR edge, does a diverged LR bound it from above, which
     points are still unfinished, and does it beat the runner-up beyond noise?
 
@@ -196,11 +214,12 @@ def write_selection(
     each mode's entry also holds its edge and fitted LR optimum (`optimum.lr_optima`)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: a file, not a directory; give a directory for {GROUPS_CSV} and {SELECTION_JSON}")
+        raise UserError(
+            f"--out {out_dir}: a file, not a directory; give a directory for {GROUPS_CSV} and {SELECTION_JSON}"
+        )
     atomic_write_text(out_dir / GROUPS_CSV, groups.write_csv())
     chosen = {
-        mode: {**{key: entry[key] for key in _SELECTION_KEYS}, **optima[mode]}
-        for mode, entry in selection.items()
+        mode: {**{key: entry[key] for key in _SELECTION_KEYS}, **optima[mode]} for mode, entry in selection.items()
     }
     atomic_write_text(out_dir / SELECTION_JSON, json.dumps(chosen, indent=2) + "\n")
 
@@ -262,9 +281,7 @@ def _modes(groups: pl.DataFrame) -> list[str]:
 
 def _ranked_eligible(groups: pl.DataFrame, mode: str) -> pl.DataFrame:
     """One mode's eligible points, best first, with the spec's tie-break."""
-    return groups.filter((pl.col("mode") == mode) & pl.col("eligible")).sort(
-        ["mean_loss", "lr", "beta2"]
-    )
+    return groups.filter((pl.col("mode") == mode) & pl.col("eligible")).sort(["mean_loss", "lr", "beta2"])
 
 
 def _notes(ranked: pl.DataFrame, points: pl.DataFrame, done: pl.DataFrame) -> dict[str, Any]:
@@ -335,13 +352,17 @@ def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[
         )
     if notes["diverged_above"]:
         above = notes["diverged_above"]
-        text += (f" The next LR, {above['lr']:g}, {outcome_text({'outcome': DIVERGED, **above})}, so divergence bounds"
-                 " the optimum from above: the grid is bracketed by divergence.")
+        text += (
+            f" The next LR, {above['lr']:g}, {outcome_text({'outcome': DIVERGED, **above})}, so divergence bounds"
+            " the optimum from above: the grid is bracketed by divergence."
+        )
     if notes["unfinished"]:
         count = len(notes["unfinished"])
         lrs = ", ".join(f"{lr:g}" for lr in sorted({point["lr"] for point in notes["unfinished"]}))
-        text += (f" {count} point{'' if count == 1 else 's'} of this mode {'is' if count == 1 else 'are'} not finished"
-                 f" (LR {lrs}), so the ranking may change.")
+        text += (
+            f" {count} point{'' if count == 1 else 's'} of this mode {'is' if count == 1 else 'are'} not finished"
+            f" (LR {lrs}), so the ranking may change."
+        )
     if notes["edge"]:
         proposals = ", ".join(f"{lr:g}" for lr in notes["next_lrs"])
         text += (

@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ebd2n.campaign.resolve import run_recipe
-from ebd2n.campaign.resources import DEFAULT, PREPARE, scope_name
-from ebd2n.campaign.runs import BASE, Run, packed_models
 from ebd2n.campaign.file import Campaign, validate_schema
 from ebd2n.campaign.grid import grid_from_dict
 from ebd2n.campaign.plans import campaign_plans
+from ebd2n.campaign.resolve import run_recipe
+from ebd2n.campaign.resources import DEFAULT, PREPARE, scope_name
+from ebd2n.campaign.runs import BASE, Run, packed_models
 from ebd2n.campaign.search import check_search
 from ebd2n.config import Recipe
 from ebd2n.config.schema import DEFAULT_CHECKPOINT_POLICY
@@ -64,7 +64,9 @@ def _check_campaign(campaign: Campaign) -> None:
         )
     for mode in grid.modes:
         if mode not in grid.learning_rates and not all(f"{base}-{mode}" in grid.learning_rates for base in grid.bases):
-            raise UserError(f"{where}: grid.learning_rates: no list for mode {mode}; give each mode in grid.modes its learning rates")
+            raise UserError(
+                f"{where}: grid.learning_rates: no list for mode {mode}; give each mode in grid.modes its learning rates"
+            )
     scoped = {f"{preset}-{mode}" for preset in grid.presets or () for mode in grid.modes}
     for mode in grid.learning_rates:
         if mode in scoped:
@@ -91,14 +93,18 @@ def _check_campaign(campaign: Campaign) -> None:
     bases = campaign.current_bases
     caches = {recipe.data.cache_dir for recipe in bases.values()}
     if len(caches) > 1:
-        raise UserError(f"{where}: the presets use different data caches ({', '.join(sorted(caches))}); set data.cache_dir")
+        raise UserError(
+            f"{where}: the presets use different data caches ({', '.join(sorted(caches))}); set data.cache_dir"
+        )
     for base, recipe in bases.items():
         epochs = budget_of(recipe).epochs
         for mode in grid.modes:
             lr = grid.mode_learning_rates(base, mode)[0]
             probe = Run(None if base == BASE else base, mode, lr, grid.beta2[0], grid.seeds[0])
             try:
-                probe_epochs = budget_of(run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)).epochs
+                probe_epochs = budget_of(
+                    run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)
+                ).epochs
             except UserError as error:
                 raise UserError(f"{where}: {probe.id}: {error}") from None
             if probe_epochs != epochs:
@@ -131,7 +137,9 @@ def _check_frozen(campaign: Campaign) -> None:
     try:
         frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
     except (ValueError, KeyError, TypeError) as error:
-        raise UserError(f"{record_path}: damaged ({type(error).__name__}); it records how campaign {campaign.name} started") from None
+        raise UserError(
+            f"{record_path}: damaged ({type(error).__name__}); it records how campaign {campaign.name} started"
+        ) from None
     now = campaign.settings()
     # presets added after the start may bring their own overrides; those frozen must stay
     now["preset_overrides"] = {base: now["preset_overrides"].get(base, {}) for base in frozen["preset_overrides"]}
@@ -152,7 +160,9 @@ def _check_resources(campaign: Campaign, base: str, mode: str, recipe: Recipe, w
     gpus = resources.job_gpus
     scope = scope_name(base, mode)
     if resources.nodes > 1 and resources.gpus_per_node is None:
-        raise UserError(f"{where}: resources for {scope}: nodes {resources.nodes} needs gpus_per_node (the GPUs of each node)")
+        raise UserError(
+            f"{where}: resources for {scope}: nodes {resources.nodes} needs gpus_per_node (the GPUs of each node)"
+        )
     parallel = recipe.parallel
     if resources.gpus_per_node is not None and parallel.pipeline_stages * parallel.data_parallel != gpus:
         raise UserError(
@@ -171,6 +181,6 @@ def _check_resources(campaign: Campaign, base: str, mode: str, recipe: Recipe, w
             "make them equal (overrides: parallel.data_parallel or parallel.pipeline_stages)"
         )
     if gpus == 0 and recipe.runtime.device.startswith("cuda"):
-        raise UserError(f"{where}: resources for {scope}: gpus 0, but runtime.device is {recipe.runtime.device}; give the job a GPU")
-
-
+        raise UserError(
+            f"{where}: resources for {scope}: gpus 0, but runtime.device is {recipe.runtime.device}; give the job a GPU"
+        )

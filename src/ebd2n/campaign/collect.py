@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.results import RUN_COLUMNS, read_results, run_directories
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.history import GridHistory, record_grid
 from ebd2n.campaign.plans import campaign_plans, recorded_search
+from ebd2n.campaign.results import RUN_COLUMNS, read_results, run_directories
 from ebd2n.campaign.status import campaign_plan
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.jsonio import read_json
@@ -31,7 +31,9 @@ def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
         **campaign_record(paths, history),
         "execution": campaign.execution_record(max_jobs),
         "plan": campaign_plan(campaign, campaign_plans(campaign)),  # what the report's costs are priced from
-        "signing": signing_record(campaign.signing_key),  # the key the passing audit signs with; the report names its id
+        "signing": signing_record(
+            campaign.signing_key
+        ),  # the key the passing audit signs with; the report names its id
     }
     atomic_write_text(paths.campaign_json, json.dumps(record, indent=2) + "\n")
     runs = read_results(paths.directory).runs if run_directories(paths) else pl.DataFrame(schema=RUN_COLUMNS)
@@ -70,4 +72,7 @@ def campaign_record(paths: CampaignPaths, history: GridHistory) -> dict:
 
 def _base_record(paths: CampaignPaths, base: str, cache: str | None) -> dict:
     path = paths.base_recipe(base)
-    return {"path": paths.relative(os.path.abspath(path)), "identity": recipe_identity(load_recipe(path), cache) if path.is_file() else None}
+    return {
+        "path": paths.relative(os.path.abspath(path)),
+        "identity": recipe_identity(load_recipe(path), cache) if path.is_file() else None,
+    }

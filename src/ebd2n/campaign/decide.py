@@ -25,5 +25,7 @@ def decide_rung(campaign: Campaign, bracket_name: str, epoch: int, digest: str |
     path, written = halving.decide(bracket, epoch)
     decision = json.loads(path.read_text(encoding="utf-8"))
     promoted = ", ".join(decision["continuing"])
-    return (f"{path} {'written' if written else 'unchanged'}: bracket {bracket.name} rung {epoch}: "
-            f"{len(decision['continuing'])} of {decision['candidates']} point(s) train on ({promoted})")
+    return (
+        f"{path} {'written' if written else 'unchanged'}: bracket {bracket.name} rung {epoch}: "
+        f"{len(decision['continuing'])} of {decision['candidates']} point(s) train on ({promoted})"
+    )

@@ -35,5 +35,7 @@ def prepare_campaign_cache(campaign: Campaign, progress: bool = False) -> str:
     from ebd2n.data import prepare_cache
 
     recipe = next(iter(campaign.current_bases.values()))
-    cache = prepare_cache(recipe.data, recipe.model.vocab_size, progress=progress, context_length=recipe.model.context_length)
+    cache = prepare_cache(
+        recipe.data, recipe.model.vocab_size, progress=progress, context_length=recipe.model.context_length
+    )
     return "\n".join([f"cache {cache.directory}  identity {cache.identity}", *cache.record_counts()])

@@ -20,10 +20,10 @@ import yaml
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.analysis import group_runs, select, winner_notes
-from ebd2n.campaign.locate import find_campaign_file
-from ebd2n.campaign.results import read_results
 from ebd2n.campaign.check import campaign_from_dict, load_campaign
 from ebd2n.campaign.file import Campaign
+from ebd2n.campaign.locate import find_campaign_file
+from ebd2n.campaign.results import read_results
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths
@@ -42,8 +42,10 @@ class Extension:
 
     def summary(self) -> str:
         """One line per extended mode: what was added and why."""
-        return "\n".join(f"extension {self.number}: {mode} + {', '.join(f'{lr:g}' for lr in lrs)} ({self.why[mode]})"
-                         for mode, lrs in self.added.items())
+        return "\n".join(
+            f"extension {self.number}: {mode} + {', '.join(f'{lr:g}' for lr in lrs)} ({self.why[mode]})"
+            for mode, lrs in self.added.items()
+        )
 
 
 def extend_campaign(campaign_dir: Path, campaign_file: Path | None = None) -> Extension | None:
@@ -55,7 +57,9 @@ def extend_campaign(campaign_dir: Path, campaign_file: Path | None = None) -> Ex
     if campaign.name != paths.name:
         raise UserError(f"{campaign_file}: names campaign {campaign.name}, not {paths.name} ({paths.directory})")
     if campaign.grid.presets:
-        raise UserError(f"{campaign_file}: a scaling campaign (grid.presets); extend its per-preset learning rates by hand")
+        raise UserError(
+            f"{campaign_file}: a scaling campaign (grid.presets); extend its per-preset learning rates by hand"
+        )
     proposals = edge_proposals(paths.directory, campaign)
     if not proposals:
         return None
@@ -66,18 +70,26 @@ def extend_campaign(campaign_dir: Path, campaign_file: Path | None = None) -> Ex
     history = read_json(paths.extension_history) or []
     number = len(history) + 1
     atomic_write_text(paths.campaign_revision(number), old)
-    history.append({
-        "extension": number,
-        "time": timestamp(),
-        "campaign_file": campaign_file.as_posix(),
-        "previous_revision": paths.campaign_revision(number).relative_to(paths.directory).as_posix(),
-        "added": {mode: added for mode, (added, _) in proposals.items()},
-        "why": {mode: why for mode, (_, why) in proposals.items()},
-    })
+    history.append(
+        {
+            "extension": number,
+            "time": timestamp(),
+            "campaign_file": campaign_file.as_posix(),
+            "previous_revision": paths.campaign_revision(number).relative_to(paths.directory).as_posix(),
+            "added": {mode: added for mode, (added, _) in proposals.items()},
+            "why": {mode: why for mode, (_, why) in proposals.items()},
+        }
+    )
     atomic_write_text(paths.extension_history, json.dumps(history, indent=2) + "\n")
     atomic_write_text(campaign_file, new)
-    diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                        f"{campaign_file} (revision {number - 1})", f"{campaign_file} (revision {number})"))
+    diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(True),
+            new.splitlines(True),
+            f"{campaign_file} (revision {number - 1})",
+            f"{campaign_file} (revision {number})",
+        )
+    )
     return Extension(number, history[-1]["added"], history[-1]["why"], diff)
 
 
@@ -92,8 +104,11 @@ def edge_proposals(campaign_dir: Path, campaign: Campaign) -> dict[str, tuple[li
         added = [lr for lr in notes["next_lrs"] if lr not in campaign.grid.learning_rates.get(mode, ())]
         if notes["edge"] and added:
             winner = winners[mode]
-            proposals[mode] = (added, f"winner LR {winner['lr']:g} (beta2 {winner['beta2']:g}) is the {notes['edge']} "
-                                      f"edge of the tested LRs; continued the grid's step there")
+            proposals[mode] = (
+                added,
+                f"winner LR {winner['lr']:g} (beta2 {winner['beta2']:g}) is the {notes['edge']} "
+                f"edge of the tested LRs; continued the grid's step there",
+            )
     return proposals
 
 

@@ -96,7 +96,12 @@ class Campaign:
         return {
             "max_concurrent_jobs": max_jobs,
             "jobs": {
-                scope: {"gpus": r.job_gpus, "time_limit_minutes": r.minutes, "partition": r.partition, "account": r.account}
+                scope: {
+                    "gpus": r.job_gpus,
+                    "time_limit_minutes": r.minutes,
+                    "partition": r.partition,
+                    "account": r.account,
+                }
                 for scope, r in scopes.items()
             },
             "versions": software_versions(),
@@ -138,7 +143,9 @@ def validate_schema(raw: Any, source: str = "campaign") -> None:
 def _integers(value: Any, where: str = "") -> list[tuple[str, int]]:
     """Every integer of a parsed campaign file, with its dotted key."""
     if isinstance(value, Mapping):
-        return [pair for key, item in value.items() for pair in _integers(item, f"{where}.{key}" if where else str(key))]
+        return [
+            pair for key, item in value.items() for pair in _integers(item, f"{where}.{key}" if where else str(key))
+        ]
     if isinstance(value, list):
         return [pair for index, item in enumerate(value) for pair in _integers(item, f"{where}.{index}")]
     return [(where, value)] if isinstance(value, int) and not isinstance(value, bool) else []

@@ -12,12 +12,11 @@ import os
 import shutil
 from pathlib import Path
 
-from ebd2n.atomic import atomic_write_text
+from ebd2n.atomic import atomic_write_text, serialized
 from ebd2n.campaign.file import Campaign
 from ebd2n.config import save_recipe
 from ebd2n.errors import UserError
 from ebd2n.provenance import PACKAGE_DIR, source_hash, timestamp
-from ebd2n.atomic import serialized
 
 
 def freeze_trainer(campaign: Campaign) -> str:
@@ -37,7 +36,9 @@ def _freeze_trainer(campaign: Campaign) -> str:
     if marker.exists():
         recorded = marker.read_text().strip()
         if source_hash(paths.frozen_package) != recorded:
-            raise UserError(f"{paths.frozen_package}: its source hash is not the recorded {recorded} (edited after the freeze)")
+            raise UserError(
+                f"{paths.frozen_package}: its source hash is not the recorded {recorded} (edited after the freeze)"
+            )
         return recorded
     target = paths.frozen_package
     staging = target.with_name(".ebd2n.partial")
@@ -61,9 +62,10 @@ def _freeze_trainer(campaign: Campaign) -> str:
 def freeze_base(campaign: Campaign, base: str) -> Path:
     """Write one base recipe (preset or file + data + overrides + policy) to frozen/recipes/<base>.yaml."""
     if base not in campaign.grid.bases:
-        raise UserError(f"--base {base}: not a base recipe of campaign {campaign.name} ({', '.join(campaign.grid.bases)})")
+        raise UserError(
+            f"--base {base}: not a base recipe of campaign {campaign.name} ({', '.join(campaign.grid.bases)})"
+        )
     path = campaign.paths.base_recipe(base)
     if not path.exists():  # written once, atomically: a freeze job run again leaves it as it is
         save_recipe(campaign.base_recipe(base), path)
     return path
-

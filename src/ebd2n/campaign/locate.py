@@ -88,8 +88,10 @@ def find_campaign_file(name: str, root: Path = Path(".")) -> Path:
     matches = [path for path in candidates if _names(path, name)]
     if len(matches) != 1:
         found = "none" if not matches else ", ".join(map(str, matches))
-        raise UserError(f"campaign {name}: {len(matches)} campaign files name it under {root.resolve()} ({found}); "
-                        "give the campaign file itself")
+        raise UserError(
+            f"campaign {name}: {len(matches)} campaign files name it under {root.resolve()} ({found}); "
+            "give the campaign file itself"
+        )
     return matches[0]
 
 
@@ -119,8 +121,10 @@ def _require_same_directory(given: Path, name: str) -> None:
     refused for a directory elsewhere, which it would not touch."""
     expected = named_campaign(name).directory
     if os.path.abspath(given) != os.path.abspath(expected):
-        raise UserError(f"{given}: this command works on {expected} under the working directory; "
-                        f"run it from the folder holding {RESULTS}/, or give the campaign file")
+        raise UserError(
+            f"{given}: this command works on {expected} under the working directory; "
+            f"run it from the folder holding {RESULTS}/, or give the campaign file"
+        )
 
 
 def _named(path: Path) -> str:

@@ -92,22 +92,34 @@ class Law:
         form = "".join(f" + {name}*{term}" for name, term in zip(names[1:], self.terms, strict=True))
         return {
             "form": f"ln(lr*) = a{form}",
-            "coefficients": {name: _with_interval(value, self.draws[:, i])
-                             for i, (name, value) in enumerate(zip(names, self.coefficients, strict=True))},
-            "cells": [{"parameters": cell.parameters, "tokens": cell.tokens, "lr_optimum": math.exp(optimum)}
-                      for cell, optimum in zip(self.cells, self.optima, strict=True)],
-            "resamples": RESAMPLES, "level": LEVEL, "held_at_grid_end": self.held_at_grid_end,
+            "coefficients": {
+                name: _with_interval(value, self.draws[:, i])
+                for i, (name, value) in enumerate(zip(names, self.coefficients, strict=True))
+            },
+            "cells": [
+                {"parameters": cell.parameters, "tokens": cell.tokens, "lr_optimum": math.exp(optimum)}
+                for cell, optimum in zip(self.cells, self.optima, strict=True)
+            ],
+            "resamples": RESAMPLES,
+            "level": LEVEL,
+            "held_at_grid_end": self.held_at_grid_end,
             "notes": list(self.notes),
         }
 
 
-def cells_from_runs(runs: pl.DataFrame, parameters: Mapping[str, int], mode: str, beta2: float,
-                    seeds: list[int] | None = None) -> list[Cell]:
+def cells_from_runs(
+    runs: pl.DataFrame, parameters: Mapping[str, int], mode: str, beta2: float, seeds: list[int] | None = None
+) -> list[Cell]:
     """A campaign's cells of one mode and beta2 from its runs table (runs.csv): one per preset and
     tokens trained, its learning rates with every seed's final loss (ordered by seed);
     `parameters` maps each preset ("" outside scaling campaigns) to its model's N."""
-    done = runs.filter((pl.col("status") == "complete") & pl.col("loss").is_finite() & (pl.col("mode") == mode)
-                       & (pl.col("beta2") == beta2) & (pl.lit(True) if seeds is None else pl.col("seed").is_in(seeds)))
+    done = runs.filter(
+        (pl.col("status") == "complete")
+        & pl.col("loss").is_finite()
+        & (pl.col("mode") == mode)
+        & (pl.col("beta2") == beta2)
+        & (pl.lit(True) if seeds is None else pl.col("seed").is_in(seeds))
+    )
     done = done.unique(["preset", "tokens", "lr", "seed"], keep="first", maintain_order=True).sort("seed")
     cells = []
     for (preset, tokens), part in done.group_by(["preset", "tokens"], maintain_order=True):
@@ -128,11 +140,13 @@ def fit_law(cells: Sequence[Cell], seed: int = RESAMPLING_SEED) -> Law:
             notes.append(f"{cell.label} left out: {fit['reason']}")
             continue
         if min(len(losses) for losses in cell.losses.values()) < 2:
-            raise ValueError(f"{cell.label}: one seed at a learning rate; the law's intervals resample seeds "
-                             "(2 or more)")
+            raise ValueError(
+                f"{cell.label}: one seed at a learning rate; the law's intervals resample seeds (2 or more)"
+            )
         x, _ = cell.curve()
-        resampled = np.stack([resampled_means(np.asarray(cell.losses[lr], dtype=float), rng)
-                              for lr in sorted(cell.losses)], axis=1)
+        resampled = np.stack(
+            [resampled_means(np.asarray(cell.losses[lr], dtype=float), rng) for lr in sorted(cell.losses)], axis=1
+        )
         minima = fitted_minima(resampled, x)
         held += int(np.sum((minima < x[0]) | (minima > x[-1])))
         used.append(cell)
@@ -140,10 +154,18 @@ def fit_law(cells: Sequence[Cell], seed: int = RESAMPLING_SEED) -> Law:
         draws.append(np.clip(minima, x[0], x[-1]))
     terms = _terms(used, notes)
     if not terms or len(used) < len(terms) + 1:
-        raise ValueError(f"an LR law needs cells of different N or D, each with a fitted optimum: {len(used)} of "
-                         f"{len(cells)} cells have one{'; ' + '; '.join(notes) if notes else ''}")
-    return Law(tuple(terms), tuple(used), np.array(optima), np.stack(draws, axis=1), held / (len(used) * RESAMPLES),
-               tuple(notes))
+        raise ValueError(
+            f"an LR law needs cells of different N or D, each with a fitted optimum: {len(used)} of "
+            f"{len(cells)} cells have one{'; ' + '; '.join(notes) if notes else ''}"
+        )
+    return Law(
+        tuple(terms),
+        tuple(used),
+        np.array(optima),
+        np.stack(draws, axis=1),
+        held / (len(used) * RESAMPLES),
+        tuple(notes),
+    )
 
 
 def curvature(law: Law) -> dict[str, dict[str, Any]]:
@@ -168,9 +190,13 @@ def leave_largest_out(cells: Sequence[Cell], seed: int = RESAMPLING_SEED) -> dic
     law = fit_law([cell for cell in cells if cell is not largest], seed)
     prediction = law.predict(largest.parameters, largest.tokens)
     own = fit_optimum(sorted(largest.losses), {lr: list(losses) for lr, losses in largest.losses.items()})["estimate"]
-    return {"cell": {"parameters": largest.parameters, "tokens": largest.tokens}, "prediction": prediction,
-            "lr_optimum": own, "regret": {key: regret(largest, value) for key, value in prediction.items()},
-            "law": law.record()}
+    return {
+        "cell": {"parameters": largest.parameters, "tokens": largest.tokens},
+        "prediction": prediction,
+        "lr_optimum": own,
+        "regret": {key: regret(largest, value) for key, value in prediction.items()},
+        "law": law.record(),
+    }
 
 
 def regret(cell: Cell, lr: float) -> dict[str, Any]:
@@ -182,12 +208,15 @@ def regret(cell: Cell, lr: float) -> dict[str, Any]:
     return {"nats": loss - float(means.min()), "beyond_grid": not inside}
 
 
-def proposed_grid(prediction: Mapping[str, float], points: int = 5, spacing: float = 2 ** 0.5) -> list[float]:
+def proposed_grid(prediction: Mapping[str, float], points: int = 5, spacing: float = 2**0.5) -> list[float]:
     """`points` learning rates, equally spaced in ln LR and centred on the prediction, wide enough to
     bracket its interval and at least `spacing` apart (3 significant figures)."""
     centre = math.log(prediction["estimate"])
-    half = max(math.log(prediction["high"]) - centre, centre - math.log(prediction["low"]),
-               math.log(spacing) * (points - 1) / 2)
+    half = max(
+        math.log(prediction["high"]) - centre,
+        centre - math.log(prediction["low"]),
+        math.log(spacing) * (points - 1) / 2,
+    )
     return [float(f"{math.exp(value):.3g}") for value in np.linspace(centre - half, centre + half, points)]
 
 

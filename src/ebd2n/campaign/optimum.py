@@ -51,8 +51,11 @@ def lr_optima(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None 
             beta2: fit_optimum(tested, _seed_losses(done, mode, beta2, eligible))
             for beta2 in sorted(part["beta2"].unique().to_list())
         }
-        entry: dict[str, Any] = {"edge": lr_edge(winner["lr"], tested), "diverged_above": diverged_above(winner, part),
-                                 "lr_optimum": fits[winner["beta2"]]}
+        entry: dict[str, Any] = {
+            "edge": lr_edge(winner["lr"], tested),
+            "diverged_above": diverged_above(winner, part),
+            "lr_optimum": fits[winner["beta2"]],
+        }
         if len(fits) > 1:
             entry["lr_optimum_by_beta2"] = {f"{beta2:g}": fit for beta2, fit in fits.items()}
         out[mode] = entry
@@ -89,11 +92,20 @@ def fit_optimum(tested: list[float], losses: dict[float, list[float]]) -> dict[s
     """The fitted optimum over `losses` (LR -> per-seed final losses of the points with every
     seed); `tested` is every LR of the grid, whose ends decide whether the interval is open."""
     lrs = sorted(losses)
-    result: dict[str, Any] = {"estimate": None, "low": None, "high": None, "points_used": [], "method": METHOD,
-                              "open": None, "reason": None}
+    result: dict[str, Any] = {
+        "estimate": None,
+        "low": None,
+        "high": None,
+        "points_used": [],
+        "method": METHOD,
+        "open": None,
+        "reason": None,
+    }
     if len(lrs) < POINTS:
-        result["reason"] = (f"only {len(lrs)} learning rate{'' if len(lrs) == 1 else 's'} with every seed; "
-                            f"a quadratic fit needs {POINTS}")
+        result["reason"] = (
+            f"only {len(lrs)} learning rate{'' if len(lrs) == 1 else 's'} with every seed; "
+            f"a quadratic fit needs {POINTS}"
+        )
         return result
     x = np.log(lrs)
     means = np.array([[np.mean(losses[lr]) for lr in lrs]])
@@ -101,14 +113,18 @@ def fit_optimum(tested: list[float], losses: dict[float, list[float]]) -> dict[s
     result["points_used"] = lrs[start : start + POINTS]
     coefficients = means[:, start : start + POINTS] @ np.linalg.pinv(np.vander(x[start : start + POINTS], 3)).T
     if coefficients[0, 0] <= 0:
-        result["reason"] = "the fitted curve bends the wrong way (loss is not convex around the best LR), so it has no minimum"
+        result["reason"] = (
+            "the fitted curve bends the wrong way (loss is not convex around the best LR), so it has no minimum"
+        )
     else:
         vertex = -coefficients[0, 1] / (2 * coefficients[0, 0])
         low_end, high_end = math.log(min(tested)), math.log(max(tested))
         if low_end <= vertex <= high_end:
             result["estimate"] = math.exp(vertex)
         else:
-            result["reason"] = f"the fitted minimum lies beyond the {'upper' if vertex > high_end else 'lower'} end of the grid"
+            result["reason"] = (
+                f"the fitted minimum lies beyond the {'upper' if vertex > high_end else 'lower'} end of the grid"
+            )
     if min(len(losses[lr]) for lr in lrs) < 2:
         result["reason"] = _join(result["reason"], "one seed per point: no seed variation to resample for an interval")
         return result
@@ -184,8 +200,11 @@ def _join(first: str | None, second: str) -> str:
 
 
 def optimum_panels(
-    groups: pl.DataFrame, runs: pl.DataFrame, selection: dict[str, dict[str, Any]],
-    optima: dict[str, dict[str, Any]], seeds: list[int] | None = None,
+    groups: pl.DataFrame,
+    runs: pl.DataFrame,
+    selection: dict[str, dict[str, Any]],
+    optima: dict[str, dict[str, Any]],
+    seeds: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     """What the LR-optimum figure draws per mode at its winner's beta2: every seed's loss, each
     point's mean and SD, the fitted parabola over the points it used, the optimum and its interval,
@@ -197,17 +216,26 @@ def optimum_panels(
         at = groups.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2))
         diverged = at.filter(pl.col("outcome") == DIVERGED).sort("lr")
         points = at.filter(pl.col("mean_loss").is_not_null() & (pl.col("outcome") != DIVERGED))
-        seeded = done.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2)
-                             & ~pl.col("lr").is_in(diverged["lr"].to_list())).sort(["lr", "seed"])
-        panels.append({
-            "mode": mode,
-            "beta2": beta2,
-            "seeds": {"lr": seeded["lr"].to_list(), "loss": seeded["loss"].to_list(), "seed": seeded["seed"].to_list()},
-            "points": points.select("lr", "mean_loss", "std_loss", "eligible").sort("lr").to_dicts(),
-            "curve": _curve(fit["points_used"], points),
-            "diverged": [{"lr": row["lr"], "step": row.get("diverged_step")} for row in diverged.iter_rows(named=True)],
-            **{key: fit[key] for key in ("estimate", "low", "high", "open", "reason")},
-        })
+        seeded = done.filter(
+            (pl.col("mode") == mode) & (pl.col("beta2") == beta2) & ~pl.col("lr").is_in(diverged["lr"].to_list())
+        ).sort(["lr", "seed"])
+        panels.append(
+            {
+                "mode": mode,
+                "beta2": beta2,
+                "seeds": {
+                    "lr": seeded["lr"].to_list(),
+                    "loss": seeded["loss"].to_list(),
+                    "seed": seeded["seed"].to_list(),
+                },
+                "points": points.select("lr", "mean_loss", "std_loss", "eligible").sort("lr").to_dicts(),
+                "curve": _curve(fit["points_used"], points),
+                "diverged": [
+                    {"lr": row["lr"], "step": row.get("diverged_step")} for row in diverged.iter_rows(named=True)
+                ],
+                **{key: fit[key] for key in ("estimate", "low", "high", "open", "reason")},
+            }
+        )
     return panels
 
 

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
+
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.search import Halving
@@ -44,8 +45,10 @@ def frozen_plans(paths: CampaignPaths, bases: Iterable[str]) -> dict[str, SliceP
     plans = {base: read_slice_plan(paths.slice_plan(base)) for base in bases}
     missing = [base for base, plan in plans.items() if plan is None]
     if missing:
-        raise UserError(f"{paths.slice_plan(missing[0])}: missing; the frozen trainer writes it before any run of "
-                        f"{missing[0]} trains (ebd2n plan)")
+        raise UserError(
+            f"{paths.slice_plan(missing[0])}: missing; the frozen trainer writes it before any run of "
+            f"{missing[0]} trains (ebd2n plan)"
+        )
     return plans
 
 
@@ -74,17 +77,27 @@ def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) 
     (`ebd2n plan --json` run from frozen/src): what the audit holds a plan file to."""
     _refuse_older_frozen_trainer(paths)
     command = [
-        sys.executable, "-m", "ebd2n", "plan", str(paths.base_recipe(base)),
-        "--epochs-per-slice", str(epochs_per_slice), "--json",
+        sys.executable,
+        "-m",
+        "ebd2n",
+        "plan",
+        str(paths.base_recipe(base)),
+        "--epochs-per-slice",
+        str(epochs_per_slice),
+        "--json",
     ]
     env = {**os.environ, "PYTHONPATH": str(paths.frozen_src)}
     shown = subprocess.run(command, env=env, capture_output=True, text=True)
     if shown.returncode:
-        raise UserError(f"{paths.frozen_src}: the frozen trainer could not plan base recipe {base}: {shown.stderr.strip()}")
+        raise UserError(
+            f"{paths.frozen_src}: the frozen trainer could not plan base recipe {base}: {shown.stderr.strip()}"
+        )
     try:
         return parse_plan(json.loads(shown.stdout), f"the frozen trainer's plan of {base}")
     except json.JSONDecodeError:
-        raise UserError(f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}") from None
+        raise UserError(
+            f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}"
+        ) from None
 
 
 def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:

@@ -20,9 +20,9 @@ from ebd2n.campaign.analysis import RUN_FIELDS
 from ebd2n.campaign.grid import grid_from_dict
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.config import Recipe, load_recipe
+from ebd2n.data.cache import MANIFEST
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
-from ebd2n.data.cache import MANIFEST
 from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
 from ebd2n.train.lease import live_holder
 
@@ -99,9 +99,13 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         raise UserError(f"{paths.runs}: no finished or resolved run; run the campaign first")
     info = read_json(paths.campaign_json) if info is None else info
     if info is not None and not (
-        isinstance(info, dict) and isinstance(info.get("grid") or {}, dict) and isinstance(info.get("seeds") or [], list)
+        isinstance(info, dict)
+        and isinstance(info.get("grid") or {}, dict)
+        and isinstance(info.get("seeds") or [], list)
     ):
-        raise UserError(f"{paths.campaign_json}: not a campaign record (grid or seeds of the wrong shape); collect it again")
+        raise UserError(
+            f"{paths.campaign_json}: not a campaign record (grid or seeds of the wrong shape); collect it again"
+        )
     results = {p.relative_to(directory).as_posix(): read_json(run_paths(p).results) for p in run_dirs}
     stopped = ((info or {}).get("search") or {}).get("stopped") or {}  # successive halving: run id -> its rung
     retired = set((info or {}).get("retired") or [])  # runs the campaign file no longer declares
@@ -110,9 +114,21 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         key = run_dir.relative_to(directory).as_posix()
         if results[key] is None and run_dir.name not in stopped and (failure := job_failure(paths, run_dir.name)):
             failures[key] = [f"{paths.relative(failure[0])}:", *failure[1]]
-    rows = [_row(directory, p, results[key := p.relative_to(directory).as_posix()],
-                 "retired" if p.name in retired else "stopped" if p.name in stopped else "failed" if key in failures
-                 else "incomplete") for p in run_dirs]
+    rows = [
+        _row(
+            directory,
+            p,
+            results[key := p.relative_to(directory).as_posix()],
+            "retired"
+            if p.name in retired
+            else "stopped"
+            if p.name in stopped
+            else "failed"
+            if key in failures
+            else "incomplete",
+        )
+        for p in run_dirs
+    ]
     complete = {key: value for key, value in results.items() if value is not None}
     try:  # typed first: everything below may trust the values
         table = pl.DataFrame(rows, schema=RUN_COLUMNS)
@@ -167,12 +183,25 @@ def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, unfinish
     preset = _preset(run_dir.name) or ""
     if results is None:
         recipe = _recipe(run_paths(run_dir).recipe)
-        point = {"mode": recipe.mode, "lr": recipe.optimizer.lr, "beta2": recipe.optimizer.beta2, "seed": recipe.runtime.seed}
-        return {"run": run_dir.name, **point, "status": unfinished, "preset": preset, "directory": directory,
-                "job_ids": ""}
+        point = {
+            "mode": recipe.mode,
+            "lr": recipe.optimizer.lr,
+            "beta2": recipe.optimizer.beta2,
+            "seed": recipe.runtime.seed,
+        }
+        return {
+            "run": run_dir.name,
+            **point,
+            "status": unfinished,
+            "preset": preset,
+            "directory": directory,
+            "job_ids": "",
+        }
     missing = [key for key in ("mode", "lr", "beta2", "seed", "status") if key not in results]
     if missing:
-        raise UserError(f"{run_paths(run_dir).results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`")
+        raise UserError(
+            f"{run_paths(run_dir).results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`"
+        )
     row = {key: results.get(key) for key in RUN_COLUMNS if key not in ("preset", "directory", "job_ids")}
     row["run"] = str(results.get("run") or run_dir.name)
     row["preset"] = preset
@@ -214,15 +243,16 @@ def _missing(info: dict[str, Any] | None, present: set[str]) -> list[str]:
     return [run.id for run in grid.runs() if run.id not in present]
 
 
-def _grid(info: dict[str, Any] | None, rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, list[float]], list[float]]:
+def _grid(
+    info: dict[str, Any] | None, rows: list[dict[str, Any]]
+) -> tuple[list[str], dict[str, list[float]], list[float]]:
     """The searched grid: campaign.json's when present, widened by whatever the runs hold."""
     grid = (info or {}).get("grid") or {}
     modes = list(grid.get("modes") or [])
     modes += sorted({row["mode"] for row in rows} - set(modes), key=_mode_key)
     declared = grid.get("learning_rates") or {}
     learning_rates = {
-        mode: sorted(set(declared.get(mode, [])) | {row["lr"] for row in rows if row["mode"] == mode})
-        for mode in modes
+        mode: sorted(set(declared.get(mode, [])) | {row["lr"] for row in rows if row["mode"] == mode}) for mode in modes
     }
     beta2 = sorted(set(grid.get("beta2") or []) | {row["beta2"] for row in rows})
     return modes, learning_rates, beta2

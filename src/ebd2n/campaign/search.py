@@ -78,12 +78,15 @@ def search_from_dict(raw: Mapping[str, Any] | None) -> Search:
     noise = raw.get("seed_noise")
     if method not in (GRID, HALVING) or not _number(keep) or not 0 < keep <= 1:
         raise ValueError(f"search {dict(raw)!r}: method grid or {HALVING}, keep in (0, 1]")
-    if rungs is not None and not (isinstance(rungs, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in rungs)):
+    if rungs is not None and not (
+        isinstance(rungs, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in rungs)
+    ):
         raise ValueError(f"search rungs {rungs!r}: a list of epochs")
     if noise is not None and not (_number(noise) and 0 < noise < 1):
         raise ValueError(f"search seed_noise {noise!r}: a test level alpha in (0, 1), such as 0.05")
-    return Search(method, float(keep), None if rungs is None else tuple(sorted(rungs)),
-                  None if noise is None else float(noise))
+    return Search(
+        method, float(keep), None if rungs is None else tuple(sorted(rungs)), None if noise is None else float(noise)
+    )
 
 
 def _number(value: Any) -> bool:
@@ -114,10 +117,15 @@ class Bracket:
     def base(self) -> str:
         return self.preset or BASE
 
-    def runs(self, points: Iterable[tuple[float, float]] | None = None, seeds: Iterable[int] | None = None) -> list[Run]:
+    def runs(
+        self, points: Iterable[tuple[float, float]] | None = None, seeds: Iterable[int] | None = None
+    ) -> list[Run]:
         """Every seed (default: the bracket's) of `points` (default: all of the bracket's)."""
-        return [Run(self.preset, self.mode, lr, beta2, seed) for lr, beta2 in (self.points if points is None else points)
-                for seed in (self.seeds if seeds is None else seeds)]
+        return [
+            Run(self.preset, self.mode, lr, beta2, seed)
+            for lr, beta2 in (self.points if points is None else points)
+            for seed in (self.seeds if seeds is None else seeds)
+        ]
 
     def point(self, identifier: str) -> tuple[float, float]:
         """The point a `point_id` names."""
@@ -142,9 +150,11 @@ def check_search(search: Search, plans: Mapping[str, SlicePlan], groups: list[Br
     of every preset's runs, and every bracket has points to compare."""
     if not search.halving:
         if search.keep != 1.0 or search.rungs is not None or search.seed_noise is not None:
-            raise UserError(f"{where}: search.keep, search.rungs and search.seed_noise apply to successive halving "
-                            "only; "
-                            f"set search.method: {HALVING}, or remove them")
+            raise UserError(
+                f"{where}: search.keep, search.rungs and search.seed_noise apply to successive halving "
+                "only; "
+                f"set search.method: {HALVING}, or remove them"
+            )
         return
     for base, plan in plans.items():
         wrong = [epoch for epoch in search.rung_epochs(plan) if epoch not in plan.ends[:-1]]
@@ -155,12 +165,16 @@ def check_search(search: Search, plans: Mapping[str, SlicePlan], groups: list[Br
                 f"(epochs_per_slice {plan.epochs_per_slice} of {plan.epochs} epochs)"
             )
         if not search.rung_epochs(plan):
-            raise UserError(f"{where}: search: runs of {plan.epochs} epochs in one slice have no slice end to compare at; "
-                            "lower epochs_per_slice or use the full grid")
+            raise UserError(
+                f"{where}: search: runs of {plan.epochs} epochs in one slice have no slice end to compare at; "
+                "lower epochs_per_slice or use the full grid"
+            )
     single = [bracket.name for bracket in groups if len(bracket.points) < 2]
     if single:
-        raise UserError(f"{where}: search: successive halving compares grid points, but {', '.join(single)} "
-                        f"{'has' if len(single) == 1 else 'have'} only one (learning rate, beta2); add points or remove search")
+        raise UserError(
+            f"{where}: search: successive halving compares grid points, but {', '.join(single)} "
+            f"{'has' if len(single) == 1 else 'have'} only one (learning rate, beta2); add points or remove search"
+        )
 
 
 def promoted_count(keep: float, candidates: int) -> int:
@@ -195,14 +209,25 @@ def epoch_loss(metrics: Path, epoch: int) -> float | None:
 
 def recorded_epochs(metrics: Path) -> list[int]:
     """Every epoch boundary a run's metrics.jsonl records."""
-    return [record["epoch"] for record in read_jsonl(metrics)
-            if isinstance(record, dict) and record.get("type") == "epoch" and isinstance(record.get("epoch"), int)]
+    return [
+        record["epoch"]
+        for record in read_jsonl(metrics)
+        if isinstance(record, dict) and record.get("type") == "epoch" and isinstance(record.get("epoch"), int)
+    ]
 
 
-def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], keep: float,
-           losses: Mapping[str, float | None], earlier: Mapping[str, list[str]], drawn_from: Iterable[str] = (),
-           seeds: Iterable[int] | None = None, seed_noise: float | None = None,
-           diverged: frozenset[str] = frozenset()) -> dict[str, Any]:
+def decide(
+    bracket: Bracket,
+    epoch: int,
+    candidates: list[tuple[float, float]],
+    keep: float,
+    losses: Mapping[str, float | None],
+    earlier: Mapping[str, list[str]],
+    drawn_from: Iterable[str] = (),
+    seeds: Iterable[int] | None = None,
+    seed_noise: float | None = None,
+    diverged: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
     """The decision at rung `epoch`: candidates ranked (mean loss over seeds; a point missing a
     seed's loss, or with a non-finite one, ranks last), the best ceil(keep x n) promoted (never a point
     with a run in `diverged`, which has no loss), and the points earlier decisions of this rung promoted
@@ -218,21 +243,33 @@ def decide(bracket: Bracket, epoch: int, candidates: list[tuple[float, float]], 
         mean = sum(values) / len(values) if len(values) == len(point) else None
         ranking.append({"point": point_id(lr, beta2), "lr": lr, "beta2": beta2, "mean_loss": mean, "losses": point})
     ranking.sort(key=lambda entry: (entry["mean_loss"] is None, entry["mean_loss"] or 0.0, entry["lr"], entry["beta2"]))
-    promoted = [entry["point"] for entry in ranking[:promoted_count(keep, len(ranking))]
-                if not diverged.intersection(entry["losses"])]
+    promoted = [
+        entry["point"]
+        for entry in ranking[: promoted_count(keep, len(ranking))]
+        if not diverged.intersection(entry["losses"])
+    ]
     if seed_noise is not None:
         promoted = within_noise(ranking, promoted, seed_noise)
     listed = {entry["point"] for entry in ranking}
-    carried = sorted({point for points in earlier.values() for point in points if point in listed} - set(promoted),
-                     key=[entry["point"] for entry in ranking].index)
+    carried = sorted(
+        {point for points in earlier.values() for point in points if point in listed} - set(promoted),
+        key=[entry["point"] for entry in ranking].index,
+    )
     runs = [run for entry in ranking for run in entry["losses"]]
     rule = {} if seed_noise is None else {"seed_noise": seed_noise}
     return {
-        "bracket": bracket.name, "epoch": epoch, "keep": keep, **rule,
+        "bracket": bracket.name,
+        "epoch": epoch,
+        "keep": keep,
+        **rule,
         "digest": decision_digest(runs, keep, seed_noise),
-        "candidates": len(ranking), "ranking": ranking, "promoted": promoted, "carried": carried,
+        "candidates": len(ranking),
+        "ranking": ranking,
+        "promoted": promoted,
+        "carried": carried,
         "continuing": [entry["point"] for entry in ranking if entry["point"] in {*promoted, *carried}],
-        "earlier": sorted(earlier), "drawn_from": sorted(drawn_from),
+        "earlier": sorted(earlier),
+        "drawn_from": sorted(drawn_from),
     }
 
 
@@ -277,7 +314,9 @@ class Halving:
         for bracket in self.groups:
             if bracket.name == name:
                 return bracket
-        raise UserError(f"no bracket {name} in the campaign's grid (brackets: {', '.join(b.name for b in self.groups)})")
+        raise UserError(
+            f"no bracket {name} in the campaign's grid (brackets: {', '.join(b.name for b in self.groups)})"
+        )
 
     def bracket_of(self, run: Run) -> Bracket:
         """The bracket a run belongs to."""
@@ -328,7 +367,9 @@ class Halving:
             raise UserError(f"bracket {bracket.name}: epoch {epoch} is not one of its rungs {list(rungs)}")
         last = list(self.walk(bracket, read, before=epoch))[-1]
         if last.epoch != epoch:
-            raise UserError(f"bracket {bracket.name}: rung {last.epoch} is not decided yet, so rung {epoch} has no candidates")
+            raise UserError(
+                f"bracket {bracket.name}: rung {last.epoch} is not decided yet, so rung {epoch} has no candidates"
+            )
         return last.candidates
 
     def outcome(self, read=None) -> dict[str, int | None]:
@@ -352,14 +393,25 @@ class Halving:
         the points that train on, and how many runs stopped."""
         groups = []
         for bracket in self.groups:
-            rungs = [{"epoch": rung.epoch, "decision": rung.path.relative_to(self.paths.directory).as_posix(),
-                      "candidates": len(rung.candidates), "continuing": rung.past_ids}
-                     for rung in self.walk(bracket)]
+            rungs = [
+                {
+                    "epoch": rung.epoch,
+                    "decision": rung.path.relative_to(self.paths.directory).as_posix(),
+                    "candidates": len(rung.candidates),
+                    "continuing": rung.past_ids,
+                }
+                for rung in self.walk(bracket)
+            ]
             groups.append({"bracket": bracket.name, "points": len(bracket.points), "rungs": rungs})
         fates = self.outcome()
         stopped = {run: fate for run, fate in sorted(fates.items()) if fate is not None}
-        return {**self.search.record(), "brackets": groups, "runs_stopped": len(stopped),
-                "runs_training_to_the_end": list(fates.values()).count(None), "stopped": stopped}
+        return {
+            **self.search.record(),
+            "brackets": groups,
+            "runs_stopped": len(stopped),
+            "runs_training_to_the_end": list(fates.values()).count(None),
+            "stopped": stopped,
+        }
 
     def decide(self, bracket: Bracket, epoch: int) -> tuple[Path, bool]:
         """Decide rung `epoch` of `bracket` from its candidates' metrics and write the decision
@@ -368,20 +420,42 @@ class Halving:
         candidates = self.candidates(bracket, epoch)
         path = self.decision_path(bracket, epoch, candidates)
         losses = {run.id: epoch_loss(self.paths.run(run.id).metrics, epoch) for run in bracket.runs(candidates)}
-        missing = [run_id for run_id, loss in losses.items()  # a diverged run has no loss there: it ranks last
-                   if loss is None and diverged_record(self.paths.run(run_id).metrics) is None]
+        missing = [
+            run_id
+            for run_id, loss in losses.items()  # a diverged run has no loss there: it ranks last
+            if loss is None and diverged_record(self.paths.run(run_id).metrics) is None
+        ]
         if missing:
-            raise UserError(f"bracket {bracket.name} rung {epoch}: no subset-validation loss at epoch {epoch} in "
-                            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} ({METRICS}): train them to the rung first")
+            raise UserError(
+                f"bracket {bracket.name} rung {epoch}: no subset-validation loss at epoch {epoch} in "
+                f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} ({METRICS}): train them to the rung first"
+            )
         made = read_decision(path)  # decided before: from the decisions it was made after, not later ones
         names = made["earlier"] if made else [other.name for other in self.decisions(bracket, epoch) if other != path]
         earlier = {name: _continuing(path.parent / name) for name in names}
         rungs = self.rungs(bracket)
         before = rungs[rungs.index(epoch) - 1] if rungs.index(epoch) else None
-        drawn = made.get("drawn_from", []) if made else [other.name for other in self.decisions(bracket, before)] if before else []
+        drawn = (
+            made.get("drawn_from", [])
+            if made
+            else [other.name for other in self.decisions(bracket, before)]
+            if before
+            else []
+        )
         diverged = frozenset(run_id for run_id in losses if diverged_record(self.paths.run(run_id).metrics) is not None)
-        text = decision_json(decide(bracket, epoch, candidates, self.search.keep, losses, earlier, drawn,
-                                    seed_noise=self.search.seed_noise, diverged=diverged))
+        text = decision_json(
+            decide(
+                bracket,
+                epoch,
+                candidates,
+                self.search.keep,
+                losses,
+                earlier,
+                drawn,
+                seed_noise=self.search.seed_noise,
+                diverged=diverged,
+            )
+        )
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             return path, False
         atomic_write_text(path, text)
@@ -405,11 +479,17 @@ def _shaped(decision: Any) -> bool:
     """Whether a decision has the shape `decide` gives it, as far as its readers rely on it."""
     if not isinstance(decision, dict) or not isinstance(decision.get("ranking"), list):
         return False
-    named = all(isinstance(names, list) and all(isinstance(name, str) and DECISION_NAME.fullmatch(name) for name in names)
-                for names in (decision.get("earlier", []), decision.get("drawn_from", [])))
-    points = isinstance(decision.get("continuing"), list) and all(isinstance(point, str) for point in decision["continuing"])
-    ranked = all(isinstance(entry, dict) and isinstance(entry.get("point"), str) and isinstance(entry.get("losses"), dict)
-                 for entry in decision["ranking"])
+    named = all(
+        isinstance(names, list) and all(isinstance(name, str) and DECISION_NAME.fullmatch(name) for name in names)
+        for names in (decision.get("earlier", []), decision.get("drawn_from", []))
+    )
+    points = isinstance(decision.get("continuing"), list) and all(
+        isinstance(point, str) for point in decision["continuing"]
+    )
+    ranked = all(
+        isinstance(entry, dict) and isinstance(entry.get("point"), str) and isinstance(entry.get("losses"), dict)
+        for entry in decision["ranking"]
+    )
     return named and points and ranked
 
 

@@ -23,6 +23,7 @@ runs are done is finished. One line per bracket says the rung it is at.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
 import time
@@ -118,15 +119,22 @@ def campaign_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> dict[st
             resources = campaign.job_resources(base, mode)
             jobs[scope_name(base, mode)] = {"gpus": resources.job_gpus, "cpus": resources.cpus}
     slices = {base: plan_record(plan) for base, plan in plans.items()}
-    return {"campaign": campaign.name, "cost_per_gpu_hour": campaign.cost_per_gpu_hour, **grid.record(),
-            "jobs": jobs, "slices": slices}
+    return {
+        "campaign": campaign.name,
+        "cost_per_gpu_hour": campaign.cost_per_gpu_hour,
+        **grid.record(),
+        "jobs": jobs,
+        "slices": slices,
+    }
 
 
 def planned_runs(plan: Mapping[str, Any]) -> list[tuple[Run, int, int]]:
     """Every run of a `campaign_plan` with its job's GPUs and CPUs."""
     jobs = plan["jobs"]
-    return [(run, jobs[scope_name(run.base, run.mode)]["gpus"], jobs[scope_name(run.base, run.mode)]["cpus"])
-            for run in grid_from_record(plan).runs()]
+    return [
+        (run, jobs[scope_name(run.base, run.mode)]["gpus"], jobs[scope_name(run.base, run.mode)]["cpus"])
+        for run in grid_from_record(plan).runs()
+    ]
 
 
 def write_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> Path:
@@ -149,8 +157,10 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
     paths = CampaignPaths(campaign_dir)
     plan = read_plan(campaign_dir)
     if plan is None:
-        raise UserError(f"{paths.status_plan}: no such file; it is written when Snakemake starts the campaign - "
-                        f"is {campaign_dir} a campaign directory?")
+        raise UserError(
+            f"{paths.status_plan}: no such file; it is written when Snakemake starts the campaign - "
+            f"is {campaign_dir} a campaign directory?"
+        )
     if "grid" not in plan:
         raise UserError(f"{paths.status_plan}: written by an older ebd2n; start the workflow again to rewrite it")
     now = time.time() if now is None else now
@@ -158,13 +168,20 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
     slices = {base: parse_plan(raw, str(paths.status_plan)) for base, raw in plan["slices"].items()}
     halving = grid_search(paths, grid, slices)
     stopped = _stopped_notes(halving) if halving else {}
-    rows = [_run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, stopped.get(run.id))
-            for run, gpus, cpus in planned_runs(plan)]
-    states = (*STATES, *([DIVERGED] if any(row.state == DIVERGED for row in rows) else []),
-              *([STOPPED] if halving else []))
+    rows = [
+        _run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, stopped.get(run.id))
+        for run, gpus, cpus in planned_runs(plan)
+    ]
+    states = (
+        *STATES,
+        *([DIVERGED] if any(row.state == DIVERGED for row in rows) else []),
+        *([STOPPED] if halving else []),
+    )
     counts = {state: sum(row.counted == state for row in rows) for state in states}
     return CampaignStatus(
-        campaign=plan["campaign"], runs=rows, counts=counts,
+        campaign=plan["campaign"],
+        runs=rows,
+        counts=counts,
         gpu_hours=sum(row.wall_s * row.gpus for row in rows) / 3600,
         cpu_hours=sum(row.wall_s * row.cpus for row in rows) / 3600,
         eta_s=_eta(rows, counts["running"]),
@@ -185,9 +202,15 @@ def _stopped_notes(halving: Halving) -> dict[str, str]:
             for rank, entry in enumerate(decision["ranking"], 1):
                 if entry["point"] in rung.past_ids:
                     continue
-                mean = "no mean subset loss" if entry["mean_loss"] is None else f"mean subset loss {entry['mean_loss']:.4f}"
-                note = (f"stopped at rung {rungs.index(epoch) + 1}, epoch {epoch} (bracket {bracket.name}: ranked {rank} "
-                        f"of {len(decision['ranking'])}, {mean}; kept {len(rung.past)})")
+                mean = (
+                    "no mean subset loss"
+                    if entry["mean_loss"] is None
+                    else f"mean subset loss {entry['mean_loss']:.4f}"
+                )
+                note = (
+                    f"stopped at rung {rungs.index(epoch) + 1}, epoch {epoch} (bracket {bracket.name}: ranked {rank} "
+                    f"of {len(decision['ranking'])}, {mean}; kept {len(rung.past)})"
+                )
                 notes.update({run_id: note for run_id in entry["losses"]})
     return notes
 
@@ -212,7 +235,11 @@ def _bracket_lines(halving: Halving, rows: list[RunStatus]) -> list[str]:
                 waiting = f"waiting for rung {decided + 1} ({len(there)} of {len(runs)} runs at epoch {epoch})"
                 break
             decided, left = decided + 1, len(rung.past)
-        done = f"rung {decided} of {len(rungs)} decided, {left} of {len(bracket.points)} points train on" if decided else ""
+        done = (
+            f"rung {decided} of {len(rungs)} decided, {left} of {len(bracket.points)} points train on"
+            if decided
+            else ""
+        )
         lines.append(f"bracket {bracket.name}: " + "; ".join(part for part in (done, waiting) if part))
     return lines
 
@@ -232,21 +259,31 @@ def _eta(rows: list[RunStatus], running: int) -> float | None:
     return (slices * sum(trained) / len(trained) + validations * validation) / max(running, 1)
 
 
-def _run_status(campaign_dir: Path, run: str, gpus: int, cpus: int, plan: SlicePlan, now: float,
-                stopped: str | None = None) -> RunStatus:
+def _run_status(
+    campaign_dir: Path, run: str, gpus: int, cpus: int, plan: SlicePlan, now: float, stopped: str | None = None
+) -> RunStatus:
     """One run's row; `stopped`: why a rung stopped it (successive halving), None if none did."""
     files = CampaignPaths(Path(campaign_dir)).run(run)
     epochs, diverged = _epoch_records(files.metrics)
     done_epochs = len(epochs)
     ends = list(plan.ends)
     slices_done = sum(end <= done_epochs for end in ends)
-    row = RunStatus(run=run, state="pending", detail="", epochs_done=done_epochs, epochs=ends[-1],
-                    slices_done=slices_done, slices=len(ends), gpus=gpus, cpus=cpus)
+    row = RunStatus(
+        run=run,
+        state="pending",
+        detail="",
+        epochs_done=done_epochs,
+        epochs=ends[-1],
+        slices_done=slices_done,
+        slices=len(ends),
+        gpus=gpus,
+        cpus=cpus,
+    )
     if epochs:
         row.loss, row.accuracy = epochs[-1].get("val_loss"), epochs[-1].get("val_accuracy")
         row.loss_epoch = epochs[-1].get("epoch", done_epochs)
         row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs)
-        for start, end in zip([0, *ends], ends):
+        for start, end in itertools.pairwise([0, *ends]):
             if end <= done_epochs:
                 row.slice_seconds.append(sum(record.get("wall_s", 0.0) for record in epochs[start:end]))
     results = read_json(files.results) if files.results.is_file() else None
@@ -330,11 +367,20 @@ def _failure(campaign_dir: Path, run: str) -> str | None:
 # --- output ---
 
 COLUMNS = ("run", "state", "epochs", "subset val loss", "subset acc.", "full val loss", "wall", "note")
-LOSSES = ("subset val loss: the last epoch's check on a fixed validation subset; "
-          "full val loss: the whole validation split, which the report ranks runs by.")
+LOSSES = (
+    "subset val loss: the last epoch's check on a fixed validation subset; "
+    "full val loss: the whole validation split, which the report ranks runs by."
+)
 """What the two loss columns are, under the table."""
-_COLOURS = {"done": "32", "training": "36", "validating": "36", "failed": "31", "pending": "2", STOPPED: "33",
-            DIVERGED: "33"}
+_COLOURS = {
+    "done": "32",
+    "training": "36",
+    "validating": "36",
+    "failed": "31",
+    "pending": "2",
+    STOPPED: "33",
+    DIVERGED: "33",
+}
 
 
 def format_status(status: CampaignStatus, colour: bool = False) -> str:
@@ -362,9 +408,11 @@ def campaign_line(status: CampaignStatus) -> str:
     eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
     stopped = f"{counts[STOPPED]} stopped, " if STOPPED in counts else ""
     stopped += f"{counts[DIVERGED]} diverged, " if counts.get(DIVERGED) else ""
-    return (f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
-            f"{stopped}{counts['failed']} failed, {counts['pending']} pending; {format_amount(status.gpu_hours)} GPU-hours, "
-            f"{format_amount(status.cpu_hours)} CPU-hours so far; ETA {eta}")
+    return (
+        f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
+        f"{stopped}{counts['failed']} failed, {counts['pending']} pending; {format_amount(status.gpu_hours)} GPU-hours, "
+        f"{format_amount(status.cpu_hours)} CPU-hours so far; ETA {eta}"
+    )
 
 
 def finished(status: CampaignStatus) -> bool:
@@ -376,7 +424,9 @@ def finished(status: CampaignStatus) -> bool:
 def _cells(row: RunStatus) -> list[str]:
     training = row.state == "training"
     return [
-        row.run, f"training {row.detail}" if training else row.state, f"{row.epochs_done}/{row.epochs}",
+        row.run,
+        f"training {row.detail}" if training else row.state,
+        f"{row.epochs_done}/{row.epochs}",
         f"{row.loss:.4f} at epoch {row.loss_epoch}" if row.loss is not None else "-",
         f"{100 * row.accuracy:.2f} %" if row.accuracy is not None else "-",
         f"{row.full_loss:.4f}" if row.full_loss is not None else "-",
@@ -395,7 +445,11 @@ def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
     header = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
     items = "".join(f"\n<li>{html.escape(line)}</li>" for line in status.brackets)
     brackets = f'\n<ul id="brackets">{items}\n</ul>' if items else ""  # successive halving's rungs
-    reloads = "no run is left to train or validate, so this page no longer reloads" if finished(status) else f"this page reloads every {REFRESH_S} s"
+    reloads = (
+        "no run is left to train or validate, so this page no longer reloads"
+        if finished(status)
+        else f"this page reloads every {REFRESH_S} s"
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -414,7 +468,7 @@ tr.stopped td:nth-child(2), tr.diverged td:nth-child(2) {{ color: #8a5a00; }}
 <body>
 <h1>{html.escape(status.campaign)}</h1>
 <p id="campaign">{html.escape(campaign_line(status))}</p>{brackets}
-<p class="muted">Written {time.strftime('%Y-%m-%d %H:%M:%S')} by <code>ebd2n status</code>; {reloads}.
+<p class="muted">Written {time.strftime("%Y-%m-%d %H:%M:%S")} by <code>ebd2n status</code>; {reloads}.
 The report, once the campaign is done: <a href="report/index.html">report/index.html</a>.</p>
 <table id="runs"><thead><tr>{header}</tr></thead><tbody>
 {rows}

@@ -15,17 +15,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ebd2n.campaign.extend import edge_proposals, extend_campaign
 from ebd2n.campaign.check import load_campaign
+from ebd2n.campaign.extend import edge_proposals, extend_campaign
 from ebd2n.errors import RunFailed, UserError
 
 
-def sweep(
-    campaign_file: Path,
-    snakemake_args: Sequence[str],
-    until_bracketed: bool,
-    max_extensions: int,
-) -> int:
+def sweep(campaign_file: Path, snakemake_args: Sequence[str], until_bracketed: bool, max_extensions: int) -> int:
     """Run the campaign (and extend it) as the command line asked, saying each extension and its
     diff on stdout; return the number of extensions made."""
     if any(arg == "--configfile" or arg.startswith("--configfile=") for arg in snakemake_args):
@@ -39,8 +34,10 @@ def sweep(
         if not until_bracketed:
             return extensions
         if extensions == max_extensions and edge_proposals(directory, load_campaign(campaign_file)):
-            raise RunFailed(f"{campaign_file}: not bracketed after {extensions} extension(s) (--max-extensions "
-                            f"{max_extensions}); run ebd2n sweep again to go on")
+            raise RunFailed(
+                f"{campaign_file}: not bracketed after {extensions} extension(s) (--max-extensions "
+                f"{max_extensions}); run ebd2n sweep again to go on"
+            )
         extension = extend_campaign(directory, campaign_file) if extensions < max_extensions else None
         if extension is None:
             print(f"bracketed: no mode's winner lies at an edge of its LR range ({extensions} extension(s))")

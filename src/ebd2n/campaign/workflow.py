@@ -56,7 +56,14 @@ class WorkflowPlan:
         successive halving each run up to the first rung only (`bracket_output` adds the rest, which
         waits for decisions: while one is pending, Snakemake replaces that function's files alone)."""
         paths = self.paths
-        records = [paths.report_index, paths.audit_runs, paths.runs_csv, paths.campaign_json, self.cache, paths.source_hash]
+        records = [
+            paths.report_index,
+            paths.audit_runs,
+            paths.runs_csv,
+            paths.campaign_json,
+            self.cache,
+            paths.source_hash,
+        ]
         for base in self.campaign.grid.bases:
             records += [paths.base_recipe(base), paths.slice_plan(base)]
         for run in self.campaign.grid.runs():
@@ -151,8 +158,9 @@ class WorkflowPlan:
         return job_settings([self.campaign.job_resources(self.campaign.grid.bases[0], None)], self.resources)
 
 
-def asked_candidates(halving: Halving, bracket: Bracket, epoch: int, digest: str | None, source: str,
-                     read: Read | None = None) -> list[tuple[float, float]]:
+def asked_candidates(
+    halving: Halving, bracket: Bracket, epoch: int, digest: str | None, source: str, read: Read | None = None
+) -> list[tuple[float, float]]:
     """The points rung `epoch` compares, when the grid names their decision by `digest` (None: any)."""
     points = halving.candidates(bracket, epoch, read=read)
     path = halving.decision_path(bracket, epoch, points)
@@ -171,7 +179,9 @@ def job_settings(scopes: Iterable[Resources], of_run: Callable[[str], Resources]
     scopes = list(scopes)
     names = {name: None for scope in scopes for name in scope.slurm}
     resources = {
-        name: _constant_or_per_run([scope.slurm.get(name) for scope in scopes], lambda r, name=name: r.slurm.get(name), of_run)
+        name: _constant_or_per_run(
+            [scope.slurm.get(name) for scope in scopes], lambda r, name=name: r.slurm.get(name), of_run
+        )
         for name in names
     }
     threads = _constant_or_per_run([scope.cpus for scope in scopes], lambda r: r.cpus, of_run)

@@ -89,7 +89,12 @@ class Architecture:
     def projection_shapes(self) -> dict[str, tuple[int, int, bool]]:
         """(in, out, bias) of the attention projections of every layer."""
         d, q, kv = self.width, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return {"q": (d, q, self.qkv_bias), "k": (d, kv, self.qkv_bias), "v": (d, kv, self.qkv_bias), "o": (q, d, self.o_bias)}
+        return {
+            "q": (d, q, self.qkv_bias),
+            "k": (d, kv, self.qkv_bias),
+            "v": (d, kv, self.qkv_bias),
+            "o": (q, d, self.o_bias),
+        }
 
     def mlp_shapes(self, ffn: int) -> dict[str, tuple[int, int, bool]]:
         """(in, out, bias) of a SwiGLU MLP's projections at hidden width `ffn`."""
@@ -122,7 +127,11 @@ def architecture(config: dict, source: str = "config.json") -> Architecture:
     if family not in FAMILIES:
         raise UserError(f"{source}: model_type {family!r} is not supported (supported: {', '.join(FAMILIES)})")
     try:
-        width, heads, layers = int(config["hidden_size"]), int(config["num_attention_heads"]), int(config["num_hidden_layers"])
+        width, heads, layers = (
+            int(config["hidden_size"]),
+            int(config["num_attention_heads"]),
+            int(config["num_hidden_layers"]),
+        )
         rope = config.get("rope_parameters") or {}
         common = {
             "family": family,

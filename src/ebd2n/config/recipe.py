@@ -67,7 +67,9 @@ def parse_overrides(pairs: Iterable[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
-def recipe_from_dict(raw: Mapping[str, Any], overrides: Iterable[tuple[str, Any]] = (), source: str = "recipe") -> Recipe:
+def recipe_from_dict(
+    raw: Mapping[str, Any], overrides: Iterable[tuple[str, Any]] = (), source: str = "recipe"
+) -> Recipe:
     """Validate a raw mapping (after overrides) into a Recipe; errors name the key and `source`."""
     if not isinstance(raw, Mapping):
         raise UserError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
@@ -122,9 +124,15 @@ default, so every earlier recipe keeps its recipe.yaml and its identity."""
 def _recipe_data(recipe: Recipe) -> dict[str, Any]:
     """The resolved recipe as plain data, without added fields at their default."""
     data = recipe.model_dump(mode="json")
-    sections = {"model": data["model"], "lora": data["parallel"].get("lora"), "data": data["data"],
-                "runtime": data["runtime"], "optimizer": data["optimizer"], "decentralized": data["decentralized"],
-                "training": data["training"]}
+    sections = {
+        "model": data["model"],
+        "lora": data["parallel"].get("lora"),
+        "data": data["data"],
+        "runtime": data["runtime"],
+        "optimizer": data["optimizer"],
+        "decentralized": data["decentralized"],
+        "training": data["training"],
+    }
     for section, defaults in _ADDED_DEFAULTS.items():
         for key, default in defaults.items():
             if sections[section] is not None and sections[section].get(key, default) == default:

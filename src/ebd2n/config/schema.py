@@ -37,17 +37,23 @@ CHECKPOINT_POLICIES = {
     policy.name: policy
     for policy in (
         CheckpointPolicy(
-            "final", keeps_epochs=False, keeps_initial=False,
+            "final",
+            keeps_epochs=False,
+            keeps_initial=False,
             meaning=f"`{FINAL}` only: the trainer deletes a slice checkpoint once a later one is written. "
             f"`{BEST}` records the best epoch-subset statistics with `weights: null`.",
         ),
         CheckpointPolicy(
-            "epoch", keeps_epochs=True, keeps_initial=False,
+            "epoch",
+            keeps_epochs=True,
+            keeps_initial=False,
             meaning=f"`{FINAL}` and a resumable checkpoint at every epoch boundary, "
             f"`{slice_checkpoint(1)}` … `epoch-(E−1).pt`; `{BEST}` names the best epoch's.",
         ),
         CheckpointPolicy(
-            "all", keeps_epochs=True, keeps_initial=True,
+            "all",
+            keeps_epochs=True,
+            keeps_initial=True,
             meaning=f"those of `epoch` and the initial weights, `{slice_checkpoint(0)}`.",
         ),
     )
@@ -60,9 +66,7 @@ class Section(BaseModel):
     """Base of every recipe section: strict types, unknown keys, non-finite numbers and integers
     beyond int64 refused, assignments checked."""
 
-    model_config = ConfigDict(
-        extra="forbid", strict=True, validate_assignment=True, frozen=False, allow_inf_nan=False
-    )
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False, allow_inf_nan=False)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -115,11 +119,20 @@ class ModelConfig(Section):
         from ebd2n.errors import UserError
 
         arch = read_architecture(locate_model_dir(data.get("path"), data.get("name"), data.get("revision")))
-        shape = {"vocab_size": arch.vocab_size, "layers": arch.layers, "width": arch.width, "heads": arch.heads,
-                 "ffn_width": arch.ffn_width, "rope_theta": arch.rope_theta, "norm_eps": arch.norm_eps}
+        shape = {
+            "vocab_size": arch.vocab_size,
+            "layers": arch.layers,
+            "width": arch.width,
+            "heads": arch.heads,
+            "ffn_width": arch.ffn_width,
+            "rope_theta": arch.rope_theta,
+            "norm_eps": arch.norm_eps,
+        }
         for key, value in shape.items():
             if data.get(key) is not None and data[key] != value:
-                raise UserError(f"model.{key}: {data[key]} differs from the model's config.json ({value}); leave it out")
+                raise UserError(
+                    f"model.{key}: {data[key]} differs from the model's config.json ({value}); leave it out"
+                )
         return {**data, **shape}
 
     @model_validator(mode="after")
@@ -359,7 +372,15 @@ class LoraConfig(Section):
     """Scale numerator: the adapter output is multiplied by alpha / rank."""
     dropout: float = Field(default=0.0, ge=0, lt=1)
     """Dropout on the adapter input."""
-    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]] = ["q", "k", "v", "o", "gate", "up", "down"]
+    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]] = [
+        "q",
+        "k",
+        "v",
+        "o",
+        "gate",
+        "up",
+        "down",
+    ]
     """Which projections get adapters (huggingface: q_proj ... down_proj of the attention, the dense MLP
     and the shared expert; experts: each routed expert's fused gate_up and down projections, Qwen2-MoE only)."""
     train_norms: bool = False
@@ -411,8 +432,10 @@ class Recipe(Section):
                 f"parallel.freeze_prefix ({self.parallel.freeze_prefix}) exceeds model.layers ({self.model.layers})"
             )
         if self.model.source == "huggingface" and (self.decentralized is not None or self.parallel.data_parallel > 1):
-            raise ValueError("model.source: a huggingface model trains synchronously over pipeline stages "
-                             "(no decentralized, data_parallel 1)")
+            raise ValueError(
+                "model.source: a huggingface model trains synchronously over pipeline stages "
+                "(no decentralized, data_parallel 1)"
+            )
         if self.model.source == "gpt" and self.parallel.lora is not None and self.parallel.lora.train_norms:
             raise ValueError("parallel.lora.train_norms: only for model.source huggingface (a GPT unit holds its norm)")
         if self.model.source == "gpt" and self.parallel.lora is not None and "experts" in self.parallel.lora.targets:

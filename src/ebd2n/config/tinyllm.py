@@ -68,7 +68,9 @@ def from_tiny_llm(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
         if value is _MISSING:
             continue
         if key in DATA_CHANGING and value != EQUIVALENT[key]:
-            raise UserError(f"{source}: {key}: {value} would change the prepared data; ebd2n shuffles with {EQUIVALENT[key]}")
+            raise UserError(
+                f"{source}: {key}: {value} would change the prepared data; ebd2n shuffles with {EQUIVALENT[key]}"
+            )
         if key not in EQUIVALENT or value != EQUIVALENT[key]:
             ignored[key] = value
     for key, value in DEFAULTS.items():

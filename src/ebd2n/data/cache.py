@@ -83,8 +83,10 @@ class Cache:
             if self.padded_block_len is None:
                 lines.append(f"{split}: {counts['documents']:,} records, packed")
             else:
-                lines.append(f"{split}: {counts['documents']:,} records, {counts['truncated']:,} truncated to "
-                             f"{self.padded_block_len} tokens, {counts['without_completion']:,} without a completion token")
+                lines.append(
+                    f"{split}: {counts['documents']:,} records, {counts['truncated']:,} truncated to "
+                    f"{self.padded_block_len} tokens, {counts['without_completion']:,} without a completion token"
+                )
         return lines
 
     @property
@@ -97,8 +99,10 @@ class Cache:
         files: list[tuple[Path, int | None, str]] = [(self.tokenizer_path, None, self.manifest["tokenizer"]["sha256"])]
         for split in SPLITS:
             recorded = self.manifest["splits"][split]["shards"]
-            files += [(path, tokens * self.dtype.itemsize, shard["sha256"])
-                      for (path, tokens), shard in zip(self.shards(split), recorded, strict=True)]
+            files += [
+                (path, tokens * self.dtype.itemsize, shard["sha256"])
+                for (path, tokens), shard in zip(self.shards(split), recorded, strict=True)
+            ]
         return files
 
 

@@ -50,13 +50,19 @@ def build_cache(
     for split in documents:
         encoder = records() if records else functools.partial(_encode, tokenizer, eos=eos, dtype=dtype)
         block_len = encoder.block_len if records else None
-        splits[split] = _write_split(directory, split, documents[split], encoder, dtype, data, limits[split], progress,
-                                     block_len)
+        splits[split] = _write_split(
+            directory, split, documents[split], encoder, dtype, data, limits[split], progress, block_len
+        )
         if records:
             splits[split] |= encoder.cut_counts(splits[split]["documents"])
     parts = {
-        "tokenizer": {"file": TOKENIZER, "sha256": sha256_file(tokenizer_file), "vocab_size": vocab,
-                      "eos_id": eos, "eos_token": tokenizer.id_to_token(eos)},
+        "tokenizer": {
+            "file": TOKENIZER,
+            "sha256": sha256_file(tokenizer_file),
+            "vocab_size": vocab,
+            "eos_id": eos,
+            "eos_token": tokenizer.id_to_token(eos),
+        },
         "dtype": dtype.name,
         "splits": splits,
     }
@@ -71,7 +77,9 @@ def build_cache(
 def _counted_targets(directory: Path, split: dict[str, Any], block_len: int | None) -> int:
     """Targets that carry loss in full validation: after the first token of the stream, or of each
     whole block of a padded cache."""
-    stream = np.concatenate([np.fromfile(directory / shard["file"], dtype=supervised.DTYPE) for shard in split["shards"]])
+    stream = np.concatenate(
+        [np.fromfile(directory / shard["file"], dtype=supervised.DTYPE) for shard in split["shards"]]
+    )
     if block_len is None:
         return int((stream[1:] >= 0).sum())
     blocks = stream[: len(stream) // block_len * block_len].reshape(-1, block_len)

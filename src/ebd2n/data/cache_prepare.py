@@ -69,7 +69,11 @@ def _build(directory: Path, data: DataConfig, vocab_size: int, progress: bool, b
     """Read the source, obtain the tokenizer, build in a staging directory, rename into place."""
     source = open_source(data)
     tokenizer, tokenizer_provenance = obtain_tokenizer(
-        data.tokenizer, data.tokenizer_revision, lambda: map(_text, source.documents("train")), vocab_size, progress,
+        data.tokenizer,
+        data.tokenizer_revision,
+        lambda: map(_text, source.documents("train")),
+        vocab_size,
+        progress,
         copy=data.tokenizer_copy,
     )
     records = None

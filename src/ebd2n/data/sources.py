@@ -41,7 +41,12 @@ SHUFFLE_BUFFER = 10_000
 """Documents held by the buffer shuffle of streamed Hub splits."""
 
 _LOCAL_BUILDERS = {
-    ".txt": "text", ".text": "text", ".md": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"
+    ".txt": "text",
+    ".text": "text",
+    ".md": "text",
+    ".jsonl": "json",
+    ".json": "json",
+    ".parquet": "parquet",
 }
 """`datasets` loader for each local file suffix."""
 
@@ -116,7 +121,9 @@ def hub_snapshot(repo: str, kind: str, revision: str | None, copy: str | None, k
     if not constants.HF_HUB_OFFLINE:
         return None
     if revision is None:
-        raise UserError(f"{revision_key}: HF_HUB_OFFLINE=1 needs a pinned commit to find {repo} in the Hugging Face cache")
+        raise UserError(
+            f"{revision_key}: HF_HUB_OFFLINE=1 needs a pinned commit to find {repo} in the Hugging Face cache"
+        )
     try:
         path = huggingface_hub.snapshot_download(repo, repo_type=kind, revision=revision, local_files_only=True)
     except Exception:  # the library's not-found errors vary by version; all mean the same here
@@ -154,8 +161,14 @@ def _synthetic(data: DataConfig) -> Source:
         generated = synthetic.generate_documents(synthetic.split_seed(data.synthetic_seed, split), sizes[split])
         return _shuffled(generated, data.shuffle_seed)
 
-    provenance = {"kind": "synthetic", "dataset": None, "config": None, "revision": None, "text_field": None,
-                  "validation": {"split": "validation"}}
+    provenance = {
+        "kind": "synthetic",
+        "dataset": None,
+        "config": None,
+        "revision": None,
+        "text_field": None,
+        "validation": {"split": "validation"},
+    }
     return Source("data.source synthetic", provenance, lambda split: iter(split_documents(split)))
 
 
@@ -167,8 +180,14 @@ def _sql_synthetic(data: DataConfig) -> Source:
         records = sql_synthetic.iter_records(sql_synthetic.split_seed(data.synthetic_seed, split), sizes[split])
         return _shuffled([(record.prompt, record.completion) for record in records], data.shuffle_seed)
 
-    provenance = {"kind": "sql-synthetic", "dataset": None, "config": None, "revision": None, "text_field": None,
-                  "validation": {"split": "validation"}}
+    provenance = {
+        "kind": "sql-synthetic",
+        "dataset": None,
+        "config": None,
+        "revision": None,
+        "text_field": None,
+        "validation": {"split": "validation"},
+    }
     return Source("data.source sql-synthetic", provenance, lambda split: iter(split_records(split)))
 
 
@@ -284,15 +303,15 @@ def _items(rows: Iterable[dict[str, Any]], data: DataConfig, text_field: str, la
     return _records(rows, data.supervised.prompt_field, data.supervised.completion_field, label)
 
 
-def _records(rows: Iterable[dict[str, Any]], prompt_field: str, completion_field: str, label: str) -> Iterator[tuple[str, str]]:
+def _records(
+    rows: Iterable[dict[str, Any]], prompt_field: str, completion_field: str, label: str
+) -> Iterator[tuple[str, str]]:
     """(prompt, completion) of each row; rows with an empty completion are skipped (nothing to learn)."""
     keys = (("prompt_field", prompt_field), ("completion_field", completion_field))
     for row in rows:
         for key, field in keys:
             if field not in row:
-                raise UserError(
-                    f"data.supervised.{key} {field}: no such column in {label} (columns: {', '.join(row)})"
-                )
+                raise UserError(f"data.supervised.{key} {field}: no such column in {label} (columns: {', '.join(row)})")
             if row[field] is not None and not isinstance(row[field], str):
                 raise UserError(
                     f"data.supervised.{key} {field}: column of {label} holds {type(row[field]).__name__}, not text"

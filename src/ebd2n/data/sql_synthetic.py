@@ -48,48 +48,93 @@ def _t(name: str, singular: str, plural: str, label: str, *columns: Column) -> T
 
 SCHEMAS: dict[str, tuple[Table, ...]] = {
     "shop": (
-        _t("customers", "customer", "customers", "name",
-           Column("name", "text", ("Ada", "Bruno", "Chen", "Dalia", "Emre", "Fatima")),
-           Column("city", "text", ("Paris", "Rouen", "Lyon", "Lille", "Nantes")),
-           Column("age", "number", (18, 25, 30, 42, 60))),
-        _t("products", "product", "products", "title",
-           Column("title", "text", ("lamp", "chair", "kettle", "desk", "mirror")),
-           Column("category", "text", ("kitchen", "office", "garden", "bedroom")),
-           Column("price", "number", (5, 20, 50, 120, 300))),
-        _t("orders", "order", "orders", "status",
-           Column("customer_id", "ref", refers="customers"),
-           Column("product_id", "ref", refers="products"),
-           Column("status", "text", ("open", "shipped", "returned")),
-           Column("quantity", "number", (1, 2, 3, 5, 10))),
+        _t(
+            "customers",
+            "customer",
+            "customers",
+            "name",
+            Column("name", "text", ("Ada", "Bruno", "Chen", "Dalia", "Emre", "Fatima")),
+            Column("city", "text", ("Paris", "Rouen", "Lyon", "Lille", "Nantes")),
+            Column("age", "number", (18, 25, 30, 42, 60)),
+        ),
+        _t(
+            "products",
+            "product",
+            "products",
+            "title",
+            Column("title", "text", ("lamp", "chair", "kettle", "desk", "mirror")),
+            Column("category", "text", ("kitchen", "office", "garden", "bedroom")),
+            Column("price", "number", (5, 20, 50, 120, 300)),
+        ),
+        _t(
+            "orders",
+            "order",
+            "orders",
+            "status",
+            Column("customer_id", "ref", refers="customers"),
+            Column("product_id", "ref", refers="products"),
+            Column("status", "text", ("open", "shipped", "returned")),
+            Column("quantity", "number", (1, 2, 3, 5, 10)),
+        ),
     ),
     "school": (
-        _t("teachers", "teacher", "teachers", "name",
-           Column("name", "text", ("Moreau", "Singh", "Okafor", "Larsen", "Kowalski")),
-           Column("subject", "text", ("maths", "physics", "history", "music")),
-           Column("salary", "number", (2000, 2500, 3100, 4000))),
-        _t("students", "student", "students", "name",
-           Column("name", "text", ("Ines", "Jonas", "Kemal", "Lea", "Mateo", "Nora")),
-           Column("grade", "number", (6, 7, 8, 9, 10)),
-           Column("teacher_id", "ref", refers="teachers")),
-        _t("exams", "exam", "exams", "topic",
-           Column("student_id", "ref", refers="students"),
-           Column("topic", "text", ("algebra", "optics", "empires", "rhythm")),
-           Column("score", "number", (40, 55, 70, 85, 100))),
+        _t(
+            "teachers",
+            "teacher",
+            "teachers",
+            "name",
+            Column("name", "text", ("Moreau", "Singh", "Okafor", "Larsen", "Kowalski")),
+            Column("subject", "text", ("maths", "physics", "history", "music")),
+            Column("salary", "number", (2000, 2500, 3100, 4000)),
+        ),
+        _t(
+            "students",
+            "student",
+            "students",
+            "name",
+            Column("name", "text", ("Ines", "Jonas", "Kemal", "Lea", "Mateo", "Nora")),
+            Column("grade", "number", (6, 7, 8, 9, 10)),
+            Column("teacher_id", "ref", refers="teachers"),
+        ),
+        _t(
+            "exams",
+            "exam",
+            "exams",
+            "topic",
+            Column("student_id", "ref", refers="students"),
+            Column("topic", "text", ("algebra", "optics", "empires", "rhythm")),
+            Column("score", "number", (40, 55, 70, 85, 100)),
+        ),
     ),
     "library": (
-        _t("authors", "author", "authors", "name",
-           Column("name", "text", ("Austen", "Borges", "Calvino", "Duras", "Eco")),
-           Column("country", "text", ("England", "Argentina", "Italy", "France")),
-           Column("born", "number", (1775, 1899, 1914, 1923, 1932))),
-        _t("books", "book", "books", "title",
-           Column("title", "text", ("Emma", "Ficciones", "Baron", "Lover", "Rose")),
-           Column("author_id", "ref", refers="authors"),
-           Column("pages", "number", (120, 250, 400, 640)),
-           Column("year", "number", (1815, 1944, 1957, 1984, 1980))),
-        _t("loans", "loan", "loans", "reader",
-           Column("book_id", "ref", refers="books"),
-           Column("reader", "text", ("Paul", "Quinn", "Rosa", "Sami")),
-           Column("days", "number", (7, 14, 21, 28))),
+        _t(
+            "authors",
+            "author",
+            "authors",
+            "name",
+            Column("name", "text", ("Austen", "Borges", "Calvino", "Duras", "Eco")),
+            Column("country", "text", ("England", "Argentina", "Italy", "France")),
+            Column("born", "number", (1775, 1899, 1914, 1923, 1932)),
+        ),
+        _t(
+            "books",
+            "book",
+            "books",
+            "title",
+            Column("title", "text", ("Emma", "Ficciones", "Baron", "Lover", "Rose")),
+            Column("author_id", "ref", refers="authors"),
+            Column("pages", "number", (120, 250, 400, 640)),
+            Column("year", "number", (1815, 1944, 1957, 1984, 1980)),
+        ),
+        _t(
+            "loans",
+            "loan",
+            "loans",
+            "reader",
+            Column("book_id", "ref", refers="books"),
+            Column("reader", "text", ("Paul", "Quinn", "Rosa", "Sami")),
+            Column("days", "number", (7, 14, 21, 28)),
+        ),
     ),
 }
 """The schemas, by name: a few tables each, linked by foreign keys."""
@@ -166,27 +211,36 @@ def _filter_number(rng: random.Random, table: Table, tables: tuple[Table, ...]) 
     column = rng.choice(table.kinds("number"))
     value = rng.choice(column.values)
     word, op = rng.choice((("more than", ">"), ("less than", "<"), ("exactly", "=")))
-    return (f"List the {table.label} of every {table.singular} whose {column.name} is {word} {value}.",
-            f"SELECT {table.label} FROM {table.name} WHERE {column.name} {op} {value};")
+    return (
+        f"List the {table.label} of every {table.singular} whose {column.name} is {word} {value}.",
+        f"SELECT {table.label} FROM {table.name} WHERE {column.name} {op} {value};",
+    )
 
 
 def _filter_text(rng: random.Random, table: Table, tables: tuple[Table, ...]) -> tuple[str, str]:
     column = rng.choice(table.kinds("text"))
     value = rng.choice(column.values)
-    return (f"Show all {table.plural} with {column.name} {value}.",
-            f"SELECT * FROM {table.name} WHERE {column.name} = {_literal(value)};")
+    return (
+        f"Show all {table.plural} with {column.name} {value}.",
+        f"SELECT * FROM {table.name} WHERE {column.name} = {_literal(value)};",
+    )
 
 
 def _aggregate(rng: random.Random, table: Table, tables: tuple[Table, ...]) -> tuple[str, str]:
     column = rng.choice(table.kinds("number"))
     word, function = rng.choice((("average", "AVG"), ("largest", "MAX"), ("smallest", "MIN"), ("total", "SUM")))
-    return f"What is the {word} {column.name} of the {table.plural}?", f"SELECT {function}({column.name}) FROM {table.name};"
+    return (
+        f"What is the {word} {column.name} of the {table.plural}?",
+        f"SELECT {function}({column.name}) FROM {table.name};",
+    )
 
 
 def _group(rng: random.Random, table: Table, tables: tuple[Table, ...]) -> tuple[str, str]:
     column = rng.choice(table.kinds("text"))
-    return (f"For each {column.name}, how many {table.plural} are there?",
-            f"SELECT {column.name}, COUNT(*) FROM {table.name} GROUP BY {column.name};")
+    return (
+        f"For each {column.name}, how many {table.plural} are there?",
+        f"SELECT {column.name}, COUNT(*) FROM {table.name} GROUP BY {column.name};",
+    )
 
 
 def _top(rng: random.Random, table: Table, tables: tuple[Table, ...]) -> tuple[str, str]:
@@ -194,8 +248,10 @@ def _top(rng: random.Random, table: Table, tables: tuple[Table, ...]) -> tuple[s
     n = rng.randint(1, 5)
     word, order = rng.choice((("highest", "DESC"), ("lowest", "ASC")))
     noun, verb = (table.plural, "have") if n > 1 else (table.singular, "has")
-    return (f"Which {n} {noun} {verb} the {word} {column.name}?",
-            f"SELECT {table.label} FROM {table.name} ORDER BY {column.name} {order} LIMIT {n};")
+    return (
+        f"Which {n} {noun} {verb} the {word} {column.name}?",
+        f"SELECT {table.label} FROM {table.name} ORDER BY {column.name} {order} LIMIT {n};",
+    )
 
 
 def _join(rng: random.Random, table: Table, tables: tuple[Table, ...]) -> tuple[str, str]:
@@ -205,14 +261,24 @@ def _join(rng: random.Random, table: Table, tables: tuple[Table, ...]) -> tuple[
     parent = next(t for t in tables if t.name == key.refers)
     on = f"{child.name} JOIN {parent.name} ON {child.name}.{key.name} = {parent.name}.id"
     if rng.random() < 0.5:
-        return (f"List each {child.singular}'s {child.label} with the {parent.label} of its {parent.singular}.",
-                f"SELECT {child.name}.{child.label}, {parent.name}.{parent.label} FROM {on};")
+        return (
+            f"List each {child.singular}'s {child.label} with the {parent.label} of its {parent.singular}.",
+            f"SELECT {child.name}.{child.label}, {parent.name}.{parent.label} FROM {on};",
+        )
     value = rng.choice(next(c for c in parent.columns if c.name == parent.label).values)
-    return (f"How many {child.plural} belong to the {parent.singular} with {parent.label} {value}?",
-            f"SELECT COUNT(*) FROM {on} WHERE {parent.name}.{parent.label} = {_literal(value)};")
+    return (
+        f"How many {child.plural} belong to the {parent.singular} with {parent.label} {value}?",
+        f"SELECT COUNT(*) FROM {on} WHERE {parent.name}.{parent.label} = {_literal(value)};",
+    )
 
 
 _FORMS: tuple[Callable[[random.Random, Table, tuple[Table, ...]], tuple[str, str]], ...] = (
-    _count, _filter_number, _filter_text, _aggregate, _group, _top, _join,
+    _count,
+    _filter_number,
+    _filter_text,
+    _aggregate,
+    _group,
+    _top,
+    _join,
 )
 """Question forms; each returns (question, SQL) for a table of a schema."""

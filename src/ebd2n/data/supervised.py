@@ -67,7 +67,11 @@ class RecordEncoder:
     records cut short (padded layout) on the way."""
 
     def __init__(
-        self, tokenizer: Tokenizer, settings: SupervisedConfig, config: dict[str, Any], default_eos: int,
+        self,
+        tokenizer: Tokenizer,
+        settings: SupervisedConfig,
+        config: dict[str, Any],
+        default_eos: int,
         block_len: int | None,
     ) -> None:
         self.tokenizer, self.block_len = tokenizer, block_len
@@ -87,16 +91,23 @@ class RecordEncoder:
 
     def provenance(self) -> dict[str, Any]:
         """What the manifest records about the encoding (besides the request)."""
-        return {"eos_id": self.eos, "eos_token": self.tokenizer.id_to_token(self.eos), "block_len": self.block_len,
-                "chat_template": self.template.source if self.template else None}
+        return {
+            "eos_id": self.eos,
+            "eos_token": self.tokenizer.id_to_token(self.eos),
+            "block_len": self.block_len,
+            "chat_template": self.template.source if self.template else None,
+        }
 
     def __call__(self, batch: Sequence[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
         """The batch's masked tokens and where each record ends."""
         prompts, completions = zip(*(self._texts(prompt, completion) for prompt, completion in batch), strict=True)
         encode = self.tokenizer.encode_batch_fast
         pieces, ends, length = [], [], 0
-        for prompt, completion in zip(encode(list(prompts), add_special_tokens=False),
-                                      encode(list(completions), add_special_tokens=False), strict=True):
+        for prompt, completion in zip(
+            encode(list(prompts), add_special_tokens=False),
+            encode(list(completions), add_special_tokens=False),
+            strict=True,
+        ):
             record = np.concatenate([~np.array(prompt.ids, dtype=DTYPE), self._ended(completion.ids)])
             if self.block_len is not None:
                 record = self._padded(record, len(prompt.ids))
@@ -174,7 +185,9 @@ class ChatTemplate:
 def _chat_template(config: dict[str, Any]) -> ChatTemplate:
     template = config.get("chat_template")
     if isinstance(template, list):  # several named templates: the default one
-        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None)
+        template = next(
+            (t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None
+        )
     if not isinstance(template, str):
         raise UserError(
             f"data.supervised.format chat: data.tokenizer has no chat_template in its {TOKENIZER_CONFIG}; "

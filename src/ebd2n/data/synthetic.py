@@ -178,12 +178,7 @@ class _Story:
         if self.subject is not None:
             return member.name
         self.subject = member
-        if (
-            at_start
-            and member == self.previous
-            and member in self.unambiguous
-            and self.rng.random() < PRONOUN_SHARE
-        ):
+        if at_start and member == self.previous and member in self.unambiguous and self.rng.random() < PRONOUN_SHARE:
             return member.subject
         return member.name
 
@@ -212,13 +207,19 @@ def _draw_thing(rng: random.Random, nouns: tuple[Noun, ...]) -> _Thing:
     if rng.random() < COUNTED_SHARE:
         count = rng.randint(*COUNT_RANGE)
         return _Thing(
-            f"the {noun.plural}", f"the {count} {adjective} {noun.plural}",
-            f"{count} {adjective} {noun.plural}", "them", True,
+            f"the {noun.plural}",
+            f"the {count} {adjective} {noun.plural}",
+            f"{count} {adjective} {noun.plural}",
+            "them",
+            True,
         )
     article = "an" if adjective[0] in "aeiou" else "a"
     return _Thing(
-        f"the {noun.singular}", f"the {adjective} {noun.singular}",
-        f"{article} {adjective} {noun.singular}", "it", False,
+        f"the {noun.singular}",
+        f"the {adjective} {noun.singular}",
+        f"{article} {adjective} {noun.singular}",
+        "it",
+        False,
     )
 
 
@@ -228,7 +229,7 @@ def _capitalise(text: str) -> str:
     if match is None:
         return text
     i = match.start()
-    return text[:i] + text[i].upper() + text[i + 1:]
+    return text[:i] + text[i].upper() + text[i + 1 :]
 
 
 def _title_case(text: str) -> str:

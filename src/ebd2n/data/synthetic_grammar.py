@@ -23,7 +23,12 @@ from ebd2n.yamlio import load_yaml
 SECTIONS = ("title", "opening", "introduce", "middle", "dialogue", "callback", "closing")
 _NUMBER_ROLES = ("A", "B", "O", "sg", "pl")
 _CHARACTER_FIELDS = {
-    "": "name", "subj": "subject", "obj": "object", "poss": "possessive", "voc": "vocative", "i": "first_person",
+    "": "name",
+    "subj": "subject",
+    "obj": "object",
+    "poss": "possessive",
+    "voc": "vocative",
+    "i": "first_person",
 }
 _REFERENCES: dict[str, tuple[str, dict[str, str]]] = {
     # role: (kind, {attribute in the template: field of the object it reads})
@@ -103,8 +108,7 @@ class Grammar:
             return _compile_grammar(raw, source)
         except (LookupError, TypeError, ValueError, AttributeError) as error:
             raise UserError(
-                f"{source} is malformed ({type(error).__name__}: {error}); "
-                f"compare it with the shipped {grammar_path()}"
+                f"{source} is malformed ({type(error).__name__}: {error}); compare it with the shipped {grammar_path()}"
             ) from error
 
 
@@ -190,9 +194,7 @@ def _characters(raw: dict, pronouns: dict) -> tuple[Character, ...]:
         p = pronouns[gender]
         members += [Character(n, n, p["subj"], p["obj"], p["poss"], p["i"], False) for n in raw[gender]]
     p = pronouns["group"]
-    members += [
-        Character(g["name"], g["voc"], p["subj"], p["obj"], p["poss"], p["i"], True) for g in raw["group"]
-    ]
+    members += [Character(g["name"], g["voc"], p["subj"], p["obj"], p["poss"], p["i"], True) for g in raw["group"]]
     return tuple(members)
 
 
@@ -208,7 +210,7 @@ def _compile_template(text: str, source: str, verbs: dict, pairs: dict[str, bool
     parts: list[str | Slot] = []
     position = 0
     for match in _SLOT.finditer(text):
-        parts += [text[position:match.start()], _parse_slot(match.group(1), text, source, verbs, pairs)]
+        parts += [text[position : match.start()], _parse_slot(match.group(1), text, source, verbs, pairs)]
         position = match.end()
     parts.append(text[position:])
     literals = [part for part in parts if isinstance(part, str)]
@@ -241,12 +243,16 @@ def _parse_slot(body: str, text: str, source: str, verbs: dict, pairs: dict[str,
         role, _, rest = spec.partition(":")
         lemma, bar, flag = rest.partition("|")
         if role not in _NUMBER_ROLES or lemma not in verbs or (bar and flag != "now"):
-            raise bad(f"verbs are written {{ROLE:lemma}} or {{ROLE:lemma|now}} with ROLE in "
-                      f"{', '.join(_NUMBER_ROLES)} and a lemma listed under 'verbs'")
+            raise bad(
+                f"verbs are written {{ROLE:lemma}} or {{ROLE:lemma|now}} with ROLE in "
+                f"{', '.join(_NUMBER_ROLES)} and a lemma listed under 'verbs'"
+            )
         return Slot("verb", role, lemma, present=bool(bar), capital=capital)
     role, _, attribute = spec.partition(".")
     if role not in _REFERENCES or attribute not in _REFERENCES[role][1]:
-        raise bad(f"unknown reference; use one of {', '.join(_REFERENCES)} with the attributes "
-                  "listed at the top of grammar.yaml")
+        raise bad(
+            f"unknown reference; use one of {', '.join(_REFERENCES)} with the attributes "
+            "listed at the top of grammar.yaml"
+        )
     kind, fields = _REFERENCES[role]
     return Slot(kind, role, fields[attribute], capital=capital)  # type: ignore[arg-type]

@@ -182,16 +182,11 @@ class GPT(nn.Module):
         logits = self.head(self.norm(x))  # (B, T, vocab)
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(
-            logits.float().view(B * T, -1), targets.reshape(B * T), ignore_index=IGNORE_INDEX
-        )
+        loss = F.cross_entropy(logits.float().view(B * T, -1), targets.reshape(B * T), ignore_index=IGNORE_INDEX)
         return logits, loss
 
     def param_groups(self, weight_decay: float) -> list[dict]:
         """AdamW parameter groups: weight decay on the matrices (embedding, projections), not on norms."""
         decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
-        return [
-            {"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

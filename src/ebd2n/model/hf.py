@@ -89,7 +89,9 @@ def run_segments(module: nn.Module, segments: list[tuple[str, int | None]], x: t
                 if rotary is None:
                     rotary = module.model.rotary_emb(x, positions)  # (cos, sin), each (1, T, head_dim)
                 attended, _ = layer.self_attn(
-                    hidden_states=layer.input_layernorm(x), attention_mask=None, position_ids=positions,
+                    hidden_states=layer.input_layernorm(x),
+                    attention_mask=None,
+                    position_ids=positions,
                     position_embeddings=rotary,
                 )
                 x = x + attended
@@ -113,8 +115,11 @@ class HFStageModule(nn.Module):
         self.autocast = autocast
         self.plan: list[tuple[str, int | None]] = []
         for unit in units:
-            piece = ("embedding", None) if unit.kind == "embedding" else (
-                ("head", None) if unit.block is None else (unit.segment.rpartition(".")[2], unit.block))
+            piece = (
+                ("embedding", None)
+                if unit.kind == "embedding"
+                else (("head", None) if unit.block is None else (unit.segment.rpartition(".")[2], unit.block))
+            )
             if not self.plan or self.plan[-1] != piece:
                 self.plan.append(piece)
         self.model = nn.Module()
@@ -137,7 +142,9 @@ class HFStageModule(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with self.autocast():
             x = run_segments(self, self.plan, x)
-        if torch.is_grad_enabled() and not x.requires_grad:  # a wholly frozen stage: the schedule still runs its backward
+        if (
+            torch.is_grad_enabled() and not x.requires_grad
+        ):  # a wholly frozen stage: the schedule still runs its backward
             x.requires_grad_()
         return x
 
@@ -197,8 +204,14 @@ def read_weights(directory: Path, names: list[str]) -> dict[str, torch.Tensor]:
             experts = []
             for e in range(_count_experts(stored, prefix)):
                 if fused == "gate_up_proj":  # gate rows first, then up rows (the forward's chunk(2) order)
-                    experts.append(torch.cat([_get(stored, f"{prefix}.{e}.gate_proj.weight"),
-                                              _get(stored, f"{prefix}.{e}.up_proj.weight")]))
+                    experts.append(
+                        torch.cat(
+                            [
+                                _get(stored, f"{prefix}.{e}.gate_proj.weight"),
+                                _get(stored, f"{prefix}.{e}.up_proj.weight"),
+                            ]
+                        )
+                    )
                 else:
                     experts.append(_get(stored, f"{prefix}.{e}.down_proj.weight"))
             tensors[name] = torch.stack(experts)
@@ -234,7 +247,9 @@ def save_model(state: dict[str, torch.Tensor], source: Path, out_dir: Path) -> N
     with torch.device("meta"):
         causal_lm = AutoModelForCausalLM.from_config(config)
     dtype = config.dtype if isinstance(config.dtype, torch.dtype) else torch.float32  # the source's own (bf16 for Qwen)
-    causal_lm.load_state_dict({k: v.detach().to(dtype).contiguous() for k, v in state.items()}, assign=True, strict=True)
+    causal_lm.load_state_dict(
+        {k: v.detach().to(dtype).contiguous() for k, v in state.items()}, assign=True, strict=True
+    )
     if config.tie_word_embeddings:
         causal_lm.tie_weights()
 
@@ -262,7 +277,9 @@ def _publish(out_dir: Path, write: Callable[[Path], None]) -> None:
         rename_new(staging, out_dir)
     except FileExistsError:
         shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"OUT_DIR {out_dir}: appeared while the model was written; nothing replaced, choose a new directory") from None
+        raise UserError(
+            f"OUT_DIR {out_dir}: appeared while the model was written; nothing replaced, choose a new directory"
+        ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -270,16 +287,41 @@ def _publish(out_dir: Path, write: Callable[[Path], None]) -> None:
 
 
 TINY_CONFIGS: dict[str, dict] = {
-    "llama": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-              "tie_word_embeddings": False},
-    "qwen2": {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-              "tie_word_embeddings": True},
-    "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                  "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 256,
-                  "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
-                  "shared_expert_intermediate_size": 48, "norm_topk_prob": False, "tie_word_embeddings": False},
+    "llama": {
+        "model_type": "llama",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": False,
+    },
+    "qwen2": {
+        "model_type": "qwen2",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": True,
+    },
+    "qwen2_moe": {
+        "model_type": "qwen2_moe",
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 256,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 48,
+        "norm_topk_prob": False,
+        "tie_word_embeddings": False,
+    },
 }
 """Tiny configurations of each family: tests and the demo fine-tune build random models from them."""
 
@@ -291,8 +333,14 @@ def _quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
-def init_model(family: str, out_dir: Path, vocab_size: int, seed: int = 0, tokenizer: Path | None = None,
-               tokenizer_config: dict | None = None) -> Path:
+def init_model(
+    family: str,
+    out_dir: Path,
+    vocab_size: int,
+    seed: int = 0,
+    tokenizer: Path | None = None,
+    tokenizer_config: dict | None = None,
+) -> Path:
     """Write a random-weights model of a tiny `family` configuration in the Hugging Face layout, offline.
 
     With `tokenizer` (a tokenizer.json) the vocabulary is the tokenizer's, and the file is copied

@@ -72,7 +72,9 @@ class LoRAExperts(nn.Module):
                 nn.init.kaiming_uniform_(a[e], a=math.sqrt(5))
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
         """(tokens, D) states, (tokens, k) chosen experts and their weights -> (tokens, D)."""
         base, experts = self.base, self.base.gate_up_proj.shape[0]
         final = torch.zeros_like(hidden_states)
@@ -86,18 +88,24 @@ class LoRAExperts(nn.Module):
             position, token = torch.where(mask[e])
             x = hidden_states[token]  # (n, D)
             gate_up = F.linear(x, base.gate_up_proj[e]) + self.scale * F.linear(
-                F.linear(self.dropout(x), self.lora_gate_up_a[e]), self.lora_gate_up_b[e])
+                F.linear(self.dropout(x), self.lora_gate_up_a[e]), self.lora_gate_up_b[e]
+            )
             gate, up = gate_up.chunk(2, dim=-1)
             h = base.act_fn(gate) * up  # (n, F)
             out = F.linear(h, base.down_proj[e]) + self.scale * F.linear(
-                F.linear(self.dropout(h), self.lora_down_a[e]), self.lora_down_b[e])
+                F.linear(self.dropout(h), self.lora_down_a[e]), self.lora_down_b[e]
+            )
             final.index_add_(0, token, (out * top_k_weights[token, position, None]).to(final.dtype))
         return final
 
     @torch.no_grad()
     def merged(self, name: str) -> torch.Tensor:
         """The plain fused tensor `name` (gate_up_proj or down_proj) with every expert's update merged."""
-        a, b = (self.lora_gate_up_a, self.lora_gate_up_b) if name == "gate_up_proj" else (self.lora_down_a, self.lora_down_b)
+        a, b = (
+            (self.lora_gate_up_a, self.lora_gate_up_b)
+            if name == "gate_up_proj"
+            else (self.lora_down_a, self.lora_down_b)
+        )
         return getattr(self.base, name) + self.scale * torch.bmm(b, a)
 
 

@@ -90,8 +90,13 @@ class Context:
         if self.world_size == 1:
             return [{"device": str(self.device), "units": self.placement.stages[0]}]
         return [
-            {"device": self.devices[rank], "node": self.hosts[rank], "stage": rank % self.stages,
-             "replica": rank // self.stages, "units": self.placement.stages[rank % self.stages]}
+            {
+                "device": self.devices[rank],
+                "node": self.hosts[rank],
+                "stage": rank % self.stages,
+                "replica": rank // self.stages,
+                "units": self.placement.stages[rank % self.stages],
+            }
             for rank in range(self.world_size)
         ]
 
@@ -149,7 +154,9 @@ def init(recipe: Recipe) -> Context:
     device = resolve_device(recipe.runtime.device)
     if world == 1:
         placement = plan_placement(model_units(recipe.model), 1)
-        return Context(0, 1, device, 1, 1, placement, [str(device)], [socket.gethostname()], None, owns_process_group=False)
+        return Context(
+            0, 1, device, 1, 1, placement, [str(device)], [socket.gethostname()], None, owns_process_group=False
+        )
     if recipe.decentralized is not None:
         raise UserError("decentralized: packed-K runs train their K models on one device; launch them without torchrun")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -202,7 +209,10 @@ def gather_memory(context: Context) -> dict[str, dict[str, int]]:
     if context.world_size == 1:
         return device_memory(context.device)
     if context.device.type == "cuda":
-        own = {"allocated": torch.cuda.memory_allocated(context.device), "peak": torch.cuda.max_memory_allocated(context.device)}
+        own = {
+            "allocated": torch.cuda.memory_allocated(context.device),
+            "peak": torch.cuda.max_memory_allocated(context.device),
+        }
     else:
         own = device_memory(context.device)["cpu"]
     parts = context.gather(own)

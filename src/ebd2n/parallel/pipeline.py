@@ -124,8 +124,15 @@ def bubble_fraction(stages: int, micro_batches: int) -> float:
 
 
 def pipeline_schedule(
-    module: nn.Module, context: Context, micro_batch: tuple[int, int], width: int, vocab: int, amp: bool,
-    loss: TokenLoss, schedule: str, depth: int,
+    module: nn.Module,
+    context: Context,
+    micro_batch: tuple[int, int],
+    width: int,
+    vocab: int,
+    amp: bool,
+    loss: TokenLoss,
+    schedule: str,
+    depth: int,
 ) -> ScheduleGPipe | Schedule1F1B:
     """The schedule of this rank's stage (module: the StageModule, or its DDP wrapper).
 
@@ -144,7 +151,12 @@ def pipeline_schedule(
     logits_dtype = torch.bfloat16 if amp else torch.float32
     outputs = torch.empty(B, T, vocab, dtype=logits_dtype, device="meta", requires_grad=True) if last else stream
     stage = PipelineStage(
-        module, context.stage, context.stages, context.device, input_args=inputs, output_args=outputs,
+        module,
+        context.stage,
+        context.stages,
+        context.device,
+        input_args=inputs,
+        output_args=outputs,
         group=context.groups.pipeline,
     )
     return SCHEDULES[schedule](stage, n_microbatches=depth, loss_fn=loss, scale_grads=False)

@@ -51,7 +51,10 @@ class Placement:
 
 
 def plan_placement(
-    units: list[Unit], stages: int, memory_per_device: int | None = None, bytes_per_parameter: int = 16,
+    units: list[Unit],
+    stages: int,
+    memory_per_device: int | None = None,
+    bytes_per_parameter: int = 16,
     tied_head: bool = True,
 ) -> Placement:
     """Split `units` into `stages` contiguous non-empty stages minimising the largest stage FLOPs.
@@ -97,7 +100,9 @@ def plan_placement(
 
     bounds, start = [], 0
     for k in range(stages, 1, -1):  # earliest split that keeps the rest achievable within the bound
-        start = next(j for j in range(start + 1, n - k + 2) if stage_cost(start, j) <= bound and best[k - 1][j] <= bound)
+        start = next(
+            j for j in range(start + 1, n - k + 2) if stage_cost(start, j) <= bound and best[k - 1][j] <= bound
+        )
         bounds.append(start)
     edges = [0, *bounds, n]
     spans = list(itertools.pairwise(edges))

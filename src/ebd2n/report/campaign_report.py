@@ -22,43 +22,35 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.atomic import atomic_write_bytes, atomic_write_text, pid_alive
+from ebd2n.atomic import atomic_write_bytes, atomic_write_text, pid_alive, serialized
 from ebd2n.campaign.analysis import DIVERGED, RETIRED, group_runs, lr_response, select, winner_notes, write_selection
 from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
+from ebd2n.campaign.results import CampaignResults, read_results
 from ebd2n.config import Recipe, dump_recipe
 from ebd2n.layout import (
     BRACKETS_CSV,
     CURVES_CSV,
-    CampaignPaths,
     HISTORY,
-    REPORT_ASSETS,
     LR_RESPONSE_CSV,
     REPORT,
+    REPORT_ASSETS,
     REPORT_INDEX,
     REPORT_RESULTS,
     RUNS,
     RUNS_CSV,
     SCALING_CSV,
+    CampaignPaths,
     selected_recipe,
 )
 from ebd2n.report import figures
-from ebd2n.campaign.results import CampaignResults, read_results
 from ebd2n.report.cost import campaign_cost
 from ebd2n.report.explore import explore
 from ebd2n.report.halving import bracket_table, halving_outputs, report_halving, stopped_at
 from ebd2n.report.page import render_page
 from ebd2n.report.plotly_embed import shared_plotly
 from ebd2n.report.store import write_store
-from ebd2n.report.tables import (
-    curve_table,
-    data_facts,
-    point_runs,
-    response_beta2,
-    scaling_rows,
-    settings,
-)
-from ebd2n.atomic import serialized
+from ebd2n.report.tables import curve_table, data_facts, point_runs, response_beta2, scaling_rows, settings
 
 SELECTION_RULE = {
     "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
@@ -105,12 +97,17 @@ def _write_report(campaign: CampaignResults, out: Path) -> Path:
         scaling = scaling_rows(campaign)
         atomic_write_text(out / SCALING_CSV, _scaling_frame(scaling).write_csv())
         summary = _summary(campaign, {}, halving)
-        _write_json(out / REPORT_RESULTS, {**summary, "scaling": scaling, **search, "cost": cost, "runs": _run_records(campaign)})
+        _write_json(
+            out / REPORT_RESULTS,
+            {**summary, "scaling": scaling, **search, "cost": cost, "runs": _run_records(campaign)},
+        )
         page = render_page(campaign, summary, cost, scaling=scaling, halving=halving, explore=explored)
     else:
         grid = _grid_outputs(campaign, out)
         summary = _summary(campaign, grid["selection"], halving)
-        _write_json(out / REPORT_RESULTS, {**summary, **grid["json"], **search, "cost": cost, "runs": _run_records(campaign)})
+        _write_json(
+            out / REPORT_RESULTS, {**summary, **grid["json"], **search, "cost": cost, "runs": _run_records(campaign)}
+        )
         page = render_page(campaign, summary, cost, grid=grid, halving=halving, explore=explored)
     atomic_write_text(out / REPORT_INDEX, page)
     return out / REPORT_INDEX
@@ -135,7 +132,11 @@ def _publish(staged: Path, published: Path) -> None:
         os.utime(published / REPORT_INDEX)
         return
     # assets/ stays: run pages written earlier load their plotly.js from it
-    current = sorted(p.name for p in published.iterdir() if p.name not in (HISTORY, REPORT_ASSETS)) if published.is_dir() else []
+    current = (
+        sorted(p.name for p in published.iterdir() if p.name not in (HISTORY, REPORT_ASSETS))
+        if published.is_dir()
+        else []
+    )
     if (published / REPORT_INDEX).exists():  # a report, not only the assets the run pages wrote
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         target, suffix = published / HISTORY / stamp, 1
@@ -265,7 +266,9 @@ def _pinned_data(campaign: CampaignResults, recipe: Recipe, directories: list[st
     }
 
 
-def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]], halving: dict[str, Any] | None) -> dict[str, Any]:
+def _summary(
+    campaign: CampaignResults, selection: dict[str, dict[str, Any]], halving: dict[str, Any] | None
+) -> dict[str, Any]:
     """Campaign-level facts and provenance shared by grid and scaling reports (results.json head).
     Runs successive halving stopped at a rung are neither expected to finish nor incomplete."""
     stopped = stopped_at(halving)
@@ -314,7 +317,9 @@ def _summary(campaign: CampaignResults, selection: dict[str, dict[str, Any]], ha
         "job_ids": sorted({str(job) for r in results for job in r.get("job_ids") or []}),
         "execution": info.get("execution"),
         "audit": _audit(campaign.audit),
-        "signing_key_id": (info.get("signing") or {}).get("key_id"),  # the audit signs after this page: the key named, not a signature
+        "signing_key_id": (info.get("signing") or {}).get(
+            "key_id"
+        ),  # the audit signs after this page: the key named, not a signature
     }
 
 
@@ -335,7 +340,9 @@ def run_outcomes(campaign: CampaignResults) -> dict[str, list[dict[str, Any]]]:
     return outcomes
 
 
-def _representatives(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) -> dict[str, tuple[Recipe, int | None]]:
+def _representatives(
+    campaign: CampaignResults, selection: dict[str, dict[str, Any]]
+) -> dict[str, tuple[Recipe, int | None]]:
     """Recipe and epoch count of one run per column of the settings table: per model size in a
     scaling campaign (its first run), else per mode (the winner's first seed, else the mode's first run)."""
     directories: dict[str, str] = {}
@@ -344,7 +351,11 @@ def _representatives(campaign: CampaignResults, selection: dict[str, dict[str, A
             directories.setdefault(size, directory)
     else:
         for mode in campaign.modes:
-            runs = point_runs(campaign, selection[mode]) if mode in selection else campaign.runs.filter(pl.col("mode") == mode)
+            runs = (
+                point_runs(campaign, selection[mode])
+                if mode in selection
+                else campaign.runs.filter(pl.col("mode") == mode)
+            )
             if not runs.is_empty():
                 directories[mode] = runs["directory"][0]
     return {label: (campaign.recipe(d), len(campaign.epochs(d)) or None) for label, d in directories.items()}
@@ -368,7 +379,11 @@ def _data_record(campaign: CampaignResults, recipe: Recipe) -> dict[str, Any]:
         "manifest": None,
         "manifest_missing": _repo_relative(str(campaign.manifest_path), campaign),
         "source": {"name": data.dataset or data.source, "config": data.dataset_config, "revision": data.revision},
-        "tokenizer": {"name": data.tokenizer, "revision": data.tokenizer_revision, "vocab_size": recipe.model.vocab_size},
+        "tokenizer": {
+            "name": data.tokenizer,
+            "revision": data.tokenizer_revision,
+            "vocab_size": recipe.model.vocab_size,
+        },
         "seeds": {"shuffle": data.shuffle_seed, "validation": recipe.evaluation.seed},
     }
 
@@ -388,7 +403,14 @@ def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
     `passed` counts the checks that examined something and passed, `not_applicable` names those
     that had nothing to examine (no failure), `compared` whether an earlier audit was compared."""
     if audit is None:
-        return {"status": "not audited", "checks": 0, "passed": 0, "failed": [], "not_applicable": [], "compared": False}
+        return {
+            "status": "not audited",
+            "checks": 0,
+            "passed": 0,
+            "failed": [],
+            "not_applicable": [],
+            "compared": False,
+        }
     checks = audit.get("checks") or []
     idle = [check.get("name") for check in checks if check.get("status") == "not applicable"]
     failed = [
@@ -397,8 +419,14 @@ def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
         if not check.get("passed")
     ]
     status = "passed" if audit.get("passed") and not failed else "failed"
-    return {"status": status, "checks": len(checks), "passed": len(checks) - len(idle) - len(failed), "failed": failed,
-            "not_applicable": idle, "compared": audit.get("compared_with_earlier_audit", True)}
+    return {
+        "status": status,
+        "checks": len(checks),
+        "passed": len(checks) - len(idle) - len(failed),
+        "failed": failed,
+        "not_applicable": idle,
+        "compared": audit.get("compared_with_earlier_audit", True),
+    }
 
 
 def _run_records(campaign: CampaignResults) -> list[dict[str, Any]]:
@@ -411,8 +439,10 @@ def _scaling_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     flat = [
         {
             **{k: v for k, v in row.items() if k not in ("val_accuracy", "job_ids")},
-            **{f"val_accuracy_epoch{e + 1}": (row["val_accuracy"][e] if e < len(row["val_accuracy"]) else None)
-               for e in range(epochs)},
+            **{
+                f"val_accuracy_epoch{e + 1}": (row["val_accuracy"][e] if e < len(row["val_accuracy"]) else None)
+                for e in range(epochs)
+            },
             "job_ids": " ".join(row["job_ids"]),
         }
         for row in rows

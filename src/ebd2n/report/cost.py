@@ -30,16 +30,28 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
         directory = row["directory"]
         seconds = sum(wall for _epoch, wall in epoch_walls(campaign, directory))
         gpus, cpus = resources.get(Path(directory).name, (_recorded_gpus(campaign, directory), 1))
-        runs.append({"run": row["run"], "directory": directory, "mode": row["mode"], "lr": row["lr"],
-                     "beta2": row["beta2"], "seed": row["seed"], "gpus": gpus, "cpus": cpus,
-                     **_hours(seconds, gpus, cpus, price)})
+        runs.append(
+            {
+                "run": row["run"],
+                "directory": directory,
+                "mode": row["mode"],
+                "lr": row["lr"],
+                "beta2": row["beta2"],
+                "seed": row["seed"],
+                "gpus": gpus,
+                "cpus": cpus,
+                **_hours(seconds, gpus, cpus, price),
+            }
+        )
     cost: dict[str, Any] = {"cost_per_gpu_hour": price, "runs": runs}
     for level, keys in GROUPS:
         groups: dict[tuple, list[dict[str, Any]]] = {}
         for run in runs:
             groups.setdefault(tuple(run[key] for key in keys), []).append(run)
-        cost[level] = [{**dict(zip(keys, key, strict=True)), "runs": len(members), **_sum(members, price)}
-                       for key, members in groups.items()]
+        cost[level] = [
+            {**dict(zip(keys, key, strict=True)), "runs": len(members), **_sum(members, price)}
+            for key, members in groups.items()
+        ]
     cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
     return cost
 
@@ -56,11 +68,19 @@ def _recorded_gpus(campaign: CampaignResults, directory: str) -> int:
 
 def _hours(seconds: float, gpus: int, cpus: int, price: float | None) -> dict[str, Any]:
     gpu_hours = seconds * gpus / 3600
-    return {"seconds": seconds, "gpu_hours": gpu_hours, "cpu_hours": seconds * cpus / 3600,
-            "cost": gpu_hours * price if price is not None else None}
+    return {
+        "seconds": seconds,
+        "gpu_hours": gpu_hours,
+        "cpu_hours": seconds * cpus / 3600,
+        "cost": gpu_hours * price if price is not None else None,
+    }
 
 
 def _sum(runs: list[dict[str, Any]], price: float | None) -> dict[str, Any]:
     gpu_hours = sum(run["gpu_hours"] for run in runs)
-    return {"seconds": sum(run["seconds"] for run in runs), "gpu_hours": gpu_hours,
-            "cpu_hours": sum(run["cpu_hours"] for run in runs), "cost": gpu_hours * price if price is not None else None}
+    return {
+        "seconds": sum(run["seconds"] for run in runs),
+        "gpu_hours": gpu_hours,
+        "cpu_hours": sum(run["cpu_hours"] for run in runs),
+        "cost": gpu_hours * price if price is not None else None,
+    }

@@ -27,8 +27,7 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
-from ebd2n.jsonio import read_jsonl
-from ebd2n.jsonio import read_json
+from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.layout import DASHBOARD, FINAL, METRICS, RECIPE, RESULTS_JSON, RUN_RECORD, campaign_of_run
 from ebd2n.report import html
 from ebd2n.report.dashboard_figures import run_figures
@@ -62,8 +61,14 @@ def write_dashboard(run_dir: Path, out: Path | None = None, self_contained: bool
     return path
 
 
-def render_dashboard(run: dict[str, Any], recipe: Recipe, records: list[dict[str, Any]], plotly: Markup,
-                     results: dict[str, Any] | None = None, campaign_page: str | None = None) -> str:
+def render_dashboard(
+    run: dict[str, Any],
+    recipe: Recipe,
+    records: list[dict[str, Any]],
+    plotly: Markup,
+    results: dict[str, Any] | None = None,
+    campaign_page: str | None = None,
+) -> str:
     """The page's HTML for a run record, its recipe and its metrics records; `plotly` loads plotly.js.
     `results` (the run's full validation, once done) gives the headline loss; `campaign_page` links back."""
     steps = [record for record in records if record["type"] == "step"]
@@ -108,12 +113,16 @@ def _full_validation(results: dict[str, Any] | None) -> dict[str, str] | None:
     if not results or not isinstance(results.get("loss"), (int, float)) or not math.isfinite(results["loss"]):
         return None
     targets = results.get("targets")
-    return {"loss": fixed(results["loss"], 4), "accuracy": percent(results.get("accuracy")),
-            "targets": f"{targets:,}" if isinstance(targets, int) else DASH}
+    return {
+        "loss": fixed(results["loss"], 4),
+        "accuracy": percent(results.get("accuracy")),
+        "targets": f"{targets:,}" if isinstance(targets, int) else DASH,
+    }
 
 
-def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, Any],
-           full: dict[str, str] | None = None) -> list[tuple[str, str]]:
+def _cards(
+    run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, Any], full: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
     """The headline numbers: (value, label) pairs; the full-validation loss first, once measured."""
     last = epochs[-1] if epochs else None
     headline = [(full["loss"], f"full-validation loss, nats ({FINAL}, all {full['targets']} targets)")] if full else []
@@ -121,8 +130,14 @@ def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, 
     busiest = memory["busiest"]
     where = f" ({busiest['device']})" if busiest else ""
     return headline + [
-        (percent(last["val_accuracy"]) if last else DASH, f"validation token accuracy (epoch subset, epoch {last['epoch'] if last else DASH})"),
-        (fixed(last["val_loss"], 4) if last else DASH, f"validation loss, nats (epoch subset, epoch {last['epoch'] if last else DASH})"),
+        (
+            percent(last["val_accuracy"]) if last else DASH,
+            f"validation token accuracy (epoch subset, epoch {last['epoch'] if last else DASH})",
+        ),
+        (
+            fixed(last["val_loss"], 4) if last else DASH,
+            f"validation loss, nats (epoch subset, epoch {last['epoch'] if last else DASH})",
+        ),
         (f"{run['steps']:,}", f"batches (optimizer steps); {run['skipped_steps']:,} skipped"),
         (f"{run['tokens']:,}", "training tokens"),
         (f"{run['tokens'] / wall:,.0f}" if wall else DASH, "tokens/s (training time)"),
@@ -138,12 +153,33 @@ def _cards(run: dict[str, Any], epochs: list[dict[str, Any]], memory: dict[str, 
 def _epoch_table(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every epoch record; a consensus-distance column only for runs that record it."""
     consensus = any("consensus_distance" in epoch for epoch in epochs)
-    columns = ["Epoch", "Step", "Tokens", "Train loss", "Subset val loss", "Subset val acc.", "LR", "Tokens/s", "Batches/s",
-               "Wall (s)", "Skipped"] + (["Consensus dist."] if consensus else [])
+    columns = [
+        "Epoch",
+        "Step",
+        "Tokens",
+        "Train loss",
+        "Subset val loss",
+        "Subset val acc.",
+        "LR",
+        "Tokens/s",
+        "Batches/s",
+        "Wall (s)",
+        "Skipped",
+    ] + (["Consensus dist."] if consensus else [])
     rows = [
-        [str(e["epoch"]), f"{e['step']:,}", f"{e['tokens']:,}", fixed(e["train_loss"], 4), fixed(e["val_loss"], 4),
-         percent(e["val_accuracy"]), scientific(e["lr"]), f"{e['tokens_per_s']:,.0f}", f"{e['batches_per_s']:,.2f}",
-         f"{e['wall_s']:,.1f}", f"{e['skipped_steps']:,}"]
+        [
+            str(e["epoch"]),
+            f"{e['step']:,}",
+            f"{e['tokens']:,}",
+            fixed(e["train_loss"], 4),
+            fixed(e["val_loss"], 4),
+            percent(e["val_accuracy"]),
+            scientific(e["lr"]),
+            f"{e['tokens_per_s']:,.0f}",
+            f"{e['batches_per_s']:,.2f}",
+            f"{e['wall_s']:,.1f}",
+            f"{e['skipped_steps']:,}",
+        ]
         + ([scientific(e.get("consensus_distance"))] if consensus else [])
         for e in epochs
     ]
@@ -159,8 +195,12 @@ def _memory(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     allocated = epochs[-1]["memory"] if epochs else {}
     busiest = max(peaks, key=lambda device: peaks[device], default=None)
     rows = [
-        {"device": device, "allocated": _bytes(allocated[device]["allocated"]) if device in allocated else DASH,
-         "peak": _bytes(peak), "busiest": device == busiest}
+        {
+            "device": device,
+            "allocated": _bytes(allocated[device]["allocated"]) if device in allocated else DASH,
+            "peak": _bytes(peak),
+            "busiest": device == busiest,
+        }
         for device, peak in peaks.items()
     ]
     return {"rows": rows, "busiest": {"device": busiest, "peak": _bytes(peaks[busiest])} if busiest else None}
@@ -175,23 +215,34 @@ def _placement(run: dict[str, Any]) -> list[dict[str, Any]]:
     placement = []
     for entry in run["placement"]:
         placed = [units[name] for name in entry["units"]]
-        placement.append({
-            "device": entry["device"],
-            "role": f"node {entry['node']}, stage {entry['stage']}, replica {entry['replica']}" if "stage" in entry else "",
-            "units": _unit_rows(placed),
-            "span": f"{placed[0]['name']} … {placed[-1]['name']}" if placed else DASH,
-            "parameters": f"{sum(unit['parameters'] for unit in placed):,}",
-            "trainable": f"{sum(unit['trainable'] for unit in placed):,}",
-        })
+        placement.append(
+            {
+                "device": entry["device"],
+                "role": f"node {entry['node']}, stage {entry['stage']}, replica {entry['replica']}"
+                if "stage" in entry
+                else "",
+                "units": _unit_rows(placed),
+                "span": f"{placed[0]['name']} … {placed[-1]['name']}" if placed else DASH,
+                "parameters": f"{sum(unit['parameters'] for unit in placed):,}",
+                "trainable": f"{sum(unit['trainable'] for unit in placed):,}",
+            }
+        )
     return placement
 
 
 def _unit_rows(units: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Units as text, with the CSS class of their state."""
     return [
-        {"name": u["name"], "state": u["state"], "class": STATE_CLASSES.get(u["state"], "other"),
-         "parameters": f"{u['parameters']:,}", "trainable": f"{u['trainable']:,}", "device": u["device"],
-         "steps_taken": f"{u['steps_taken']:,}", "steps_skipped": f"{u['steps_skipped']:,}"}
+        {
+            "name": u["name"],
+            "state": u["state"],
+            "class": STATE_CLASSES.get(u["state"], "other"),
+            "parameters": f"{u['parameters']:,}",
+            "trainable": f"{u['trainable']:,}",
+            "device": u["device"],
+            "steps_taken": f"{u['steps_taken']:,}",
+            "steps_skipped": f"{u['steps_skipped']:,}",
+        }
         for u in units
     ]
 

@@ -56,8 +56,13 @@ def _architecture(model) -> list[tuple[str, str]]:
     arch = hf_architecture(model)
     rows = [("Family", arch.family), ("Key/value heads", str(arch.kv_heads))]
     if arch.experts:
-        rows.append(("Experts", f"{arch.experts}, {arch.experts_per_token} per token, MLP width {arch.expert_ffn_width:,}; "
-                                f"shared expert {arch.shared_ffn_width:,}; {len(arch.sparse_layers)} sparse layers"))
+        rows.append(
+            (
+                "Experts",
+                f"{arch.experts}, {arch.experts_per_token} per token, MLP width {arch.expert_ffn_width:,}; "
+                f"shared expert {arch.shared_ffn_width:,}; {len(arch.sparse_layers)} sparse layers",
+            )
+        )
     return rows
 
 
@@ -88,34 +93,52 @@ def settings_groups(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list
     model, optimizer, training, parallel = recipe.model, recipe.optimizer, recipe.training, recipe.parallel
     numerics = run["numerics"]
     return [
-        ("Model", [
-            ("Blocks", str(model.layers)), ("Width", str(model.width)), ("Heads", str(model.heads)),
-            ("MLP width", str(model.ffn_width)), ("Context length", str(model.context_length)),
-            ("Vocabulary", f"{model.vocab_size:,}"), ("Parameters (one model)", f"{count_parameters(model):,}"),
-            *_architecture(model),
-        ]),
-        ("Optimisation", [
-            ("Optimizer", f"AdamW, beta1 {optimizer.beta1:g}, beta2 {optimizer.beta2:g}, eps {optimizer.eps:g}"),
-            ("Peak learning rate", f"{optimizer.lr:g}"),
-            ("Schedule", describe_schedule(optimizer)),
-            ("Weight decay", f"{optimizer.weight_decay:g}"), ("Gradient clip", f"{optimizer.grad_clip:g}"),
-            ("Tokens per step", f"{training.batch_tokens:,}"), ("Token budget", _budget(recipe)),
-            ("Seed", str(recipe.runtime.seed)),
-            ("Initial weights", training.init_from or _pretrained(model) or "random initialisation"),
-        ]),
-        ("Numerics", [
-            ("Compute dtype", numerics["dtype"]), ("torch.compile", _yes(numerics["compile"])),
-            ("Deterministic", _yes(numerics["deterministic"])),
-        ]),
-        ("Pipeline", [
-            ("Pipeline stages", str(parallel.pipeline_stages)), ("Data-parallel replicas", str(parallel.data_parallel)),
-            ("Pipeline depth", f"{parallel.pipeline_depth} (micro-batches in flight)"), ("Schedule", parallel.schedule),
-            ("Micro-batch", f"{training.micro_batch_size} sequences"),
-        ]),
-        ("Freeze and LoRA", [
-            ("Frozen prefix", _frozen(parallel.freeze_prefix)),
-            ("LoRA", _lora(recipe)),
-        ]),
+        (
+            "Model",
+            [
+                ("Blocks", str(model.layers)),
+                ("Width", str(model.width)),
+                ("Heads", str(model.heads)),
+                ("MLP width", str(model.ffn_width)),
+                ("Context length", str(model.context_length)),
+                ("Vocabulary", f"{model.vocab_size:,}"),
+                ("Parameters (one model)", f"{count_parameters(model):,}"),
+                *_architecture(model),
+            ],
+        ),
+        (
+            "Optimisation",
+            [
+                ("Optimizer", f"AdamW, beta1 {optimizer.beta1:g}, beta2 {optimizer.beta2:g}, eps {optimizer.eps:g}"),
+                ("Peak learning rate", f"{optimizer.lr:g}"),
+                ("Schedule", describe_schedule(optimizer)),
+                ("Weight decay", f"{optimizer.weight_decay:g}"),
+                ("Gradient clip", f"{optimizer.grad_clip:g}"),
+                ("Tokens per step", f"{training.batch_tokens:,}"),
+                ("Token budget", _budget(recipe)),
+                ("Seed", str(recipe.runtime.seed)),
+                ("Initial weights", training.init_from or _pretrained(model) or "random initialisation"),
+            ],
+        ),
+        (
+            "Numerics",
+            [
+                ("Compute dtype", numerics["dtype"]),
+                ("torch.compile", _yes(numerics["compile"])),
+                ("Deterministic", _yes(numerics["deterministic"])),
+            ],
+        ),
+        (
+            "Pipeline",
+            [
+                ("Pipeline stages", str(parallel.pipeline_stages)),
+                ("Data-parallel replicas", str(parallel.data_parallel)),
+                ("Pipeline depth", f"{parallel.pipeline_depth} (micro-batches in flight)"),
+                ("Schedule", parallel.schedule),
+                ("Micro-batch", f"{training.micro_batch_size} sequences"),
+            ],
+        ),
+        ("Freeze and LoRA", [("Frozen prefix", _frozen(parallel.freeze_prefix)), ("LoRA", _lora(recipe))]),
         ("Decentralized", _decentralized(recipe)),
     ]
 
@@ -123,7 +146,11 @@ def settings_groups(recipe: Recipe, run: dict[str, Any]) -> list[tuple[str, list
 def _budget(recipe: Recipe) -> str:
     training = recipe.training
     total = f"{training.max_tokens:,}" if training.max_tokens else f"{training.tokens_per_parameter:g} per parameter"
-    epoch = f"{training.epoch_tokens:,}" if training.epoch_tokens else f"{training.epoch_tokens_per_parameter:g} per parameter"
+    epoch = (
+        f"{training.epoch_tokens:,}"
+        if training.epoch_tokens
+        else f"{training.epoch_tokens_per_parameter:g} per parameter"
+    )
     return f"{total} tokens, epochs of {epoch}"
 
 

@@ -28,8 +28,13 @@ METRICS = {
 AXES = ("mode", "lr", "beta2", "seed", "preset")
 """What runs are filtered by on the page (preset only in scaling campaigns)."""
 GROUPINGS = (
-    (("mode", "lr", "beta2"), " (mean over seeds)"), (("mode", "lr"), ""), (("mode",), ""), (("lr",), ""),
-    (("beta2",), ""), (("preset", "mode", "lr", "beta2"), " (mean over seeds)"), (("preset",), ""),
+    (("mode", "lr", "beta2"), " (mean over seeds)"),
+    (("mode", "lr"), ""),
+    (("mode",), ""),
+    (("lr",), ""),
+    (("beta2",), ""),
+    (("preset", "mode", "lr", "beta2"), " (mean over seeds)"),
+    (("preset",), ""),
 )
 """The page's grouping choices, the first one drawn at load."""
 _NAMES = {"lr": "LR"}
@@ -43,15 +48,25 @@ def explore(campaign: CampaignResults, store: dict[str, pa.Table]) -> dict[str, 
         table = store.get(row["directory"])
         records = pl.from_arrow(table) if table is not None else None
         curves = {name: _curve(records, kind, name) for name, (kind, _) in METRICS.items()}
-        runs.append({**{axis: row[axis] for axis in AXES}, "run": row["run"], "status": row["status"],
-                     "final": _finite(row["loss"]), "curves": curves})
+        runs.append(
+            {
+                **{axis: row[axis] for axis in AXES},
+                "run": row["run"],
+                "status": row["status"],
+                "final": _finite(row["loss"]),
+                "curves": curves,
+            }
+        )
     axes = [axis for axis in AXES if axis != "preset" or campaign.presets]
     return {
         "packed": pack_rows(runs),
         "metrics": [{"key": key, "label": label} for key, (_, label) in METRICS.items()],
         "axes_json": figure_json(axes),
-        "groupings": [(",".join(fields), ", ".join(_NAMES.get(f, f) for f in fields) + note)
-                      for fields, note in GROUPINGS if set(fields) <= set(axes)],
+        "groupings": [
+            (",".join(fields), ", ".join(_NAMES.get(f, f) for f in fields) + note)
+            for fields, note in GROUPINGS
+            if set(fields) <= set(axes)
+        ],
         "buckets": BUCKETS,
         "runs": len(runs),
         "parallel": figure_json(parallel_figure(campaign.runs)),
@@ -65,8 +80,11 @@ def _curve(records: pl.DataFrame | None, kind: str, column: str) -> list[list[fl
     part = records.filter((pl.col("type") == kind) & pl.col(column).is_not_null()).select(x="step", y=column)
     if part.height > 2 * BUCKETS:
         bucket = (pl.int_range(pl.len()) * BUCKETS // pl.len()).alias("bucket")
-        ends = part.with_columns(bucket).group_by("bucket", maintain_order=True).agg(
-            low=pl.col("y").arg_min(), high=pl.col("y").arg_max(), x=pl.col("x"), y=pl.col("y"))
+        ends = (
+            part.with_columns(bucket)
+            .group_by("bucket", maintain_order=True)
+            .agg(low=pl.col("y").arg_min(), high=pl.col("y").arg_max(), x=pl.col("x"), y=pl.col("y"))
+        )
         keep = [sorted({low, high}) for low, high in zip(ends["low"], ends["high"], strict=True)]
         xs = [x[i] for x, pick in zip(ends["x"], keep, strict=True) for i in pick]
         ys = [y[i] for y, pick in zip(ends["y"], keep, strict=True) for i in pick]
@@ -87,16 +105,30 @@ def parallel_figure(runs: pl.DataFrame) -> dict[str, Any]:
     done = runs.filter(pl.col("loss").is_not_null() & pl.col("loss").is_finite())
     modes = list(dict.fromkeys(done["mode"].to_list()))
     dimensions = [
-        {"label": "mode", "values": [modes.index(m) for m in done["mode"]], "tickvals": list(range(len(modes))),
-         "ticktext": modes},
+        {
+            "label": "mode",
+            "values": [modes.index(m) for m in done["mode"]],
+            "tickvals": list(range(len(modes))),
+            "ticktext": modes,
+        },
         {"label": "log10 LR", "values": [round(math.log10(lr), 6) for lr in done["lr"]]},
         {"label": "beta2", "values": done["beta2"].to_list()},
         {"label": "seed", "values": done["seed"].to_list()},
         {"label": "final loss (nats)", "values": done["loss"].to_list()},
     ]
     return {
-        "data": [{"type": "parcoords", "dimensions": dimensions,
-                  "line": {"color": done["loss"].to_list(), "colorscale": "Viridis", "reversescale": True,
-                           "showscale": True, "colorbar": {"title": {"text": "loss"}, "thickness": 12}}}],
+        "data": [
+            {
+                "type": "parcoords",
+                "dimensions": dimensions,
+                "line": {
+                    "color": done["loss"].to_list(),
+                    "colorscale": "Viridis",
+                    "reversescale": True,
+                    "showscale": True,
+                    "colorbar": {"title": {"text": "loss"}, "thickness": 12},
+                },
+            }
+        ],
         "layout": {"height": 380, "margin": {"l": 100, "r": 110, "t": 60, "b": 30}},
     }

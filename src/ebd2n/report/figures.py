@@ -76,7 +76,13 @@ def curves(table: pl.DataFrame) -> dict[str, bytes]:
 
 
 def _heatmap_panel(
-    figure: Figure, ax: Any, groups: pl.DataFrame, mode: str, lrs: list[float], beta2: list[float], winner: dict | None,
+    figure: Figure,
+    ax: Any,
+    groups: pl.DataFrame,
+    mode: str,
+    lrs: list[float],
+    beta2: list[float],
+    winner: dict | None,
     scale: tuple[float | None, float | None] = (None, None),
 ) -> None:
     cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
@@ -85,11 +91,28 @@ def _heatmap_panel(
         for j, b in enumerate(beta2):
             row = cells.get((lr, b))
             if row and row["outcome"] == DIVERGED:
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=_DIVERGED_FILL, hatch="xx",
-                                       edgecolor=_DIVERGED_LINE, linewidth=0))
+                ax.add_patch(
+                    Rectangle(
+                        (j - 0.5, i - 0.5),
+                        1,
+                        1,
+                        facecolor=_DIVERGED_FILL,
+                        hatch="xx",
+                        edgecolor=_DIVERGED_LINE,
+                        linewidth=0,
+                    )
+                )
                 step = row.get("diverged_step")
-                ax.text(j, i, "diverged" + (f"\nstep {step}" if step is not None else ""), ha="center", va="center",
-                        fontsize=7, color=_DIVERGED_LINE, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+                ax.text(
+                    j,
+                    i,
+                    "diverged" + (f"\nstep {step}" if step is not None else ""),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color=_DIVERGED_LINE,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+                )
             elif row and row["mean_loss"] is not None:
                 values[i, j] = row["mean_loss"]
     masked = np.ma.masked_invalid(values)
@@ -102,8 +125,15 @@ def _heatmap_panel(
             shade = image.cmap(image.norm(values[i, j]))
             dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
             mark = "" if cells[(lr, b)]["eligible"] else "*"
-            ax.text(j, i, f"{values[i, j]:.4f}{mark}", ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black")
+            ax.text(
+                j,
+                i,
+                f"{values[i, j]:.4f}{mark}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if dark else "black",
+            )
     if winner is not None:
         i, j = lrs.index(winner["lr"]), beta2.index(winner["beta2"])
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=2.2))
@@ -141,22 +171,44 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
         color = PALETTE[index % len(PALETTE)]
         points = panel["points"]
         ax.scatter(panel["seeds"]["lr"], panel["seeds"]["loss"], s=12, color=color, alpha=0.45, label="seeds")
-        ax.errorbar([p["lr"] for p in points], [p["mean_loss"] for p in points],
-                    yerr=[p["std_loss"] or 0.0 for p in points], fmt="o", color=color, capsize=3, label="mean ± SD")
+        ax.errorbar(
+            [p["lr"] for p in points],
+            [p["mean_loss"] for p in points],
+            yerr=[p["std_loss"] or 0.0 for p in points],
+            fmt="o",
+            color=color,
+            capsize=3,
+            label="mean ± SD",
+        )
         if panel["curve"]["lr"]:
             ax.plot(panel["curve"]["lr"], panel["curve"]["loss"], color="black", linewidth=1.2, label="quadratic fit")
         ax.set_xscale("log")
         left, right = ax.get_xlim()
         if panel["low"] is not None or panel["high"] is not None:
-            ax.axvspan(panel["low"] or left, panel["high"] or right, color=color, alpha=0.15, linewidth=0,
-                       label="95 % interval")
+            ax.axvspan(
+                panel["low"] or left,
+                panel["high"] or right,
+                color=color,
+                alpha=0.15,
+                linewidth=0,
+                label="95 % interval",
+            )
         if panel["estimate"] is not None:
-            ax.axvline(panel["estimate"], color=color, linestyle="--", linewidth=1.2,
-                       label=f"optimum {panel['estimate']:.3g}")
+            ax.axvline(
+                panel["estimate"], color=color, linestyle="--", linewidth=1.2, label=f"optimum {panel['estimate']:.3g}"
+            )
         if panel["diverged"]:
             crossed = [d["lr"] for d in panel["diverged"]]
-            ax.scatter(crossed, [0.97] * len(crossed), marker="x", s=40, color=_DIVERGED_LINE,
-                       transform=ax.get_xaxis_transform(), label="diverged", clip_on=False)
+            ax.scatter(
+                crossed,
+                [0.97] * len(crossed),
+                marker="x",
+                s=40,
+                color=_DIVERGED_LINE,
+                transform=ax.get_xaxis_transform(),
+                label="diverged",
+                clip_on=False,
+            )
             left, right = min(left, min(crossed) / 1.5), max(right, max(crossed) * 1.5)
         ax.set_xlim(left, right)
         ticks = sorted([p["lr"] for p in points] + [d["lr"] for d in panel["diverged"]])
@@ -166,13 +218,25 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
         ax.set_ylabel("final full-validation loss (nats)")
         ax.set_title(f"{panel['mode']} (beta2 {panel['beta2']:g})", fontsize=10)
         if panel["estimate"] is None:
-            ax.text(0.5, 0.97, f"no fitted optimum: {panel['reason']}", ha="center", va="top", fontsize=6.5,
-                    transform=ax.transAxes, wrap=True)
+            ax.text(
+                0.5,
+                0.97,
+                f"no fitted optimum: {panel['reason']}",
+                ha="center",
+                va="top",
+                fontsize=6.5,
+                transform=ax.transAxes,
+                wrap=True,
+            )
         ax.grid(alpha=0.3)
         ax.legend(frameon=False, fontsize=7)
     if not panels:
-        axes[0].text(0.5, 0.5, "no grid point has every seed yet", ha="center", va="center", transform=axes[0].transAxes)
-    figure.suptitle("Fitted LR optimum per mode: quadratic in ln(LR) near the best point, 95 % seed-bootstrap band", fontsize=10)
+        axes[0].text(
+            0.5, 0.5, "no grid point has every seed yet", ha="center", va="center", transform=axes[0].transAxes
+        )
+    figure.suptitle(
+        "Fitted LR optimum per mode: quadratic in ln(LR) near the best point, 95 % seed-bootstrap band", fontsize=10
+    )
     figure.tight_layout()
     return _save(figure)
 
@@ -206,7 +270,9 @@ def halving(brackets: list[dict[str, Any]]) -> dict[str, bytes]:
             ax.legend(frameon=False, fontsize=7)
         else:
             ax.text(0.5, 0.5, "no rung decided yet", ha="center", va="center", transform=ax.transAxes)
-    figure.suptitle("Successive halving: mean subset loss over seeds at each rung\n(dot: trained on; cross: stopped there)", fontsize=10)
+    figure.suptitle(
+        "Successive halving: mean subset loss over seeds at each rung\n(dot: trained on; cross: stopped there)",
+        fontsize=10,
+    )
     figure.tight_layout()
     return _save(figure)
-

@@ -14,10 +14,10 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.campaign.results import CampaignResults
-from ebd2n.campaign.search import Bracket, Halving, point_id
 from ebd2n.campaign.history import read_history
 from ebd2n.campaign.plans import recorded_search
+from ebd2n.campaign.results import CampaignResults
+from ebd2n.campaign.search import Bracket, Halving, point_id
 from ebd2n.layout import RUNS, CampaignPaths
 from ebd2n.report.cost import epoch_walls
 
@@ -25,8 +25,16 @@ FINISHED, TRAINING = "finished", "training"
 """A point's outcome besides stopping at a rung: every seed trained to the end, or still under way
 (promoted at every rung decided so far)."""
 BRACKET_COLUMNS: dict[str, type[pl.DataType]] = {
-    "bracket": pl.String, "point": pl.String, "lr": pl.Float64, "beta2": pl.Float64, "outcome": pl.String,
-    "stopped_at": pl.Int64, "rung": pl.Int64, "candidates": pl.Int64, "rank": pl.Int64, "mean_loss": pl.Float64,
+    "bracket": pl.String,
+    "point": pl.String,
+    "lr": pl.Float64,
+    "beta2": pl.Float64,
+    "outcome": pl.String,
+    "stopped_at": pl.Int64,
+    "rung": pl.Int64,
+    "candidates": pl.Int64,
+    "rank": pl.Int64,
+    "mean_loss": pl.Float64,
     "continued": pl.Boolean,
 }
 """brackets.csv: one row per point and rung it was ranked at."""
@@ -57,10 +65,20 @@ def halving_outputs(campaign: CampaignResults, halving: Halving) -> dict[str, An
 def bracket_table(outputs: dict[str, Any]) -> pl.DataFrame:
     """brackets.csv: each point at each rung it was ranked at, with its mean loss, rank and whether it trained on."""
     rows = [
-        {"bracket": bracket["bracket"], "point": point["point"], "lr": point["lr"], "beta2": point["beta2"],
-         "outcome": point["outcome"], "stopped_at": point["stopped_at"], "rung": rung["epoch"],
-         "candidates": rung["candidates"], **point["rungs"][str(rung["epoch"])]}
-        for bracket in outputs["brackets"] for point in bracket["points"] for rung in bracket["rungs"]
+        {
+            "bracket": bracket["bracket"],
+            "point": point["point"],
+            "lr": point["lr"],
+            "beta2": point["beta2"],
+            "outcome": point["outcome"],
+            "stopped_at": point["stopped_at"],
+            "rung": rung["epoch"],
+            "candidates": rung["candidates"],
+            **point["rungs"][str(rung["epoch"])],
+        }
+        for bracket in outputs["brackets"]
+        for point in bracket["points"]
+        for rung in bracket["rungs"]
         if str(rung["epoch"]) in point["rungs"]
     ]
     return pl.DataFrame(rows, schema=BRACKET_COLUMNS)
@@ -70,34 +88,65 @@ def stopped_at(outputs: dict[str, Any] | None) -> dict[str, int]:
     """Run id -> the rung epoch it stopped at, for the runs the search stopped."""
     if outputs is None:
         return {}
-    return {run: point["stopped_at"] for bracket in outputs["brackets"] for point in bracket["points"]
-            if point["stopped_at"] is not None for run in point["runs"]}
+    return {
+        run: point["stopped_at"]
+        for bracket in outputs["brackets"]
+        for point in bracket["points"]
+        if point["stopped_at"] is not None
+        for run in point["runs"]
+    }
 
 
-def _bracket(campaign: CampaignResults, halving: Halving, bracket: Bracket, fates: dict[str, int | None]) -> dict[str, Any]:
+def _bracket(
+    campaign: CampaignResults, halving: Halving, bracket: Bracket, fates: dict[str, int | None]
+) -> dict[str, Any]:
     decided = [rung for rung in halving.walk(bracket) if rung.decision is not None]
-    rungs = [{"epoch": rung.epoch, "candidates": rung.decision["candidates"], "continuing": rung.past_ids} for rung in decided]
+    rungs = [
+        {"epoch": rung.epoch, "candidates": rung.decision["candidates"], "continuing": rung.past_ids}
+        for rung in decided
+    ]
     points = []
     for lr, beta2 in sorted(bracket.points):
         identifier = point_id(lr, beta2)
         runs = [run.id for run in bracket.runs([(lr, beta2)])]
-        fate = fates.get(runs[0], TRAINING)  # the rung it stopped at; None: it trains to the end; absent: a rung still open
+        fate = fates.get(
+            runs[0], TRAINING
+        )  # the rung it stopped at; None: it trains to the end; absent: a rung still open
         stopped = fate if isinstance(fate, int) else None
         ranked = {}
         for rung in decided:
             for rank, entry in enumerate(rung.decision["ranking"], start=1):
                 if entry["point"] == identifier:
-                    ranked[str(rung.epoch)] = {"rank": rank, "mean_loss": entry["mean_loss"],
-                                               "continued": identifier in rung.past_ids}
+                    ranked[str(rung.epoch)] = {
+                        "rank": rank,
+                        "mean_loss": entry["mean_loss"],
+                        "continued": identifier in rung.past_ids,
+                    }
         if stopped is not None:
             outcome = f"stopped at epoch {stopped}"
         else:
-            outcome = FINISHED if fate is None and all(f"{RUNS}/{run}" in campaign.results for run in runs) else TRAINING
-        points.append({"point": identifier, "lr": lr, "beta2": beta2, "runs": runs, "outcome": outcome,
-                       "stopped_at": stopped, "rungs": ranked})
+            outcome = (
+                FINISHED if fate is None and all(f"{RUNS}/{run}" in campaign.results for run in runs) else TRAINING
+            )
+        points.append(
+            {
+                "point": identifier,
+                "lr": lr,
+                "beta2": beta2,
+                "runs": runs,
+                "outcome": outcome,
+                "stopped_at": stopped,
+                "rungs": ranked,
+            }
+        )
     plan = halving.plans[bracket.base]
-    return {"bracket": bracket.name, "epochs": plan.epochs, "rungs": rungs, "points": points,
-            "hours": _hours(campaign, [run.id for run in bracket.runs()], plan.epochs)}
+    return {
+        "bracket": bracket.name,
+        "epochs": plan.epochs,
+        "rungs": rungs,
+        "points": points,
+        "hours": _hours(campaign, [run.id for run in bracket.runs()], plan.epochs),
+    }
 
 
 def _hours(campaign: CampaignResults, runs: list[str], epochs: int) -> dict[str, Any]:
@@ -120,6 +169,11 @@ def _share(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Sum of `parts`, in seconds and hours, with the share of the full grid used."""
     used = sum(part["used_s"] for part in parts)
     full = None if any(part["full_grid_s"] is None for part in parts) else sum(part["full_grid_s"] for part in parts)
-    return {"used_s": used, "full_grid_s": full, "epochs_not_trained": sum(part["epochs_not_trained"] for part in parts),
-            "used_hours": used / 3600, "full_grid_hours": None if full is None else full / 3600,
-            "share": used / full if full else None}
+    return {
+        "used_s": used,
+        "full_grid_s": full,
+        "epochs_not_trained": sum(part["epochs_not_trained"] for part in parts),
+        "used_hours": used / 3600,
+        "full_grid_hours": None if full is None else full / 3600,
+        "share": used / full if full else None,
+    }

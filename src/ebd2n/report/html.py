@@ -21,7 +21,11 @@ DASH = "—"
 def template_environment() -> Environment:
     """One shared, autoescaping, strict environment over report/templates."""
     return Environment(
-        loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
 
 

@@ -37,8 +37,15 @@ def train_job(
     if plan is not None and slice_plan is None:
         raise UserError(f"--plan {plan}: no such file")
     run_dir = Path(loaded.runtime.output_dir)
-    trained = train(loaded, config_path=resolve_recipe_path(recipe), resume=resume, until_epoch=until_epoch,
-                    progress=progress, wait=wait, slice_ends=slice_plan.ends if slice_plan else ())
+    trained = train(
+        loaded,
+        config_path=resolve_recipe_path(recipe),
+        resume=resume,
+        until_epoch=until_epoch,
+        progress=progress,
+        wait=wait,
+        slice_ends=slice_plan.ends if slice_plan else (),
+    )
     if not is_main_process():  # torchrun: the main process writes and speaks for the run
         return None
     complete = (run_dir / FINAL).is_file()
@@ -58,11 +65,15 @@ def _train_summary(run_dir: Path, trained: bool, until_epoch: int | None) -> str
     done = "done" if trained else "done already (nothing trained)"
     diverged = [record for record in records if record["type"] == "diverged"]
     if diverged:
-        return (f"{done}: the run diverged at step {diverged[-1]['step']} ({diverged[-1]['rule']}); "
-                f"{run_dir / FINAL} holds its weights there")
+        return (
+            f"{done}: the run diverged at step {diverged[-1]['step']} ({diverged[-1]['rule']}); "
+            f"{run_dir / FINAL} holds its weights there"
+        )
     last = [record for record in records if record["type"] == "epoch"][-1]
-    loss = (f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % "
-            f"(epoch {last['epoch']} subset)")
+    loss = (
+        f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % "
+        f"(epoch {last['epoch']} subset)"
+    )
     if (run_dir / FINAL).is_file():
         return f"{done}: {run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
     return f"slice {done}: epoch {until_epoch} of {run_dir}; `ebd2n train` without --until-epoch resumes it; {loss}"
@@ -82,8 +93,10 @@ def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -
         write_dashboard(run_dir)
     results = validate_run(run_dir, device=device, wait=wait)
     if results["status"] == "diverged":
-        outcome = (f"{run_dir}: diverged at step {results['diverged']['step']} ({results['diverged']['rule']}); "
-                   f"full validation {results['validation']}")
+        outcome = (
+            f"{run_dir}: diverged at step {results['diverged']['step']} ({results['diverged']['rule']}); "
+            f"full validation {results['validation']}"
+        )
     elif results["status"] == "failed":  # recorded in results.json, which the report and the audit show
         outcome = f"{run_dir}: failed run: {results['reason']}"
     else:

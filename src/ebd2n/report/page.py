@@ -28,12 +28,18 @@ from ebd2n.layout import (
     CampaignPaths,
 )
 from ebd2n.quantities import format_amount
-from ebd2n.report.halving import stopped_at
-from ebd2n.report.plotly_embed import curves_figure, figure_json, halving_figure, heatmap_figure, lr_optimum_figure, plotly_tag
 from ebd2n.report import html
+from ebd2n.report.halving import stopped_at
 from ebd2n.report.html import DASH, percent
+from ebd2n.report.plotly_embed import (
+    curves_figure,
+    figure_json,
+    halving_figure,
+    heatmap_figure,
+    lr_optimum_figure,
+    plotly_tag,
+)
 from ebd2n.report.tables import point_runs, settings_rows, split_rows
-
 
 
 def render_page(
@@ -61,8 +67,10 @@ def render_page(
         "splits": split_rows(campaign),
         "manifest_found": campaign.manifest is not None,
         "provenance": _provenance(summary),
-        "runs": [_run_row(campaign, row, hours, stopped) for row, hours in
-                 zip(campaign.runs.iter_rows(named=True), cost["runs"], strict=True)],
+        "runs": [
+            _run_row(campaign, row, hours, stopped)
+            for row, hours in zip(campaign.runs.iter_rows(named=True), cost["runs"], strict=True)
+        ],
         "cost": _cost(cost),
         "scaling": _scaling(scaling) if scaling is not None else None,
         "grid": _grid(campaign, summary, grid, stopped) if grid is not None else None,
@@ -76,12 +84,17 @@ def render_page(
     return environment.get_template("campaign.html.j2").render(context)
 
 
-def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, Any], stopped: dict[str, int]) -> dict[str, Any]:
+def _grid(
+    campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, Any], stopped: dict[str, int]
+) -> dict[str, Any]:
     """Everything the LR x beta2 sections show: winners, grid, response, figures, commands."""
     groups: pl.DataFrame = grid["groups"]
     selection = grid["selection"]
     winners = [
-        {**_winner(campaign, mode, point, grid["notes"][mode], grid["selected"][mode]), "optimum": _optimum_text(grid["optima"][mode])}
+        {
+            **_winner(campaign, mode, point, grid["notes"][mode], grid["selected"][mode]),
+            "optimum": _optimum_text(grid["optima"][mode]),
+        }
         for mode, point in selection.items()
     ]
     modes = [mode for mode in campaign.learning_rates if not groups.filter(pl.col("mode") == mode).is_empty()]
@@ -101,9 +114,16 @@ def _grid(campaign: CampaignResults, summary: dict[str, Any], grid: dict[str, An
         "curves": _curves(grid["curves"]),
         "optimum_plots": [_optimum_plot(panel, index) for index, panel in enumerate(grid["optimum_panels"])],
         "extensions": [
-            {"number": entry["extension"], "time": entry["time"], "file": entry["campaign_file"],
-             "previous": entry["previous_revision"],
-             "added": [(mode, ", ".join(f"{lr:g}" for lr in lrs), entry["why"].get(mode, "")) for mode, lrs in entry["added"].items()]}
+            {
+                "number": entry["extension"],
+                "time": entry["time"],
+                "file": entry["campaign_file"],
+                "previous": entry["previous_revision"],
+                "added": [
+                    (mode, ", ".join(f"{lr:g}" for lr in lrs), entry["why"].get(mode, ""))
+                    for mode, lrs in entry["added"].items()
+                ],
+            }
             for entry in grid["extensions"]
         ],
     }
@@ -122,27 +142,54 @@ def _halving(outputs: dict[str, Any]) -> dict[str, Any]:
                 loss = DASH if entry is None or entry["mean_loss"] is None else f"{entry['mean_loss']:.4f}"
                 rank = "" if entry is None else f"rank {entry['rank']}" + ("" if entry["continued"] else ", stopped")
                 cells.append({"text": loss, "rank": rank})
-            rows.append({"lr": f"{point['lr']:g}", "beta2": f"{point['beta2']:g}", "outcome": point["outcome"], "cells": cells,
-                         "stopped": point["stopped_at"] is not None})
-        brackets.append({
-            "id": f"halving-{index}", "name": bracket["bracket"], "json": figure_json(halving_figure(bracket)),
-            "rungs": [{"epoch": rung["epoch"], "candidates": rung["candidates"]} for rung in bracket["rungs"]],
-            "rows": rows, "hours": _hours_text(bracket["hours"]),
-            "stopped": sum(row["stopped"] for row in rows), "points": len(rows), "epochs": bracket["epochs"],
-        })
-    return {"keep": f"{outputs['keep']:g}", "stopped": len(outputs["stopped_runs"]), "brackets": brackets,
-            "hours": _hours_text(hours), "several": len(brackets) > 1}
+            rows.append(
+                {
+                    "lr": f"{point['lr']:g}",
+                    "beta2": f"{point['beta2']:g}",
+                    "outcome": point["outcome"],
+                    "cells": cells,
+                    "stopped": point["stopped_at"] is not None,
+                }
+            )
+        brackets.append(
+            {
+                "id": f"halving-{index}",
+                "name": bracket["bracket"],
+                "json": figure_json(halving_figure(bracket)),
+                "rungs": [{"epoch": rung["epoch"], "candidates": rung["candidates"]} for rung in bracket["rungs"]],
+                "rows": rows,
+                "hours": _hours_text(bracket["hours"]),
+                "stopped": sum(row["stopped"] for row in rows),
+                "points": len(rows),
+                "epochs": bracket["epochs"],
+            }
+        )
+    return {
+        "keep": f"{outputs['keep']:g}",
+        "stopped": len(outputs["stopped_runs"]),
+        "brackets": brackets,
+        "hours": _hours_text(hours),
+        "several": len(brackets) > 1,
+    }
 
 
 def _hours_text(hours: dict[str, Any]) -> dict[str, str]:
     """Training hours used and the full grid's estimate as the page shows them, with the sentence that compares them."""
     used = format_amount(hours["used_hours"])
     if hours["full_grid_hours"] is None:
-        return {"used": used, "full": DASH, "share": DASH,
-                "sentence": f"Used {used} training hours; the full grid's cannot be estimated yet (an epoch no run has trained)."}
+        return {
+            "used": used,
+            "full": DASH,
+            "share": DASH,
+            "sentence": f"Used {used} training hours; the full grid's cannot be estimated yet (an epoch no run has trained).",
+        }
     full, share = format_amount(hours["full_grid_hours"]), f"{100 * hours['share']:.0f} %"
-    return {"used": used, "full": full, "share": share,
-            "sentence": f"Used {share} of the full grid's training hours ({used} of {full} h)."}
+    return {
+        "used": used,
+        "full": full,
+        "share": share,
+        "sentence": f"Used {share} of the full grid's training hours ({used} of {full} h).",
+    }
 
 
 def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
@@ -159,19 +206,31 @@ def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
         sentence = f"Fitted LR optimum {fit['estimate']:.3g}" + (f" ({interval})" if interval else "") + "."
         if fit["reason"]:
             sentence += f" Note: {fit['reason']}."
-    return {"estimate": f"{fit['estimate']:.3g}" if fit["estimate"] is not None else DASH,
-            "interval": interval, "reason": fit["reason"] or "", "sentence": sentence}
+    return {
+        "estimate": f"{fit['estimate']:.3g}" if fit["estimate"] is not None else DASH,
+        "interval": interval,
+        "reason": fit["reason"] or "",
+        "sentence": sentence,
+    }
 
 
 def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
     """One mode's LR-optimum figure and its table view (one row per LR, a diverged one's saying so)."""
     seeds = panel["seeds"]
-    rows = [{"lr": p["lr"], "mean": _pm(p["mean_loss"], p["std_loss"], 4),
-             "seeds": ", ".join(f"{loss:.4f}" for lr, loss in zip(seeds["lr"], seeds["loss"], strict=True)
-                                if lr == p["lr"])}
-            for p in panel["points"]]
-    rows += [{"lr": d["lr"], "mean": outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}), "seeds": ""}
-             for d in panel["diverged"]]
+    rows = [
+        {
+            "lr": p["lr"],
+            "mean": _pm(p["mean_loss"], p["std_loss"], 4),
+            "seeds": ", ".join(
+                f"{loss:.4f}" for lr, loss in zip(seeds["lr"], seeds["loss"], strict=True) if lr == p["lr"]
+            ),
+        }
+        for p in panel["points"]
+    ]
+    rows += [
+        {"lr": d["lr"], "mean": outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}), "seeds": ""}
+        for d in panel["diverged"]
+    ]
     return {
         "id": f"optimum-{index}",
         "mode": panel["mode"],
@@ -196,7 +255,9 @@ def _winner(
         "accuracy": percent(runs["accuracy"].mean()),
         "seeds": ", ".join(str(seed) for seed in seeds),
         "runs": selected["runs"],
-        "runner_up": (f"LR {runner['lr']:g}, beta2 {runner['beta2']:g}", f"{runner['mean_loss']:.6f}") if runner else None,
+        "runner_up": (f"LR {runner['lr']:g}, beta2 {runner['beta2']:g}", f"{runner['mean_loss']:.6f}")
+        if runner
+        else None,
         "margin": f"{notes['margin']:.6f}" if notes["margin"] is not None else DASH,
         "margin_vs_sd": f"{notes['margin_vs_sd']:.2f} × SD" if notes["margin_vs_sd"] is not None else "",
         "p_value": f"{notes['p_value']:.3g}" if notes["p_value"] is not None else DASH,
@@ -210,15 +271,17 @@ def _winner(
         "deterministic": selected["recipe"].runtime.deterministic,
         "prepare": f"ebd2n prepare {selected['config']}",
         "train": [
-            (f"ebd2n train --config {selected['config']}",
-             f"--set runtime.seed={seed} --set runtime.output_dir={selected['output_dir']}-seed{seed}")
+            (
+                f"ebd2n train --config {selected['config']}",
+                f"--set runtime.seed={seed} --set runtime.output_dir={selected['output_dir']}-seed{seed}",
+            )
             for seed in campaign.seeds
         ],
     }
 
 
 def _diverged_above(point: dict[str, Any] | None) -> str:
-    """"LR 1000 (beta2 0.95) diverged at step 12": the point above a winner that bounds its optimum."""
+    """ "LR 1000 (beta2 0.95) diverged at step 12": the point above a winner that bounds its optimum."""
     if point is None:
         return ""
     return f"LR {point['lr']:g} (beta2 {point['beta2']:g}) {outcome_text({'outcome': DIVERGED, **point})}"
@@ -240,21 +303,25 @@ def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame, stopped: dict[st
     for mode, lrs in campaign.learning_rates.items():
         runs = campaign.runs.filter(pl.col("mode") == mode)
         halted = sum(run in stopped for run in runs["run"])
-        rows.append({
-            "mode": mode,
-            "lrs": ", ".join(f"{lr:g}" for lr in lrs),
-            "count": len(lrs),
-            "beta2": ", ".join(f"{b:g}" for b in campaign.beta2),
-            "points": groups.filter(pl.col("mode") == mode).height,
-            "complete": runs.filter(pl.col("status") == "complete").height,
-            "diverged": runs.filter(pl.col("status") == DIVERGED).height,
-            "expected": len(lrs) * len(campaign.beta2) * len(campaign.seeds) - halted,
-            "stopped": halted,
-        })
+        rows.append(
+            {
+                "mode": mode,
+                "lrs": ", ".join(f"{lr:g}" for lr in lrs),
+                "count": len(lrs),
+                "beta2": ", ".join(f"{b:g}" for b in campaign.beta2),
+                "points": groups.filter(pl.col("mode") == mode).height,
+                "complete": runs.filter(pl.col("status") == "complete").height,
+                "diverged": runs.filter(pl.col("status") == DIVERGED).height,
+                "expected": len(lrs) * len(campaign.beta2) * len(campaign.seeds) - halted,
+                "stopped": halted,
+            }
+        )
     return rows
 
 
-def _response(groups: pl.DataFrame, table: pl.DataFrame, beta2: float, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _response(
+    groups: pl.DataFrame, table: pl.DataFrame, beta2: float, selection: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """LR-response rows as text ("mean ± sd", "diverged at step k", "not finished", a dash where
     untested, how few seeds an incomplete point rests on); the winner's cell is flagged so the page
     can set it in bold."""
@@ -274,8 +341,12 @@ def _response(groups: pl.DataFrame, table: pl.DataFrame, beta2: float, selection
         {
             "lr": f"{row['lr']:g}",
             "cells": [
-                {"text": text(row, mode), "winner": mode in selection and selection[mode]["lr"] == row["lr"]
-                 and selection[mode]["beta2"] == beta2}
+                {
+                    "text": text(row, mode),
+                    "winner": mode in selection
+                    and selection[mode]["lr"] == row["lr"]
+                    and selection[mode]["beta2"] == beta2,
+                }
                 for mode in modes
             ],
         }
@@ -301,8 +372,14 @@ def _heatmap(
                 continue
             sd = f"± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
             seeds = "" if cell["eligible"] else f" ({cell['seeds_completed']} seeds)"
-            texts.append({"mean": f"{cell['mean_loss']:.4f}", "sd": sd + seeds, "diverged": False,
-                          "winner": winner is not None and (winner["lr"], winner["beta2"]) == (lr, b)})
+            texts.append(
+                {
+                    "mean": f"{cell['mean_loss']:.4f}",
+                    "sd": sd + seeds,
+                    "diverged": False,
+                    "winner": winner is not None and (winner["lr"], winner["beta2"]) == (lr, b),
+                }
+            )
         rows.append({"lr": f"{lr:g}", "cells": texts})
     return {
         "id": f"heatmap-{index}",
@@ -345,7 +422,8 @@ def _scaling(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "parameters": f"{row['parameters']:,}",
                 "gpus": row["gpus"] or "CPU",
                 "epochs": row["epochs"],
-                "accuracy": [percent(acc) for acc in row["val_accuracy"]] + [DASH] * (epochs - len(row["val_accuracy"])),
+                "accuracy": [percent(acc) for acc in row["val_accuracy"]]
+                + [DASH] * (epochs - len(row["val_accuracy"])),
                 "tokens_per_s": f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] is not None else DASH,
                 "peak_memory": f"{row['peak_memory_bytes'] / 1e9:.1f} GB" if row["peak_memory_bytes"] else DASH,
                 "gpu_hours": format_amount(row["gpu_hours"]) if row["gpu_hours"] is not None else DASH,
@@ -362,7 +440,8 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "campaign_hash": hashes["campaign"],
         "run_hashes": hashes["runs"],
-        "consistent": len(hashes["runs"]) <= 1 and (hashes["campaign"] is None or hashes["runs"] in ([], [hashes["campaign"]])),
+        "consistent": len(hashes["runs"]) <= 1
+        and (hashes["campaign"] is None or hashes["runs"] in ([], [hashes["campaign"]])),
         "caches": summary["cache_identity"],
         "base_recipes": summary["base_recipes"],
         "created": summary["created"],
@@ -377,19 +456,28 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
 
 def _cost(cost: dict[str, Any]) -> dict[str, Any]:
     """The cost section: one row per mode and the campaign's, one per grid point; money only with a price."""
+
     def texts(entry: dict[str, Any]) -> dict[str, str]:
-        return {"runs": str(entry["runs"]), "gpu_hours": format_amount(entry["gpu_hours"]), "cpu_hours": format_amount(entry["cpu_hours"]),
-                "cost": format_amount(entry["cost"]) if entry["cost"] is not None else DASH}
+        return {
+            "runs": str(entry["runs"]),
+            "gpu_hours": format_amount(entry["gpu_hours"]),
+            "cpu_hours": format_amount(entry["cpu_hours"]),
+            "cost": format_amount(entry["cost"]) if entry["cost"] is not None else DASH,
+        }
 
     return {
         "price": f"{cost['cost_per_gpu_hour']:g}" if cost["cost_per_gpu_hour"] is not None else None,
         "modes": [{"mode": entry["mode"], **texts(entry)} for entry in cost["mode"]],
         "campaign": texts(cost["campaign"]),
-        "points": [{"mode": e["mode"], "lr": f"{e['lr']:g}", "beta2": f"{e['beta2']:g}", **texts(e)} for e in cost["point"]],
+        "points": [
+            {"mode": e["mode"], "lr": f"{e['lr']:g}", "beta2": f"{e['beta2']:g}", **texts(e)} for e in cost["point"]
+        ],
     }
 
 
-def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, Any], stopped: dict[str, int]) -> dict[str, Any]:
+def _run_row(
+    campaign: CampaignResults, row: dict[str, Any], hours: dict[str, Any], stopped: dict[str, int]
+) -> dict[str, Any]:
     """A runs-table row as text; its link opens the run's dashboard, or its folder when it has none."""
     dashboard = f"{row['directory']}/{DASHBOARD}"
     return {
@@ -409,7 +497,9 @@ def _run_row(campaign: CampaignResults, row: dict[str, Any], hours: dict[str, An
     }
 
 
-def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool, halving: dict[str, Any] | None) -> list[dict[str, str]]:
+def _links(
+    campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool, halving: dict[str, Any] | None
+) -> list[dict[str, str]]:
     """Every file of the report (and the campaign's own records), with what it holds."""
     runs = campaign.runs.height
     links = [_link(RUNS_CSV, f"per-run CSV: {runs} run(s) with final full-validation results")]
@@ -434,11 +524,19 @@ def _links(campaign: CampaignResults, grid: dict[str, Any] | None, scaling: bool
         links.append(_link(SCALING_CSV, "the scaling table"))
     if halving is not None:
         links += [
-            _link(BRACKETS_CSV, "successive halving: each point's mean subset loss, rank and outcome at every rung it was ranked at"),
+            _link(
+                BRACKETS_CSV,
+                "successive halving: each point's mean subset loss, rank and outcome at every rung it was ranked at",
+            ),
             _link("halving.png", "successive halving: mean subset loss at each rung against LR (PNG)"),
             _link("halving.pdf", "successive halving: mean subset loss at each rung against LR (PDF)"),
         ]
-    links.append(_link(REPORT_RESULTS, "JSON results and provenance: per-run and grouped values, selections, grid, seeds, revisions, environment, job ids"))
+    links.append(
+        _link(
+            REPORT_RESULTS,
+            "JSON results and provenance: per-run and grouped values, selections, grid, seeds, revisions, environment, job ids",
+        )
+    )
     if CampaignPaths(campaign.directory).campaign_json.is_file():
         links.append(_link(f"../{CAMPAIGN_JSON}", "the campaign's resolved grid and seeds"))
     # the audit writes it after verifying this very page, so the page cannot depend on it: linked once the runs'

@@ -22,7 +22,9 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.analysis import DIVERGED, outcome_text
 from ebd2n.layout import REPORT_ASSETS
 
-if TYPE_CHECKING:  # the run dashboard (written by every `ebd2n train` that ends a run) imports this module; keep it free of polars
+if (
+    TYPE_CHECKING
+):  # the run dashboard (written by every `ebd2n train` that ends a run) imports this module; keep it free of polars
     import polars as pl
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
@@ -86,7 +88,11 @@ def figure_json(figure: dict[str, Any]) -> Markup:
 
 
 def heatmap_figure(
-    mode: str, groups: pl.DataFrame, lrs: list[float], beta2: list[float], winner: dict[str, Any] | None,
+    mode: str,
+    groups: pl.DataFrame,
+    lrs: list[float],
+    beta2: list[float],
+    winner: dict[str, Any] | None,
     scale: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """One mode's LR x beta2 grid of mean loss, annotated; untested cells are empty (null). `scale`
@@ -108,25 +114,45 @@ def heatmap_figure(
     shapes = []
     if winner is not None:
         i, j = lrs.index(winner["lr"]), beta2.index(winner["beta2"])
-        shapes.append({"type": "rect", "x0": j - 0.5, "x1": j + 0.5, "y0": i - 0.5, "y1": i + 0.5,
-                       "line": {"color": "#d62728", "width": 3}})
+        shapes.append(
+            {
+                "type": "rect",
+                "x0": j - 0.5,
+                "x1": j + 0.5,
+                "y0": i - 0.5,
+                "y1": i + 0.5,
+                "line": {"color": "#d62728", "width": 3},
+            }
+        )
     return {
-        "data": [{
-            "type": "heatmap",
-            "x": [f"{b:g}" for b in beta2],
-            "y": [f"{lr:g}" for lr in lrs],
-            "z": z,
-            "text": text,
-            "texttemplate": "%{text}",
-            "customdata": hover,
-            "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
-            "colorscale": "Viridis",
-            "reversescale": True,
-            **({"zmin": scale[0], "zmax": scale[1]} if scale else {}),
-            "hoverongaps": False,
-            "colorbar": {"title": {"text": "mean loss (nats)", "side": "right"}, "thickness": 12, "nticks": 8},
-        }, *([_diverged_trace([f"{cell['beta2']:g}" for cell in diverged], [f"{cell['lr']:g}" for cell in diverged],
-                              [outcome_text(cell) for cell in diverged])] if diverged else [])],
+        "data": [
+            {
+                "type": "heatmap",
+                "x": [f"{b:g}" for b in beta2],
+                "y": [f"{lr:g}" for lr in lrs],
+                "z": z,
+                "text": text,
+                "texttemplate": "%{text}",
+                "customdata": hover,
+                "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
+                "colorscale": "Viridis",
+                "reversescale": True,
+                **({"zmin": scale[0], "zmax": scale[1]} if scale else {}),
+                "hoverongaps": False,
+                "colorbar": {"title": {"text": "mean loss (nats)", "side": "right"}, "thickness": 12, "nticks": 8},
+            },
+            *(
+                [
+                    _diverged_trace(
+                        [f"{cell['beta2']:g}" for cell in diverged],
+                        [f"{cell['lr']:g}" for cell in diverged],
+                        [outcome_text(cell) for cell in diverged],
+                    )
+                ]
+                if diverged
+                else []
+            ),
+        ],
         "layout": {
             # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
             "title": {"text": mode, "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
@@ -150,17 +176,38 @@ def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
         tokens = part["tokens"].to_list()
         mean = part["mean_loss"].to_list()
         sd = part["std_loss"].fill_null(0.0).to_list()
-        band = {"x": tokens, "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False,
-                "legendgroup": mode}
+        band = {
+            "x": tokens,
+            "mode": "lines",
+            "line": {"width": 0},
+            "hoverinfo": "skip",
+            "showlegend": False,
+            "legendgroup": mode,
+        }
         data.append({**band, "type": "scatter", "y": [m - s for m, s in zip(mean, sd, strict=True)]})
-        data.append({**band, "type": "scatter", "y": [m + s for m, s in zip(mean, sd, strict=True)],
-                     "fill": "tonexty", "fillcolor": _translucent(color)})
-        data.append({
-            "type": "scatter", "mode": "lines+markers", "x": tokens, "y": mean, "customdata": sd,
-            "name": f"{mode}: LR {lr:g}, beta2 {beta2:g}", "legendgroup": mode,
-            "line": {"color": color, "width": 2}, "marker": {"size": 4},
-            "hovertemplate": "%{x:,} tokens<br>%{y:.4f} ± %{customdata:.4f} nats<extra>%{fullData.name}</extra>",
-        })
+        data.append(
+            {
+                **band,
+                "type": "scatter",
+                "y": [m + s for m, s in zip(mean, sd, strict=True)],
+                "fill": "tonexty",
+                "fillcolor": _translucent(color),
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "x": tokens,
+                "y": mean,
+                "customdata": sd,
+                "name": f"{mode}: LR {lr:g}, beta2 {beta2:g}",
+                "legendgroup": mode,
+                "line": {"color": color, "width": 2},
+                "marker": {"size": 4},
+                "hovertemplate": "%{x:,} tokens<br>%{y:.4f} ± %{customdata:.4f} nats<extra>%{fullData.name}</extra>",
+            }
+        )
     return {
         "data": data,
         "layout": {
@@ -176,9 +223,17 @@ def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
 
 def _diverged_trace(x: list[Any], y: list[Any], texts: list[str]) -> dict[str, Any]:
     """The diverged points as red crosses, with their own legend entry ("diverged") and the step on hover."""
-    return {"type": "scatter", "mode": "markers", "name": "diverged", "x": x, "y": y, "customdata": texts,
-            "marker": {"symbol": "x", "size": 14, "color": DIVERGED_COLOR}, "showlegend": True,
-            "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>"}
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": "diverged",
+        "x": x,
+        "y": y,
+        "customdata": texts,
+        "marker": {"symbol": "x", "size": 14, "color": DIVERGED_COLOR},
+        "showlegend": True,
+        "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
+    }
 
 
 DIVERGED_COLOR = "#b00020"
@@ -206,43 +261,104 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
     color = PALETTE[index % len(PALETTE)]
     points = panel["points"]
     data: list[dict[str, Any]] = [
-        {"type": "scatter", "mode": "markers", "name": "seeds", "x": panel["seeds"]["lr"], "y": panel["seeds"]["loss"],
-         "customdata": panel["seeds"]["seed"], "marker": {"color": _translucent(color, 0.5), "size": 6},
-         "hovertemplate": "LR %{x:.4g}, seed %{customdata}<br>%{y:.4f} nats<extra></extra>"},
-        {"type": "scatter", "mode": "markers", "name": "mean ± SD", "x": [p["lr"] for p in points],
-         "y": [p["mean_loss"] for p in points],
-         "error_y": {"type": "data", "array": [p["std_loss"] or 0.0 for p in points], "color": color},
-         "marker": {"color": color, "size": 9},
-         "hovertemplate": "LR %{x:.4g}<br>mean %{y:.4f} nats<extra></extra>"},
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "seeds",
+            "x": panel["seeds"]["lr"],
+            "y": panel["seeds"]["loss"],
+            "customdata": panel["seeds"]["seed"],
+            "marker": {"color": _translucent(color, 0.5), "size": 6},
+            "hovertemplate": "LR %{x:.4g}, seed %{customdata}<br>%{y:.4f} nats<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "mean ± SD",
+            "x": [p["lr"] for p in points],
+            "y": [p["mean_loss"] for p in points],
+            "error_y": {"type": "data", "array": [p["std_loss"] or 0.0 for p in points], "color": color},
+            "marker": {"color": color, "size": 9},
+            "hovertemplate": "LR %{x:.4g}<br>mean %{y:.4f} nats<extra></extra>",
+        },
     ]
     if panel["curve"]["lr"]:
-        data.append({"type": "scatter", "mode": "lines", "name": "quadratic fit", "x": panel["curve"]["lr"],
-                     "y": panel["curve"]["loss"], "line": {"color": "black", "width": 1.5}, "hoverinfo": "skip"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "quadratic fit",
+                "x": panel["curve"]["lr"],
+                "y": panel["curve"]["loss"],
+                "line": {"color": "black", "width": 1.5},
+                "hoverinfo": "skip",
+            }
+        )
     shapes = []
     if panel["low"] is not None or panel["high"] is not None:
-        low, high = (panel["low"] or min(p["lr"] for p in points) / 2), (panel["high"] or max(p["lr"] for p in points) * 2)
-        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": low, "x1": high, "y0": 0, "y1": 1,
-                       "fillcolor": _translucent(color, 0.15), "line": {"width": 0}, "layer": "below"})
+        low, high = (
+            (panel["low"] or min(p["lr"] for p in points) / 2),
+            (panel["high"] or max(p["lr"] for p in points) * 2),
+        )
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": low,
+                "x1": high,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": _translucent(color, 0.15),
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
     if panel["estimate"] is not None:
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": panel["estimate"], "x1": panel["estimate"],
-                       "y0": 0, "y1": 1, "line": {"color": color, "dash": "dash", "width": 2}})
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": panel["estimate"],
+                "x1": panel["estimate"],
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": color, "dash": "dash", "width": 2},
+            }
+        )
     crossed = panel["diverged"]
     if crossed:  # at the top of the plot: a diverged LR has no loss to draw
         top = max([*panel["seeds"]["loss"], *(p["mean_loss"] + (p["std_loss"] or 0.0) for p in points)], default=0.0)
-        data.append({"type": "scatter", "mode": "markers", "name": "diverged", "x": [d["lr"] for d in crossed],
-                     "y": [top] * len(crossed),
-                     "customdata": [outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}) for d in crossed],
-                     "marker": {"symbol": "x", "size": 12, "color": DIVERGED_COLOR},
-                     "hovertemplate": "LR %{x:.4g}<br>%{customdata}<extra></extra>"})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "diverged",
+                "x": [d["lr"] for d in crossed],
+                "y": [top] * len(crossed),
+                "customdata": [outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}) for d in crossed],
+                "marker": {"symbol": "x", "size": 12, "color": DIVERGED_COLOR},
+                "hovertemplate": "LR %{x:.4g}<br>%{customdata}<extra></extra>",
+            }
+        )
     lrs = [p["lr"] for p in points] + [d["lr"] for d in crossed]
     return {
         "data": data,
         "layout": {
             # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
-            "title": {"text": f"{panel['mode']} (beta2 {panel['beta2']:g})", "yref": "paper", "y": 1, "yanchor": "bottom",
-                      "pad": {"b": 8}},
-            "xaxis": {"title": {"text": "peak learning rate"}, "type": "log",
-                      "range": [math.log10(min(lrs)) - 0.1, math.log10(max(lrs)) + 0.1]},
+            "title": {
+                "text": f"{panel['mode']} (beta2 {panel['beta2']:g})",
+                "yref": "paper",
+                "y": 1,
+                "yanchor": "bottom",
+                "pad": {"b": 8},
+            },
+            "xaxis": {
+                "title": {"text": "peak learning rate"},
+                "type": "log",
+                "range": [math.log10(min(lrs)) - 0.1, math.log10(max(lrs)) + 0.1],
+            },
             "yaxis": {"title": {"text": "final full-validation loss (nats)"}, "zeroline": False},
             "shapes": shapes,
             "legend": {"orientation": "h", "y": -0.25},
@@ -281,27 +397,48 @@ def halving_figure(bracket: dict[str, Any]) -> dict[str, Any]:
     for rung, beta2, points in halving_series(bracket):
         key, name = str(rung["epoch"]), series_label(bracket, rung, beta2)
         color = PALETTE[bracket["rungs"].index(rung) % len(PALETTE)]
-        data.append({"type": "scatter", "mode": "lines", "name": name, "legendgroup": name, "hoverinfo": "skip",
-                     "x": [p["lr"] for p in points], "y": [p["rungs"][key]["mean_loss"] for p in points],
-                     "line": {"color": color, "width": 1.5, "dash": dashes[beta2s.index(beta2) % len(dashes)]}})
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": name,
+                "legendgroup": name,
+                "hoverinfo": "skip",
+                "x": [p["lr"] for p in points],
+                "y": [p["rungs"][key]["mean_loss"] for p in points],
+                "line": {"color": color, "width": 1.5, "dash": dashes[beta2s.index(beta2) % len(dashes)]},
+            }
+        )
         for continued, symbol, outcome in ((True, "circle", "trained on"), (False, "x-thin-open", "stopped here")):
             marked = [p for p in points if p["rungs"][key]["continued"] is continued]
             if marked:
-                data.append({
-                    "type": "scatter", "mode": "markers", "name": f"{name}: {outcome}", "legendgroup": name, "showlegend": False,
-                    "x": [p["lr"] for p in marked], "y": [p["rungs"][key]["mean_loss"] for p in marked],
-                    "customdata": [[p["point"], p["rungs"][key]["rank"]] for p in marked],
-                    "marker": {"color": color, "size": 9, "symbol": symbol, "line": {"color": color, "width": 2}},
-                    "hovertemplate": f"epoch {rung['epoch']}: %{{customdata[0]}}<br>mean %{{y:.4f}} nats, rank %{{customdata[1]}} of "
-                                     f"{rung['candidates']}<br>{outcome}<extra></extra>",
-                })
+                data.append(
+                    {
+                        "type": "scatter",
+                        "mode": "markers",
+                        "name": f"{name}: {outcome}",
+                        "legendgroup": name,
+                        "showlegend": False,
+                        "x": [p["lr"] for p in marked],
+                        "y": [p["rungs"][key]["mean_loss"] for p in marked],
+                        "customdata": [[p["point"], p["rungs"][key]["rank"]] for p in marked],
+                        "marker": {"color": color, "size": 9, "symbol": symbol, "line": {"color": color, "width": 2}},
+                        "hovertemplate": f"epoch {rung['epoch']}: %{{customdata[0]}}<br>mean %{{y:.4f}} nats, rank %{{customdata[1]}} of "
+                        f"{rung['candidates']}<br>{outcome}<extra></extra>",
+                    }
+                )
     lrs = sorted({p["lr"] for p in bracket["points"]})
     return {
         "data": data,
         "layout": {
             "title": {"text": bracket["bracket"], "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
-            "xaxis": {"title": {"text": "peak learning rate"}, "type": "log", "tickvals": lrs, "ticktext": [f"{lr:g}" for lr in lrs],
-                      "range": [math.log10(lrs[0]) - 0.1, math.log10(lrs[-1]) + 0.1]},
+            "xaxis": {
+                "title": {"text": "peak learning rate"},
+                "type": "log",
+                "tickvals": lrs,
+                "ticktext": [f"{lr:g}" for lr in lrs],
+                "range": [math.log10(lrs[0]) - 0.1, math.log10(lrs[-1]) + 0.1],
+            },
             "yaxis": {"title": {"text": "mean subset validation loss (nats)"}, "zeroline": False},
             "legend": {"orientation": "h", "y": -0.25},
             "height": 420,

@@ -38,8 +38,10 @@ def write_store(campaign: CampaignResults, out: Path) -> dict[str, pa.Table]:
     The dataset is written into a temporary folder beside it and renamed into place: one rename
     for hundreds of files, none of them fsynced alone (a derived file the report rebuilds and the
     audit compares byte for byte; the report itself is staged and published the same way)."""
-    records = {directory: read_metrics(run_paths(campaign.directory / directory).metrics)
-               for directory in campaign.runs["directory"]}
+    records = {
+        directory: read_metrics(run_paths(campaign.directory / directory).metrics)
+        for directory in campaign.runs["directory"]
+    }
     schema = _schema([record for run in records.values() for record in run])
     staging = out / f".{METRICS_STORE}-{os.getpid()}"  # mkdtemp's would be private (0700) once renamed
     shutil.rmtree(staging, ignore_errors=True)

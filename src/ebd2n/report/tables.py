@@ -10,8 +10,8 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.config import Recipe, count_parameters
 from ebd2n.campaign.results import CampaignResults
+from ebd2n.config import Recipe, count_parameters
 from ebd2n.train.schedule import describe_schedule
 
 CURVE_COLUMNS: dict[str, type[pl.DataType]] = {
@@ -47,7 +47,13 @@ def point_runs(campaign: CampaignResults, point: dict[str, Any]) -> pl.DataFrame
 def curve_table(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) -> pl.DataFrame:
     """Winners' epoch-subset validation loss per token count: seeds, mean and sample SD."""
     records = [
-        {"mode": mode, "lr": point["lr"], "beta2": point["beta2"], "tokens": record["tokens"], "loss": record["val_loss"]}
+        {
+            "mode": mode,
+            "lr": point["lr"],
+            "beta2": point["beta2"],
+            "tokens": record["tokens"],
+            "loss": record["val_loss"],
+        }
         for mode, point in selection.items()
         for directory in point_runs(campaign, point)["directory"]
         for record in campaign.epochs(directory)
@@ -85,7 +91,10 @@ def data_facts(campaign: CampaignResults, recipe: Recipe) -> list[tuple[str, str
     caches = sorted({r.get("cache_identity") for r in campaign.results.values() if r.get("cache_identity")})
     seeds = manifest.get("seeds")
     return [
-        ("Source", _join(source.get("name") or data.dataset or data.source, source.get("config") or data.dataset_config)),
+        (
+            "Source",
+            _join(source.get("name") or data.dataset or data.source, source.get("config") or data.dataset_config),
+        ),
         ("Source revision", str(source.get("revision") or data.revision or "not recorded")),
         ("Tokenizer", str(tokenizer.get("name") or data.tokenizer or "BPE trained on the train split")),
         ("Tokenizer revision", str(tokenizer.get("revision") or data.tokenizer_revision or "not recorded")),
@@ -117,19 +126,21 @@ def scaling_rows(campaign: CampaignResults) -> list[dict[str, Any]]:
         gpus = 0 if devices in ([], ["cpu"]) else len(devices)
         peaks = [device["peak"] for record in records for device in (record.get("memory") or {}).values()]
         seconds = sum(record.get("wall_s", 0.0) for record in records)
-        rows.append({
-            "size": size,
-            "run": campaign.runs.filter(pl.col("directory") == directory)["run"][0],
-            "parameters": count_parameters(recipe.model),
-            "gpus": gpus,
-            "epochs": len(records),
-            "val_accuracy": [record["val_accuracy"] for record in records],
-            "tokens_per_s": sum(r["tokens_per_s"] for r in records) / len(records) if records else None,
-            "peak_memory_bytes": max(peaks) if peaks else None,
-            "gpu_hours": gpus * seconds / 3600 if gpus else None,
-            "loss": results.get("loss"),
-            "job_ids": list(results.get("job_ids") or []),
-        })
+        rows.append(
+            {
+                "size": size,
+                "run": campaign.runs.filter(pl.col("directory") == directory)["run"][0],
+                "parameters": count_parameters(recipe.model),
+                "gpus": gpus,
+                "epochs": len(records),
+                "val_accuracy": [record["val_accuracy"] for record in records],
+                "tokens_per_s": sum(r["tokens_per_s"] for r in records) / len(records) if records else None,
+                "peak_memory_bytes": max(peaks) if peaks else None,
+                "gpu_hours": gpus * seconds / 3600 if gpus else None,
+                "loss": results.get("loss"),
+                "job_ids": list(results.get("job_ids") or []),
+            }
+        )
     return sorted(rows, key=lambda row: (row["parameters"], row["run"]))
 
 
@@ -171,10 +182,12 @@ def _seeds(seeds: dict[str, Any]) -> str:
 
 
 def _counts(counts: Any) -> str:
-    """"132,171 tokens, 298 documents, 1 shard": the counts of a split; its shard records only counted."""
+    """ "132,171 tokens, 298 documents, 1 shard": the counts of a split; its shard records only counted."""
     if not isinstance(counts, dict):
         return str(counts)
-    parts = [f"{value:,} {name}" for name, value in counts.items() if isinstance(value, int) and not isinstance(value, bool)]
+    parts = [
+        f"{value:,} {name}" for name, value in counts.items() if isinstance(value, int) and not isinstance(value, bool)
+    ]
     if isinstance(counts.get("shards"), list):
         shards = len(counts["shards"])
         parts.append(f"{shards:,} shard{'s' if shards != 1 else ''}")

@@ -24,8 +24,13 @@ from ebd2n.layout import run_paths
 from ebd2n.report.store import read_metrics
 
 STEP_METRICS = ("loss", "accuracy", "lr", "grad_norm")
-EPOCH_METRICS = {"train_loss": "train_loss", "val_loss": "subset_val_loss", "val_accuracy": "subset_val_accuracy",
-                 "tokens_per_s": "tokens_per_s", "consensus_distance": "consensus_distance"}
+EPOCH_METRICS = {
+    "train_loss": "train_loss",
+    "val_loss": "subset_val_loss",
+    "val_accuracy": "subset_val_accuracy",
+    "tokens_per_s": "tokens_per_s",
+    "consensus_distance": "consensus_distance",
+}
 """Epoch record key -> MLflow metric name (the epoch validation is on the fixed subset, and says so)."""
 FINAL = {"loss": "final_loss", "perplexity": "final_perplexity", "accuracy": "final_accuracy"}
 """runs.csv column -> MLflow metric: the full validation the report ranks by."""
@@ -66,16 +71,20 @@ def _export_run(client: Any, experiment: str, run_dir: Path, row: dict[str, Any]
 
     paths = run_paths(run_dir)
     recipe = paths.recipe.resolve()
-    tags = {"ebd2n.run_id": run_dir.name, "ebd2n.status": row["status"], "ebd2n.recipe": recipe.as_uri(),
-            "ebd2n.run_directory": run_dir.resolve().as_uri(),
-            "mlflow.note.content": f"ebd2n run {row['run']}; recipe: {recipe}"}
+    tags = {
+        "ebd2n.run_id": run_dir.name,
+        "ebd2n.status": row["status"],
+        "ebd2n.recipe": recipe.as_uri(),
+        "ebd2n.run_directory": run_dir.resolve().as_uri(),
+        "mlflow.note.content": f"ebd2n run {row['run']}; recipe: {recipe}",
+    }
     run = client.create_run(experiment, run_name=row["run"], tags=tags).info.run_id
     params = [Param(key, value) for key, value in _parameters(run_dir, row).items()]
     metrics = _metrics(read_metrics(paths.metrics), row, Metric)
     for start in range(0, len(params), 100):  # MLflow's limits per call: 100 parameters, 1,000 metrics
-        client.log_batch(run, params=params[start:start + 100])
+        client.log_batch(run, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):
-        client.log_batch(run, metrics=metrics[start:start + 1000])
+        client.log_batch(run, metrics=metrics[start : start + 1000])
     client.set_terminated(run, status="FINISHED" if row["status"] == "complete" else "KILLED")
 
 
@@ -108,7 +117,10 @@ def _metrics(records: list[dict[str, Any]], row: dict[str, Any], metric: Any) ->
         step = int(record.get("step") or 0)
         last = max(last, step)
         names = {key: key for key in STEP_METRICS} if record.get("type") == "step" else EPOCH_METRICS
-        out += [metric(name, float(record[key]), 0, step) for key, name in names.items()
-                if isinstance(record.get(key), (int, float)) and not isinstance(record.get(key), bool)]
+        out += [
+            metric(name, float(record[key]), 0, step)
+            for key, name in names.items()
+            if isinstance(record.get(key), (int, float)) and not isinstance(record.get(key), bool)
+        ]
     out += [metric(name, float(row[key]), 0, last) for key, name in FINAL.items() if row.get(key) is not None]
     return out

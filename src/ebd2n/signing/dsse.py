@@ -43,7 +43,9 @@ def open_envelope(envelope: Any, public: Ed25519PublicKey, payload_type: str = I
         raise ValueError(f"payload type {envelope.get('payloadType')!r}, not {payload_type}")
     try:
         payload = base64.b64decode(envelope.get("payload", ""), validate=True)
-        signatures = [base64.b64decode(s.get("sig", ""), validate=True) for s in envelope["signatures"] if isinstance(s, dict)]
+        signatures = [
+            base64.b64decode(s.get("sig", ""), validate=True) for s in envelope["signatures"] if isinstance(s, dict)
+        ]
     except (binascii.Error, TypeError, AttributeError):
         raise ValueError("payload or signature is not base64") from None
     message = pae(payload_type, payload)
@@ -54,4 +56,6 @@ def open_envelope(envelope: Any, public: Ed25519PublicKey, payload_type: str = I
         except InvalidSignature:
             continue
     ids = ", ".join(str(s.get("keyid"))[:16] for s in envelope["signatures"] if isinstance(s, dict)) or "none"
-    raise ValueError(f"no signature by key id {key_id(public)[:16]}… verifies (signed by key id {ids}…; altered, or signed with another key)")
+    raise ValueError(
+        f"no signature by key id {key_id(public)[:16]}… verifies (signed by key id {ids}…; altered, or signed with another key)"
+    )

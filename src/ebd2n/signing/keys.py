@@ -48,7 +48,9 @@ def new_key_pair(directory: Path) -> tuple[Path, Path]:
         if path.exists():
             raise UserError(f"{path}: already exists; a key is never overwritten (choose another directory)")
     private = Ed25519PrivateKey.generate()
-    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:
@@ -57,7 +59,9 @@ def new_key_pair(directory: Path) -> tuple[Path, Path]:
         write_new_private(private_path, pem)
     except FileExistsError:
         raise UserError(f"{private_path}: already exists; a key is never overwritten") from None
-    public = private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    public = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     atomic_write_bytes(public_path, public)
     return private_path, public_path
 
@@ -70,9 +74,13 @@ def load_private(path: Path) -> Ed25519PrivateKey:
         mode = path.stat().st_mode
         data = path.read_bytes()
     except OSError as error:
-        raise UserError(f"{path}: cannot read the signing key ({error.strerror}); create one with `ebd2n key new DIR`") from None
+        raise UserError(
+            f"{path}: cannot read the signing key ({error.strerror}); create one with `ebd2n key new DIR`"
+        ) from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise UserError(f"{path}: the signing key is readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 {path}")
+        raise UserError(
+            f"{path}: the signing key is readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 {path}"
+        )
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm):
@@ -91,7 +99,9 @@ def load_public(path: Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, UnsupportedAlgorithm):
-        raise UserError(f"--key {path}: not a PEM public key (pass the {PUBLIC_KEY} that `ebd2n key new` wrote)") from None
+        raise UserError(
+            f"--key {path}: not a PEM public key (pass the {PUBLIC_KEY} that `ebd2n key new` wrote)"
+        ) from None
     if not isinstance(key, Ed25519PublicKey):
         raise UserError(f"--key {path}: not an Ed25519 public key")
     return key

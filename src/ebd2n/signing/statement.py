@@ -20,7 +20,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ebd2n.atomic import atomic_write_bytes, atomic_write_text, sha256_file
+from ebd2n.atomic import atomic_write_bytes, atomic_write_text, serialized, sha256_file
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import (
@@ -39,7 +39,6 @@ from ebd2n.layout import (
 from ebd2n.provenance import software_versions, timestamp
 from ebd2n.signing.dsse import open_envelope, sign_envelope
 from ebd2n.signing.keys import KEY_VARIABLE, key_id, load_private
-from ebd2n.atomic import serialized
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://ebd2n.invalid/signed-audit/v1"
@@ -112,7 +111,9 @@ def _sign(paths: CampaignPaths, key: Ed25519PrivateKey, audit: dict[str, Any], m
     subject = [{"name": name, "digest": {"sha256": sha256_file(path)}} for name, path in files.items()]
     if previous and _signed_subject(paths, previous, key) == subject:
         _record_latest(paths, previous)  # (again, where a killed signer never wrote it)
-        return paths.directory / statement(previous)  # the same files, already signed: the chain grows only with a change
+        return paths.directory / statement(
+            previous
+        )  # the same files, already signed: the chain grows only with a change
     info = read_json(paths.campaign_json) or {}
     caches = info.get("cache_identities") or []
     body = {
@@ -167,15 +168,21 @@ def verify_campaign(campaign_dir: Path, public: Ed25519PublicKey) -> Verificatio
     """Check every statement's signature and link, then every file against the latest statement."""
     paths = CampaignPaths(campaign_dir)
     if not paths.directory.is_dir() or not (paths.campaign_json.is_file() or paths.runs.is_dir()):
-        raise UserError(f"{paths.directory}: not a campaign directory (no {CAMPAIGN_JSON} or {RUNS}/); pass results/<campaign> or a copy")
+        raise UserError(
+            f"{paths.directory}: not a campaign directory (no {CAMPAIGN_JSON} or {RUNS}/); pass results/<campaign> or a copy"
+        )
     result = Verification()
     sequences = _statements(paths)
     latest = _latest_named(paths)
-    missing = [f"{statement(sequence)}: missing (deleted: {LATEST_STATEMENT} names {statement(latest)} the latest "
-               "statement)" for sequence in range(max(sequences, default=0) + 1, latest + 1)]
+    missing = [
+        f"{statement(sequence)}: missing (deleted: {LATEST_STATEMENT} names {statement(latest)} the latest statement)"
+        for sequence in range(max(sequences, default=0) + 1, latest + 1)
+    ]
     if not sequences:
-        result.problems.append(f"{paths.directory}: unsigned: no statement in {paths.signatures.name}/, so nothing is verified "
-                               "(the owner signs with `ebd2n audit --sign KEY`)")
+        result.problems.append(
+            f"{paths.directory}: unsigned: no statement in {paths.signatures.name}/, so nothing is verified "
+            "(the owner signs with `ebd2n audit --sign KEY`)"
+        )
         result.problems += missing
         return result
     result.statements = max(sequences)
@@ -198,7 +205,11 @@ def verify_campaign(campaign_dir: Path, public: Ed25519PublicKey) -> Verificatio
     result.files = len(subjects)
     files, links = signed_files(paths)
     for entry in links:
-        result.problems.append(f"{entry}: a symbolic link, not the signed file" if entry in subjects else f"{entry}: added (a symbolic link)")
+        result.problems.append(
+            f"{entry}: a symbolic link, not the signed file"
+            if entry in subjects
+            else f"{entry}: added (a symbolic link)"
+        )
     for entry, digest in subjects.items():
         if entry in links:
             continue
@@ -206,7 +217,11 @@ def verify_campaign(campaign_dir: Path, public: Ed25519PublicKey) -> Verificatio
             result.problems.append(f"{entry}: missing")
         elif sha256_file(files[entry]) != digest:
             result.problems.append(f"{entry}: changed since it was signed")
-    result.problems += [f"{entry}: added since the campaign was signed" for entry in files if entry not in subjects and entry.startswith(GUARDED)]
+    result.problems += [
+        f"{entry}: added since the campaign was signed"
+        for entry in files
+        if entry not in subjects and entry.startswith(GUARDED)
+    ]
     return result
 
 
@@ -259,9 +274,15 @@ def _open(paths: CampaignPaths, sequence: int, public: Ed25519PublicKey) -> tupl
     if body.get("_type") != STATEMENT_TYPE or body.get("predicateType") != PREDICATE_TYPE:
         raise ValueError(f"signed, but not an ebd2n campaign statement ({body.get('predicateType')!r})")
     if predicate.get("sequence") != sequence:
-        raise ValueError(f"is statement {predicate.get('sequence')!r} of its chain, renamed (a link was dropped or reordered)")
+        raise ValueError(
+            f"is statement {predicate.get('sequence')!r} of its chain, renamed (a link was dropped or reordered)"
+        )
     previous = predicate.get("previous")
-    if sequence > 1 and (paths.directory / statement(sequence - 1)).is_file() and previous != _link(paths, sequence - 1):
+    if (
+        sequence > 1
+        and (paths.directory / statement(sequence - 1)).is_file()
+        and previous != _link(paths, sequence - 1)
+    ):
         raise ValueError(f"names another previous statement than {statement(sequence - 1)} (replaced)")
     if sequence == 1 and previous is not None:
         raise ValueError("names a previous statement, but it is the first (the chain before it was dropped)")

@@ -10,6 +10,7 @@ from ebd2n.config import Recipe
 from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.model.units import Unit, model_units
 
+
 def unit_state(unit: Unit, recipe: Recipe) -> tuple[str, int]:
     """(state, trainable parameters of one local model) of a unit under the recipe."""
     parallel = recipe.parallel
@@ -32,9 +33,17 @@ def unit_table(recipe: Recipe, device: str, steps: int, skipped: int) -> list[di
     for unit in model_units(recipe.model):
         state, trainable = unit_state(unit, recipe)
         trains = trainable > 0
-        rows.append({
-            "name": unit.name, "kind": unit.kind, "block": unit.block, "state": state,
-            "parameters": unit.parameters * replicas, "trainable": trainable * replicas, "device": device,
-            "steps_taken": steps - skipped if trains else 0, "steps_skipped": skipped if trains else 0,
-        })
+        rows.append(
+            {
+                "name": unit.name,
+                "kind": unit.kind,
+                "block": unit.block,
+                "state": state,
+                "parameters": unit.parameters * replicas,
+                "trainable": trainable * replicas,
+                "device": device,
+                "steps_taken": steps - skipped if trains else 0,
+                "steps_skipped": skipped if trains else 0,
+            }
+        )
     return rows

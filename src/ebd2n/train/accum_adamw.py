@@ -19,12 +19,14 @@ class AccumAdamW(torch.optim.Optimizer):
     """AdamW with moments committed per window of `accum_iter` steps (state: step, exp_avg,
     exp_avg_sq, accum_grad per parameter)."""
 
-    def __init__(self, params, lr: float, betas: tuple[float, float], eps: float, accum_iter: int,
-                 weight_decay: float = 0.0) -> None:
+    def __init__(
+        self, params, lr: float, betas: tuple[float, float], eps: float, accum_iter: int, weight_decay: float = 0.0
+    ) -> None:
         if accum_iter < 1:
             raise ValueError(f"accum_iter must be at least 1, got {accum_iter}")
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                                  "accum_iter": accum_iter})
+        super().__init__(
+            params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "accum_iter": accum_iter}
+        )
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: ANN001 - torch.optim.Optimizer's signature
@@ -37,8 +39,12 @@ class AccumAdamW(torch.optim.Optimizer):
                     continue
                 state = self.state[param]
                 if not state:
-                    state.update(step=torch.zeros((), dtype=torch.int64), exp_avg=torch.zeros_like(param),
-                                 exp_avg_sq=torch.zeros_like(param), accum_grad=torch.zeros_like(param))
+                    state.update(
+                        step=torch.zeros((), dtype=torch.int64),
+                        exp_avg=torch.zeros_like(param),
+                        exp_avg_sq=torch.zeros_like(param),
+                        accum_grad=torch.zeros_like(param),
+                    )
                 state["step"] += 1
                 self._update(param, state, group, beta1, beta2, window)
         return loss

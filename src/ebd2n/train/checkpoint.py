@@ -24,7 +24,8 @@ import torch
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text, remove_file, sha256_bytes, sha256_file
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
-from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER as LEDGER, FINAL, checkpoint_epoch
+from ebd2n.layout import CHECKPOINT_DIR, FINAL, checkpoint_epoch
+from ebd2n.layout import CHECKPOINT_LEDGER as LEDGER
 from ebd2n.train.retention import Retention
 
 if TYPE_CHECKING:
@@ -100,8 +101,10 @@ class CheckpointManager:
         notes: list[str] = []
         found = named
         if context.is_main:
-            notes = [f"removed {relative}, a checkpoint not recorded in {LEDGER} (a killed job's)"
-                     for relative in self._remove_unrecorded()]
+            notes = [
+                f"removed {relative}, a checkpoint not recorded in {LEDGER} (a killed job's)"
+                for relative in self._remove_unrecorded()
+            ]
             if found is None:
                 found, passed = self._newest()
                 notes += [f"passed over {reason}" for reason in passed]
@@ -185,8 +188,10 @@ class CheckpointManager:
                 passed.append(str(error))
                 continue
             if state.get("run_id") != self.run_dir.name:
-                passed.append(f"checkpoint {self.run_dir / relative}: written for run {state.get('run_id')!r}, "
-                              f"not {self.run_dir.name!r}")
+                passed.append(
+                    f"checkpoint {self.run_dir / relative}: written for run {state.get('run_id')!r}, "
+                    f"not {self.run_dir.name!r}"
+                )
                 continue
             return Saved(epoch, relative, state), passed
         return None, passed
@@ -226,8 +231,9 @@ def _ledger_problem(run_dir: Path, relative: str) -> str | None:
     return None
 
 
-def load_checkpoint(path: Path, expected: Provenance | None = None, map_location: str = "cpu",
-                    resume: bool = False) -> dict[str, Any]:
+def load_checkpoint(
+    path: Path, expected: Provenance | None = None, map_location: str = "cpu", resume: bool = False
+) -> dict[str, Any]:
     """Load a checkpoint after checking its hash against the ledger beside it, its format (FORMAT
     to `resume` from it, else one of WEIGHT_FORMATS) and its provenance."""
     path = Path(path)
@@ -254,8 +260,10 @@ def _check_format(path: Path, have: object, resume: bool) -> None:
             f"checkpoint {path}: format {have}, written by an older ebd2n; this one resumes only format {FORMAT}: "
             "start the run again, or a new run from it with training.init_from"
         )
-    raise UserError(f"checkpoint {path}: format {have}, not one this ebd2n reads ({FORMAT} to resume, "
-                    f"{', '.join(map(str, WEIGHT_FORMATS))} for weights); use the ebd2n version that wrote it")
+    raise UserError(
+        f"checkpoint {path}: format {have}, not one this ebd2n reads ({FORMAT} to resume, "
+        f"{', '.join(map(str, WEIGHT_FORMATS))} for weights); use the ebd2n version that wrote it"
+    )
 
 
 def _check_provenance(path: Path, state: dict[str, Any], expected: Provenance) -> None:

@@ -48,10 +48,12 @@ class DistributedEngine(Engine):
             self.model.compile()  # in place: parameter names stay the GPT's
         self.ddp = (
             DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                self.model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 process_group=context.groups.data,
             )
-            if replicas > 1 else None
+            if replicas > 1
+            else None
         )
         self.optimizer = self._make_optimizer(self.model.param_groups(recipe.optimizer.weight_decay))
         self.tied = self._tied_weight()
@@ -61,8 +63,15 @@ class DistributedEngine(Engine):
             self.loss = TokenLoss(self.device)
             stage_module = self.ddp if self.ddp is not None else self.model
             self.schedule = pipeline_schedule(
-                stage_module, context, (self.round_size // depth, recipe.model.context_length), recipe.model.width,
-                recipe.model.vocab_size, self.use_amp, self.loss, recipe.parallel.schedule, depth,
+                stage_module,
+                context,
+                (self.round_size // depth, recipe.model.context_length),
+                recipe.model.width,
+                recipe.model.vocab_size,
+                self.use_amp,
+                self.loss,
+                recipe.parallel.schedule,
+                depth,
             )
 
     def _local_model(self, recipe: Recipe, context: Context) -> nn.Module:
@@ -109,8 +118,10 @@ class DistributedEngine(Engine):
             dist.all_reduce(self.tied.grad, group=self.context.groups.tied)  # both copies get the summed gradient
         params = [p for p in self.model.parameters() if p.grad is not None]
         counted = [p for p in params if p is not self.tied or self.context.stage == 0]  # the tied matrix once
-        norm_sq = sum((torch.linalg.vector_norm(p.grad, dtype=torch.float32) ** 2 for p in counted),
-                      torch.zeros((), device=self.device))
+        norm_sq = sum(
+            (torch.linalg.vector_norm(p.grad, dtype=torch.float32) ** 2 for p in counted),
+            torch.zeros((), device=self.device),
+        )
         if self.context.replica != 0:
             norm_sq = torch.zeros_like(norm_sq)  # replicas hold equal gradients: count replica 0's
         totals = torch.stack([norm_sq.double(), loss_sum.double(), correct.double()])
@@ -123,10 +134,16 @@ class DistributedEngine(Engine):
                 p.grad.mul_(coefficient)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return StepResult(loss=float(totals[1]) / step_tokens, accuracy=float(totals[2]) / step_tokens,
-                          grad_norm=grad_norm, skipped=skipped)
+        return StepResult(
+            loss=float(totals[1]) / step_tokens,
+            accuracy=float(totals[2]) / step_tokens,
+            grad_norm=grad_norm,
+            skipped=skipped,
+        )
 
-    def _data_parallel(self, share: torch.Tensor, sequences: torch.Tensor, step_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _data_parallel(
+        self, share: torch.Tensor, sequences: torch.Tensor, step_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """S = 1: DDP over the whole GPT, accumulating micro-batches; gradients all-reduce on the last.
 
         Each chunk's mean loss is weighted by its share of the step's counted targets times the

@@ -42,8 +42,12 @@ class Rules:
     def of(cls, recipe: Recipe, budget: Budget) -> Rules:
         margin = recipe.training.divergence_margin
         bound = None if margin is None else math.log(recipe.model.vocab_size) + margin
-        return cls(recipe.training.max_consecutive_skips, bound, recipe.training.divergence_patience,
-                   budget.total_tokens * recipe.optimizer.warmup_fraction)
+        return cls(
+            recipe.training.max_consecutive_skips,
+            bound,
+            recipe.training.divergence_patience,
+            budget.total_tokens * recipe.optimizer.warmup_fraction,
+        )
 
 
 @dataclass
@@ -68,8 +72,10 @@ def observe(rules: Rules, streaks: Streaks | Any, loss: float, skipped: bool, to
     if streaks.consecutive_skips >= rules.max_skips:
         return NON_FINITE, f"{streaks.consecutive_skips} consecutive steps had non-finite gradients"
     if streaks.over_bound >= rules.patience:
-        return LOSS_BOUND, (f"{streaks.over_bound} consecutive steps after warm-up had a training loss above "
-                            f"{rules.bound:.4f} (ln vocab + margin)")
+        return LOSS_BOUND, (
+            f"{streaks.over_bound} consecutive steps after warm-up had a training loss above "
+            f"{rules.bound:.4f} (ln vocab + margin)"
+        )
     return None
 
 

@@ -149,10 +149,7 @@ class PackedEngine(Engine):
             self._apply(params, 1.0 if self.consensus is None else self.consensus.gamma(self.mix_step, lr))
         self.optimizer.zero_grad(set_to_none=True)
         return StepResult(
-            loss=float(loss_sum),
-            accuracy=float(correct) / sum(totals),
-            grad_norm=float(norms.mean()),
-            skipped=skipped,
+            loss=float(loss_sum), accuracy=float(correct) / sum(totals), grad_norm=float(norms.mean()), skipped=skipped
         )
 
     @torch.no_grad()

@@ -29,7 +29,16 @@ from ebd2n.errors import UserError
 from ebd2n.layout import LEASE
 from ebd2n.provenance import timestamp
 
-_ACTIVE_JOB_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "RESIZING", "SUSPENDED", "STOPPED"}
+_ACTIVE_JOB_STATES = {
+    "RUNNING",
+    "COMPLETING",
+    "CONFIGURING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "RESIZING",
+    "SUSPENDED",
+    "STOPPED",
+}
 """squeue states in which a job's processes may still be writing."""
 
 
@@ -47,8 +56,12 @@ class Holder:
     @classmethod
     def this_process(cls) -> Holder:
         return cls(
-            host=socket.gethostname(), boot=_boot_id(), pid=os.getpid(), job=os.environ.get("SLURM_JOB_ID", ""),
-            restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), since=timestamp(),
+            host=socket.gethostname(),
+            boot=_boot_id(),
+            pid=os.getpid(),
+            job=os.environ.get("SLURM_JOB_ID", ""),
+            restarts=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+            since=timestamp(),
         )
 
     @property
@@ -82,7 +95,9 @@ def take_lease(run_dir: Path, wait: bool = False) -> Lease:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise UserError(f"runtime.output_dir {run_dir}: cannot be made ({error.strerror}); choose another runtime.output_dir") from None
+        raise UserError(
+            f"runtime.output_dir {run_dir}: cannot be made ({error.strerror}); choose another runtime.output_dir"
+        ) from None
     path = run_dir / LEASE
     waited = False
     while True:
@@ -93,7 +108,11 @@ def take_lease(run_dir: Path, wait: bool = False) -> Lease:
         if not (wait and alive):
             break
         if not waited:
-            print(f"ebd2n: waiting for the trainer holding {run_dir} ({holder.describe()}) to end", file=sys.stderr, flush=True)
+            print(
+                f"ebd2n: waiting for the trainer holding {run_dir} ({holder.describe()}) to end",
+                file=sys.stderr,
+                flush=True,
+            )
             waited = True
         time.sleep(WAIT_POLL_S)
     who = holder.describe() if holder else "unreadable lease"

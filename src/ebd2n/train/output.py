@@ -44,7 +44,10 @@ def claim_run_dir(recipe: Recipe, provenance: Provenance, context: Context, wait
     lease = take_lease(run_dir, wait=wait)
     try:
         existing = RunPaths(run_dir).recipe
-        if existing.is_file() and recipe_identity(load_recipe(existing), provenance.cache_identity) != provenance.recipe_identity:
+        if (
+            existing.is_file()
+            and recipe_identity(load_recipe(existing), provenance.cache_identity) != provenance.recipe_identity
+        ):
             raise UserError(
                 f"runtime.output_dir {run_dir}: holds a different run (its {existing.name} differs); "
                 "choose another runtime.output_dir"
@@ -67,7 +70,9 @@ class RunOutput:
         self.log = TrainLog(run_dir, job_id)
         self.metrics = MetricsLog(run_dir)
         for leftover in remove_temporaries(run_dir) + remove_temporaries(run_dir / CHECKPOINT_DIR):
-            self.log.write(f"removed {leftover.relative_to(run_dir)}, the temporary file of a write a killed job never finished")
+            self.log.write(
+                f"removed {leftover.relative_to(run_dir)}, the temporary file of a write a killed job never finished"
+            )
 
     @classmethod
     def open(cls, run_dir: Path, job_id: str, context: Context) -> RunOutput | SilentOutput:

@@ -31,7 +31,9 @@ class SlicePlan:
     def previous(self, end: int) -> int | None:
         """The boundary the slice ending at `end` resumes from (None: the first slice starts fresh)."""
         if end not in self.ends:
-            raise UserError(f"epoch {end} is not a slice boundary of {self.epochs} epochs in slices of {self.epochs_per_slice}")
+            raise UserError(
+                f"epoch {end} is not a slice boundary of {self.epochs} epochs in slices of {self.epochs_per_slice}"
+            )
         index = self.ends.index(end)
         return self.ends[index - 1] if index else None
 
@@ -79,5 +81,7 @@ def parse_plan(raw: Any, source: str) -> SlicePlan:
     except (KeyError, TypeError, ValueError) as error:
         raise UserError(f"{source}: not a slice plan ({type(error).__name__}: {error})") from None
     if not plan.ends or list(plan.ends) != sorted(set(plan.ends)) or plan.ends[0] < 1 or plan.ends[-1] != plan.epochs:
-        raise UserError(f"{source}: slice_ends {list(plan.ends)} are not increasing boundaries ending at epoch {plan.epochs}")
+        raise UserError(
+            f"{source}: slice_ends {list(plan.ends)} are not increasing boundaries ending at epoch {plan.epochs}"
+        )
     return plan

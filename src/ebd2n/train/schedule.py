@@ -70,12 +70,16 @@ def consensus_schedule(recipe: Recipe, budget: Budget) -> ConsensusSchedule | No
     if settings is None:
         return None
     start = math.ceil(settings.start_fraction * budget.total_steps)
-    rates = [learning_rate(budget.tokens_after(step + 1), budget.total_tokens, recipe.optimizer)
-             for step in range(start, budget.total_steps)]
+    rates = [
+        learning_rate(budget.tokens_after(step + 1), budget.total_tokens, recipe.optimizer)
+        for step in range(start, budget.total_steps)
+    ]
     lr_max = max(rates, default=None)
     if lr_max == 0 and settings.p > 0:
-        raise UserError("decentralized.adaptive_consensus: the learning rate is 0 over every step from "
-                        f"start_fraction {settings.start_fraction} on; start earlier")
+        raise UserError(
+            "decentralized.adaptive_consensus: the learning rate is 0 over every step from "
+            f"start_fraction {settings.start_fraction} on; start earlier"
+        )
     return ConsensusSchedule(start, lr_max, settings.p)
 
 
@@ -83,6 +87,8 @@ def describe_schedule(optimizer: OptimizerConfig) -> str:
     """The schedule in words, for the run dashboard and the report's settings tables."""
     warmup = f"{100 * optimizer.warmup_fraction:g}% linear warm-up"
     if optimizer.schedule == "wsd":
-        return (f"{warmup}, stable at the peak, {optimizer.decay_shape} decay to zero over the last "
-                f"{100 * optimizer.decay_fraction:g}% (wsd)")
+        return (
+            f"{warmup}, stable at the peak, {optimizer.decay_shape} decay to zero over the last "
+            f"{100 * optimizer.decay_fraction:g}% (wsd)"
+        )
     return f"{warmup}, cosine decay to {100 * optimizer.min_lr_ratio:g}% of peak LR"

@@ -66,7 +66,7 @@ class Engine:
         if opt.accum_iter > 1:
             return AccumAdamW(trained, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, accum_iter=opt.accum_iter)
         return torch.optim.AdamW(
-            trained, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, fused=fused, foreach=None if fused else True,
+            trained, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps, fused=fused, foreach=None if fused else True
         )
 
     def _set_lr(self, lr: float) -> None:

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ebd2n.atomic import atomic_write_text, remove_temporaries
 from ebd2n.config import Recipe, dump_recipe, hf_identity, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import UserError
-from ebd2n.atomic import atomic_write_text, remove_temporaries
 from ebd2n.layout import RECIPE, RunPaths
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
@@ -86,8 +86,13 @@ class Parts:
 
     def stateful(self) -> dict[str, Stateful]:
         """Every part by its key in a checkpoint."""
-        return {"engine": self.engine, "data": self.data, "progress": self.progress, "rng": self.rng,
-                "metrics": self.metrics}
+        return {
+            "engine": self.engine,
+            "data": self.data,
+            "progress": self.progress,
+            "rng": self.rng,
+            "metrics": self.metrics,
+        }
 
 
 def train(
@@ -112,7 +117,9 @@ def train(
     budget = budget_of(recipe)
     end_epoch = budget.epochs if until_epoch is None else until_epoch
     if not 1 <= end_epoch <= budget.epochs:
-        raise UserError(f"--until-epoch {end_epoch}: must be at least 1 and at most the budget's {budget.epochs} epochs")
+        raise UserError(
+            f"--until-epoch {end_epoch}: must be at least 1 and at most the budget's {budget.epochs} epochs"
+        )
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
     checkpoints = CheckpointManager(run_dir, provenance, Retention(recipe.training.checkpoint_policy, budget.epochs))
@@ -127,8 +134,17 @@ def train(
             if context.is_main:
                 checkpoints.let_go(start.epoch)
             return False  # reached already: nothing to train, train.log and metrics.jsonl untouched
-        job = Slice(recipe, budget, checkpoints, context, config_path, start and start.relative,
-                    min(start.epoch, end_epoch) if start else 0, end_epoch, tuple(slice_ends))
+        job = Slice(
+            recipe,
+            budget,
+            checkpoints,
+            context,
+            config_path,
+            start and start.relative,
+            min(start.epoch, end_epoch) if start else 0,
+            end_epoch,
+            tuple(slice_ends),
+        )
         _train_job(job, parts_of, start, notes, progress)
     finally:
         try:
@@ -190,8 +206,9 @@ def _train_job(job: Slice, parts_of, start: Saved | None, notes: list[str], prog
         output.close()
 
 
-def _run_slice(job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_blocks: torch.Tensor,
-               progress: bool) -> None:
+def _run_slice(
+    job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_blocks: torch.Tensor, progress: bool
+) -> None:
     """The slice's epochs, its checkpoints and what it leaves: the slice record or, at the end of
     the budget, the run's final records; then the checkpoints its retention lets go."""
     budget, retention = job.budget, job.retention
@@ -253,8 +270,9 @@ def _eval_subset(recipe: Recipe, cache: Cache) -> torch.Tensor:
 class _Loop:
     """The epoch loop of one slice: steps, per-step records, subset validation, epoch records."""
 
-    def __init__(self, job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_blocks: torch.Tensor,
-                 progress: bool) -> None:
+    def __init__(
+        self, job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_blocks: torch.Tensor, progress: bool
+    ) -> None:
         self.job, self.parts, self.output, self.eval_blocks, self.progress = job, parts, output, eval_blocks, progress
         self.recipe, self.budget, self.engine, self.device = job.recipe, job.budget, parts.engine, job.context.device
         self.rules = Rules.of(job.recipe, job.budget)
@@ -278,9 +296,15 @@ class _Loop:
         elapsed = time.perf_counter() - started
         counters.epoch = epoch + 1
         evaluation_model = self.engine.evaluation_model()  # the whole model on the main process only
-        subset = None if evaluation_model is None else evaluate_sequences(
-            evaluation_model, block_batches(self.eval_blocks, self.recipe.evaluation.batch_size),
-            self.device, self.engine.use_amp,
+        subset = (
+            None
+            if evaluation_model is None
+            else evaluate_sequences(
+                evaluation_model,
+                block_batches(self.eval_blocks, self.recipe.evaluation.batch_size),
+                self.device,
+                self.engine.use_amp,
+            )
         )
         memory = distributed.gather_memory(self.job.context)  # every device of the job, on the main process
         if subset is None:
@@ -288,17 +312,30 @@ class _Loop:
         val_loss, val_accuracy, _ = subset
         step = self.parts.data.step
         record = {
-            "type": "epoch", "epoch": epoch + 1, "step": step, "tokens": budget.tokens_after(step),
-            "train_loss": sum(losses) / len(losses), "val_loss": val_loss, "val_accuracy": val_accuracy,
+            "type": "epoch",
+            "epoch": epoch + 1,
+            "step": step,
+            "tokens": budget.tokens_after(step),
+            "train_loss": sum(losses) / len(losses),
+            "val_loss": val_loss,
+            "val_accuracy": val_accuracy,
             "lr": learning_rate(budget.tokens_after(step), budget.total_tokens, self.recipe.optimizer),
             "tokens_per_s": budget.epoch_blocks(epoch) * budget.context_length / elapsed,
-            "batches_per_s": len(steps) / elapsed, "wall_s": elapsed, "memory": memory,
-            "skipped_steps": counters.skipped_steps, **self.engine.epoch_metrics(),
+            "batches_per_s": len(steps) / elapsed,
+            "wall_s": elapsed,
+            "memory": memory,
+            "skipped_steps": counters.skipped_steps,
+            **self.engine.epoch_metrics(),
         }
         self.output.append(record)
         if counters.best is None or val_loss < counters.best["val_loss"]:
-            counters.best = {"epoch": epoch + 1, "step": step, "tokens": record["tokens"],
-                             "val_loss": val_loss, "val_accuracy": val_accuracy}
+            counters.best = {
+                "epoch": epoch + 1,
+                "step": step,
+                "tokens": record["tokens"],
+                "val_loss": val_loss,
+                "val_accuracy": val_accuracy,
+            }
         extra = "".join(f" | {k.replace('_', ' ')} {v:.4g}" for k, v in self.engine.epoch_metrics().items())
         self.output.write(
             f"epoch {epoch + 1}/{budget.epochs} | step {step} | {record['tokens_per_s']:,.0f} tok/s | "
@@ -317,20 +354,36 @@ class _Loop:
             counters.skipped_steps += 1
             self.output.write(f"step {step + 1}: non-finite gradient norm ({result.grad_norm}); step skipped")
         fired = observe(self.rules, counters, result.loss, result.skipped, tokens)
-        self.output.append({
-            "type": "step", "step": step + 1, "loss": result.loss, "accuracy": result.accuracy, "lr": lr,
-            "grad_norm": result.grad_norm, "skipped": result.skipped,
-        })
+        self.output.append(
+            {
+                "type": "step",
+                "step": step + 1,
+                "loss": result.loss,
+                "accuracy": result.accuracy,
+                "lr": lr,
+                "grad_norm": result.grad_norm,
+                "skipped": result.skipped,
+            }
+        )
         if (step + 1) % self.recipe.training.log_every == 0:
             self.output.write(f"step {step + 1}/{budget.total_steps} | loss {result.loss:.4f} | lr {lr:.3e}")
         if fired is not None:
             rule, detail = fired
-            counters.diverged = {"type": RECORD_TYPE, "step": step + 1, "tokens": tokens, "epoch": epoch + 1,
-                                 "rule": rule, "last_finite_loss": counters.last_finite_loss, "detail": detail}
+            counters.diverged = {
+                "type": RECORD_TYPE,
+                "step": step + 1,
+                "tokens": tokens,
+                "epoch": epoch + 1,
+                "rule": rule,
+                "last_finite_loss": counters.last_finite_loss,
+                "detail": detail,
+            }
             self.output.append(counters.diverged)
             last = "none" if counters.last_finite_loss is None else f"{counters.last_finite_loss:.4f}"
-            self.output.write(f"diverged at step {step + 1} (rule {rule}): {detail}; last finite loss {last}; "
-                              "training stops here, its weights in final.pt, no full validation")
+            self.output.write(
+                f"diverged at step {step + 1} (rule {rule}): {detail}; last finite loss {last}; "
+                "training stops here, its weights in final.pt, no full validation"
+            )
         return result
 
 
@@ -340,8 +393,10 @@ def _write_best(job: Slice, counters: Progress, output: RunOutput | SilentOutput
     if counters.best is None and counters.diverged is None:  # another process of the job: it measured no epoch
         return
     if counters.best is None:  # diverged before its first epoch ended: no epoch was measured
-        output.write_json(RunPaths(job.run_dir).best, {"epoch": None, "step": None, "tokens": None, "val_loss": None,
-                                                       "val_accuracy": None, "weights": None})
+        output.write_json(
+            RunPaths(job.run_dir).best,
+            {"epoch": None, "step": None, "tokens": None, "val_loss": None, "val_accuracy": None, "weights": None},
+        )
         output.write(f"best subset epoch: none, the run diverged in epoch 1 ({RunPaths(job.run_dir).best.name})")
         return
     best = dict(counters.best, weights=job.retention.best_weights(counters.best["epoch"]))
@@ -361,16 +416,32 @@ def _write_run_record(job: Slice, parts: Parts, output: RunOutput | SilentOutput
     for unit in units:
         unit["device"] = devices[unit["name"]]
     record = {
-        "run_id": job.run_dir.name, "purpose": recipe.runtime.purpose, "config_path": str(job.config_path or ""),
-        "recipe_identity": provenance.recipe_identity, "cache_identity": provenance.cache_identity,
-        "source_hash": provenance.source_hash, "mode": recipe.mode, "host": env["host"], "devices": env["devices"],
+        "run_id": job.run_dir.name,
+        "purpose": recipe.runtime.purpose,
+        "config_path": str(job.config_path or ""),
+        "recipe_identity": provenance.recipe_identity,
+        "cache_identity": provenance.cache_identity,
+        "source_hash": provenance.source_hash,
+        "mode": recipe.mode,
+        "host": env["host"],
+        "devices": env["devices"],
         "visible_devices": env["visible_devices"],
-        "python": env["python"], "torch": env["torch"], "cuda": env["cuda"], "job_ids": counters.job_ids,
-        "started": timestamp(counters.started), "ended": timestamp(),
-        "parameters": sum(u["parameters"] for u in units), "trainable_parameters": sum(u["trainable"] for u in units),
-        "steps": steps, "skipped_steps": counters.skipped_steps, "tokens": job.budget.tokens_after(steps),
-        "numerics": {"dtype": "bf16" if bf16_autocast(recipe, device) else "fp32",
-                     "compile": recipe.runtime.compile, "deterministic": recipe.runtime.deterministic},
+        "python": env["python"],
+        "torch": env["torch"],
+        "cuda": env["cuda"],
+        "job_ids": counters.job_ids,
+        "started": timestamp(counters.started),
+        "ended": timestamp(),
+        "parameters": sum(u["parameters"] for u in units),
+        "trainable_parameters": sum(u["trainable"] for u in units),
+        "steps": steps,
+        "skipped_steps": counters.skipped_steps,
+        "tokens": job.budget.tokens_after(steps),
+        "numerics": {
+            "dtype": "bf16" if bf16_autocast(recipe, device) else "fp32",
+            "compile": recipe.runtime.compile,
+            "deterministic": recipe.runtime.deterministic,
+        },
         "placement": context.placement_record(),
         "units": units,
     }
@@ -385,10 +456,14 @@ def _log_header(output: RunOutput | SilentOutput, job: Slice) -> None:
     recipe, budget, provenance, device = job.recipe, job.budget, job.provenance, job.context.device
     env = environment()
     output.write(f"config {job.config_path or '-'} | purpose: {recipe.runtime.purpose or '-'}")
-    output.write(f"host {env['host']} | python {env['python']} | torch {env['torch']} | cuda {env['cuda'] or '-'} | devices {', '.join(env['devices'])}")
+    output.write(
+        f"host {env['host']} | python {env['python']} | torch {env['torch']} | cuda {env['cuda'] or '-'} | devices {', '.join(env['devices'])}"
+    )
     if env["visible_devices"] is not None:
         output.write(f"gpu slots CUDA_VISIBLE_DEVICES={env['visible_devices']}")
-    output.write(f"recipe identity {provenance.recipe_identity} | cache {provenance.cache_identity} | source {provenance.source_hash}")
+    output.write(
+        f"recipe identity {provenance.recipe_identity} | cache {provenance.cache_identity} | source {provenance.source_hash}"
+    )
     output.write(
         f"mode {recipe.mode} | parameters {budget.parameters:,} | budget {budget.total_tokens:,} tokens in {budget.epochs} "
         f"epochs, {budget.total_steps:,} steps of up to {budget.tokens_per_step:,} tokens | lr {recipe.optimizer.lr} beta2 {recipe.optimizer.beta2} | seed {recipe.runtime.seed}"

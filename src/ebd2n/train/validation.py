@@ -68,14 +68,22 @@ def position_problem(state: Mapping[str, Any], budget: Budget, epoch: int) -> st
     if epoch == budget.epochs and isinstance(diverged, Mapping):
         # a diverged run's final.pt: the step of its decision, in the epoch it did not finish (ebd2n.train.divergence)
         decided = diverged.get("epoch")
-        expected = {"epoch": decided - 1 if isinstance(decided, int) else None, "step": diverged.get("step"),
-                    "tokens": diverged.get("tokens")}
-    recorded = {"epoch": progress.get("epoch"), "step": data.get("step", state.get("step")),  # format 1: a loose step
-                "tokens": state.get("tokens")}
+        expected = {
+            "epoch": decided - 1 if isinstance(decided, int) else None,
+            "step": diverged.get("step"),
+            "tokens": diverged.get("tokens"),
+        }
+    recorded = {
+        "epoch": progress.get("epoch"),
+        "step": data.get("step", state.get("step")),  # format 1: a loose step
+        "tokens": state.get("tokens"),
+    }
     wrong = [f"{key} {recorded[key]}" for key in expected if recorded[key] != expected[key]]
     if not wrong:
         return None
     if epoch == budget.epochs and isinstance(diverged, Mapping):
         return f"records {', '.join(wrong)}, not the point of the divergence decision it records ({dict(diverged)})"
-    return (f"records {', '.join(wrong)}, not the end of epoch {epoch} of {budget.epochs} "
-            f"(epoch {epoch}, step {steps}, {expected['tokens']:,} tokens): another point of the run under this name")
+    return (
+        f"records {', '.join(wrong)}, not the end of epoch {epoch} of {budget.epochs} "
+        f"(epoch {epoch}, step {steps}, {expected['tokens']:,} tokens): another point of the run under this name"
+    )
