@@ -25,7 +25,7 @@ from ebd2n.atomic import atomic_write_text, remove_temporaries
 from ebd2n.config import Recipe, dump_recipe, hf_identity, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import UserError
-from ebd2n.layout import RECIPE, RunPaths
+from ebd2n.layout import FINAL, RECIPE, RunPaths
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
 from ebd2n.provenance import environment, job_id, source_hash, timestamp
@@ -382,7 +382,7 @@ class _Loop:
             last = "none" if counters.last_finite_loss is None else f"{counters.last_finite_loss:.4f}"
             self.output.write(
                 f"diverged at step {step + 1} (rule {rule}): {detail}; last finite loss {last}; "
-                "training stops here, its weights in final.pt, no full validation"
+                f"training stops here, its weights in {FINAL}, no full validation"
             )
         return result
 
