@@ -1,4 +1,4 @@
-"""The workflow as Snakemake's own tools judge it: `snakemake --lint` and `snakefmt --check`."""
+"""The code as its own tools judge it: `snakemake --lint`, `snakefmt --check`, `ruff format --check`, `ruff check`."""
 
 from __future__ import annotations
 
@@ -30,3 +30,25 @@ def test_snakemake_lint_reports_nothing() -> None:
     )
     output = result.stdout + result.stderr
     assert (result.returncode, "Lints for" in output) == (0, False), output
+
+
+RUFF_PATHS = ("src", "tests", "benchmarks")
+"""What ruff formats and lints (pyproject.toml's [tool.ruff]: line length 120)."""
+
+
+def test_ruff_format_leaves_the_code_unchanged() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", *RUFF_PATHS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_check_reports_nothing() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", *RUFF_PATHS], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
