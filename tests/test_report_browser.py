@@ -124,7 +124,8 @@ def test_browser_split_rows_are_counts_not_dicts(loaded: Loaded) -> None:
 
 
 def test_browser_run_links_open_dashboards(browser, loaded: Loaded, campaign: Path) -> None:
-    """The run with a dashboard links to it (and it draws offline from the shared plotly.js); the others link to their folder."""
+    """The run with a dashboard links to it (and it draws offline from the shared plotly.js); the others link to
+    their folder."""
     links = loaded.page.evaluate("[...document.querySelectorAll('#runs tbody a')].map(a => a.getAttribute('href'))")
     first = sorted((campaign / "runs").iterdir())[0].name
     linked = [link for link in links if link.endswith("/report.html")]

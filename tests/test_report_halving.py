@@ -95,8 +95,8 @@ def test_report_halving_shows_the_brackets_table_on_the_page(campaign: Path) -> 
     ]
     rows = [row for row in pl.read_csv(campaign / "report" / "brackets.csv").iter_rows(named=True)]
     result = [
-        f'{row["mean_loss"]:.4f}<br><span class="muted">rank {row["rank"]}{"" if row["continued"] else ", stopped"}</span>'
-        in section
+        f'{row["mean_loss"]:.4f}<br><span class="muted">'
+        f"rank {row['rank']}{'' if row['continued'] else ', stopped'}</span>" in section
         for row in rows
     ]
     assert (

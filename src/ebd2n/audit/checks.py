@@ -39,7 +39,8 @@ from ebd2n.layout import (
     slice_record,
 )
 from ebd2n.provenance import source_hash
-from ebd2n.report.campaign_report import build_report, report_files
+from ebd2n.report.campaign_report import build_report
+from ebd2n.report.publish import report_files
 from ebd2n.train.budget import budget_of
 from ebd2n.train.plan import SlicePlan, plan_json
 from ebd2n.train.retention import Retention

@@ -423,7 +423,8 @@ def halving_figure(bracket: dict[str, Any]) -> dict[str, Any]:
                         "y": [p["rungs"][key]["mean_loss"] for p in marked],
                         "customdata": [[p["point"], p["rungs"][key]["rank"]] for p in marked],
                         "marker": {"color": color, "size": 9, "symbol": symbol, "line": {"color": color, "width": 2}},
-                        "hovertemplate": f"epoch {rung['epoch']}: %{{customdata[0]}}<br>mean %{{y:.4f}} nats, rank %{{customdata[1]}} of "
+                        "hovertemplate": f"epoch {rung['epoch']}: %{{customdata[0]}}<br>"
+                        "mean %{y:.4f} nats, rank %{customdata[1]} of "
                         f"{rung['candidates']}<br>{outcome}<extra></extra>",
                     }
                 )
