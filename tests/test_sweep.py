@@ -193,3 +193,33 @@ def test_sweep_passes_snakemake_arguments_as_typed(tmp_path: Path) -> None:
     planned = _ebd2n(repo, "sweep", campaign, "--", "--profile", "slurm", "-n", "--quiet", "rules")
     result = ("train_final" in planned.stdout + planned.stderr, (repo / "results/tiny/runs").exists())
     assert result == (True, False)
+
+
+@pytest.mark.slow
+def test_sweep_until_bracketed_stops_at_an_extension_that_diverges(tmp_path: Path) -> None:
+    """A grid a thousandfold apart whose winner is its largest LR: the one extension on the grid's step
+    (4 and 4000) diverges, which bounds the optimum from above; the sweep stops there, bracketed."""
+    repo = copy_repo(tmp_path / "repo")
+    raw = {
+        **TINY,
+        "grid": {"modes": ["synchronous"], "learning_rates": {"synchronous": [4e-06, 0.004]}, "beta2": [0.99]},
+    }
+    campaign = write_campaign_file(repo, raw)
+    swept = _ebd2n(repo, "sweep", campaign, "--until-bracketed", "--max-extensions", "3", "--", "--cores", "2")
+    _ebd2n(repo, "audit", "results/tiny")
+    selection = json.loads((repo / "results/tiny/report/selection.json").read_text())["synchronous"]
+    history = json.loads((repo / "results/tiny/extensions/history.json").read_text())
+    runs = (repo / "results/tiny/runs.csv").read_text()
+    result = {
+        "extensions": [entry["added"] for entry in history],
+        "winner": (selection["lr"], selection["edge"]),
+        "diverged runs": runs.count(",diverged,"),
+        "said": "bracketed: no mode's winner lies at an edge of its LR range (1 extension(s))" in swept.stdout,
+    }
+    expected = {
+        "extensions": [{"synchronous": [4.0, 4000.0]}],
+        "winner": (0.004, None),
+        "diverged runs": 2,
+        "said": True,
+    }
+    assert result == expected, swept.stdout[-3000:]
