@@ -70,7 +70,8 @@ def campaign_total(runs: int, scratch: Path) -> str | None:
     total = sum(page.stat().st_size for page in pages) + shared
     alone = write_dashboard(source, scratch / "exported.html", self_contained=True).stat().st_size
     print(
-        f"\n{runs} runs of {SWEEP_STEPS:,} batches in one campaign: pages {min(p.stat().st_size for p in pages) / 1e3:,.0f}"
+        f"\n{runs} runs of {SWEEP_STEPS:,} batches in one campaign: "
+        f"pages {min(p.stat().st_size for p in pages) / 1e3:,.0f}"
         f"-{max(p.stat().st_size for p in pages) / 1e3:,.0f} kB each, shared plotly.js {shared / 1e6:.2f} MB, "
         f"total {total / 1e6:.1f} MB (written in {seconds:.0f} s)"
     )

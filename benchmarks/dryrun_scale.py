@@ -75,8 +75,9 @@ def main() -> None:
         for label, values in (("wall", times), ("cpu", cpu)):
             this, compared = statistics.median(values["this"]), statistics.median(values["compared"])
             print(
-                f"{108 * seeds:6d} runs, {label}: this {this:7.2f} s, compared {compared:7.2f} s, ratio {this / compared:.3f} "
-                f"({', '.join(f'{t:.1f}' for t in values['this'])} / {', '.join(f'{t:.1f}' for t in values['compared'])})"
+                f"{108 * seeds:6d} runs, {label}: this {this:7.2f} s, compared {compared:7.2f} s, "
+                f"ratio {this / compared:.3f} ({', '.join(f'{t:.1f}' for t in values['this'])} / "
+                f"{', '.join(f'{t:.1f}' for t in values['compared'])})"
             )
 
 

@@ -168,8 +168,9 @@ def main() -> None:
     recipe = load_recipe(args.recipe, args.overrides)
     where = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU"
     print(
-        f"{args.recipe}: {recipe.model.layers} layers, width {recipe.model.width}, batch {recipe.training.batch_tokens:,} "
-        f"tokens, micro-batch {recipe.training.micro_batch_size}; {args.processes} x {where}; torch {torch.__version__}\n"
+        f"{args.recipe}: {recipe.model.layers} layers, width {recipe.model.width}, "
+        f"batch {recipe.training.batch_tokens:,} tokens, micro-batch {recipe.training.micro_batch_size}; "
+        f"{args.processes} x {where}; torch {torch.__version__}\n"
     )
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "records.jsonl"

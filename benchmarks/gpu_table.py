@@ -76,7 +76,10 @@ def sync_row(record: dict) -> list[str]:
     if loss is None:
         result += ", the loss reference" if record["loss_steps"] else ""
     else:
-        result += f", losses {'within' if loss else 'NOT within'} BF16 tolerance of the reference ({record['max_rel_dloss']:.1e})"
+        result += (
+            f", losses {'within' if loss else 'NOT within'} BF16 tolerance of the reference "
+            f"({record['max_rel_dloss']:.1e})"
+        )
     main = record["preset"] == "20m"
     met = tokens >= GOAL_TOKENS_PER_S and mfu is not None and mfu >= GOAL_MFU and loss is not False
     return [

@@ -214,7 +214,8 @@ def main() -> None:
     args = parser.parse_args()
     lrs = grid_lrs(args.lrs, *args.lr_range)
     print(
-        f"grid: lr {', '.join(f'{lr:g}' for lr in lrs)}; {args.seeds} seeds; {args.slices} slices; keep {args.keep:.4g}",
+        f"grid: lr {', '.join(f'{lr:g}' for lr in lrs)}; {args.seeds} seeds; {args.slices} slices; "
+        f"keep {args.keep:.4g}",
         flush=True,
     )
     repeats = []
@@ -227,7 +228,8 @@ def main() -> None:
         grid, halving = figures["grid"], figures["halving"]
         verdict = compare(grid, halving)
         print(
-            f"repeat {index + 1}: halving / grid slice {verdict['slice_ratio']:.3f} (epochs {verdict['epoch_ratio']:.3f}), "
+            f"repeat {index + 1}: halving / grid slice {verdict['slice_ratio']:.3f} "
+            f"(epochs {verdict['epoch_ratio']:.3f}), "
             f"jobs {verdict['job_ratio']:.3f}, workflow {verdict['workflow_ratio']:.3f}; winner "
             f"{'the same point' if verdict['same_point'] else 'another point'}, {verdict['difference']:+.4f} "
             f"(seed SD {verdict['seed_sd']:.4f})",

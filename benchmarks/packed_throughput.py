@@ -121,7 +121,8 @@ def main() -> None:
         f" tokens; {where}{', bf16 autocast' if args.amp else ''}; torch {torch.__version__}\n"
     )
     print(
-        "| threads | K | sequential step (ms) | packed step (ms) | speedup (median of pairs) | goal | max abs Δloss, step 1 |"
+        "| threads | K | sequential step (ms) | packed step (ms) | speedup (median of pairs) | goal "
+        "| max abs Δloss, step 1 |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for threads in thread_counts:

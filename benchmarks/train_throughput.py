@@ -94,7 +94,8 @@ def main() -> None:
         ours, validation = trainer_run(recipe, work / f"run{repeat}")
         rows.append((bare, ours, validation))
         print(
-            f"repeat {repeat}: bare {bare:,.0f} tok/s | trainer {ours:,.0f} tok/s | full validation {validation:,.0f} tok/s"
+            f"repeat {repeat}: bare {bare:,.0f} tok/s | trainer {ours:,.0f} tok/s | "
+            f"full validation {validation:,.0f} tok/s"
         )
     bare, ours, validation = (statistics.median(col) for col in zip(*rows, strict=True))
     print()

@@ -48,7 +48,8 @@ def main() -> None:
         private, public = new_key_pair(directory / "keys")
         sign_audit(campaign, load_private(private), record)
         print(
-            f"campaign: {len(list((campaign / 'runs').iterdir()))} runs, built, audited and signed in {time.perf_counter() - started:.0f} s"
+            f"campaign: {len(list((campaign / 'runs').iterdir()))} runs, built, audited and signed in "
+            f"{time.perf_counter() - started:.0f} s"
         )
         key = load_public(public)
         hashing, verifying = [], []
@@ -62,7 +63,8 @@ def main() -> None:
         floor, median = statistics.median(hashing), statistics.median(verifying)
         print(f"hash every file: {', '.join(f'{t:.2f}' for t in hashing)} s; median {floor:.2f} s")
         print(
-            f"verify ({result.files:,} signed files): {', '.join(f'{t:.2f}' for t in verifying)} s; median {median:.2f} s; "
+            f"verify ({result.files:,} signed files): {', '.join(f'{t:.2f}' for t in verifying)} s; "
+            f"median {median:.2f} s; "
             f"{median / floor:.2f}x the hashing alone (goal <= {GOAL_RATIO}x)"
         )
         if median > GOAL_RATIO * floor:

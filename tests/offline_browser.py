@@ -27,7 +27,8 @@ WIDTH = 1400
 """The window's width, in CSS pixels: a laptop's browser window, where nothing may overlap or overflow."""
 _TOOLBAR_OVERLAPS = """() => {
   const box = element => element.getBoundingClientRect();
-  const hit = (a, b) => a.width > 0 && b.width > 0 && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const hit = (a, b) => a.width > 0 && b.width > 0
+    && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
   return [...document.querySelectorAll('[data-figure]')].flatMap(plot => {
     const bar = plot.querySelector('.modebar');
     if (!bar) return [];

@@ -24,7 +24,8 @@ from ebd2n.audit.checks import check_retention
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.runs import Run
 from ebd2n.config import load_recipe
-from ebd2n.config.schema import CHECKPOINT_POLICIES, DEFAULT_CHECKPOINT_POLICY, TrainingConfig
+from ebd2n.config.checkpoint_policy import CHECKPOINT_POLICIES, DEFAULT_CHECKPOINT_POLICY
+from ebd2n.config.schema import TrainingConfig
 from ebd2n.errors import UserError
 from ebd2n.evaluate import validate_run
 from ebd2n.faults import KILL_AT, KILL_TARGET

@@ -28,7 +28,8 @@ rule validate:
     log:
         "results/{{campaign}}/logs/runs/{{run}}/final.log",
     shell:
-        "if [ {{wildcards.run}} = {BAD} ]; then echo 'ebd2n train: run failed: loss is NaN at step 9' > {{log}}; exit 1; fi; "
+        "if [ {{wildcards.run}} = {BAD} ]; then "
+        "echo 'ebd2n train: run failed: loss is NaN at step 9' > {{log}}; exit 1; fi; "
         "echo '{{{{}}}}' > {{output}}"
 """
 

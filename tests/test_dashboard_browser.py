@@ -109,7 +109,8 @@ def test_browser_dashboard_table_views_toggle(page) -> None:
 
 def test_browser_dashboard_unit_states(page) -> None:
     result = page.evaluate(
-        "[...document.querySelectorAll('table.units tbody tr')].map(row => [row.cells[0].innerText, row.cells[1].innerText])"
+        "[...document.querySelectorAll('table.units tbody tr')]"
+        ".map(row => [row.cells[0].innerText, row.cells[1].innerText])"
     )
     assert result == [list(pair) for pair in zip(UNITS, STATES[page.kind], strict=True)]
 

@@ -196,7 +196,8 @@ def pipeline_runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def depth3_runs(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Depth 3 (uneven rounds) with epochs of 50 blocks (steps of 16, 16, 16, then 2): whole, and sliced after epoch 1."""
+    """Depth 3 (uneven rounds) with epochs of 50 blocks (steps of 16, 16, 16, then 2): whole, and sliced
+    after epoch 1."""
     root = tmp_path_factory.mktemp("depth3-runs")
     layout = ("training.max_tokens=9600", "training.epoch_tokens=3200", *LAYOUTS["pipeline-depth3"])
     _torchrun_train(demo_cache, root / "whole", layout=layout)

@@ -17,7 +17,7 @@ from offline_browser import MARKS, launch, open_offline, toggle_states
 from workflow_support import REPO, copy_repo, environment, snakemake
 
 from ebd2n.config import load_recipe
-from ebd2n.config.schema import UNIT_STATES
+from ebd2n.config.parallelism import UNIT_STATES
 from ebd2n.model.units import model_units
 from ebd2n.parallel.placement import plan_placement
 from ebd2n.train.accounting import unit_table

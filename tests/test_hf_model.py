@@ -19,7 +19,7 @@ from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import count_parameters, dump_recipe, load_recipe, recipe_from_dict, recipe_identity
 from ebd2n.config.hf import architecture
-from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
+from ebd2n.config.parallelism import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
 from ebd2n.model.hf import init_model, load_model
 from ebd2n.model.hf_units import hf_units

@@ -34,6 +34,7 @@ LAYERS = (
     {"report"},
     {"audit"},
     {"commands"},
+    {"subcommands"},
     {"cli"},
     {"warm", "launch"},
     {"__main__"},

@@ -312,7 +312,10 @@ def test_slurm_without_accounting_killed_controller_and_its_orphaned_job(
     with _Controller(repo, env) as again:
         try:
             assert _squeue_state(orphan) == "RUNNING"  # the job outlived its controller
-            waiting = f"waiting for the trainer holding {run_dir.relative_to(repo)} (host {os.uname().nodename}, pid {trainer}, SLURM job {orphan},"
+            waiting = (
+                f"waiting for the trainer holding {run_dir.relative_to(repo)} "
+                f"(host {os.uname().nodename}, pid {trainer}, SLURM job {orphan},"
+            )
             log = repo / "results/slurm-tiny/logs/runs" / RUNS[0] / "slices/epoch-1.log"  # the slice job's log
             _wait_until(lambda: log.is_file() and waiting in log.read_text(), timeout=TIMEOUT)
             resubmitted = [

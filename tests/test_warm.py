@@ -168,7 +168,8 @@ def test_idle_server_exits_and_removes_its_socket(demo_cache: Path, tmp_path: Pa
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
 def test_warm_job_dies_with_its_client(demo_cache: Path, tmp_path: Path, sockets: Path, signum: int) -> None:
-    """A client killed (a node failure) or stopped (SIGTERM, as Snakemake stops its jobs) takes its forked trainer with it."""
+    """A client killed (a node failure) or stopped (SIGTERM, as Snakemake stops its jobs) takes its forked
+    trainer with it."""
     run = tmp_path / "run"
     with subprocess.Popen(_command(demo_cache, run, *LONG), env=_env(sockets, True)) as client:
         try:
@@ -216,7 +217,8 @@ def test_job_starts_cold_when_no_server_can_be_reached(demo_cache: Path, tmp_pat
     expected = (
         0,
         [client.pid],
-        f"ebd2n: warm start unavailable ({sockets}/ebd2n-warm-{os.getuid()} must be your own directory with mode 0700); starting cold",
+        f"ebd2n: warm start unavailable ({sockets}/ebd2n-warm-{os.getuid()} must be your own directory with "
+        "mode 0700); starting cold",
     )
     assert result == expected
     assert _servers(sockets) == []

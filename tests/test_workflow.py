@@ -281,7 +281,10 @@ def install_slurm_tools(bin_dir: Path, state: Path) -> None:
     bin_dir.mkdir()
     state.mkdir()
     for name, body in SLURM_TOOLS.items():
-        header = f"#!{sys.executable}\nimport json, os, subprocess, sys, time\nfrom pathlib import Path\nSTATE = Path({str(state)!r})\n"
+        header = (
+            f"#!{sys.executable}\nimport json, os, subprocess, sys, time\nfrom pathlib import Path\n"
+            f"STATE = Path({str(state)!r})\n"
+        )
         path = bin_dir / name
         path.write_text(header + textwrap.dedent(body).strip() + "\n")
         path.chmod(0o755)

@@ -154,7 +154,8 @@ def test_slots_resources_above_the_pool_said_in_one_line(tmp_path: Path) -> None
     assert (result.returncode, lines) == (
         0,
         [
-            "ebd2n: warning: --resources gpu=8, but this machine's GPU pool holds 2 (0,1: EBD2N_GPUS, else CUDA_VISIBLE_DEVICES, "
+            "ebd2n: warning: --resources gpu=8, but this machine's GPU pool holds 2 "
+            "(0,1: EBD2N_GPUS, else CUDA_VISIBLE_DEVICES, "
             "else every GPU): at most 2 GPU(s) are in use at once, and GPU jobs wait for a free slot"
         ],
     )

@@ -97,4 +97,7 @@ def job_usage() -> str:
 
     usage = resource.getrusage(resource.RUSAGE_SELF)
     peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
-    return f"job usage: cpu {usage.ru_utime + usage.ru_stime:.2f} s (user {usage.ru_utime:.2f}, system {usage.ru_stime:.2f}) | peak rss {peak / 2**20:.0f} MiB"
+    return (
+        f"job usage: cpu {usage.ru_utime + usage.ru_stime:.2f} s "
+        f"(user {usage.ru_utime:.2f}, system {usage.ru_stime:.2f}) | peak rss {peak / 2**20:.0f} MiB"
+    )

@@ -20,7 +20,7 @@ from ebd2n.campaign.resources import DEFAULT, PREPARE, scope_name
 from ebd2n.campaign.runs import BASE, Run, packed_models
 from ebd2n.campaign.search import check_search
 from ebd2n.config import Recipe
-from ebd2n.config.schema import DEFAULT_CHECKPOINT_POLICY
+from ebd2n.config.checkpoint_policy import DEFAULT_CHECKPOINT_POLICY
 from ebd2n.errors import UserError
 from ebd2n.train.budget import budget_of
 from ebd2n.yamlio import read_yaml_mapping

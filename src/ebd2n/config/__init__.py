@@ -1,5 +1,6 @@
 """Recipes: load, override, validate, save and identify one run's configuration."""
 
+from ebd2n.config.parallelism import DecentralizedConfig, LoraConfig, ParallelConfig
 from ebd2n.config.recipe import (
     RESULT_NEUTRAL_FIELDS,
     count_parameters,
@@ -15,19 +16,16 @@ from ebd2n.config.recipe import (
     save_recipe,
 )
 from ebd2n.config.schema import (
-    INT_RANGE,
     DataConfig,
-    DecentralizedConfig,
     EvaluationConfig,
-    LoraConfig,
     ModelConfig,
     OptimizerConfig,
-    ParallelConfig,
     Recipe,
     RuntimeConfig,
     SupervisedConfig,
     TrainingConfig,
 )
+from ebd2n.config.section import INT_RANGE
 
 __all__ = [
     "INT_RANGE",

@@ -6,76 +6,13 @@ silently trains the default. Each field's docstring says what it controls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from ebd2n.layout import BEST, FINAL, slice_checkpoint
-
-INT_RANGE = (-(2**63), 2**63 - 1)
-"""What the trainer can hold in an integer (torch and numpy keep them as int64): every integer
-field of a recipe lies in it, so a seed of 2**64 is refused here, not by torch mid-training."""
-
-
-@dataclass(frozen=True)
-class CheckpointPolicy:
-    """A value of `training.checkpoint_policy`: which checkpoints a run keeps. CHECKPOINT_POLICIES is
-    the one definition: the recipe field, the campaign schema, the trainer's retention
-    (`ebd2n.train.retention`), the audit and the docs follow it (tests compare them)."""
-
-    name: str
-    keeps_epochs: bool
-    """The checkpoint of every epoch boundary survives the writing of a later one."""
-    keeps_initial: bool
-    """The initial weights (epoch 0) are written and kept too."""
-    meaning: str
-    """What a finished run keeps, as docs/configuration.md's table says."""
-
-
-CHECKPOINT_POLICIES = {
-    policy.name: policy
-    for policy in (
-        CheckpointPolicy(
-            "final",
-            keeps_epochs=False,
-            keeps_initial=False,
-            meaning=f"`{FINAL}` only: the trainer deletes a slice checkpoint once a later one is written. "
-            f"`{BEST}` records the best epoch-subset statistics with `weights: null`.",
-        ),
-        CheckpointPolicy(
-            "epoch",
-            keeps_epochs=True,
-            keeps_initial=False,
-            meaning=f"`{FINAL}` and a resumable checkpoint at every epoch boundary, "
-            f"`{slice_checkpoint(1)}` … `epoch-(E−1).pt`; `{BEST}` names the best epoch's.",
-        ),
-        CheckpointPolicy(
-            "all",
-            keeps_epochs=True,
-            keeps_initial=True,
-            meaning=f"those of `epoch` and the initial weights, `{slice_checkpoint(0)}`.",
-        ),
-    )
-}
-DEFAULT_CHECKPOINT_POLICY = "final"
-CheckpointPolicyName = Literal[tuple(CHECKPOINT_POLICIES)]
-
-
-class Section(BaseModel):
-    """Base of every recipe section: strict types, unknown keys, non-finite numbers and integers
-    beyond int64 refused, assignments checked."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False, allow_inf_nan=False)
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _int64(cls, value: Any, info: ValidationInfo) -> Any:
-        """The one integer-range check of every field."""
-        low, high = INT_RANGE
-        if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
-            raise ValueError(f"{value} is outside the integers the trainer can use ({low} .. {high}, int64)")
-        return value
+from ebd2n.config.checkpoint_policy import DEFAULT_CHECKPOINT_POLICY, CheckpointPolicyName
+from ebd2n.config.parallelism import DecentralizedConfig, ParallelConfig
+from ebd2n.config.section import Section
 
 
 class ModelConfig(Section):
@@ -112,7 +49,8 @@ class ModelConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _shape_from_config_json(cls, data: Any) -> Any:
-        """huggingface: the shape fields come from the model's config.json (a recipe may repeat them, not change them)."""
+        """huggingface: the shape fields come from the model's config.json (a recipe may repeat them, not
+        change them)."""
         if not isinstance(data, dict) or data.get("source") != "huggingface":
             return data
         from ebd2n.config.hf import locate_model_dir, read_architecture
@@ -332,85 +270,6 @@ class RuntimeConfig(Section):
     """torch CPU threads (None: PyTorch's default)."""
     ignored_keys: dict[str, Any] = {}
     """Keys of an imported tiny-llm recipe that ebd2n does not use (recorded, never applied)."""
-
-
-class AdaptiveConsensusConfig(Section):
-    """tiny-llm's adaptive consensus: after a share of the steps, gossip weakens with the learning rate."""
-
-    start_fraction: float = Field(ge=0, le=1)
-    """From step ceil(start_fraction x steps) on, each step mixes with W' = gamma W + (1 - gamma) I."""
-    p: float = Field(ge=0)
-    """gamma = (lr / lr_max)^p, lr_max the largest learning rate of those steps (0: plain gossip)."""
-
-
-class DecentralizedConfig(Section):
-    """Packed-K mode: K local models trained together on one device."""
-
-    num_models: int = Field(ge=1)
-    """K, the number of local models."""
-    topology: Literal["one_peer_ring", "one_peer_exponential", "complete"] = "one_peer_ring"
-    """Gossip peer choice after each step."""
-    scheme: Literal["awc", "atc"] = "awc"
-    """awc: clip, mix, then local step; atc: clip, local step, then mix."""
-    adaptive_consensus: AdaptiveConsensusConfig | None = None
-    """Gossip that weakens as the learning rate decays (None: every step mixes with W)."""
-
-    @model_validator(mode="after")
-    def _exponential_needs_power_of_two(self) -> DecentralizedConfig:
-        k = self.num_models
-        if self.topology == "one_peer_exponential" and k & (k - 1):
-            raise ValueError(f"decentralized.topology one_peer_exponential needs num_models a power of two, got {k}")
-        return self
-
-
-class LoraConfig(Section):
-    """Low-rank adapters on the linear layers of the trainable blocks."""
-
-    rank: int = Field(gt=0)
-    """Adapter rank r."""
-    alpha: float = Field(default=16.0, gt=0)
-    """Scale numerator: the adapter output is multiplied by alpha / rank."""
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    """Dropout on the adapter input."""
-    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down", "experts"]] = [
-        "q",
-        "k",
-        "v",
-        "o",
-        "gate",
-        "up",
-        "down",
-    ]
-    """Which projections get adapters (huggingface: q_proj ... down_proj of the attention, the dense MLP
-    and the shared expert; experts: each routed expert's fused gate_up and down projections, Qwen2-MoE only)."""
-    train_norms: bool = False
-    """huggingface: also train the RMSNorm gains of the trainable layers and the final norm, full rank."""
-
-
-FROZEN_PREFIX = "frozen by the prefix"
-FROZEN_BASE = "frozen base under LoRA"
-LORA = "LoRA"
-FULL_RANK = "full rank"
-UNIT_STATES = (FROZEN_PREFIX, FROZEN_BASE, LORA, FULL_RANK)
-"""What parallel.freeze_prefix and parallel.lora make of a model unit: run.json's unit `state`
-(ebd2n.train.accounting decides it, the run dashboard colours it)."""
-
-
-class ParallelConfig(Section):
-    """Placement over devices, pipeline, freezing and LoRA."""
-
-    pipeline_stages: int = Field(default=1, gt=0)
-    """S: pipeline stages (S x data_parallel = the job's GPUs)."""
-    data_parallel: int = Field(default=1, gt=0)
-    """D: data-parallel replicas."""
-    pipeline_depth: int = Field(default=1, gt=0)
-    """Micro-batches in flight per step in the pipeline schedule."""
-    schedule: Literal["gpipe", "1f1b"] = "1f1b"
-    """Pipeline schedule."""
-    freeze_prefix: int = Field(default=0, ge=0)
-    """Freeze the first N blocks (fine-tuning)."""
-    lora: LoraConfig | None = None
-    """LoRA adapters on the trainable blocks (None: full-rank training)."""
 
 
 class Recipe(Section):

@@ -59,7 +59,8 @@ def check_vocab_size(cache: Cache, vocab_size: int) -> None:
     if prepared is not None and prepared != vocab_size:
         raise UserError(
             f"model.vocab_size {vocab_size}: the cache at data.cache_dir {cache.directory} trained its tokenizer to "
-            f"{prepared} tokens; set model.vocab_size to {prepared}, or prepare a cache for this size in a new data.cache_dir"
+            f"{prepared} tokens; set model.vocab_size to {prepared}, or prepare a cache for this size in a new "
+            "data.cache_dir"
         )
 
 

@@ -129,7 +129,8 @@ def hub_snapshot(repo: str, kind: str, revision: str | None, copy: str | None, k
     except Exception:  # the library's not-found errors vary by version; all mean the same here
         raise UserError(
             f"{key} {repo}: revision {revision} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}); "
-            f"download it where there is internet (hf download {repo}{' --repo-type dataset' if kind == 'dataset' else ''} "
+            f"download it where there is internet "
+            f"(hf download {repo}{' --repo-type dataset' if kind == 'dataset' else ''} "
             f"--revision {revision})"
         ) from None
     return Path(path), revision

@@ -94,7 +94,8 @@ def plan_placement(
     bound = best[stages][0]
     if bound == _INFEASIBLE:
         raise UserError(
-            f"parallel.pipeline_stages ({stages}): the model does not fit in {memory_per_device / 1e9:.1f} GB per device "
+            f"parallel.pipeline_stages ({stages}): the model does not fit in "
+            f"{memory_per_device / 1e9:.1f} GB per device "
             f"at {bytes_per_parameter} bytes per parameter; use more pipeline stages"
         )
 

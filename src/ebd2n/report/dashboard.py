@@ -25,7 +25,7 @@ from markupsafe import Markup
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.config import Recipe, load_recipe
-from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
+from ebd2n.config.parallelism import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.layout import DASHBOARD, FINAL, METRICS, RECIPE, RESULTS_JSON, RUN_RECORD, campaign_of_run

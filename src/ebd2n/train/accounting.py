@@ -7,7 +7,7 @@ can state what a run trained without loading its weights; tests check it against
 from __future__ import annotations
 
 from ebd2n.config import Recipe
-from ebd2n.config.schema import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
+from ebd2n.config.parallelism import FROZEN_BASE, FROZEN_PREFIX, FULL_RANK, LORA
 from ebd2n.model.units import Unit, model_units
 
 

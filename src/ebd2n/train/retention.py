@@ -1,7 +1,7 @@
 """Checkpoint retention: which checkpoints a run holds after each slice, and which ones go.
 
 The policies themselves (names, default, what each keeps) are defined once, in
-`ebd2n.config.schema.CHECKPOINT_POLICIES`; `Retention` applies one to a run's budget. It is asked
+`ebd2n.config.checkpoint_policy.CHECKPOINT_POLICIES`; `Retention` applies one to a run's budget. It is asked
 by the trainer's checkpoint manager (what to write, what to let go once a later state is safe),
 the audit (what a finished run may and must hold) and best.json. The manager is the only one
 that deletes, and only checkpoints older than one it has just written and recorded, so a job
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ebd2n.config.schema import CHECKPOINT_POLICIES, CheckpointPolicy
+from ebd2n.config.checkpoint_policy import CHECKPOINT_POLICIES, CheckpointPolicy
 from ebd2n.layout import FINAL, slice_checkpoint
 
 

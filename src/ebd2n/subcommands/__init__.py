@@ -1,0 +1,1 @@
+"""The subcommands of `ebd2n.cli`, by group: each group's arguments, --help and examples."""

@@ -1,0 +1,59 @@
+"""What every subcommand's parser is made of: its help with examples, and the recipe and campaign
+arguments several subcommands share."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+CAMPAIGN_HELP = "results/<campaign>, or the campaign file naming it (config/config.yaml, ...)"
+
+
+def command(
+    subcommands: argparse._SubParsersAction,
+    name: str,
+    func: Callable[[argparse.Namespace], None],
+    summary: str,
+    about: str,
+    *examples: str,
+) -> argparse.ArgumentParser:
+    """A subcommand: its one-line summary (listed by `ebd2n --help`), what it does and example
+    command lines (its own --help)."""
+    epilog = ("example:\n" if len(examples) == 1 else "examples:\n") + "\n".join(f"  {line}" for line in examples)
+    parser = subcommands.add_parser(
+        name,
+        help=summary,
+        description=textwrap.fill(about, 100),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(func=func)
+    return parser
+
+
+def recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -> None:
+    if positional:
+        parser.add_argument("recipe", help="recipe file or preset name (demo, 20m, 254m, ...)")
+    else:
+        parser.add_argument("--config", dest="recipe", required=True, help="recipe file or preset name")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one recipe key, value parsed as YAML (repeatable), e.g. optimizer.lr=1e-3",
+    )
+
+
+def campaign_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("campaign", metavar="CAMPAIGN", type=Path, help=CAMPAIGN_HELP)
+
+
+def epoch_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected epochs like 2,4,5, got {text!r}") from None
