@@ -418,7 +418,8 @@ def test_campaign_frozen_by_an_older_ebd2n_is_refused(in_tmp: Path) -> None:
     (campaign.paths.frozen_package / "train/plan.py").unlink()
     with pytest.raises(
         UserError,
-        match=f"frozen by an older ebd2n \\(source {digest}, frozen .*finish the campaign with the ebd2n checkout that froze it",
+        match=f"frozen by an older ebd2n \\(source {digest}, frozen "
+        ".*finish the campaign with the ebd2n checkout that froze it",
     ):
         campaign_plans(campaign)
 
@@ -583,8 +584,9 @@ def test_campaign_warnings_name_a_null_slurm_account(monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(REPO_ROOT)
     result = campaign_warnings(load_campaign("config/campaigns/recipe-sweep-20m.yaml"))
     expected = [
-        "config/campaigns/recipe-sweep-20m.yaml: resources.default.account is null, so its SLURM jobs go to your default "
-        "account; a cluster that requires an account refuses them at submission: set it (sbatch --account) or remove the key"
+        "config/campaigns/recipe-sweep-20m.yaml: resources.default.account is null, "
+        "so its SLURM jobs go to your default account; a cluster that requires an account refuses them "
+        "at submission: set it (sbatch --account) or remove the key"
     ]
     assert result == expected
 

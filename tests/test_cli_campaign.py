@@ -20,7 +20,7 @@ from conftest import TINY_DATA, TINY_VOCAB
 from ebd2n.campaign.check import load_campaign
 from ebd2n.campaign.locate import locate_campaign
 from ebd2n.campaign.plans import campaign_plans
-from ebd2n.campaign.status import write_plan
+from ebd2n.campaign.status_plan import write_plan
 from ebd2n.cli import main
 from ebd2n.errors import UserError
 from ebd2n.signing.keys import new_key_pair

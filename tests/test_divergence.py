@@ -16,9 +16,11 @@ from ebd2n.atomic import sha256_file
 from ebd2n.audit.checks import check_best, check_retention
 from ebd2n.audit.outcomes import check_outcomes
 from ebd2n.audit.runs import read_run
+from ebd2n.campaign.rung_decision import decide
 from ebd2n.campaign.runs import Run
-from ebd2n.campaign.search import Bracket, decide
-from ebd2n.campaign.status import campaign_line, campaign_status
+from ebd2n.campaign.search import Bracket
+from ebd2n.campaign.status import campaign_status
+from ebd2n.campaign.status_display import campaign_line
 from ebd2n.config import dump_recipe, load_recipe, recipe_identity
 from ebd2n.evaluate import validate_run
 from ebd2n.layout import RunPaths, slice_record

@@ -368,7 +368,7 @@ def test_report_cost_from_the_plan(
     """24 runs of 4 recorded epochs of 0.5 s: 2 s each, on 1 GPU and 8 or 4 CPUs, at 3.0 per GPU-hour."""
     from ebd2n.campaign.check import campaign_from_dict
     from ebd2n.campaign.plans import campaign_plans
-    from ebd2n.campaign.status import campaign_plan
+    from ebd2n.campaign.status_plan import campaign_plan
 
     campaign = campaign_tree()
     monkeypatch.chdir(tmp_path)

@@ -17,7 +17,7 @@ from workflow_support import TINY, copy_repo, snakemake, write_campaign
 
 from ebd2n.campaign.analysis import group_runs, load_runs, select
 from ebd2n.campaign.optimum import lr_optima
-from ebd2n.campaign.search import read_decision
+from ebd2n.campaign.rung_decision import read_decision
 from ebd2n.jsonio import read_jsonl
 from ebd2n.report import build_report
 

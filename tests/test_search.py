@@ -22,7 +22,8 @@ import torch
 from test_faults import KILLED, interrupted
 from workflow_support import TINY, copy_repo, environment, killed_write, snakemake, write_campaign
 
-from ebd2n.campaign.search import Bracket, decide, point_id, promoted_count
+from ebd2n.campaign.rung_decision import decide, promoted_count
+from ebd2n.campaign.search import Bracket, point_id
 from ebd2n.layout import named_campaign
 
 LRS = [0.001, 0.004, 0.016]

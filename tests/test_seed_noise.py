@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ebd2n.campaign.search import Bracket, Search, check_search, decide, decision_digest, point_id, search_from_dict
+from ebd2n.campaign.rung_decision import decide, decision_digest
+from ebd2n.campaign.search import Bracket, Search, check_search, point_id, search_from_dict
 from ebd2n.errors import UserError
 
 SEEDS = (1, 2, 3)

@@ -27,8 +27,10 @@ from offline_browser import CHROMIUM, launch
 
 from ebd2n.campaign.check import campaign_from_dict
 from ebd2n.campaign.plans import campaign_plans
-from ebd2n.campaign.search import read_decision
-from ebd2n.campaign.status import CampaignStatus, campaign_status, finished, format_status, write_plan
+from ebd2n.campaign.rung_decision import read_decision
+from ebd2n.campaign.status import CampaignStatus, campaign_status
+from ebd2n.campaign.status_display import finished, format_status
+from ebd2n.campaign.status_plan import write_plan
 from ebd2n.errors import UserError
 from ebd2n.layout import LEASE
 from ebd2n.provenance import timestamp
@@ -52,7 +54,10 @@ CAMPAIGN = {
 """8 runs of the demo recipe (2 epochs, so 2 slices each), one GPU and 4 CPUs per job."""
 STARTED = 1_800_000_000.0
 NOW = STARTED + 90
-FAILURE = "ebd2n train: run failed: 4 consecutive steps had non-finite gradients (last at step 9); lower optimizer.lr or check the data"
+FAILURE = (
+    "ebd2n train: run failed: 4 consecutive steps had non-finite gradients (last at step 9); "
+    "lower optimizer.lr or check the data"
+)
 
 
 def _runs() -> list[RunSpec]:
@@ -198,7 +203,7 @@ def test_status_without_a_plan_is_a_user_error(tmp_path: Path) -> None:
 
 def _open_status_page(tmp_path: Path) -> Iterator[object]:
     """The campaign's status page in headless Chromium at 1,400 px, offline."""
-    from ebd2n.campaign.status import write_status_page
+    from ebd2n.campaign.status_display import write_status_page
 
     yield from _open_page(
         write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW))

@@ -82,7 +82,8 @@ def test_extend_keeps_the_previous_revision_and_records_why(edgy: Path) -> None:
         CAMPAIGN_TEXT,
         {"synchronous": [0.002, 0.004]},
         {
-            "synchronous": "winner LR 0.001 (beta2 0.99) is the upper edge of the tested LRs; continued the grid's step there"
+            "synchronous": "winner LR 0.001 (beta2 0.99) is the upper edge of the tested LRs; "
+            "continued the grid's step there"
         },
     )
     assert result == expected
@@ -187,7 +188,8 @@ def test_sweep_until_bracketed_brackets_a_grid_below_its_optimum(tmp_path: Path)
 
 
 def test_sweep_passes_snakemake_arguments_as_typed(tmp_path: Path) -> None:
-    """`--profile slurm -n` reaches Snakemake unchanged: the cluster profile plans the tiny campaign's jobs, nothing runs."""
+    """`--profile slurm -n` reaches Snakemake unchanged: the cluster profile plans the tiny campaign's jobs,
+    nothing runs."""
     repo = copy_repo(tmp_path / "repo")
     campaign = write_campaign_file(repo, TINY)
     planned = _ebd2n(repo, "sweep", campaign, "--", "--profile", "slurm", "-n", "--quiet", "rules")

@@ -203,7 +203,8 @@ def cmd_dashboard(args: argparse.Namespace) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.status import campaign_status, finished, format_status, write_status_page
+    from ebd2n.campaign.status import campaign_status
+    from ebd2n.campaign.status_display import finished, format_status, write_status_page
 
     directory = _locate(args).directory
     status = campaign_status(directory)

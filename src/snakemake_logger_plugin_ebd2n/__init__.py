@@ -114,7 +114,8 @@ class LogHandler(LogHandlerBase):
             return
         self.status_written = time.monotonic()
         try:
-            from ebd2n.campaign.status import campaign_status, write_status_page
+            from ebd2n.campaign.status import campaign_status
+            from ebd2n.campaign.status_display import write_status_page
             from ebd2n.layout import named_campaign
         except ImportError:  # Snakemake runs without the ebd2n package: no pages
             return

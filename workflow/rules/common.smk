@@ -12,7 +12,7 @@ from snakemake.utils import validate
 
 from ebd2n.campaign.check import campaign_from_dict, campaign_warnings
 from ebd2n.campaign.file import SCHEMA_PATH
-from ebd2n.campaign.search import read_decision
+from ebd2n.campaign.rung_decision import read_decision
 from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
@@ -81,7 +81,7 @@ PREPARE_RESOURCES, PREPARE_THREADS = PLAN.prepare_job_resources()
 
 # When jobs are about to run (not while parsing, not in a dry run): what `ebd2n status` expects.
 onstart:
-    from ebd2n.campaign.status import write_plan
+    from ebd2n.campaign.status_plan import write_plan
 
     write_plan(CAMPAIGN, PLAN.plans)
 

@@ -34,10 +34,10 @@ from ebd2n.audit.positions import check_positions, checkpoint_metadata
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.audit.search import check_search, readable
 from ebd2n.campaign.fates import finished_runs
+from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.history import GridHistory, read_history
 from ebd2n.campaign.plans import recorded_search
 from ebd2n.campaign.runs import parse_run_id
-from ebd2n.campaign.search import Halving
 from ebd2n.errors import UserError
 from ebd2n.layout import (
     AUDIT_JSON,

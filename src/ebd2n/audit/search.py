@@ -17,19 +17,19 @@ from typing import Any
 from ebd2n.atomic import is_temporary, remove_temporaries
 from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object
+from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.history import GridHistory
-from ebd2n.campaign.runs import parse_run_id
-from ebd2n.campaign.search import (
+from ebd2n.campaign.rung_decision import (
     DECISION_NAME,
-    Halving,
     decide,
     decision_digest,
     decision_rule,
     epoch_loss,
-    point_id,
     read_decision,
     recorded_epochs,
 )
+from ebd2n.campaign.runs import parse_run_id
+from ebd2n.campaign.search import point_id
 from ebd2n.errors import UserError
 from ebd2n.layout import (
     FINAL,

@@ -65,7 +65,8 @@ def _check_campaign(campaign: Campaign) -> None:
     for mode in grid.modes:
         if mode not in grid.learning_rates and not all(f"{base}-{mode}" in grid.learning_rates for base in grid.bases):
             raise UserError(
-                f"{where}: grid.learning_rates: no list for mode {mode}; give each mode in grid.modes its learning rates"
+                f"{where}: grid.learning_rates: no list for mode {mode}; "
+                "give each mode in grid.modes its learning rates"
             )
     scoped = {f"{preset}-{mode}" for preset in grid.presets or () for mode in grid.modes}
     for mode in grid.learning_rates:
@@ -166,18 +167,21 @@ def _check_resources(campaign: Campaign, base: str, mode: str, recipe: Recipe, w
     parallel = recipe.parallel
     if resources.gpus_per_node is not None and parallel.pipeline_stages * parallel.data_parallel != gpus:
         raise UserError(
-            f"{where}: resources for {scope}: nodes x gpus_per_node = {resources.nodes} x {resources.gpus_per_node} GPUs, "
+            f"{where}: resources for {scope}: nodes x gpus_per_node = "
+            f"{resources.nodes} x {resources.gpus_per_node} GPUs, "
             f"but the recipe places the model on parallel.pipeline_stages x parallel.data_parallel = "
             f"{parallel.pipeline_stages} x {parallel.data_parallel} devices; make them equal"
         )
     if packed_models(mode) is not None and gpus > 1:
         raise UserError(
-            f"{where}: resources for {scope}: gpus {gpus}, but packed-K mode trains its K models on one device; set gpus to 0 or 1"
+            f"{where}: resources for {scope}: gpus {gpus}, but packed-K mode trains its K models on one device; "
+            "set gpus to 0 or 1"
         )
     if gpus >= 1 and parallel.pipeline_stages * parallel.data_parallel != gpus:
         raise UserError(
             f"{where}: resources for {scope}: gpus {gpus}, but the recipe places the model on "
-            f"parallel.pipeline_stages x parallel.data_parallel = {parallel.pipeline_stages} x {parallel.data_parallel} devices; "
+            "parallel.pipeline_stages x parallel.data_parallel = "
+            f"{parallel.pipeline_stages} x {parallel.data_parallel} devices; "
             "make them equal (overrides: parallel.data_parallel or parallel.pipeline_stages)"
         )
     if gpus == 0 and recipe.runtime.device.startswith("cuda"):

@@ -14,7 +14,7 @@ from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.history import GridHistory, record_grid
 from ebd2n.campaign.plans import campaign_plans, recorded_search
 from ebd2n.campaign.results import RUN_COLUMNS, read_results, run_directories
-from ebd2n.campaign.status import campaign_plan
+from ebd2n.campaign.status_plan import campaign_plan
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.jsonio import read_json
 from ebd2n.layout import RESULTS_JSON, CampaignPaths

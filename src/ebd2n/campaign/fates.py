@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.campaign.grid import Grid
+from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.runs import Run
-from ebd2n.campaign.search import Bracket, Halving
+from ebd2n.campaign.search import Bracket
 from ebd2n.layout import CampaignPaths
 from ebd2n.train.plan import SlicePlan
 

@@ -136,7 +136,8 @@ def validate_schema(raw: Any, source: str = "campaign") -> None:
         low, high = INT_RANGE
         if not low <= value <= high:
             raise UserError(
-                f"campaign file {source}: {where}: {value} is outside the integers the trainer can use ({low} .. {high}, int64)"
+                f"campaign file {source}: {where}: {value} is outside the integers the trainer can use "
+                f"({low} .. {high}, int64)"
             )
 
 

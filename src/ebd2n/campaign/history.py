@@ -57,7 +57,8 @@ def read_history(paths: CampaignPaths) -> GridHistory:
     files = _recordings(paths)
     if not files:
         raise UserError(
-            f"{paths.frozen_spec}: missing; it records the campaign's grid: collect the campaign (ebd2n collect CAMPAIGN)"
+            f"{paths.frozen_spec}: missing; it records the campaign's grid: "
+            "collect the campaign (ebd2n collect CAMPAIGN)"
         )
     versions: list[Grid] = []
     grid = None

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.grid import Grid
-from ebd2n.campaign.search import Halving
+from ebd2n.campaign.halving import Halving
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths

@@ -1,4 +1,4 @@
-"""Where a campaign stands, while it runs: one row per run and a campaign line, as text and as a page.
+"""Where a campaign stands, while it runs: one row per run and the campaign's totals.
 
 It reads only files the campaign's jobs write: the plan the workflow writes when it starts
 (status/plan.json: the grid, each job's GPUs and CPUs, each base recipe's slices), and
@@ -14,44 +14,37 @@ the mean duration of the finished ones (the trainer's slice times, validation's 
 divided by the number of jobs running now (at least one).
 
 Under successive halving the plan also holds the campaign's search: each bracket's rung decisions
-(search/<bracket>/, read through `ebd2n.campaign.search`) say which runs stopped at a rung. A
+(search/<bracket>/, walked by `ebd2n.campaign.halving`) say which runs stopped at a rung. A
 stopped run is a state of its own, neither failed nor left to do: the ETA counts the runs that
 still train (those whose fate no rung has decided yet among them), and a campaign whose other
 runs are done is finished. One line per bracket says the rung it is at.
+
+The plan is written and read in ebd2n.campaign.status_plan; the table and the page that show a
+status are ebd2n.campaign.status_display's.
 """
 
 from __future__ import annotations
 
-import html
 import itertools
 import json
 import re
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.grid import grid_from_record
+from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.plans import grid_search
-from ebd2n.campaign.resources import scope_name
 from ebd2n.campaign.results import job_failure
-from ebd2n.campaign.runs import Run
-from ebd2n.campaign.search import Halving
+from ebd2n.campaign.status_plan import planned_runs, read_plan
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths
-from ebd2n.quantities import format_amount, format_duration
 from ebd2n.train.lease import live_holder
-from ebd2n.train.plan import SlicePlan, parse_plan, plan_record
+from ebd2n.train.plan import SlicePlan, parse_plan
 
-if TYPE_CHECKING:
-    from ebd2n.campaign.file import Campaign
-
-REFRESH_S = 30
-"""How often the page reloads itself."""
 STATES = ("done", "running", "failed", "pending")
 """The campaign line's counts; a run that trains or validates counts as running."""
 STOPPED = "stopped"
@@ -107,48 +100,6 @@ class CampaignStatus:
     """Successive halving: one line per bracket, the rung it is at (none for the full grid)."""
     retired: list[str] = field(default_factory=list)
     """Run directories of points the campaign file no longer declares: kept on disk, not run."""
-
-
-def campaign_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> dict[str, Any]:
-    """What `ebd2n status` expects and the report prices: the grid, each job scope's GPUs and CPUs,
-    each base recipe's slices (`plans`, ebd2n.campaign.plans) and the GPU-hour price."""
-    grid = campaign.grid
-    jobs = {}
-    for base in grid.bases:
-        for mode in grid.modes:
-            resources = campaign.job_resources(base, mode)
-            jobs[scope_name(base, mode)] = {"gpus": resources.job_gpus, "cpus": resources.cpus}
-    slices = {base: plan_record(plan) for base, plan in plans.items()}
-    return {
-        "campaign": campaign.name,
-        "cost_per_gpu_hour": campaign.cost_per_gpu_hour,
-        **grid.record(),
-        "jobs": jobs,
-        "slices": slices,
-    }
-
-
-def planned_runs(plan: Mapping[str, Any]) -> list[tuple[Run, int, int]]:
-    """Every run of a `campaign_plan` with its job's GPUs and CPUs."""
-    jobs = plan["jobs"]
-    return [
-        (run, jobs[scope_name(run.base, run.mode)]["gpus"], jobs[scope_name(run.base, run.mode)]["cpus"])
-        for run in grid_from_record(plan).runs()
-    ]
-
-
-def write_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> Path:
-    """status/plan.json of a campaign (the workflow's onstart): what `ebd2n status` expects to run."""
-    path = campaign.paths.status_plan
-    text = json.dumps(campaign_plan(campaign, plans), indent=1) + "\n"
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        atomic_write_text(path, text)
-    return path
-
-
-def read_plan(campaign_dir: Path) -> dict[str, Any] | None:
-    """The campaign's plan (see `write_plan`), or None for a campaign the workflow has not started."""
-    return read_json(CampaignPaths(Path(campaign_dir)).status_plan)
 
 
 def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignStatus:
@@ -362,121 +313,3 @@ def _failure(campaign_dir: Path, run: str) -> str | None:
         return None
     log, lines = failure
     return f"{log.relative_to(campaign_dir).as_posix()}: {lines[-1].strip()[:160]}"
-
-
-# --- output ---
-
-COLUMNS = ("run", "state", "epochs", "subset val loss", "subset acc.", "full val loss", "wall", "note")
-LOSSES = (
-    "subset val loss: the last epoch's check on a fixed validation subset; "
-    "full val loss: the whole validation split, which the report ranks runs by."
-)
-"""What the two loss columns are, under the table."""
-_COLOURS = {
-    "done": "32",
-    "training": "36",
-    "validating": "36",
-    "failed": "31",
-    "pending": "2",
-    STOPPED: "33",
-    DIVERGED: "33",
-}
-
-
-def format_status(status: CampaignStatus, colour: bool = False) -> str:
-    """The table and the campaign line; `colour`: ANSI colours for a terminal, else plain text."""
-    rows = [_cells(row) for row in status.runs]
-    widths = [max(len(column), *(len(cells[i]) for cells in rows)) for i, column in enumerate(COLUMNS)]
-    lines = [_joined(COLUMNS, widths)]
-    for row, cells in zip(status.runs, rows, strict=True):
-        text = _joined(cells, widths)
-        lines.append(f"\033[{_COLOURS[row.state]}m{text}\033[0m" if colour else text)
-    lines.append(LOSSES)
-    lines.extend(status.brackets)
-    if status.retired:
-        lines.append(f"retired (kept on disk, no longer in the campaign file's grid): {', '.join(status.retired)}")
-    lines.append(campaign_line(status))
-    return "\n".join(lines)
-
-
-def _joined(cells: tuple[str, ...] | list[str], widths: list[int]) -> str:
-    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-
-
-def campaign_line(status: CampaignStatus) -> str:
-    counts = status.counts
-    eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
-    stopped = f"{counts[STOPPED]} stopped, " if STOPPED in counts else ""
-    stopped += f"{counts[DIVERGED]} diverged, " if counts.get(DIVERGED) else ""
-    return (
-        f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
-        f"{stopped}{counts['failed']} failed, {counts['pending']} pending; {format_amount(status.gpu_hours)} GPU-hours, "
-        f"{format_amount(status.cpu_hours)} CPU-hours so far; ETA {eta}"
-    )
-
-
-def finished(status: CampaignStatus) -> bool:
-    """Whether no run trains, validates or waits any more (a stopped run waits for nothing): the
-    page has nothing left to follow."""
-    return status.counts["running"] == status.counts["pending"] == 0
-
-
-def _cells(row: RunStatus) -> list[str]:
-    training = row.state == "training"
-    return [
-        row.run,
-        f"training {row.detail}" if training else row.state,
-        f"{row.epochs_done}/{row.epochs}",
-        f"{row.loss:.4f} at epoch {row.loss_epoch}" if row.loss is not None else "-",
-        f"{100 * row.accuracy:.2f} %" if row.accuracy is not None else "-",
-        f"{row.full_loss:.4f}" if row.full_loss is not None else "-",
-        format_duration(row.wall_s) if row.wall_s else "-",
-        "" if training else row.detail,
-    ]
-
-
-def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
-    """results/<campaign>/status.html: the same table, reloading itself every REFRESH_S seconds until
-    the campaign has finished."""
-    rows = "\n".join(
-        f'<tr class="{row.state}">' + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(row)) + "</tr>"
-        for row in status.runs
-    )
-    header = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
-    items = "".join(f"\n<li>{html.escape(line)}</li>" for line in status.brackets)
-    brackets = f'\n<ul id="brackets">{items}\n</ul>' if items else ""  # successive halving's rungs
-    reloads = (
-        "no run is left to train or validate, so this page no longer reloads"
-        if finished(status)
-        else f"this page reloads every {REFRESH_S} s"
-    )
-    page = f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-{"" if finished(status) else f'<meta http-equiv="refresh" content="{REFRESH_S}">'}
-<title>{html.escape(status.campaign)} — ebd2n campaign status</title>
-<style>
-body {{ font: 14px system-ui, sans-serif; margin: 1.5rem; color: #1d232b; }}
-table {{ border-collapse: collapse; }} th, td {{ padding: 0.2rem 0.7rem; text-align: left; border-bottom: 1px solid #e3e7ec; }}
-td:nth-child(n+3):nth-child(-n+7) {{ text-align: right; font-variant-numeric: tabular-nums; }}
-tr.done td:nth-child(2) {{ color: #1e7a3c; }} tr.failed td {{ color: #b3261e; }}
-tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; font-weight: 600; }} tr.pending {{ color: #6b7480; }}
-tr.stopped td:nth-child(2), tr.diverged td:nth-child(2) {{ color: #8a5a00; }}
-</style>
-</head>
-<body>
-<h1>{html.escape(status.campaign)}</h1>
-<p id="campaign">{html.escape(campaign_line(status))}</p>{brackets}
-<p class="muted">Written {time.strftime("%Y-%m-%d %H:%M:%S")} by <code>ebd2n status</code>; {reloads}.
-The report, once the campaign is done: <a href="report/index.html">report/index.html</a>.</p>
-<table id="runs"><thead><tr>{header}</tr></thead><tbody>
-{rows}
-</tbody></table>
-<p class="muted">{html.escape(LOSSES)}</p>
-</body>
-</html>
-"""
-    path = CampaignPaths(Path(campaign_dir)).status_page
-    atomic_write_text(path, page)
-    return path

@@ -16,10 +16,11 @@ from typing import Any
 
 from ebd2n.campaign.fates import Read, bracket_records, finished_runs, run_fates, run_records
 from ebd2n.campaign.file import Campaign
+from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.plans import campaign_plans, grid_search
 from ebd2n.campaign.resources import Resources
 from ebd2n.campaign.runs import Run, parse_run_id
-from ebd2n.campaign.search import Bracket, Halving
+from ebd2n.campaign.search import Bracket
 from ebd2n.errors import UserError
 
 
@@ -166,7 +167,8 @@ def asked_candidates(
     path = halving.decision_path(bracket, epoch, points)
     if digest is not None and path.name != f"rung-{epoch}-{digest}.json":
         raise UserError(
-            f"{source}: bracket {bracket.name} rung {epoch}: the grid now decides {path.name}, not rung-{epoch}-{digest}.json "
+            f"{source}: bracket {bracket.name} rung {epoch}: the grid now decides {path.name}, "
+            f"not rung-{epoch}-{digest}.json "
             "(the campaign file changed while the workflow ran: run it again)"
         )
     return points

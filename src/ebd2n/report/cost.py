@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.campaign.results import CampaignResults
-from ebd2n.campaign.status import planned_runs
+from ebd2n.campaign.status_plan import planned_runs
 
 GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
 """The levels the report sums runs at, with the keys that define a group."""

@@ -1,7 +1,7 @@
 """The report's account of a successive-halving search: which points stopped at which rung, what
 each rung's ranking said, and the training hours the search used against the full grid's.
 
-Rankings come from the rung decisions (ebd2n.campaign.search), hours from every run's
+Rankings come from the rung decisions (ebd2n.campaign.halving), hours from every run's
 metrics.jsonl, stopped runs included: their hours are spent although they have no final result.
 The full grid's hours are estimated: each epoch a run did not train counts the mean wall time of
 that epoch over the runs of its bracket that trained it. A campaign without a search (campaign.json
@@ -14,10 +14,11 @@ from typing import Any
 
 import polars as pl
 
+from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.history import read_history
 from ebd2n.campaign.plans import recorded_search
 from ebd2n.campaign.results import CampaignResults
-from ebd2n.campaign.search import Bracket, Halving, point_id
+from ebd2n.campaign.search import Bracket, point_id
 from ebd2n.layout import RUNS, CampaignPaths
 from ebd2n.report.cost import epoch_walls
 

@@ -1,0 +1,134 @@
+"""Shows a campaign's status: the table and campaign line for a terminal, and the status page that
+reloads itself until the campaign has finished."""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.status import DIVERGED, STOPPED, CampaignStatus, RunStatus
+from ebd2n.layout import CampaignPaths
+from ebd2n.quantities import format_amount, format_duration
+
+REFRESH_S = 30
+"""How often the page reloads itself."""
+
+COLUMNS = ("run", "state", "epochs", "subset val loss", "subset acc.", "full val loss", "wall", "note")
+LOSSES = (
+    "subset val loss: the last epoch's check on a fixed validation subset; "
+    "full val loss: the whole validation split, which the report ranks runs by."
+)
+"""What the two loss columns are, under the table."""
+_COLOURS = {
+    "done": "32",
+    "training": "36",
+    "validating": "36",
+    "failed": "31",
+    "pending": "2",
+    STOPPED: "33",
+    DIVERGED: "33",
+}
+
+
+def format_status(status: CampaignStatus, colour: bool = False) -> str:
+    """The table and the campaign line; `colour`: ANSI colours for a terminal, else plain text."""
+    rows = [_cells(row) for row in status.runs]
+    widths = [max(len(column), *(len(cells[i]) for cells in rows)) for i, column in enumerate(COLUMNS)]
+    lines = [_joined(COLUMNS, widths)]
+    for row, cells in zip(status.runs, rows, strict=True):
+        text = _joined(cells, widths)
+        lines.append(f"\033[{_COLOURS[row.state]}m{text}\033[0m" if colour else text)
+    lines.append(LOSSES)
+    lines.extend(status.brackets)
+    if status.retired:
+        lines.append(f"retired (kept on disk, no longer in the campaign file's grid): {', '.join(status.retired)}")
+    lines.append(campaign_line(status))
+    return "\n".join(lines)
+
+
+def _joined(cells: tuple[str, ...] | list[str], widths: list[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+
+def campaign_line(status: CampaignStatus) -> str:
+    counts = status.counts
+    eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
+    stopped = f"{counts[STOPPED]} stopped, " if STOPPED in counts else ""
+    stopped += f"{counts[DIVERGED]} diverged, " if counts.get(DIVERGED) else ""
+    return (
+        f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
+        f"{stopped}{counts['failed']} failed, {counts['pending']} pending; "
+        f"{format_amount(status.gpu_hours)} GPU-hours, "
+        f"{format_amount(status.cpu_hours)} CPU-hours so far; ETA {eta}"
+    )
+
+
+def finished(status: CampaignStatus) -> bool:
+    """Whether no run trains, validates or waits any more (a stopped run waits for nothing): the
+    page has nothing left to follow."""
+    return status.counts["running"] == status.counts["pending"] == 0
+
+
+def _cells(row: RunStatus) -> list[str]:
+    training = row.state == "training"
+    return [
+        row.run,
+        f"training {row.detail}" if training else row.state,
+        f"{row.epochs_done}/{row.epochs}",
+        f"{row.loss:.4f} at epoch {row.loss_epoch}" if row.loss is not None else "-",
+        f"{100 * row.accuracy:.2f} %" if row.accuracy is not None else "-",
+        f"{row.full_loss:.4f}" if row.full_loss is not None else "-",
+        format_duration(row.wall_s) if row.wall_s else "-",
+        "" if training else row.detail,
+    ]
+
+
+def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
+    """results/<campaign>/status.html: the same table, reloading itself every REFRESH_S seconds until
+    the campaign has finished."""
+    rows = "\n".join(
+        f'<tr class="{row.state}">' + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(row)) + "</tr>"
+        for row in status.runs
+    )
+    header = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
+    items = "".join(f"\n<li>{html.escape(line)}</li>" for line in status.brackets)
+    brackets = f'\n<ul id="brackets">{items}\n</ul>' if items else ""  # successive halving's rungs
+    reloads = (
+        "no run is left to train or validate, so this page no longer reloads"
+        if finished(status)
+        else f"this page reloads every {REFRESH_S} s"
+    )
+    page = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+{"" if finished(status) else f'<meta http-equiv="refresh" content="{REFRESH_S}">'}
+<title>{html.escape(status.campaign)} — ebd2n campaign status</title>
+<style>
+body {{ font: 14px system-ui, sans-serif; margin: 1.5rem; color: #1d232b; }}
+table {{ border-collapse: collapse; }}
+th, td {{ padding: 0.2rem 0.7rem; text-align: left; border-bottom: 1px solid #e3e7ec; }}
+td:nth-child(n+3):nth-child(-n+7) {{ text-align: right; font-variant-numeric: tabular-nums; }}
+tr.done td:nth-child(2) {{ color: #1e7a3c; }} tr.failed td {{ color: #b3261e; }}
+tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; font-weight: 600; }}
+tr.pending {{ color: #6b7480; }}
+tr.stopped td:nth-child(2), tr.diverged td:nth-child(2) {{ color: #8a5a00; }}
+</style>
+</head>
+<body>
+<h1>{html.escape(status.campaign)}</h1>
+<p id="campaign">{html.escape(campaign_line(status))}</p>{brackets}
+<p class="muted">Written {time.strftime("%Y-%m-%d %H:%M:%S")} by <code>ebd2n status</code>; {reloads}.
+The report, once the campaign is done: <a href="report/index.html">report/index.html</a>.</p>
+<table id="runs"><thead><tr>{header}</tr></thead><tbody>
+{rows}
+</tbody></table>
+<p class="muted">{html.escape(LOSSES)}</p>
+</body>
+</html>
+"""
+    path = CampaignPaths(Path(campaign_dir)).status_page
+    atomic_write_text(path, page)
+    return path
