@@ -404,7 +404,8 @@ def test_audit_catches_old_artifact_changed_since_last_audit(campaign: Path) -> 
     path.write_text(path.read_text() + "\n")
     result = [v for v in failed(campaign) if "since the last audit" in v]
     assert result == [
-        f"audited artifacts unchanged since the last audit (ledger): runs/{RUNS[0]}/best.json: changed since the last audit"
+        "audited artifacts unchanged since the last audit (ledger): "
+        f"runs/{RUNS[0]}/best.json: changed since the last audit"
     ]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from campaign_tree import grid_runs, write_campaign
 
-from ebd2n.audit.checks import check_retention
+from ebd2n.audit.run_checks import check_retention
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.layout import CampaignPaths

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from workflow_support import environment
 
-from ebd2n.audit.checks import check_retention
+from ebd2n.audit.run_checks import check_retention
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.runs import Run
 from ebd2n.config import load_recipe

@@ -13,8 +13,8 @@ import torch
 from workflow_support import TINY, copy_repo, snakemake, write_campaign
 
 from ebd2n.atomic import sha256_file
-from ebd2n.audit.checks import check_best, check_retention
 from ebd2n.audit.outcomes import check_outcomes
+from ebd2n.audit.run_checks import check_best, check_retention
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.rung_decision import decide
 from ebd2n.campaign.runs import Run

@@ -490,7 +490,7 @@ def test_signing_campaign_verifies_after_a_green_rerun(
     others = [
         name for name in changed if not name.startswith("signatures/") and name not in ("audit.json", "audit.passed")
     ]
-    assert (result.returncode, result.stderr, others) == (0, "", [])
+    assert (result.returncode, result.stderr, others) == (0, _resolved(where / CAMPAIGN), [])
 
 
 def test_signing_audit_of_a_copy_without_its_cache_names_it_and_writes_nothing(

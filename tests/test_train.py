@@ -15,7 +15,7 @@ import pytest
 import torch
 from workflow_support import assert_states_equal, comparable_metrics, killed_write
 
-from ebd2n.audit.checks import log_blocks, overlapping_blocks
+from ebd2n.audit.run_history import log_blocks, overlapping_blocks
 from ebd2n.config import load_recipe
 from ebd2n.data import open_cache
 from ebd2n.errors import UserError

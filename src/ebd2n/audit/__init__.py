@@ -24,33 +24,36 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from ebd2n.atomic import atomic_write_text, remove_temporaries, serialized, sha256_bytes
-from ebd2n.audit import checks
+from ebd2n.audit import checks, run_checks
+from ebd2n.audit.derived import check_collected, check_runs_record, recomputed_campaign
+from ebd2n.audit.evidence import (
+    campaign_artifacts,
+    final_states,
+    ledger_jobs,
+    reachable_cache,
+    read_record,
+    read_text_record,
+    recorded_plans,
+    report_artifacts,
+    run_views,
+    shared_cache_identity,
+)
 from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read_ledger
 from ebd2n.audit.outcomes import check_outcomes
 from ebd2n.audit.positions import check_positions, checkpoint_metadata
-from ebd2n.audit.runs import RunView, json_object, read_run
+from ebd2n.audit.run_history import check_history
+from ebd2n.audit.runs import RunView, json_object
 from ebd2n.audit.search import check_search, readable
 from ebd2n.campaign.fates import finished_runs
 from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.history import GridHistory, read_history
 from ebd2n.campaign.plans import recorded_search
-from ebd2n.campaign.runs import parse_run_id
 from ebd2n.errors import UserError
-from ebd2n.layout import (
-    AUDIT_JSON,
-    AUDIT_LEDGER,
-    CAMPAIGN_JSON,
-    FINAL,
-    FROZEN,
-    RUNS_CSV,
-    CampaignPaths,
-    slice_checkpoint,
-)
+from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CampaignPaths
 from ebd2n.provenance import timestamp
-from ebd2n.train.plan import SlicePlan, read_slice_plan
 
 Stage = Literal["runs", "full"]
 
@@ -73,10 +76,10 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
 def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
     history = read_history(paths)
     files = checks.Check("campaign records present and readable", unit="files")
-    info = _read_record(paths, paths.campaign_json, files)
-    freeze = _read_record(paths, paths.freeze_record, files) or {}
-    frozen_hash = _read_text(paths, paths.source_hash, files)
-    previous_audit = _read_record(paths, paths.audit, files, optional=True)
+    info = read_record(paths, paths.campaign_json, files)
+    freeze = read_record(paths, paths.freeze_record, files) or {}
+    frozen_hash = read_text_record(paths, paths.source_hash, files)
+    previous_audit = read_record(paths, paths.audit, files, optional=True)
     try:
         ledger = read_ledger(paths)
     except ValueError as error:
@@ -85,7 +88,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
     files.examined += 1 if paths.ledger.exists() else 0
 
     expected = history.grid.runs()
-    views = _views(paths, expected)
+    views = run_views(paths, expected)
     halving, search = _search(paths, history, views)
     fates: dict[str, int | None] = {run.id: None for run in expected}
     if halving is not None:  # successive halving: only the runs every rung promoted train to the end
@@ -100,42 +103,42 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
     }
     settled = [view for view in views.values() if view.finished or view.id in stopped]  # what the ledger protects
     metadata = checkpoint_metadata(settled)
-    cache_identity = _cache_identity(finished)
-    cache_dir = _reachable_cache(paths, finished)
+    cache_identity = shared_cache_identity(finished)
+    cache_dir = reachable_cache(paths, finished)
     remove_temporaries(paths.directory)  # of a killed write of a campaign record
     cache_check, targets = checks.check_cache(cache_dir, cache_identity)
     run_list = list(views.values())
-    recomputed = _recomputed(paths, info, history)
+    recomputed = recomputed_campaign(paths, info, history)
     settings = freeze.get("settings") if isinstance(freeze.get("settings"), dict) else {}
     result = [
         files,
         checks.check_grid(expected_finished, views),
         *search,
         checks.check_members(paths, expected),
-        checks.check_files(run_list),
+        run_checks.check_files(run_list),
         cache_check,
-        checks.check_validation(run_list, cache_identity, targets),
-        checks.check_recipes(paths, run_list, history.name),
+        run_checks.check_validation(run_list, cache_identity, targets),
+        run_checks.check_recipes(paths, run_list, history.name),
         checks.check_plans(paths, history.grid.bases, settings.get("epochs_per_slice")),
         checks.check_trainer(paths, frozen_hash, run_list),
-        checks.check_final(run_list, cache_identity, _final_states(finished, metadata)),
+        run_checks.check_final(run_list, cache_identity, final_states(finished, metadata)),
         check_positions(settled, metadata),
-        checks.check_artifacts(run_list),
-        checks.check_history(run_list),
+        run_checks.check_artifacts(run_list),
+        check_history(run_list),
         check_outcomes(run_list),
-        checks.check_retention(run_list, _recorded_plans(paths, history.grid.bases)),
-        checks.check_best(run_list),
-        _check_collected(paths, info, recomputed, finished),
+        run_checks.check_retention(run_list, recorded_plans(paths, history.grid.bases)),
+        run_checks.check_best(run_list),
+        check_collected(paths, info, recomputed, finished),
     ]
-    current = _artifacts(paths, settled)
-    jobs = _jobs(settled, stopped, metadata)
+    current = campaign_artifacts(paths, settled)
+    jobs = ledger_jobs(settled, stopped, metadata)
     result.append(check_ledger(paths, ledger, previous_audit, current, jobs, stopped, accept))
     if stage == "full":
-        result.append(_check_runs_record(paths, result))
+        result.append(check_runs_record(paths, result))
         result.append(checks.check_report(paths, recomputed if isinstance(recomputed, dict) else None))
-        current.update(_report_artifacts(paths))
+        current.update(report_artifacts(paths))
     for check in result:  # records name paths relative to the repository, however the campaign was reached
-        check.violations = [_repository_relative(paths, violation) for violation in check.violations]
+        check.violations = [checks.repository_relative(paths, violation) for violation in check.violations]
     passed = all(check.status != "failed" for check in result)
     earlier = ledger.digest is not None or bool((previous_audit or {}).get("ledger_sha256"))
     record = {
@@ -191,17 +194,6 @@ def _search(
     return halving, ([] if halving is None else [check_search(halving, views, history)])
 
 
-def _recorded_plans(paths: CampaignPaths, bases: tuple[str, ...]) -> dict[str, SlicePlan | None]:
-    """Each base's slices as the frozen trainer confirmed them; None where unreadable (check_plans names it)."""
-    plans: dict[str, SlicePlan | None] = {}
-    for base in bases:
-        try:
-            plans[base] = read_slice_plan(paths.slice_plan(base))
-        except UserError:
-            plans[base] = None
-    return plans
-
-
 def _same_audit(previous: dict | None, record: dict) -> bool:
     """Whether the last audit found exactly what this one finds (its time, and the ledger it started
     from, aside: both audits then leave the same ledger)."""
@@ -211,7 +203,7 @@ def _same_audit(previous: dict | None, record: dict) -> bool:
 
 def _same_runs_audit(previous: dict | None, record: dict) -> bool:
     """Whether the runs stage found what its record (audit-runs.json, which the report shows) says:
-    the same runs, checks, outcomes, violations and notes, as `_check_runs_record` compares them.
+    the same runs, checks, outcomes, violations and notes, as `check_runs_record` compares them.
     Since the first full audit, the ledger's check may have gone from nothing to examine to passed,
     an earlier audit was compared, and the records check examined its records too."""
     if not isinstance(previous, dict) or not record["passed"] or not isinstance(previous.get("checks"), list):
@@ -254,212 +246,3 @@ def summary(record: dict) -> str:
 def violations(record: dict) -> list[str]:
     """Every violation of an audit record, prefixed by its check."""
     return [f"{check['name']}: {v}" for check in record["checks"] for v in check["violations"]]
-
-
-def _repository_relative(paths: CampaignPaths, message: str) -> str:
-    """A message with the repository's absolute prefix taken off the paths it names."""
-    return message.replace(f"{paths.repository}{os.sep}", "")
-
-
-def _read_record(paths: CampaignPaths, path: Path, check: checks.Check, optional: bool = False) -> Any:
-    where = path.relative_to(paths.directory)
-    if not path.is_file():
-        if not optional:
-            check.violations.append(f"{where}: missing")
-        return None
-    check.examined += 1
-    value, problem = json_object(path)
-    if problem:
-        check.violations.append(f"{where}: {problem}")
-    return value
-
-
-def _read_text(paths: CampaignPaths, path: Path, check: checks.Check) -> str | None:
-    if not path.is_file():
-        check.violations.append(f"{path.relative_to(paths.directory)}: missing")
-        return None
-    check.examined += 1
-    return path.read_text(encoding="utf-8", errors="replace").strip() or None
-
-
-def _views(paths: CampaignPaths, expected: list) -> dict[str, RunView]:
-    """Every run of the grid with a directory, and every other run directory with a run id (the
-    members check names those that are no run of the grid)."""
-    runs = {run.id: run for run in expected}
-    for directory in sorted(paths.runs.glob("*")) if paths.runs.is_dir() else []:
-        if directory.name not in runs:
-            try:
-                runs[directory.name] = parse_run_id(directory.name)
-            except UserError:
-                continue
-    return {
-        run_id: read_run(paths.run(run_id), run) for run_id, run in runs.items() if paths.run(run_id).directory.is_dir()
-    }
-
-
-def _cache_identity(finished: list[RunView]) -> str | None:
-    """The one cache identity every finished run records (None when they disagree)."""
-    seen = {view.results.get("cache_identity") for view in finished}
-    return seen.pop() if len(seen) == 1 else None
-
-
-def _reachable_cache(paths: CampaignPaths, finished: list[RunView]) -> Path | None:
-    """The cache the runs read (a relative cache_dir starts at the campaign's repository). An audit
-    that cannot reach it cannot judge the runs: it stops, saying where it looked, before it writes."""
-    named = next((view.recipe.data.cache_dir for view in finished if view.recipe is not None), None)
-    if named is None:
-        return None
-    cache_dir = paths.repository / named
-    if not cache_dir.is_dir():
-        relative = "" if Path(named).is_absolute() else f", relative to the campaign's repository {paths.repository}"
-        raise UserError(
-            f"data cache {named} (the runs' data.cache_dir): not found at {cache_dir}{relative}; audit the "
-            "campaign where its cache is reached (a copy: beside its repository's results/), "
-            "nothing was written"
-        )
-    return cache_dir
-
-
-def _final_states(finished: list[RunView], metadata: dict[tuple[str, str], dict | None]) -> dict[str, dict]:
-    """The metadata each final.pt records about itself."""
-    return {view.id: state for view in finished if (state := metadata.get((view.id, FINAL))) is not None}
-
-
-def _jobs(
-    settled: list[RunView], stopped: dict[str, int], metadata: dict[tuple[str, str], dict | None]
-) -> dict[str, list[str]]:
-    """The jobs that trained each finished run (results.json) and each stopped run (its rung checkpoint)."""
-    jobs = {}
-    for view in settled:
-        if view.id in stopped:
-            progress = (metadata.get((view.id, slice_checkpoint(stopped[view.id]))) or {}).get("progress")
-            jobs[view.id] = list(progress.get("job_ids") or []) if isinstance(progress, dict) else []
-        else:
-            jobs[view.id] = list(view.results.get("job_ids") or [])
-    return jobs
-
-
-def _recomputed(paths: CampaignPaths, info: dict | None, history: GridHistory) -> dict | str:
-    """campaign.json as the campaign's sources make it (what they cannot say, how the jobs ran, the
-    cost plan and the signing key's id, is taken from the file as it stands), or why it cannot be
-    recomputed."""
-    from ebd2n.campaign.collect import campaign_record
-
-    kept = {key: info[key] for key in ("execution", "plan", "signing") if key in info} if isinstance(info, dict) else {}
-    try:
-        return {**campaign_record(paths, history), **kept}
-    except UserError as error:
-        return str(error)
-
-
-def _check_collected(
-    paths: CampaignPaths, info: dict | None, recomputed: dict | str, finished: list[RunView]
-) -> checks.Check:
-    """campaign.json and runs.csv say what the frozen spec and the runs say."""
-    from ebd2n.campaign.results import read_results
-
-    check = checks.Check(f"{CAMPAIGN_JSON} and {RUNS_CSV} equal a recomputation", unit="files")
-    if not finished:
-        check.reason = "nothing collected yet"
-        return check
-    check.examined = 2
-    if isinstance(recomputed, str):
-        check.violations.append(f"{CAMPAIGN_JSON} cannot be recomputed: {recomputed}")
-        return check
-    if not isinstance(info, dict):
-        check.violations.append(
-            f"{CAMPAIGN_JSON}: {'missing' if info is None else 'not a JSON object'}; collect the campaign again"
-        )
-    else:
-        for key, value in recomputed.items():
-            if info.get(key) != value:
-                check.violations.append(
-                    f"{CAMPAIGN_JSON}: {key} {_short(info.get(key))} is not the campaign's {_short(value)} "
-                    f"(recomputed from {FROZEN}/ and the runs)"
-                )
-    try:
-        expected = read_results(paths.directory, recomputed).runs.write_csv()
-    except UserError as error:
-        check.violations.append(f"runs table cannot be recomputed: {error}")
-        return check
-    actual = paths.runs_csv.read_text(encoding="utf-8", errors="replace") if paths.runs_csv.is_file() else None
-    if actual != expected:
-        check.violations.append(
-            f"{paths.runs_csv.name}: {'missing' if actual is None else 'differs from the runs results'}"
-        )
-    return check
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _artifacts(paths: CampaignPaths, settled: list[RunView]) -> dict[str, str]:
-    """SHA-256 of every finished or stopped run's files, the frozen records, base recipes and slice
-    plans, campaign.json and runs.csv, keyed by their path relative to the campaign."""
-    from ebd2n.atomic import sha256_file
-
-    runs = paths.runs.name
-    artifacts = {f"{runs}/{view.id}/{name}": digest for view in settled for name, digest in view.hashes.items()}
-    frozen = [
-        paths.source_hash,
-        paths.freeze_record,
-        *sorted(paths.frozen_spec.glob("*")),
-        *sorted(paths.frozen_recipes.glob("*.yaml")),
-        *sorted(paths.slice_plans.glob("*.json")),
-        *sorted(paths.search.rglob("*.json")),
-    ]
-    for path in [*frozen, paths.campaign_json, paths.runs_csv]:
-        if path.is_file():
-            artifacts[path.relative_to(paths.directory).as_posix()] = sha256_file(path)
-    return artifacts
-
-
-def _report_artifacts(paths: CampaignPaths) -> dict[str, str]:
-    from ebd2n.atomic import sha256_file
-
-    return {
-        p.relative_to(paths.directory).as_posix(): sha256_file(p)
-        for p in sorted(paths.report.rglob("*"))
-        if p.is_file() and not p.is_symlink()
-    }
-
-
-def _check_runs_record(paths: CampaignPaths, now: list[checks.Check]) -> checks.Check:
-    """audit-runs.json, the audit the published report shows, says what these checks say: the same
-    checks, outcomes and violations (only the ledger's may have gone from nothing to examine to
-    passed, once a full audit wrote the ledger), so the page never shows an audit that did not happen."""
-    check = checks.Check(
-        f"{paths.audit_runs.name} (the audit the report shows) equals this audit of the runs", unit="records"
-    )
-    record, problem = json_object(paths.audit_runs) if paths.audit_runs.is_file() else (None, None)
-    if record is None and problem is None:
-        check.reason = f"no {paths.audit_runs.name} (the report says: not audited)"
-        return check
-    if any(current.violations for current in now):
-        check.reason = "the runs fail this audit already"
-        return check
-    check.examined = 1
-    if problem or not isinstance(record.get("checks"), list):
-        check.violations.append(f"{paths.audit_runs.name}: {problem or 'no list of checks'}")
-        return check
-    shown = {str(entry.get("name")): entry for entry in record["checks"] if isinstance(entry, dict)}
-    ledger = now[-1].name
-    for current in now:
-        entry = shown.pop(current.name, None)
-        if entry is None:
-            check.violations.append(f"{paths.audit_runs.name}: lacks the check {current.name!r}")
-            continue
-        grown = current.name == ledger and (entry.get("status"), current.status) == ("not applicable", "passed")
-        found = [_repository_relative(paths, violation) for violation in current.violations]
-        if not grown and (entry.get("status"), entry.get("violations")) != (current.status, found):
-            check.violations.append(
-                f"{paths.audit_runs.name}: {current.name!r} is {entry.get('status')}, this audit finds it {current.status}"
-            )
-    check.violations += [f"{paths.audit_runs.name}: names a check this audit has not, {name!r}" for name in shown]
-    if check.violations:
-        check.violations.append(
-            f"run `ebd2n audit {paths.directory} --stage runs`, then `ebd2n report {paths.directory}`"
-        )
-    return check

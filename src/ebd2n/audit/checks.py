@@ -1,61 +1,28 @@
-"""The audit's checks. Each says what it examined; a check that examined nothing is "not applicable".
+"""The audit's Check record and the checks of the campaign as a whole: grid, members, plans, trainer, cache, report.
 
-Run checks need no ledger: a run's own records (final.pt's embedded run id and recipe identity,
-checkpoints.json, results.json's hashes of every artifact) must agree with each other and with
-the files, so a swapped, edited, truncated or deleted artifact is caught on a first audit too.
+Each says what it examined; a check that examined nothing is "not applicable". The checks of each
+run on its own are in `ebd2n.audit.run_checks` and `ebd2n.audit.run_history`.
 """
 
 from __future__ import annotations
 
 import filecmp
-import math
-import re
+import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ebd2n.audit.runs import RunView, metric_records
+from ebd2n.audit.runs import RunView
 from ebd2n.campaign.plans import frozen_trainer_plan
-from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import Run, parse_run_id
-from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
-from ebd2n.layout import (
-    BEST,
-    CHECKPOINT_LEDGER,
-    FINAL,
-    METRICS,
-    REPORT_ASSETS,
-    RESULTS_JSON,
-    RUN_ARTIFACTS,
-    SOURCE_HASH,
-    TRAIN_LOG,
-    TRAINING_ARTIFACTS,
-    CampaignPaths,
-    checkpoint_epoch,
-    named_campaign,
-    slice_record,
-)
+from ebd2n.layout import REPORT_ASSETS, SOURCE_HASH, CampaignPaths
 from ebd2n.provenance import source_hash
 from ebd2n.report.campaign_report import build_report
 from ebd2n.report.publish import report_files
-from ebd2n.train.budget import budget_of
-from ebd2n.train.plan import SlicePlan, plan_json
-from ebd2n.train.retention import Retention
-from ebd2n.train.runlog import CLOSING_LINES
-
-GRID_AXES = {
-    "optimizer.lr": "learning rate",
-    "optimizer.beta2": "beta2",
-    "runtime.seed": "seed",
-    "decentralized.num_models": "mode",
-}
-"""Recipe keys a run id fixes: a difference there contradicts the run id, not the frozen base."""
-_JOB_HEADER = "########## job "
-_COUNTED = re.compile(r"(step|epoch) (\d+)[/:]")
-"""A train.log line counting steps (`step 8/64 | ...`, `step 9: non-finite ...`) or epochs (`epoch 1/2 | ...`)."""
+from ebd2n.train.plan import plan_json
 
 
 @dataclass
@@ -104,6 +71,11 @@ def each_run(name: str, views: Iterable[RunView], problem: Callable[[RunView], I
     return check
 
 
+def repository_relative(paths: CampaignPaths, message: str) -> str:
+    """A message with the repository's absolute prefix taken off the paths it names."""
+    return message.replace(f"{paths.repository}{os.sep}", "")
+
+
 def check_grid(expected: list[Run], views: dict[str, RunView]) -> Check:
     check = Check("every grid point has every seed", len(expected))
     check.violations = [
@@ -130,7 +102,8 @@ def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
             continue
         if directory.name not in grid:
             check.violations.append(
-                f"{where}: not a run of the campaign's grid (no such grid point and seed in {_where(paths, paths.frozen_spec)}/)"
+                f"{where}: not a run of the campaign's grid "
+                f"(no such grid point and seed in {_where(paths, paths.frozen_spec)}/)"
             )
     return check
 
@@ -168,78 +141,6 @@ def _where(paths: CampaignPaths, path: Path) -> str:
     return path.relative_to(paths.directory).as_posix()
 
 
-def check_files(views: list[RunView]) -> Check:
-    return each_run("run files present and readable", views, lambda v: v.problems)
-
-
-def check_validation(views: list[RunView], cache_identity: str | None, targets: int | None) -> Check:
-    def problem(view: RunView) -> Iterable[str]:
-        results = view.results
-        if results.get("status") == "diverged":  # an outcome, not validated (ebd2n.audit.outcomes checks the claim)
-            if cache_identity is None or results.get("cache_identity") != cache_identity:
-                yield f"cache identity {str(results.get('cache_identity'))[:12]}… is not the campaign's cache"
-            return
-        if results.get("status") != "complete":
-            reason = results.get("reason")
-            yield f"full validation {results.get('status', 'missing')}" + (f" ({reason})" if reason else "")
-            return
-        loss = results.get("loss")
-        if not isinstance(loss, (int, float)) or not math.isfinite(loss):
-            yield f"full validation loss {loss!r} is not a finite number"
-        if cache_identity is None or results.get("cache_identity") != cache_identity:
-            yield f"cache identity {str(results.get('cache_identity'))[:12]}… is not the campaign's cache"
-        if results.get("targets") != targets:
-            yield f"{results.get('targets')} validation targets, the cache has {targets}"
-
-    return each_run("complete full validation on the campaign cache", views, problem)
-
-
-def check_recipes(paths: CampaignPaths, views: list[RunView], campaign: str) -> Check:
-    """Each run's recipe is its frozen base at its grid point, trained in its own directory
-    (results/<campaign>/runs/<run-id>, however the campaign is reached now)."""
-    bases: dict[str, Recipe | str] = {}
-
-    def problem(view: RunView) -> Iterable[str]:
-        if view.recipe is None:
-            return
-        base = view.run.base
-        if base not in bases:
-            try:
-                bases[base] = load_recipe(paths.base_recipe(base))
-            except UserError as error:
-                bases[base] = str(error)
-        if isinstance(bases[base], str):
-            yield f"frozen base recipe unreadable: {bases[base]}"
-            return
-        own, trained_in = (
-            named_campaign(campaign).run(view.id).directory.as_posix(),
-            paths.relative(view.recipe.runtime.output_dir),
-        )
-        if trained_in != own:
-            yield f"runtime.output_dir {trained_in} is not the run's directory {own} (a run trained elsewhere)"
-        expected = run_recipe(bases[base], view.run, view.recipe.runtime.output_dir)
-        diff = _differences(expected.model_dump(mode="json"), view.recipe.model_dump(mode="json"))
-        axes = [key for key in diff if key in GRID_AXES]
-        others = [key for key in diff if key not in GRID_AXES]
-        if axes:
-            yield f"{', '.join(axes)} differ from the run id's grid point ({view.run.id})"
-        if others:
-            yield f"recipe differs from the frozen base outside the grid axes: {', '.join(others)}"
-
-    return each_run("recipes equal the frozen base except grid axes, seed and paths", views, problem)
-
-
-def _differences(expected: dict, actual: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key in sorted(set(expected) | set(actual)):
-        a, b = expected.get(key), actual.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}")
-    return out
-
-
 def check_trainer(paths: CampaignPaths, frozen_hash: str | None, views: list[RunView]) -> Check:
     """The frozen tree still hashes to SOURCE_HASH, and every run was trained by it."""
     check = Check("every run used the frozen trainer, which is unchanged")
@@ -260,187 +161,6 @@ def check_trainer(paths: CampaignPaths, frozen_hash: str | None, views: list[Run
     return check
 
 
-def check_final(views: list[RunView], cache_identity: str | None, final_states: dict[str, dict]) -> Check:
-    """final.pt names its own run and recipe, and its hash is the one its run recorded twice."""
-
-    def problem(view: RunView) -> Iterable[str]:
-        actual = view.hashes.get(FINAL)
-        if actual is None:
-            return  # run files check
-        if (view.checkpoints or {}).get(FINAL) != actual:
-            yield f"{FINAL} does not match its SHA-256 in {CHECKPOINT_LEDGER} (altered or replaced)"
-        if view.recorded.get(FINAL) != actual:
-            yield f"{FINAL} is not the checkpoint its full validation examined (validate it again: ebd2n validate)"
-        state = final_states.get(view.id)
-        if state is None:
-            yield f"{FINAL}: unreadable"
-            return
-        if state.get("run_id") != view.id:
-            yield f"{FINAL} belongs to run {state.get('run_id')!r}, not {view.id}"
-        if view.recipe is not None and state.get("recipe_identity") != recipe_identity(view.recipe, cache_identity):
-            yield f"{FINAL} was trained for another recipe than this run's"
-
-    return each_run(f"{FINAL} belongs to its run and matches its recorded hashes", views, problem)
-
-
-def check_artifacts(views: list[RunView]) -> Check:
-    """Every file the trainer left is byte-identical to what full validation recorded."""
-
-    def problem(view: RunView) -> Iterable[str]:
-        recorded = view.recorded
-        if not recorded:
-            yield f"{RESULTS_JSON} records no artifact hashes; validate the run again"
-            return
-        for name in TRAINING_ARTIFACTS:
-            if name == FINAL or name not in view.hashes:
-                continue  # final.pt: its own check; missing: the files check
-            if recorded.get(name) != view.hashes[name]:
-                yield f"{name} changed after full validation"
-
-    return each_run("run artifacts unchanged since full validation", views, problem)
-
-
-def check_history(views: list[RunView]) -> Check:
-    """metrics.jsonl is one run's history: every step once and in order, every epoch once."""
-
-    def problem(view: RunView) -> Iterable[str]:
-        if METRICS not in view.hashes or view.recipe is None:
-            return
-        records, bad = metric_records(view.paths.metrics)
-        if bad:
-            yield f"{METRICS}: {bad}"
-        steps = [r.get("step") for r in records if r.get("type") == "step"]
-        epochs = [r.get("epoch") for r in records if r.get("type") == "epoch"]
-        if steps != list(range(1, len(steps) + 1)):
-            yield f"{METRICS}: steps are not 1..N once each in order (two trainers, or an edit)"
-        budget = budget_of(view.recipe)
-        diverged = records[-1] if records and records[-1].get("type") == "diverged" else {}  # the run stopped there
-        last_epoch, last_step = diverged.get("epoch", budget.epochs + 1) - 1, diverged.get("step", budget.total_steps)
-        if epochs != list(range(1, last_epoch + 1)):
-            yield f"{METRICS}: epoch records {_span(epochs)}, expected 1..{last_epoch} once each"
-        if steps and len(steps) != last_step:
-            yield f"{METRICS}: {len(steps)} step records, the {'decision' if diverged else 'budget'} has {last_step}"
-        if TRAIN_LOG in view.hashes:
-            blocks = log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
-            jobs = {job for job, _ in blocks}
-            missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in jobs]
-            if missing:
-                yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
-            for job, foreign in overlapping_blocks(blocks):
-                yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
-
-    return each_run(f"{METRICS} and {TRAIN_LOG} hold one consistent history", views, problem)
-
-
-def log_blocks(text: str) -> list[tuple[str, list[str]]]:
-    """train.log's blocks in file order: each one's job id and messages (without their time
-    stamps). A requeued SLURM job opens a block per attempt, under the same id."""
-    blocks: list[tuple[str, list[str]]] = []
-    lines: list[str] = []
-    for line in text.splitlines():
-        message = line.split(" ", 2)[-1]  # after `YYYY-mm-dd HH:MM:SS`
-        if message.startswith(_JOB_HEADER):
-            lines = []
-            blocks.append((message.split()[-2], lines))
-        else:
-            lines.append(message)
-    return blocks
-
-
-def overlapping_blocks(blocks: list[tuple[str, list[str]]]) -> list[tuple[str, str]]:
-    """(job, first foreign line) of each train.log block that one trainer cannot have written alone."""
-    return [(job, foreign) for job, lines in blocks if (foreign := _foreign_line(lines)) is not None]
-
-
-def _foreign_line(lines: list[str]) -> str | None:
-    """The first line one trainer cannot have written after the lines before it, None if none.
-
-    A trainer appends its block in one order: its `slice:` line, steps and epochs counting up,
-    checkpoints, then `slice done` (after which only its job adds its CLOSING_LINES). Two trainers
-    appending to one train.log at once mix two such sequences in the later block."""
-    sliced = done = False
-    last = {"step": 0, "epoch": 0}
-    for line in lines:
-        if done and not line.startswith(CLOSING_LINES):
-            return f"{line.split(' |')[0]!r} after slice done"
-        if line.startswith("slice: "):
-            if sliced:
-                return "a second slice line"
-            sliced = True
-        elif line.startswith("slice done: "):
-            done = True
-        elif (match := _COUNTED.match(line)) is not None:
-            kind, number = match.group(1), int(match.group(2))
-            if not sliced or number < last[kind]:  # equal: a skipped step's line, then its progress line
-                return (
-                    f"{kind} {number} after {kind} {last[kind]}" if sliced else f"{kind} {number} before the slice line"
-                )
-            last[kind] = number
-    return None
-
-
-def _span(values: list) -> str:
-    return f"{values[:3]}…{values[-2:]}" if len(values) > 6 else str(values)
-
-
-def retention_of(recipe: Recipe) -> Retention:
-    return Retention(recipe.training.checkpoint_policy, budget_of(recipe).epochs)
-
-
-def slice_records(plan: SlicePlan | None) -> list[str]:
-    """The slice records a run may hold: one per slice end of its plan before the last (none without
-    a plan, which check_plans names)."""
-    return [slice_record(epoch) for epoch in plan.ends[:-1]] if plan is not None else []
-
-
-def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None]) -> Check:
-    """A run directory holds exactly its artifacts and the checkpoints its policy keeps, and its
-    ledger records no checkpoint that is gone (the trainer lets go of an entry before its file)."""
-
-    def problem(view: RunView) -> Iterable[str]:
-        if view.recipe is None:
-            return
-        retention = retention_of(view.recipe)
-        kept = retention.kept()
-        allowed = {*RUN_ARTIFACTS, *kept, *slice_records(plans.get(view.run.base))}
-        stray = [name for name in view.files if name not in allowed]
-        if stray:
-            yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"
-        stopped = ((view.results or {}).get("diverged") or {}).get("epoch")  # a diverged run wrote none from there on
-        missing = [
-            name
-            for name in kept
-            if name not in view.files and not (isinstance(stopped, int) and (checkpoint_epoch(name) or 0) >= stopped)
-        ]
-        if missing:
-            yield f"checkpoint(s) {', '.join(missing)} missing (policy {retention.policy} keeps them)"
-        for name in kept:
-            if name in view.hashes and (view.checkpoints or {}).get(name) != view.hashes[name]:
-                yield f"{name} does not match its SHA-256 in {CHECKPOINT_LEDGER}"
-        gone = [name for name in view.checkpoints or {} if name not in {*view.files, *missing, *RUN_ARTIFACTS}]
-        if gone:
-            yield f"{CHECKPOINT_LEDGER} records {', '.join(sorted(gone))}, which the run does not hold"
-
-    return each_run(
-        "run directories hold exactly what the checkpoint policy keeps, as their ledger records", views, problem
-    )
-
-
-def check_best(views: list[RunView]) -> Check:
-    def problem(view: RunView) -> Iterable[str]:
-        if view.best is None or view.recipe is None or view.best.get("epoch") is None and "diverged" in view.results:
-            return  # a run that diverged in its first epoch has no best epoch
-        weights = view.best.get("weights")
-        retention = retention_of(view.recipe)
-        if not retention.keeps_earlier():
-            if weights is not None:
-                yield f"{BEST} holds weights ({weights!r}) under the {retention.policy} policy"
-        elif not isinstance(weights, str) or weights not in {FINAL, *retention.kept()} or weights not in view.files:
-            yield f"{BEST} points at {weights!r}, which the run does not keep"
-
-    return each_run(f"{BEST} names weights the run keeps (null under the final policy)", views, problem)
-
-
 def check_cache(cache_dir: str | Path | None, cache_identity: str | None) -> tuple[Check, int | None]:
     """Re-hash every shard of the campaign's cache against its manifest; return the target count."""
     check = Check("the data cache matches its manifest", unit="caches")
@@ -455,7 +175,8 @@ def check_cache(cache_dir: str | Path | None, cache_identity: str | None) -> tup
         return check, None
     if cache.identity != cache_identity:
         check.violations.append(
-            f"cache {cache_dir}: identity {cache.identity[:12]}… is not the campaign's {str(cache_identity)[:12]}… (manifest edited)"
+            f"cache {cache_dir}: identity {cache.identity[:12]}… is not the campaign's "
+            f"{str(cache_identity)[:12]}… (manifest edited)"
         )
     return check, cache.validation_targets
 

@@ -130,7 +130,8 @@ def check_ledger(
     name = paths.ledger.name
     if recorded and ledger.digest is None and not paths.ledger.exists():  # unreadable: the files check says so
         check.violations.append(
-            f"{name}: missing, but {paths.audit.name} records one; restore it, or re-baseline with `ebd2n audit --accept`"
+            f"{name}: missing, but {paths.audit.name} records one; "
+            "restore it, or re-baseline with `ebd2n audit --accept`"
         )
     elif ledger.digest is not None and recorded != ledger.digest:
         check.violations.append(f"{name}: not the ledger the last audit wrote (edited, or {paths.audit.name} replaced)")

@@ -134,7 +134,10 @@ def _untraced(halving: Halving, path: Path, decision: dict, grids: dict, epoch: 
         return f"it draws its candidates from {drawn}, not from decisions of rung {before} that are there"
     drawn_from = [read_decision(path.parent / name) or {} for name in drawn]
     if not any(other.get("keep") == decision["keep"] and _seeds(other) == seeds for other in drawn_from):
-        return f"none of the decisions of rung {before} it draws from ({', '.join(drawn)}) was made with its keep and seeds"
+        return (
+            f"none of the decisions of rung {before} it draws from ({', '.join(drawn)}) "
+            "was made with its keep and seeds"
+        )
     promoted = {point for other in drawn_from for point in other.get("continuing", [])}
     return (
         None

@@ -57,5 +57,6 @@ def open_envelope(envelope: Any, public: Ed25519PublicKey, payload_type: str = I
             continue
     ids = ", ".join(str(s.get("keyid"))[:16] for s in envelope["signatures"] if isinstance(s, dict)) or "none"
     raise ValueError(
-        f"no signature by key id {key_id(public)[:16]}… verifies (signed by key id {ids}…; altered, or signed with another key)"
+        f"no signature by key id {key_id(public)[:16]}… verifies "
+        f"(signed by key id {ids}…; altered, or signed with another key)"
     )

@@ -63,7 +63,8 @@ def signing_key(campaign_dir: Path, given: Path | None) -> Ed25519PrivateKey | N
     if named and named != actual:
         raise UserError(
             f"{path}: key id {actual[:16]}…, but {CAMPAIGN_JSON} (and so the report) names key id {named[:16]}…: sign "
-            f"with that key, or name this one (signing_key in the campaign file, or {KEY_VARIABLE}) and run the workflow again"
+            f"with that key, or name this one (signing_key in the campaign file, or {KEY_VARIABLE}) "
+            "and run the workflow again"
         )
     return key
 
@@ -169,7 +170,8 @@ def verify_campaign(campaign_dir: Path, public: Ed25519PublicKey) -> Verificatio
     paths = CampaignPaths(campaign_dir)
     if not paths.directory.is_dir() or not (paths.campaign_json.is_file() or paths.runs.is_dir()):
         raise UserError(
-            f"{paths.directory}: not a campaign directory (no {CAMPAIGN_JSON} or {RUNS}/); pass results/<campaign> or a copy"
+            f"{paths.directory}: not a campaign directory (no {CAMPAIGN_JSON} or {RUNS}/); "
+            "pass results/<campaign> or a copy"
         )
     result = Verification()
     sequences = _statements(paths)
