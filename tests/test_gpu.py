@@ -14,16 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 from gpu_reference import CUDA_RNG_STATE, PEAK_MARGIN, PEAK_MEMORY
+from sliced_runs import final_weights, step_losses, whole_and_sliced
 from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import load_recipe
 from ebd2n.data import open_cache
 from ebd2n.evaluate import validate_run
-from ebd2n.train import train
 from ebd2n.train.budget import budget_of
-from ebd2n.train.checkpoint import load_checkpoint
 from ebd2n.train.engine import build_engine, configure_torch
-from ebd2n.train.runlog import read_metrics
 from ebd2n.train.state import RandomState
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -52,39 +50,25 @@ def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
 
 
 def _whole_and_sliced(cache_dir: Path, tmp_path: Path, *overrides: str) -> tuple[Path, Path]:
-    """One job to the end, and the same run as two slices (epochs 0-2 and 2-4)."""
-    whole, sliced = tmp_path / "whole", tmp_path / "sliced"
-    train(_recipe(cache_dir, whole, *overrides), progress=False)
-    recipe = _recipe(cache_dir, sliced, *overrides)
-    train(recipe, until_epoch=2, progress=False)
-    train(recipe, resume=sliced / "checkpoints/epoch-2.pt", progress=False)
-    return whole, sliced
-
-
-def _weights(run_dir: Path) -> dict:
-    return load_checkpoint(run_dir / "final.pt")["engine"]
-
-
-def _step_losses(run_dir: Path) -> list[float]:
-    return [r["loss"] for r in read_metrics(run_dir) if r["type"] == "step"]
+    return whole_and_sliced(lambda run_dir: _recipe(cache_dir, run_dir, *overrides), tmp_path)
 
 
 def test_cuda_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Path) -> None:
     whole, sliced = _whole_and_sliced(demo_cache, tmp_path, "runtime.deterministic=true")
-    assert_states_equal(_weights(whole), _weights(sliced))
+    assert_states_equal(final_weights(whole), final_weights(sliced))
     assert comparable_metrics(whole) == comparable_metrics(sliced)
 
 
 def test_packed_cuda_two_slices_equal_one_job_bitwise(demo_cache: Path, tmp_path: Path) -> None:
     whole, sliced = _whole_and_sliced(demo_cache, tmp_path, "runtime.deterministic=true", "decentralized.num_models=4")
-    assert_states_equal(_weights(whole), _weights(sliced))
+    assert_states_equal(final_weights(whole), final_weights(sliced))
     assert comparable_metrics(whole) == comparable_metrics(sliced)
 
 
 @COMPILER_IMPORT
 def test_bf16_compiled_run_trains_resumes_and_validates(demo_cache: Path, tmp_path: Path) -> None:
     whole, sliced = _whole_and_sliced(demo_cache, tmp_path, "runtime.compile=true", "runtime.deterministic=false")
-    expected, result = _step_losses(whole), _step_losses(sliced)
+    expected, result = step_losses(whole), step_losses(sliced)
     numerics = json.loads((sliced / "run.json").read_text())["numerics"]
     validation = validate_run(sliced)
     assert numerics == {"dtype": "bf16", "compile": True, "deterministic": False}

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from gpu_reference import CUDA_RNG_STATE
+from sliced_runs import final_weights, step_losses, whole_and_sliced
 from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import load_recipe
@@ -28,7 +29,6 @@ from ebd2n.train import train
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import load_checkpoint, save_checkpoint
 from ebd2n.train.engine import build_engine
-from ebd2n.train.runlog import read_metrics
 from ebd2n.train.validation import evaluate_sequences
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
@@ -63,27 +63,13 @@ def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
 
 
 def _whole_and_sliced(cache_dir: Path, directory: Path, *overrides: str) -> tuple[Path, Path]:
-    """One job to the end, and the same run as two slices (epochs 0-2, then resumed to 4)."""
-    whole, sliced = directory / "whole", directory / "sliced"
-    train(_recipe(cache_dir, whole, *overrides), progress=False)
-    recipe = _recipe(cache_dir, sliced, *overrides)
-    train(recipe, until_epoch=2, progress=False)
-    train(recipe, resume=sliced / "checkpoints/epoch-2.pt", progress=False)
-    return whole, sliced
-
-
-def _weights(run_dir: Path) -> dict:
-    return load_checkpoint(run_dir / "final.pt")["engine"]
-
-
-def _step_losses(run_dir: Path) -> list[float]:
-    return [r["loss"] for r in read_metrics(run_dir) if r["type"] == "step"]
+    return whole_and_sliced(lambda run_dir: _recipe(cache_dir, run_dir, *overrides), directory)
 
 
 def _fp32_validation_loss(run_dir: Path) -> float:
     """Full validation of the run's final weights on the CPU's own path (FP32)."""
     recipe = load_recipe(RunPaths(run_dir).recipe)
-    model = model_with_weights(recipe, evaluation_state_dict(recipe, _weights(run_dir)))
+    model = model_with_weights(recipe, evaluation_state_dict(recipe, final_weights(run_dir)))
     batches = iter_full_validation(
         open_cache(recipe.data.cache_dir), recipe.model.context_length, recipe.evaluation.batch_size
     )
@@ -144,14 +130,14 @@ def test_engine_takes_cuda_path_decisions_on_cpu(overrides: tuple, fused: bool, 
 
 def test_cuda_path_on_cpu_two_slices_equal_one_job_bitwise(eager_runs: tuple[Path, Path]) -> None:
     whole, sliced = eager_runs
-    assert_states_equal(_weights(whole), _weights(sliced))
+    assert_states_equal(final_weights(whole), final_weights(sliced))
     assert comparable_metrics(whole) == comparable_metrics(sliced)
 
 
 def test_cuda_path_on_cpu_losses_within_tolerance_of_fp32(
     eager_runs: tuple[Path, Path], fp32_runs: tuple[Path, Path]
 ) -> None:
-    result, expected = _step_losses(eager_runs[0])[:FIRST_STEPS], _step_losses(fp32_runs[0])[:FIRST_STEPS]
+    result, expected = step_losses(eager_runs[0])[:FIRST_STEPS], step_losses(fp32_runs[0])[:FIRST_STEPS]
     assert result != expected  # BF16 rounds: equal losses would mean autocast never ran
     assert result == pytest.approx(expected, rel=LOSS_RTOL)
 
@@ -163,7 +149,7 @@ def test_cuda_path_on_cpu_run_validates(eager_runs: tuple[Path, Path], demo_cach
 def test_compiled_two_slices_equal_one_job_bitwise(compiled_runs: tuple[Path, Path, dict]) -> None:
     """Bitwise, as eager: both slices run the same compiled kernels, deterministic on one CPU thread."""
     whole, sliced, _ = compiled_runs
-    assert_states_equal(_weights(whole), _weights(sliced))
+    assert_states_equal(final_weights(whole), final_weights(sliced))
     assert comparable_metrics(whole) == comparable_metrics(sliced)
 
 
@@ -171,7 +157,7 @@ def test_compiled_first_steps_within_tolerance_of_eager(
     compiled_runs: tuple[Path, Path, dict], eager_runs: tuple[Path, Path]
 ) -> None:
     """Within LOSS_RTOL, not bitwise: inductor fuses and reorders the FP32 work around the BF16 matmuls."""
-    result, expected = _step_losses(compiled_runs[0]), _step_losses(eager_runs[0])
+    result, expected = step_losses(compiled_runs[0]), step_losses(eager_runs[0])
     assert len(result) == 16 and all(math.isfinite(loss) for loss in result) and result[-1] < result[0]
     assert result[:FIRST_STEPS] == pytest.approx(expected[:FIRST_STEPS], rel=LOSS_RTOL)
 
@@ -201,5 +187,5 @@ def test_checkpoint_with_cuda_rng_states_resumes_on_cpu(
     written = load_checkpoint(run_dir / relative, resume=True)["rng"]
     train(recipe, resume=run_dir / relative, progress=False)
     assert [str(s.dtype) for s in written["cuda"]] == [CUDA_RNG_STATE["dtype"]] * 2
-    assert_states_equal(_weights(fp32_runs[0]), _weights(run_dir))
+    assert_states_equal(final_weights(fp32_runs[0]), final_weights(run_dir))
     assert comparable_metrics(fp32_runs[0]) == comparable_metrics(run_dir)

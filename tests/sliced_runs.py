@@ -1,0 +1,31 @@
+"""A run trained in one job and the same run in two slices: what the GPU tests and their CPU
+counterparts (tests/test_gpu.py, tests/test_gpu_paths_on_cpu.py) compare."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ebd2n.config import Recipe
+from ebd2n.train import train
+from ebd2n.train.checkpoint import load_checkpoint
+from ebd2n.train.runlog import read_metrics
+
+
+def whole_and_sliced(recipe_of: Callable[[Path], Recipe], directory: Path) -> tuple[Path, Path]:
+    """One job to the end, and the same run as two slices (epochs 0-2, then resumed to the end);
+    `recipe_of(run_dir)` is the run's recipe there."""
+    whole, sliced = directory / "whole", directory / "sliced"
+    train(recipe_of(whole), progress=False)
+    recipe = recipe_of(sliced)
+    train(recipe, until_epoch=2, progress=False)
+    train(recipe, resume=sliced / "checkpoints/epoch-2.pt", progress=False)
+    return whole, sliced
+
+
+def final_weights(run_dir: Path) -> dict:
+    return load_checkpoint(run_dir / "final.pt")["engine"]
+
+
+def step_losses(run_dir: Path) -> list[float]:
+    return [r["loss"] for r in read_metrics(run_dir) if r["type"] == "step"]
