@@ -6,10 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ebd2n.config import Recipe
+from ebd2n.config import Recipe, load_recipe
 from ebd2n.train import train
 from ebd2n.train.checkpoint import load_checkpoint
 from ebd2n.train.runlog import read_metrics
+
+
+def short_demo(cache_dir: Path, run_dir: Path, *overrides: str) -> Recipe:
+    """The demo model in 4 epochs x 4 steps of 1,024 tokens, in `run_dir`, reading `cache_dir`."""
+    settings = [f"data.cache_dir={cache_dir}", f"runtime.output_dir={run_dir}", "training.max_tokens=16384"]
+    return load_recipe("demo", [*settings, "training.epoch_tokens=4096", *overrides])
 
 
 def whole_and_sliced(recipe_of: Callable[[Path], Recipe], directory: Path) -> tuple[Path, Path]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sliced_runs import short_demo
 from workflow_support import TINY, copy_repo, snakemake, write_campaign
 
 from ebd2n.atomic import sha256_file
@@ -21,7 +22,7 @@ from ebd2n.campaign.runs import Run
 from ebd2n.campaign.search import Bracket
 from ebd2n.campaign.status import campaign_status
 from ebd2n.campaign.status_display import campaign_line
-from ebd2n.config import dump_recipe, load_recipe, recipe_identity
+from ebd2n.config import dump_recipe, recipe_identity
 from ebd2n.evaluate import validate_run
 from ebd2n.layout import RunPaths, slice_record
 from ebd2n.train import train
@@ -33,16 +34,7 @@ CONVERGING = "synchronous-lr0.003-beta20.99-seed42"
 
 
 def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
-    return load_recipe(
-        "demo",
-        [
-            f"data.cache_dir={cache_dir}",
-            f"runtime.output_dir={run_dir}",
-            "training.max_tokens=16384",
-            "training.epoch_tokens=4096",
-            *overrides,
-        ],
-    )
+    return short_demo(cache_dir, run_dir, *overrides)
 
 
 def _hashes(run_dir: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from gpu_reference import CUDA_RNG_STATE, PEAK_MARGIN, PEAK_MEMORY
-from sliced_runs import final_weights, step_losses, whole_and_sliced
+from sliced_runs import final_weights, short_demo, step_losses, whole_and_sliced
 from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import load_recipe
@@ -35,18 +35,7 @@ BF16_RTOL = 0.02
 
 def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
     """The demo model on CUDA with BF16 autocast, 4 epochs x 4 steps of 1,024 tokens."""
-    return load_recipe(
-        "demo",
-        [
-            f"data.cache_dir={cache_dir}",
-            f"runtime.output_dir={run_dir}",
-            "training.max_tokens=16384",
-            "training.epoch_tokens=4096",
-            "runtime.device=cuda",
-            "runtime.amp=true",
-            *overrides,
-        ],
-    )
+    return short_demo(cache_dir, run_dir, "runtime.device=cuda", "runtime.amp=true", *overrides)
 
 
 def _whole_and_sliced(cache_dir: Path, tmp_path: Path, *overrides: str) -> tuple[Path, Path]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from gpu_reference import CUDA_RNG_STATE
-from sliced_runs import final_weights, step_losses, whole_and_sliced
+from sliced_runs import final_weights, short_demo, step_losses, whole_and_sliced
 from workflow_support import assert_states_equal, comparable_metrics
 
 from ebd2n.config import load_recipe
@@ -49,17 +49,7 @@ dtype or lost update is orders larger."""
 
 def _recipe(cache_dir: Path, run_dir: Path, *overrides: str):
     """A one-block demo model (compiling a second, identical block only costs time), 4 epochs x 4 steps."""
-    return load_recipe(
-        "demo",
-        [
-            f"data.cache_dir={cache_dir}",
-            f"runtime.output_dir={run_dir}",
-            "training.max_tokens=16384",
-            "training.epoch_tokens=4096",
-            "model.layers=1",
-            *overrides,
-        ],
-    )
+    return short_demo(cache_dir, run_dir, "model.layers=1", *overrides)
 
 
 def _whole_and_sliced(cache_dir: Path, directory: Path, *overrides: str) -> tuple[Path, Path]:
