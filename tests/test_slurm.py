@@ -313,7 +313,7 @@ def test_slurm_without_accounting_killed_controller_and_its_orphaned_job(
         try:
             assert _squeue_state(orphan) == "RUNNING"  # the job outlived its controller
             waiting = (
-                f"waiting for the trainer holding {run_dir.relative_to(repo)} "
+                f"waiting for the trainer holding {os.path.realpath(run_dir)} "  # a run is named by its real directory
                 f"(host {os.uname().nodename}, pid {trainer}, SLURM job {orphan},"
             )
             log = repo / "results/slurm-tiny/logs/runs" / RUNS[0] / "slices/epoch-1.log"  # the slice job's log

@@ -132,6 +132,9 @@ def _named(path: Path) -> str:
     raw = read_yaml_mapping(path, "campaign file")
     name = raw.get("campaign")
     if not isinstance(name, str):
+        from ebd2n.campaign.file import validate_schema
+
+        validate_schema(raw, str(path))  # a campaign file's own mistake names its key
         raise UserError(f"{path}: not a campaign file (no campaign: key naming one) nor a campaign directory")
     if not re.fullmatch(_name_pattern(), name):
         raise UserError(f"{path}: campaign: {name!r} is not a campaign name (letters, digits, '.', '_', '-')")
