@@ -3,8 +3,8 @@
 Builds a real 324-run campaign in a temporary directory (3 modes x 12 LRs x 3 beta2 x 3 seeds, as
 config/campaigns/recipe-sweep-20m.yaml, with the demo model on a tiny budget): frozen trainer,
 cache, every run trained and validated in-process, collected, audited before the report, and
-reported. Then it times the full audit (every run file hashed, every final.pt opened, the cache
-re-hashed, the report rebuilt and compared) three times and prints the median, beside the time
+reported. Then it times the full audit (`full=True`: every run file hashed, every final.pt opened,
+the cache re-hashed, the report rebuilt and compared) three times and prints the median, beside the time
 to SHA-256 every file of the campaign once (the least any content audit must do).
 
     PYTHONPATH=src python benchmarks/audit_speed.py [--keep DIR]
@@ -51,8 +51,9 @@ def campaign_file(directory: Path) -> Path:
     return path
 
 
-def build_campaign(directory: Path) -> Path:
-    """Train, validate, collect, audit (runs stage) and report the whole grid, as the workflow would."""
+def build_campaign(directory: Path, file: Path | None = None) -> Path:
+    """Train, validate, collect, audit (runs stage) and report the whole grid of `file` (default:
+    the reference sweep's, `campaign_file`), as the workflow would."""
     from ebd2n.audit import audit_campaign
     from ebd2n.campaign.check import load_campaign
     from ebd2n.campaign.collect import collect_campaign
@@ -64,12 +65,15 @@ def build_campaign(directory: Path) -> Path:
     from ebd2n.report import build_report
     from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
+    from ebd2n.train.plan import recipe_plan, write_slice_plan
 
-    campaign = load_campaign(campaign_file(directory))
+    campaign = load_campaign(file or campaign_file(directory))
     prepare_campaign_cache(campaign)
     freeze_trainer(campaign)
     for base in campaign.grid.bases:
         freeze_base(campaign, base)
+        plan = recipe_plan(load_recipe(campaign.paths.base_recipe(base)), campaign.slice_epochs(base))
+        write_slice_plan(plan, campaign.paths.slice_plan(base))  # as rule plan_slices does
     runs = campaign.grid.runs()
     started = time.perf_counter()
     for index, run in enumerate(runs, start=1):
@@ -77,7 +81,7 @@ def build_campaign(directory: Path) -> Path:
         train(load_recipe(resolve_run(run_dir)), progress=False)
         write_dashboard(run_dir)  # as `ebd2n train` does
         validate_run(run_dir)
-        if index % 54 == 0:
+        if index % 54 == 0 or len(runs) < 54:
             print(
                 f"  {index}/{len(runs)} runs trained and validated ({time.perf_counter() - started:.0f} s)", flush=True
             )
@@ -119,7 +123,7 @@ def main() -> None:
         times = []
         for _ in range(REPEATS):
             started = time.perf_counter()
-            record = audit_campaign(campaign)
+            record = audit_campaign(campaign, full=True)
             times.append(time.perf_counter() - started)
             if not record["passed"]:
                 sys.exit("audit failed:\n" + "\n".join(violations(record)))

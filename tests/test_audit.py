@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -24,6 +25,7 @@ from ebd2n.audit import audit_campaign, violations
 from ebd2n.campaign.check import load_campaign
 from ebd2n.campaign.collect import collect_campaign
 from ebd2n.errors import UserError
+from ebd2n.fileidentity import RACY_NS
 from ebd2n.layout import named_campaign
 from ebd2n.report import build_report
 
@@ -651,3 +653,92 @@ def test_workflow_keeps_what_the_checkpoint_policy_keeps(tmp_path: Path, policy:
     rerun = snakemake(repo, "--cores", "2", "--configfile", "config/campaigns/tiny.yaml")
     assert "train_" not in rerun.stdout + rerun.stderr
     assert violations(json.loads((repo / CAMPAIGN / "audit.json").read_text())) == []
+
+
+# --- the incremental audit: a hash is reused while its file's identity holds (ebd2n.fileidentity) ---
+
+
+def incremental(campaign: Path) -> dict:
+    """Audit this copy once (every file hashed: the copy's hash memory names another directory)
+    and return the second audit's record, which reuses every hash. The copy settles first: a file
+    changed within RACY_NS of its hashing is not remembered."""
+    time.sleep(RACY_NS / 1e9 + 0.1)
+    first = audit_campaign(campaign)
+    assert "record written for another directory (a copy, or a restore)" in first["hashing"]
+    return audit_campaign(campaign)
+
+
+def test_incremental_audit_of_an_untouched_campaign_hashes_nothing_and_rebuilds_no_report(campaign: Path) -> None:
+    again = incremental(campaign)
+    assert again["passed"] and ", 0 hashed;" in again["hashing"] and "report: " in again["hashing"]
+    assert json.loads((campaign / "audit.json").read_text())["passed"]
+
+
+def test_incremental_audit_catches_a_flipped_byte_in_final_with_its_times_put_back(campaign: Path) -> None:
+    incremental(campaign)
+    final = run(campaign) / "final.pt"
+    before = final.stat()
+    flip_byte(final)
+    os.utime(final, ns=(before.st_atime_ns, before.st_mtime_ns))
+    record = audit_campaign(campaign)
+    assert "1 status-change time changed" in record["hashing"]
+    assert mentions(violations(record), RUNS[0], "final.pt does not match its SHA-256 in checkpoints.json")
+
+
+def test_incremental_audit_catches_a_report_file_replaced_by_one_of_the_same_size_and_times(campaign: Path) -> None:
+    incremental(campaign)
+    path = campaign / "report" / "selection.json"
+    before = path.stat()
+    twin = path.with_name("twin")
+    twin.write_text(path.read_text().replace('"lr": 0.003', '"lr": 0.004'))
+    os.utime(twin, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(twin, path)
+    record = audit_campaign(campaign)
+    assert "1 inode and status-change time changed" in record["hashing"] and "not rebuilt" not in record["hashing"]
+    assert mentions(violations(record), "report/selection.json: differs from a recomputation")
+
+
+def test_incremental_audit_catches_two_run_directories_swapped(campaign: Path) -> None:
+    incremental(campaign)
+    a, b, spare = run(campaign, 0), run(campaign, 1), campaign / "runs" / "spare"
+    os.replace(a, spare)
+    os.replace(b, a)
+    os.replace(spare, b)
+    record = audit_campaign(campaign)
+    assert "inode and" in record["hashing"]  # every file of both runs: their inodes moved
+    assert mentions(violations(record), RUNS[0], f"final.pt belongs to run '{RUNS[1]}'")
+
+
+def test_incremental_audit_of_a_copy_hashes_everything_again(campaign: Path, tmp_path: Path) -> None:
+    incremental(campaign)
+    copy = tmp_path / "copy" / "results" / "tiny"
+    shutil.copytree(campaign.parent.parent, copy.parent.parent, symlinks=True)
+    record = audit_campaign(copy)
+    assert record["passed"] and ", 0 reused by identity," in record["hashing"]
+    assert "record written for another directory (a copy, or a restore)" in record["hashing"]
+
+
+def test_incremental_audit_with_an_edited_hash_memory_hashes_everything_and_catches_the_edit(campaign: Path) -> None:
+    """final.pt tampered and its entry in the hash memory rewritten to the new identity: the memory's
+    HMAC no longer holds, so nothing in it is believed."""
+    incremental(campaign)
+    final = run(campaign) / "final.pt"
+    flip_byte(final)
+    header, body = (campaign / "audit-hashes.jsonl").read_text().splitlines()
+    memory = json.loads(body)
+    entry = memory["entries"][f"runs/{RUNS[0]}/final.pt"]
+    info = final.stat()
+    entry["identity"] = [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+    (campaign / "audit-hashes.jsonl").write_text(f"{header}\n{json.dumps(memory)}\n")
+    record = audit_campaign(campaign)
+    assert "record not signed by this host's key (edited, or written elsewhere)" in record["hashing"]
+    assert mentions(violations(record), RUNS[0], "final.pt does not match its SHA-256 in checkpoints.json")
+
+
+def test_audit_cli_full_hashes_everything(campaign: Path) -> None:
+    incremental(campaign)
+    result = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "audit", str(campaign), "--full"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "0 reused by identity" in result.stdout and "hashed in full (--full)" in result.stdout

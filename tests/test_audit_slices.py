@@ -11,6 +11,7 @@ from campaign_tree import grid_runs, write_campaign
 from ebd2n.audit.run_checks import check_retention
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.runs import parse_run_id
+from ebd2n.fileidentity import load_memory
 from ebd2n.layout import CampaignPaths
 from ebd2n.train.plan import plan_slices
 
@@ -23,7 +24,9 @@ def _slice_record_named(tmp_path: Path, epochs_per_slice: int) -> bool:
     files = CampaignPaths(campaign).run(spec.run_id)
     files.slice_record(1).parent.mkdir(parents=True, exist_ok=True)
     files.slice_record(1).write_text(json.dumps({"epoch": 1}))
-    view = read_run(files, parse_run_id(spec.run_id))
+    view = read_run(
+        files, parse_run_id(spec.run_id), load_memory(tmp_path / "hashes.json", tmp_path, None, full=True), ""
+    )
     check = check_retention([view], {"base": plan_slices(4, epochs_per_slice)})
     return any("unexpected file(s) slices/epoch-1.json" in violation for violation in check.violations)
 

@@ -263,15 +263,20 @@ def test_prepared_cache_needs_no_hashing_when_opened(tiny_cache: Cache) -> None:
     assert stamp.stat().st_mtime_ns == before
 
 
-def test_open_verified_cache_trusts_its_stamp_the_audit_does_not(tiny_cache: Cache, tmp_path: Path) -> None:
+def test_open_verified_cache_hashes_again_a_shard_edited_with_its_time_put_back(
+    tiny_cache: Cache, tmp_path: Path
+) -> None:
+    """The stamp vouches for a file only while its whole identity holds: an edit in place with the
+    modification time put back still moves the status-change time."""
     copy = Path(shutil.copytree(tiny_cache.directory, tmp_path / "copy"))
     open_verified_cache(copy, tiny_cache.vocab_size)  # a copy: every file hashed once, the stamp renewed
     shard = copy / "train-00001.bin"
     info = shard.stat()
-    with open(shard, "r+b") as handle:  # same size, same inode, mtime put back: the stamp still vouches
+    with open(shard, "r+b") as handle:  # same size, same inode, mtime put back
         handle.write(bytes([handle.read(1)[0] ^ 1]))
     os.utime(shard, ns=(info.st_atime_ns, info.st_mtime_ns))
-    open_verified_cache(copy, tiny_cache.vocab_size)
+    with pytest.raises(UserError, match=r"train-00001\.bin: does not match its recorded SHA-256"):
+        open_verified_cache(copy, tiny_cache.vocab_size)
     with pytest.raises(UserError, match=r"train-00001\.bin: does not match its recorded SHA-256"):
         verify_cache(copy)
 

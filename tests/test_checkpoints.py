@@ -29,6 +29,7 @@ from ebd2n.config.schema import TrainingConfig
 from ebd2n.errors import UserError
 from ebd2n.evaluate import validate_run
 from ebd2n.faults import KILL_AT, KILL_TARGET
+from ebd2n.fileidentity import load_memory
 from ebd2n.layout import RunPaths
 from ebd2n.train import train
 from ebd2n.train.plan import plan_slices
@@ -59,7 +60,10 @@ def _checkpoint_files(run_dir: Path) -> list[str]:
 
 def _retention_violations(run_dir: Path) -> list[str]:
     """What the audit's checkpoint check says of a validated run directory."""
-    check = check_retention([read_run(RunPaths(run_dir), RUN)], {RUN.base: plan_slices(2, 1)})
+    check = check_retention(
+        [read_run(RunPaths(run_dir), RUN, load_memory(run_dir / "hashes.json", run_dir, None, full=True), "")],
+        {RUN.base: plan_slices(2, 1)},
+    )
     assert check.examined == 1
     return check.violations
 

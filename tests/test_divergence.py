@@ -15,6 +15,7 @@ from workflow_support import TINY, copy_repo, snakemake, write_campaign
 
 from ebd2n.atomic import sha256_file
 from ebd2n.audit.outcomes import check_outcomes
+from ebd2n.audit.positions import checkpoint_metadata
 from ebd2n.audit.run_checks import check_best, check_retention
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.rung_decision import decide
@@ -24,6 +25,7 @@ from ebd2n.campaign.status import campaign_status
 from ebd2n.campaign.status_display import campaign_line
 from ebd2n.config import dump_recipe, recipe_identity
 from ebd2n.evaluate import validate_run
+from ebd2n.fileidentity import load_memory
 from ebd2n.layout import RunPaths, slice_record
 from ebd2n.train import train
 from ebd2n.train.plan import plan_slices
@@ -229,9 +231,10 @@ def test_audit_accepts_a_diverged_run_keeping_epoch_checkpoints(
     train(recipe, progress=False)
     validate_run(run_dir)
     run = Run(None, "synchronous", 1000.0, recipe.optimizer.beta2, recipe.runtime.seed)
-    view = read_run(RunPaths(run_dir), run)
+    memory = load_memory(tmp_path / "hashes.json", tmp_path, None, full=True)
+    view = read_run(RunPaths(run_dir), run, memory, "")
     retention = check_retention([view], {run.base: plan_slices(4, 1)})
     assert (retention.examined, retention.violations) == (1, [])
     assert check_best([view]).violations == []
-    outcome = check_outcomes([view])
+    outcome = check_outcomes([view], checkpoint_metadata([view], memory), memory)
     assert (outcome.examined, outcome.violations) == (1, [])

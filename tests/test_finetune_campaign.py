@@ -140,5 +140,6 @@ def test_browser_fine_tune_dashboard_shows_the_seed_fields(page, campaign: tuple
     assert "qwen2_moe" in settings and "4, 2 per token" in settings  # family and experts
     assert len(units) == len(record["units"]) == 21 and set(units) == set(UNIT_STATES)
     assert page.locator("#placement").inner_text().count("block1.q") == 1
-    assert figures == [True] * 5 and toggle_states(page) == [(True, False)] * 5  # loss, accuracy, optimizer, validation, throughput
+    # loss, accuracy, optimizer, validation, throughput
+    assert figures == [True] * 5 and toggle_states(page) == [(True, False)] * 5
     assert page.errors == []

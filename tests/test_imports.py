@@ -16,6 +16,7 @@ LAYERS = (
         "layout",
         "errors",
         "atomic",
+        "fileidentity",
         "yamlio",
         "jsonio",
         "targets",

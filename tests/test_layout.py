@@ -19,6 +19,7 @@ NAMES = (
     layout.AUDIT_JSON,
     layout.AUDIT_RUNS,
     layout.AUDIT_LEDGER,
+    layout.AUDIT_HASHES,
     layout.AUDIT_PASSED,
     layout.SOURCE_HASH,
     layout.FREEZE_RECORD,

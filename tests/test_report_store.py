@@ -12,7 +12,9 @@ import polars as pl
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ebd2n.audit.checks import check_report
+from ebd2n.audit.evidence import report_artifacts
+from ebd2n.audit.report_check import check_report
+from ebd2n.fileidentity import load_memory
 from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import CampaignPaths
 from ebd2n.report import build_report
@@ -85,5 +87,7 @@ def test_store_edited_parquet_is_named_by_the_audit(campaign_tree: Callable[...,
     table = pq.read_table(path)
     losses = pl.Series([1.0] * table.num_rows).to_arrow()
     pq.write_table(table.set_column(table.schema.get_field_index("loss"), "loss", losses), path)
-    result = check_report(CampaignPaths(campaign), None).violations
+    paths = CampaignPaths(campaign)
+    memory = load_memory(paths.audit_hashes, campaign, None, full=True)
+    result = check_report(paths, None, memory, report_artifacts(paths, memory)).violations
     assert result == [f"report/{relative}: differs from a recomputation from the runs (rebuild: ebd2n report)"]

@@ -439,7 +439,9 @@ def _signed_snapshot(campaign: Path) -> dict[str, bytes]:
     return {
         p.relative_to(campaign).as_posix(): p.read_bytes()
         for p in sorted(campaign.rglob("*"))
-        if p.is_file() and p.relative_to(campaign).parts[0] not in ("logs", "benchmarks", "status", "status.html")
+        if p.is_file()
+        and p.relative_to(campaign).parts[0]
+        not in ("logs", "benchmarks", "status", "status.html", "audit-hashes.jsonl")
     }
 
 

@@ -59,7 +59,7 @@ def twin_finals() -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trial", range(3))
+@pytest.mark.parametrize("trial", range(2))
 def test_twins_two_controllers_started_together_both_finish_one_audited_campaign(
     tmp_path: Path, twin_finals: list[dict[str, str]], trial: int
 ) -> None:

@@ -224,13 +224,16 @@ def cmd_audit(args: argparse.Namespace) -> None:
         raise UserError("--sign: only the full audit signs (drop --stage runs)")
     directory = _locate(args).directory
     key = signing_key(directory, args.sign) if args.stage == "full" else None  # a bad key: refused before any write
-    record = audit_campaign(directory, stage=args.stage, accept=args.accept)
+    record = audit_campaign(
+        directory, stage=args.stage, accept=args.accept, full=args.full, rehash_after_days=args.rehash_after
+    )
     marks = {"passed": "ok  ", "failed": "FAIL", "not applicable": "n/a "}
     for check in record["checks"]:
         print(f"{marks[check['status']]} {check['name']} ({check['scope']})")
         for note in check.get("notes", []):
             print(f"     {note}")
     print(record["summary"])
+    print(record["hashing"])
     if not record["passed"]:
         raise AuditFailed("\n".join(violations(record)))
     if key is not None:

@@ -19,12 +19,12 @@ from ebd2n.errors import UserError
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
 from ebd2n.parallel.distributed import resolve_device
 from ebd2n.provenance import environment, source_hash, timestamp
-from ebd2n.train.budget import budget_of
+from ebd2n.train.budget import budget_of, position_problem
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.lease import take_lease
 from ebd2n.train.step import bf16_autocast
-from ebd2n.train.validation import evaluate_sequences, position_problem
+from ebd2n.train.validation import evaluate_sequences
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
 

@@ -148,6 +148,9 @@ STATUS_PAGE = "status.html"
 AUDIT_RUNS = "audit-runs.json"
 AUDIT_JSON = "audit.json"
 AUDIT_LEDGER = "audit-ledger.json"
+AUDIT_HASHES = "audit-hashes.jsonl"
+"""The content hashes the last audit verified, each with its file's identity (ebd2n.fileidentity):
+a cache, reused only while a file is provably unchanged; never evidence, so never signed."""
 AUDIT_PASSED = "audit.passed"
 """The SHA-256 of the audit.json of a passing full audit; absent otherwise (the workflow's target)."""
 FROZEN = "frozen"
@@ -177,9 +180,10 @@ LATEST_STATEMENT = f"{SIGNATURES}/latest.json"
 statement is then named as missing, not taken for files changed since the one before."""
 CACHE_MANIFEST_COPY = f"{SIGNATURES}/cache-manifest.json"
 """The campaign cache's manifest as the signed audit saw it: the cache itself lives outside the campaign."""
-UNSIGNED = (LOGS, BENCHMARKS, STATUS_PAGE, STATUS_PLAN.split("/")[0], SIGNATURES)
+UNSIGNED = (LOGS, BENCHMARKS, STATUS_PAGE, STATUS_PLAN.split("/")[0], SIGNATURES, AUDIT_HASHES)
 """Top-level entries no statement covers: job logs and benchmarks, the live status page and plan
-(rewritten by every workflow start), and the statements themselves (the cache manifest copy excepted)."""
+(rewritten by every workflow start), the statements themselves (the cache manifest copy excepted)
+and the audit's hash memory (what a statement signs is hashed by content when it is signed)."""
 
 # --- a campaign report ------------------------------------------------------------------------
 REPORT_INDEX = "index.html"
@@ -190,11 +194,11 @@ LR_RESPONSE_CSV = "lr-response.csv"
 CURVES_CSV = "curves.csv"
 SCALING_CSV = "scaling.csv"
 BRACKETS_CSV = "brackets.csv"
+"""report/brackets.csv: each successive-halving bracket's points at every rung (ebd2n.report.halving)."""
 RUNS_PARQUET = "runs.parquet"
 METRICS_STORE = "metrics"
 """report/metrics/mode=<mode>/run=<run>/part-0.parquet: every run's metrics.jsonl as one Parquet dataset
 (ebd2n.report.store)."""
-"""report/brackets.csv: each successive-halving bracket's points at every rung (ebd2n.report.halving)."""
 REPORT_ASSETS = "assets"
 """report/assets/: what the report and the campaign's run pages load (plotly.js), kept across rebuilds."""
 HISTORY = "history"
@@ -268,6 +272,10 @@ class CampaignPaths:
     @property
     def ledger(self) -> Path:
         return self.directory / AUDIT_LEDGER
+
+    @property
+    def audit_hashes(self) -> Path:
+        return self.directory / AUDIT_HASHES
 
     @property
     def audit_passed(self) -> Path:

@@ -1,8 +1,9 @@
 """YAML reading for recipes, overrides and campaign files: the one YAML reader of ebd2n.
 
 PyYAML follows YAML 1.1, where `1e-3` (no dot) is a *string*: a researcher typing
-`--set optimizer.lr=1e-3` would get a type error. This loader is `yaml.SafeLoader` plus the
-YAML 1.2 float syntax, so exponent floats read as numbers everywhere ebd2n reads YAML.
+`--set optimizer.lr=1e-3` would get a type error. This loader is PyYAML's safe loader plus the
+YAML 1.2 float syntax, so exponent floats read as numbers everywhere ebd2n reads YAML. It parses
+with libyaml where PyYAML has it (about 9x faster: an audit reads one recipe per run).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import yaml
 from ebd2n.errors import UserError
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e-3` and `5E+2` as floats."""
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """The safe loader that also reads `1e-3` and `5E+2` as floats."""
 
 
 _Loader.add_implicit_resolver(

@@ -44,6 +44,7 @@ from ebd2n.audit.evidence import (
 from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read_ledger
 from ebd2n.audit.outcomes import check_outcomes
 from ebd2n.audit.positions import check_positions, checkpoint_metadata
+from ebd2n.audit.report_check import check_report
 from ebd2n.audit.run_history import check_history
 from ebd2n.audit.runs import RunView, json_object
 from ebd2n.audit.search import check_search, readable
@@ -52,14 +53,26 @@ from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.history import GridHistory, read_history
 from ebd2n.campaign.plans import recorded_search
 from ebd2n.errors import UserError
+from ebd2n.fileidentity import REHASH_AFTER_DAYS, HashMemory, load_memory
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CampaignPaths
 from ebd2n.provenance import timestamp
 
 Stage = Literal["runs", "full"]
 
 
-def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool = False) -> dict:
+def audit_campaign(
+    campaign_dir: str | Path,
+    stage: Stage = "full",
+    accept: bool = False,
+    full: bool = False,
+    rehash_after_days: float = REHASH_AFTER_DAYS,
+) -> dict:
     """Run every check of `stage`, write its record (and, for a passing full audit, the ledger).
+
+    Each file's SHA-256 is reused from the last audit's hash memory (audit-hashes.jsonl) while the
+    file's identity is unchanged and the hash younger than `rehash_after_days`; `full` hashes every
+    file. The returned record's `hashing` (not written to audit.json, which stays as it was when
+    nothing changed) says how many files were hashed and why.
 
     Everything is recomputed from the campaign's sources: the frozen spec (frozen/spec/: grid
     and seeds; freeze.json: the fixed settings), the frozen trainer, base recipes and slice plans,
@@ -70,10 +83,13 @@ def audit_campaign(campaign_dir: str | Path, stage: Stage = "full", accept: bool
     if not paths.directory.is_dir() or not (paths.frozen.is_dir() or paths.runs.is_dir()):
         raise UserError(f"{paths.directory}: not a campaign directory (no frozen/ or runs/); pass results/<campaign>")
     with serialized(paths.directory):  # two audits at once (two controllers): the second finds the first's records
-        return _audit(paths, stage, accept)
+        memory = load_memory(paths.audit_hashes, paths.directory, rehash_after_days * 86400.0, full=full)
+        record = _audit(paths, stage, accept, memory)
+        memory.save(merge=stage == "runs")  # the runs stage sees no report: the full audit's entries of it stay
+        return {**record, "hashing": memory.summary()}
 
 
-def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
+def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory) -> dict:
     history = read_history(paths)
     files = checks.Check("campaign records present and readable", unit="files")
     info = read_record(paths, paths.campaign_json, files)
@@ -88,7 +104,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
     files.examined += 1 if paths.ledger.exists() else 0
 
     expected = history.grid.runs()
-    views = run_views(paths, expected)
+    views = run_views(paths, expected, memory)
     halving, search = _search(paths, history, views)
     fates: dict[str, int | None] = {run.id: None for run in expected}
     if halving is not None:  # successive halving: only the runs every rung promoted train to the end
@@ -102,11 +118,11 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
         run: rung for run, rung in fates.items() if rung is not None and not (run in views and views[run].finished)
     }
     settled = [view for view in views.values() if view.finished or view.id in stopped]  # what the ledger protects
-    metadata = checkpoint_metadata(settled)
+    metadata = checkpoint_metadata(views.values(), memory)
     cache_identity = shared_cache_identity(finished)
     cache_dir = reachable_cache(paths, finished)
     remove_temporaries(paths.directory)  # of a killed write of a campaign record
-    cache_check, targets = checks.check_cache(cache_dir, cache_identity)
+    cache_check, targets = checks.check_cache(cache_dir, cache_identity, memory, paths.directory)
     run_list = list(views.values())
     recomputed = recomputed_campaign(paths, info, history)
     settings = freeze.get("settings") if isinstance(freeze.get("settings"), dict) else {}
@@ -124,19 +140,20 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool) -> dict:
         run_checks.check_final(run_list, cache_identity, final_states(finished, metadata)),
         check_positions(settled, metadata),
         run_checks.check_artifacts(run_list),
-        check_history(run_list),
-        check_outcomes(run_list),
+        check_history(run_list, memory),
+        check_outcomes(run_list, metadata, memory),
         run_checks.check_retention(run_list, recorded_plans(paths, history.grid.bases)),
         run_checks.check_best(run_list),
         check_collected(paths, info, recomputed, finished),
     ]
-    current = campaign_artifacts(paths, settled)
+    current = campaign_artifacts(paths, settled, memory)
     jobs = ledger_jobs(settled, stopped, metadata)
     result.append(check_ledger(paths, ledger, previous_audit, current, jobs, stopped, accept))
     if stage == "full":
         result.append(check_runs_record(paths, result))
-        result.append(checks.check_report(paths, recomputed if isinstance(recomputed, dict) else None))
-        current.update(report_artifacts(paths))
+        published = report_artifacts(paths, memory)
+        result.append(check_report(paths, recomputed if isinstance(recomputed, dict) else None, memory, published))
+        current.update(published)
     for check in result:  # records name paths relative to the repository, however the campaign was reached
         check.violations = [checks.repository_relative(paths, violation) for violation in check.violations]
     passed = all(check.status != "failed" for check in result)

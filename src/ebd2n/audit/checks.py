@@ -1,14 +1,13 @@
-"""The audit's Check record and the checks of the campaign as a whole: grid, members, plans, trainer, cache, report.
+"""The audit's Check record and the checks of the campaign as a whole: grid, members, plans, trainer, cache.
 
 Each says what it examined; a check that examined nothing is "not applicable". The checks of each
-run on its own are in `ebd2n.audit.run_checks` and `ebd2n.audit.run_history`.
+run on its own are in `ebd2n.audit.run_checks` and `ebd2n.audit.run_history`, the report's in
+`ebd2n.audit.report_check`.
 """
 
 from __future__ import annotations
 
-import filecmp
 import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +17,9 @@ from ebd2n.campaign.plans import frozen_trainer_plan
 from ebd2n.campaign.runs import Run, parse_run_id
 from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
-from ebd2n.layout import REPORT_ASSETS, SOURCE_HASH, CampaignPaths
+from ebd2n.fileidentity import HashMemory
+from ebd2n.layout import SOURCE_HASH, CampaignPaths
 from ebd2n.provenance import source_hash
-from ebd2n.report.campaign_report import build_report
-from ebd2n.report.publish import report_files
 from ebd2n.train.plan import plan_json
 
 
@@ -161,15 +159,18 @@ def check_trainer(paths: CampaignPaths, frozen_hash: str | None, views: list[Run
     return check
 
 
-def check_cache(cache_dir: str | Path | None, cache_identity: str | None) -> tuple[Check, int | None]:
-    """Re-hash every shard of the campaign's cache against its manifest; return the target count."""
+def check_cache(
+    cache_dir: str | Path | None, cache_identity: str | None, memory: HashMemory, campaign_dir: Path
+) -> tuple[Check, int | None]:
+    """Check every shard of the campaign's cache against its manifest (hashed again unless `memory`
+    vouches for it, named by its path relative to the campaign); return the target count."""
     check = Check("the data cache matches its manifest", unit="caches")
     if cache_dir is None:
         check.reason = "no finished run names a cache"
         return check, None
     check.examined = 1
     try:
-        cache = verify_cache(cache_dir)
+        cache = verify_cache(cache_dir, memory, f"{os.path.relpath(cache_dir, campaign_dir)}/")
     except UserError as error:
         check.violations.append(str(error))
         return check, None
@@ -179,35 +180,3 @@ def check_cache(cache_dir: str | Path | None, cache_identity: str | None) -> tup
             f"{str(cache_identity)[:12]}… (manifest edited)"
         )
     return check, cache.validation_targets
-
-
-def check_report(paths: CampaignPaths, info: dict | None) -> Check:
-    """The published report equals one rebuilt from the runs and `info` (campaign.json as the
-    campaign's sources make it; None: it cannot be recomputed, the file stands in), file for file,
-    byte for byte."""
-    check = Check("the published report equals a recomputation from the runs", unit="report files")
-    published = paths.report
-    if not published.is_dir():
-        check.violations.append(
-            f"{published.relative_to(paths.directory)}: missing; build it with `ebd2n report {paths.directory}`"
-        )
-        return check
-    with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
-        try:
-            build_report(paths.directory, Path(scratch), info=info)
-        except UserError as error:
-            check.violations.append(f"cannot rebuild the report: {error}")
-            return check
-        expected = report_files(Path(scratch))
-        actual = report_files(published)
-        check.examined = len(expected)
-        for name in sorted(expected | actual):
-            where = f"{published.name}/{name}"
-            if name not in actual:
-                check.violations.append(f"{where}: missing")
-            elif name not in expected:
-                if not name.startswith(f"{REPORT_ASSETS}/"):  # an older plotly.js stays for older run pages
-                    check.violations.append(f"{where}: not part of the report")
-            elif not filecmp.cmp(Path(scratch) / name, published / name, shallow=False):
-                check.violations.append(f"{where}: differs from a recomputation from the runs (rebuild: ebd2n report)")
-    return check

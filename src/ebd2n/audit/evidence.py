@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ebd2n.atomic import sha256_file
 from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object, read_run
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.errors import UserError
+from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import FINAL, CampaignPaths, slice_checkpoint
 from ebd2n.train.plan import SlicePlan, read_slice_plan
 
@@ -46,7 +46,7 @@ def read_text_record(paths: CampaignPaths, path: Path, check: Check) -> str | No
     return path.read_text(encoding="utf-8", errors="replace").strip() or None
 
 
-def run_views(paths: CampaignPaths, expected: list) -> dict[str, RunView]:
+def run_views(paths: CampaignPaths, expected: list, memory: HashMemory) -> dict[str, RunView]:
     """Every run of the grid with a directory, and every other run directory with a run id (the
     members check names those that are no run of the grid)."""
     runs = {run.id: run for run in expected}
@@ -57,7 +57,9 @@ def run_views(paths: CampaignPaths, expected: list) -> dict[str, RunView]:
             except UserError:
                 continue
     return {
-        run_id: read_run(paths.run(run_id), run) for run_id, run in runs.items() if paths.run(run_id).directory.is_dir()
+        run_id: read_run(paths.run(run_id), run, memory, f"{paths.runs.name}/{run_id}/")
+        for run_id, run in runs.items()
+        if paths.run(run_id).directory.is_dir()
     }
 
 
@@ -103,7 +105,7 @@ def ledger_jobs(
     return jobs
 
 
-def campaign_artifacts(paths: CampaignPaths, settled: list[RunView]) -> dict[str, str]:
+def campaign_artifacts(paths: CampaignPaths, settled: list[RunView], memory: HashMemory) -> dict[str, str]:
     """SHA-256 of every finished or stopped run's files, the frozen records, base recipes and slice
     plans, campaign.json and runs.csv, keyed by their path relative to the campaign."""
 
@@ -119,14 +121,12 @@ def campaign_artifacts(paths: CampaignPaths, settled: list[RunView]) -> dict[str
     ]
     for path in [*frozen, paths.campaign_json, paths.runs_csv]:
         if path.is_file():
-            artifacts[path.relative_to(paths.directory).as_posix()] = sha256_file(path)
+            relative = path.relative_to(paths.directory).as_posix()
+            artifacts[relative] = memory.sha256(path, relative)
     return artifacts
 
 
-def report_artifacts(paths: CampaignPaths) -> dict[str, str]:
-
-    return {
-        p.relative_to(paths.directory).as_posix(): sha256_file(p)
-        for p in sorted(paths.report.rglob("*"))
-        if p.is_file() and not p.is_symlink()
-    }
+def report_artifacts(paths: CampaignPaths, memory: HashMemory) -> dict[str, str]:
+    """SHA-256 of every file of the published report, keyed by its path relative to the campaign."""
+    relative = {p: p.relative_to(paths.directory).as_posix() for p in sorted(paths.report.rglob("*"))}
+    return {name: memory.sha256(p, name) for p, name in relative.items() if p.is_file() and not p.is_symlink()}

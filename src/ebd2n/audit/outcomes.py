@@ -15,29 +15,41 @@ from collections.abc import Iterable
 from typing import Any
 
 from ebd2n.audit.checks import Check
+from ebd2n.audit.run_memo import remembered
 from ebd2n.audit.runs import RunView, metric_records
+from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import FINAL, METRICS, RESULTS_JSON
 from ebd2n.train.budget import budget_of
 from ebd2n.train.divergence import RECORD_TYPE, Rules, replay
 
 
-def check_outcomes(views: Iterable[RunView]) -> Check:
+def check_outcomes(
+    views: Iterable[RunView], metadata: dict[tuple[str, str], dict[str, Any] | None], memory: HashMemory
+) -> Check:
     """Every run that claims an outcome anywhere (results.json, or a divergence in metrics.jsonl)
-    shows it in its step records, as the rules of its recipe decide."""
+    shows it in its step records, as the rules of its recipe decide (`metadata`: what each
+    checkpoint records, ebd2n.audit.positions)."""
     check = Check("every recorded outcome (finished or diverged) is what the run's own steps show")
     for view in views:
         if view.recipe is None or METRICS not in view.hashes:
             continue  # the files and recipe checks name these
-        records, bad = metric_records(view.paths.metrics)
-        claims = _claims(view, records)
-        if bad or not (view.finished or claims):
-            continue  # unreadable metrics: the history check names it; not finished and no claim: nothing claimed yet
-        check.examined += 1
-        check.violations += [f"{view.id}: {problem}" for problem in _problems(view, records, claims)]
+        examined, problems = remembered(view, memory, check.name, lambda view=view: _judge(view, metadata))
+        check.examined += examined
+        check.violations += [f"{view.id}: {problem}" for problem in problems]
     return check
 
 
-def _claims(view: RunView, records: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+def _judge(view: RunView, metadata: dict[tuple[str, str], dict[str, Any] | None]) -> tuple[bool, list[str]]:
+    records, bad = metric_records(view.paths.metrics)
+    claims = _claims(view, records, metadata.get((view.id, FINAL)))
+    if bad or not (view.finished or claims):
+        return False, []  # unreadable metrics: the history check names it; not finished and no claim: nothing claimed
+    return True, list(_problems(view, records, claims))
+
+
+def _claims(
+    view: RunView, records: list[dict[str, Any]], final: dict[str, Any] | None
+) -> dict[str, dict[str, Any] | None]:
     """Where the run says it diverged, and what each place says."""
     claims: dict[str, dict[str, Any] | None] = {}
     last = records[-1] if records else {}
@@ -48,26 +60,11 @@ def _claims(view: RunView, records: list[dict[str, Any]]) -> dict[str, dict[str,
     results = view.results or {}
     if results.get("status") == RECORD_TYPE:
         claims[RESULTS_JSON] = results.get("diverged") if isinstance(results.get("diverged"), dict) else None
-    final = _final_outcome(view)
-    if final is not None:
-        claims[FINAL] = final
-    return claims
-
-
-def _final_outcome(view: RunView) -> dict[str, Any] | None:
-    """The divergence final.pt records in its progress, None when it records none (or is unreadable:
-    the final check names that)."""
-    if FINAL not in view.hashes:
-        return None
-    import torch
-
-    try:
-        state = torch.load(view.paths.final, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # noqa: BLE001 - any unpickling failure means an unreadable file
-        return None
-    progress = state.get("progress") if isinstance(state, dict) else None
+    progress = (final or {}).get("progress")  # final.pt's metadata; unreadable: the final check names it
     diverged = progress.get("diverged") if isinstance(progress, dict) else None
-    return diverged if isinstance(diverged, dict) else None
+    if isinstance(diverged, dict):
+        claims[FINAL] = diverged
+    return claims
 
 
 def _problems(view: RunView, records: list[dict[str, Any]], claims: dict[str, dict[str, Any] | None]) -> Iterable[str]:

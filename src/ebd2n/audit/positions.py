@@ -10,14 +10,15 @@ results.json and run.json the budget's whole tokens.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
 from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object
+from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import FINAL, RESULTS_JSON, RUN_RECORD, checkpoint_epoch, slice_record_epoch
-from ebd2n.train.budget import budget_of
-from ebd2n.train.validation import position_problem
+from ebd2n.train.budget import budget_of, position_problem
 
 _BULK = ("engine", "rng", "metrics")
 """A checkpoint's parts that hold tensors or bulk state: not kept once its metadata is read."""
@@ -32,21 +33,41 @@ def checkpoint_epochs(view: RunView) -> dict[str, int]:
     return epochs
 
 
-def checkpoint_metadata(views: Iterable[RunView]) -> dict[tuple[str, str], dict[str, Any] | None]:
-    """(run id, file) -> what the checkpoint records besides its tensors (read with mmap, so a large
-    file is not read in full), None when it cannot be read as a checkpoint."""
-    import torch
-
+def checkpoint_metadata(views: Iterable[RunView], memory: HashMemory) -> dict[tuple[str, str], dict[str, Any] | None]:
+    """(run id, file) -> what the checkpoint records besides its tensors, None when it cannot be read
+    as a checkpoint. Read with mmap (a large file is not read in full), and kept in the audit's hash
+    memory beside the file's hash: a file whose identity holds is not opened again."""
     found: dict[tuple[str, str], dict[str, Any] | None] = {}
     for view in views:
         for name in sorted({*checkpoint_epochs(view), *([FINAL] if FINAL in view.hashes else [])}):
-            try:
-                state = torch.load(view.paths / name, map_location="cpu", weights_only=True, mmap=True)
-            except Exception:  # noqa: BLE001 - any unpickling failure means an unreadable file
-                state = None
-            metadata = {k: v for k, v in state.items() if k not in _BULK} if isinstance(state, dict) else None
+            key = view.prefix + name
+            metadata = memory.extra(key, "checkpoint")
+            if metadata is None:
+                metadata = _read_metadata(view, name)
+                if metadata is not None and _plain(metadata):
+                    memory.keep(key, "checkpoint", metadata)
             found[(view.id, name)] = metadata
     return found
+
+
+def _read_metadata(view: RunView, name: str) -> dict[str, Any] | None:
+    import torch
+
+    try:
+        state = torch.load(view.paths / name, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - any unpickling failure means an unreadable file
+        return None
+    return {k: v for k, v in state.items() if k not in _BULK} if isinstance(state, dict) else None
+
+
+def _plain(metadata: dict[str, Any]) -> bool:
+    """Whether `metadata` survives a JSON round trip (kept in the hash memory only then; a diverged
+    run's NaN loss included)."""
+    try:
+        text = json.dumps(metadata)
+    except (TypeError, ValueError):
+        return False
+    return json.dumps(json.loads(text)) == text
 
 
 def check_positions(views: Iterable[RunView], metadata: dict[tuple[str, str], dict[str, Any] | None]) -> Check:

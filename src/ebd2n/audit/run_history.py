@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ebd2n.audit.checks import Check, each_run
+from ebd2n.audit.checks import Check
+from ebd2n.audit.run_memo import remembered
 from ebd2n.audit.runs import RunView, metric_records
+from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import METRICS, TRAIN_LOG
 from ebd2n.train.budget import budget_of
 from ebd2n.train.runlog import CLOSING_LINES
@@ -16,36 +18,43 @@ _COUNTED = re.compile(r"(step|epoch) (\d+)[/:]")
 """A train.log line counting steps (`step 8/64 | ...`, `step 9: non-finite ...`) or epochs (`epoch 1/2 | ...`)."""
 
 
-def check_history(views: list[RunView]) -> Check:
+def check_history(views: list[RunView], memory: HashMemory) -> Check:
     """metrics.jsonl is one run's history: every step once and in order, every epoch once."""
+    check = Check(f"{METRICS} and {TRAIN_LOG} hold one consistent history")
+    for view in views:
+        if view.finished:
+            _, problems = remembered(view, memory, check.name, lambda view=view: (True, list(_problems(view))))
+            check.examined += 1
+            check.violations += [f"{view.id}: {p}" for p in problems]
+    return check
 
-    def problem(view: RunView) -> Iterable[str]:
-        if METRICS not in view.hashes or view.recipe is None:
-            return
-        records, bad = metric_records(view.paths.metrics)
-        if bad:
-            yield f"{METRICS}: {bad}"
-        steps = [r.get("step") for r in records if r.get("type") == "step"]
-        epochs = [r.get("epoch") for r in records if r.get("type") == "epoch"]
-        if steps != list(range(1, len(steps) + 1)):
-            yield f"{METRICS}: steps are not 1..N once each in order (two trainers, or an edit)"
-        budget = budget_of(view.recipe)
-        diverged = records[-1] if records and records[-1].get("type") == "diverged" else {}  # the run stopped there
-        last_epoch, last_step = diverged.get("epoch", budget.epochs + 1) - 1, diverged.get("step", budget.total_steps)
-        if epochs != list(range(1, last_epoch + 1)):
-            yield f"{METRICS}: epoch records {_span(epochs)}, expected 1..{last_epoch} once each"
-        if steps and len(steps) != last_step:
-            yield f"{METRICS}: {len(steps)} step records, the {'decision' if diverged else 'budget'} has {last_step}"
-        if TRAIN_LOG in view.hashes:
-            blocks = log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
-            jobs = {job for job, _ in blocks}
-            missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in jobs]
-            if missing:
-                yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
-            for job, foreign in overlapping_blocks(blocks):
-                yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
 
-    return each_run(f"{METRICS} and {TRAIN_LOG} hold one consistent history", views, problem)
+def _problems(view: RunView) -> Iterable[str]:
+    """The run's history problems (its metrics.jsonl and train.log read in full)."""
+    if METRICS not in view.hashes or view.recipe is None:
+        return
+    records, bad = metric_records(view.paths.metrics)
+    if bad:
+        yield f"{METRICS}: {bad}"
+    steps = [r.get("step") for r in records if r.get("type") == "step"]
+    epochs = [r.get("epoch") for r in records if r.get("type") == "epoch"]
+    if steps != list(range(1, len(steps) + 1)):
+        yield f"{METRICS}: steps are not 1..N once each in order (two trainers, or an edit)"
+    budget = budget_of(view.recipe)
+    diverged = records[-1] if records and records[-1].get("type") == "diverged" else {}  # the run stopped there
+    last_epoch, last_step = diverged.get("epoch", budget.epochs + 1) - 1, diverged.get("step", budget.total_steps)
+    if epochs != list(range(1, last_epoch + 1)):
+        yield f"{METRICS}: epoch records {_span(epochs)}, expected 1..{last_epoch} once each"
+    if steps and len(steps) != last_step:
+        yield f"{METRICS}: {len(steps)} step records, the {'decision' if diverged else 'budget'} has {last_step}"
+    if TRAIN_LOG in view.hashes:
+        blocks = log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
+        jobs = {job for job, _ in blocks}
+        missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in jobs]
+        if missing:
+            yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
+        for job, foreign in overlapping_blocks(blocks):
+            yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
 
 
 def log_blocks(text: str) -> list[tuple[str, list[str]]]:

@@ -1,7 +1,8 @@
 """What the audit reads of one run directory, read once and defensively.
 
 Every file may be missing, truncated, not JSON/YAML, or a symbolic link to another run's file:
-each becomes a named problem of the run, never a traceback. Hashes are computed once per file.
+each becomes a named problem of the run, never a traceback. Hashes are computed once per file,
+or reused while its identity holds (ebd2n.fileidentity).
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ebd2n.atomic import sha256_file
 from ebd2n.campaign.runs import Run
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.errors import UserError
+from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import BEST, CHECKPOINT_LEDGER, RESULTS_JSON, RUN_ARTIFACTS, RUN_RECORD, RunPaths
 from ebd2n.train.budget import budget_of
 
@@ -29,6 +30,8 @@ class RunView:
     """Every file under the run directory, relative to it (symbolic links included)."""
     hashes: dict[str, str]
     """SHA-256 of every regular file under the run directory."""
+    prefix: str = ""
+    """What names the run's files in the audit's hash memory: `prefix` + the name relative to the run."""
     problems: list[str] = field(default_factory=list)
     """Missing, linked or unreadable artifacts."""
     recipe: Recipe | None = None
@@ -52,20 +55,21 @@ class RunView:
         return artifacts if isinstance(artifacts, dict) else {}
 
 
-def read_run(paths: RunPaths, run: Run) -> RunView:
-    """Hash every file of a run directory and parse its records; note what is wrong."""
+def read_run(paths: RunPaths, run: Run, memory: HashMemory, prefix: str) -> RunView:
+    """Hash every file of a run directory (named `prefix` + its name in `memory`) and parse its
+    records; note what is wrong."""
     files = sorted(
         p.relative_to(paths.directory).as_posix()
         for p in paths.directory.rglob("*")
         if not p.is_dir() or p.is_symlink()
     )
-    view = RunView(run, paths, files, {})
+    view = RunView(run, paths, files, {}, prefix)
     for name in files:
         path = paths / name
         if path.is_symlink():
             view.problems.append(f"{name} is a symbolic link (to {path.readlink()}), not the run's own file")
         elif path.is_file():
-            view.hashes[name] = sha256_file(path)
+            view.hashes[name] = memory.sha256(path, prefix + name)
     if paths.recipe.name in view.hashes:  # a stopped run's checkpoints are measured against its budget too
         try:
             recipe = load_recipe(paths.recipe)

@@ -134,8 +134,12 @@ def _named(path: Path) -> str:
     if not isinstance(name, str):
         from ebd2n.campaign.file import validate_schema
 
-        validate_schema(raw, str(path))  # a campaign file's own mistake names its key
-        raise UserError(f"{path}: not a campaign file (no campaign: key naming one) nor a campaign directory")
+        try:  # a campaign file with a typo, or another file: the schema's first complaint says which
+            validate_schema(raw, str(path))
+            mistake = ""
+        except UserError as error:
+            mistake = f"; {str(error).removeprefix(f'campaign file {path}: ')}"
+        raise UserError(f"{path}: not a campaign file (no campaign: key naming one{mistake}) nor a campaign directory")
     if not re.fullmatch(_name_pattern(), name):
         raise UserError(f"{path}: campaign: {name!r} is not a campaign name (letters, digits, '.', '_', '-')")
     return name

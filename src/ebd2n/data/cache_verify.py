@@ -1,9 +1,10 @@
 """Verifying a cache before use: its files against the SHA-256 its manifest records, its vocabulary against the model.
 
 Training and validation open a cache through `open_verified_cache`. `.verified.json` in the cache
-directory remembers what was checked, keyed by each file's size, inode and modification time, so
-the next job hashes nothing unless a file changed; it also holds the cache identity at build time,
-so an edited manifest.json is refused. `verify_cache` (the audit) always re-hashes.
+directory remembers what was checked, keyed by each file's whole identity (`ebd2n.fileidentity`),
+so the next job hashes nothing unless a file changed; it also holds the cache identity at build
+time, so an edited manifest.json is refused. `verify_cache` (the audit) hashes again whatever the
+audit's own signed memory does not vouch for.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import numpy as np
 from ebd2n.atomic import atomic_write_text
 from ebd2n.data.cache import MANIFEST, Cache, open_cache
 from ebd2n.errors import UserError
+from ebd2n.fileidentity import FileIdentity, HashMemory
 
 STAMP = ".verified.json"
-"""Files already hashed against the manifest, by (size, inode, mtime), and the identity they were checked for."""
+"""Files already hashed against the manifest, by their whole identity, and the cache identity they were checked for."""
 
 _CHUNK = 1 << 20
 
@@ -37,14 +39,22 @@ def open_verified_cache(cache_dir: str | os.PathLike, vocab_size: int) -> Cache:
     """
     cache = open_cache(cache_dir)
     check_vocab_size(cache, vocab_size)
-    _verify(cache, trust_stamp=True)
+    _verify(cache)
     return cache
 
 
-def verify_cache(cache_dir: str | os.PathLike) -> Cache:
-    """Re-hash every file of the cache against its manifest now, whatever the stamp says (the audit)."""
+def verify_cache(cache_dir: str | os.PathLike, memory: HashMemory | None = None, prefix: str = "") -> Cache:
+    """Check every file of the cache against its manifest (the audit): the stamp is not believed,
+    only the audit's `memory` (None: every file is hashed), which names each file `prefix` + its
+    name; what is hashed now is remembered there."""
     cache = open_cache(cache_dir)
-    _verify(cache, trust_stamp=False)
+    for path, _, digest in cache.recorded_files():
+        key = prefix + path.name
+        if memory is None or memory.recall(path, key) != digest:
+            identity = FileIdentity.of(path)
+            _check_file(cache, path, digest)
+            if memory is not None:
+                memory.remember(path, key, identity, digest)
     return cache
 
 
@@ -69,8 +79,8 @@ def record_verified(cache: Cache) -> None:
     _write_stamp(cache, {path.name: _file_key(path) for path, _, _ in cache.recorded_files()})
 
 
-def _verify(cache: Cache, trust_stamp: bool) -> None:
-    """Hash the cache's files against the manifest (all, or those the stamp does not vouch for); record them."""
+def _verify(cache: Cache) -> None:
+    """Hash the cache's files against the manifest (those the stamp does not vouch for); record them."""
     stamp_path = cache.directory / STAMP
     stamp = _read_stamp(stamp_path)
     if stamp.get("identity", cache.identity) != cache.identity:
@@ -78,7 +88,7 @@ def _verify(cache: Cache, trust_stamp: bool) -> None:
             f"{cache.directory / MANIFEST}: edited after the cache was built (its identity is no longer the one "
             f"{STAMP} recorded); a cache is never changed in place: prepare a new one"
         )
-    verified = stamp.get("files", {}) if trust_stamp else {}
+    verified = stamp.get("files", {})
     now = {}
     for path, _, digest in cache.recorded_files():
         key = _file_key(path)
@@ -111,8 +121,7 @@ def _check_file(cache: Cache, path: Path, digest: str) -> None:
 
 
 def _file_key(path: Path) -> list[int]:
-    info = path.stat()
-    return [info.st_size, info.st_ino, info.st_mtime_ns]
+    return FileIdentity.of(path).record()
 
 
 def _read_stamp(path: Path) -> dict[str, Any]:

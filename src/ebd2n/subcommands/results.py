@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from ebd2n import commands
+from ebd2n.fileidentity import REHASH_AFTER_DAYS
 from ebd2n.layout import (
+    AUDIT_HASHES,
     AUDIT_JSON,
     AUDIT_RUNS,
     DASHBOARD,
@@ -99,6 +101,19 @@ def add_result_commands(subcommands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="re-baseline the ledger on the current files (recorded in its history); "
         "only when every other check passes",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help=f"hash every file by content (by default a hash is reused while its file's identity is unchanged, "
+        f"see {AUDIT_HASHES})",
+    )
+    p.add_argument(
+        "--rehash-after",
+        type=float,
+        default=REHASH_AFTER_DAYS,
+        metavar="DAYS",
+        help="hash again a file whose hash was verified longer ago than this (default: %(default)s days)",
     )
     p.add_argument(
         "--sign",

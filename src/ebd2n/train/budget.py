@@ -7,14 +7,19 @@ nominal tokens train 398,507 blocks = 408,071,168 tokens in 12,480 steps). In pa
 local model takes whole blocks, so a derived total rounds down and a derived epoch up to a multiple
 of K x context_length, as the reference's packed recipes do. An explicit max_tokens is never
 exceeded: it rounds down to whole blocks (packed: to K x context_length).
+
+`position_problem` measures a checkpoint's own record of how far it trained against the budget:
+full validation and the audit ask it before they believe a checkpoint's name.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from ebd2n.config import Recipe, count_parameters
 from ebd2n.errors import UserError
@@ -159,3 +164,36 @@ def _nominal_tokens(recipe: Recipe, parameters: int, unit: int) -> tuple[Fractio
         if packed:
             epoch = math.ceil(epoch / unit) * unit
     return Fraction(total), Fraction(epoch)
+
+
+def position_problem(state: Mapping[str, Any], budget: Budget, epoch: int) -> str | None:
+    """Why a checkpoint's own record of how far it trained (epochs, optimizer steps, tokens) is not
+    the end of `epoch` in `budget`, None when it is. A file's name (final.pt, epoch-N.pt) and the
+    hashes recorded around it can be rewritten to fit; what training wrote inside cannot."""
+    progress = state.get("progress") if isinstance(state.get("progress"), Mapping) else {}
+    data = state.get("data") if isinstance(state.get("data"), Mapping) else {}
+    steps = budget.step_boundaries[epoch - 1] if epoch else 0
+    expected = {"epoch": epoch, "step": steps, "tokens": budget.tokens_after(steps)}
+    diverged = progress.get("diverged")
+    if epoch == budget.epochs and isinstance(diverged, Mapping):
+        # a diverged run's final.pt: the step of its decision, in the epoch it did not finish (ebd2n.train.divergence)
+        decided = diverged.get("epoch")
+        expected = {
+            "epoch": decided - 1 if isinstance(decided, int) else None,
+            "step": diverged.get("step"),
+            "tokens": diverged.get("tokens"),
+        }
+    recorded = {
+        "epoch": progress.get("epoch"),
+        "step": data.get("step", state.get("step")),  # format 1: a loose step
+        "tokens": state.get("tokens"),
+    }
+    wrong = [f"{key} {recorded[key]}" for key in expected if recorded[key] != expected[key]]
+    if not wrong:
+        return None
+    if epoch == budget.epochs and isinstance(diverged, Mapping):
+        return f"records {', '.join(wrong)}, not the point of the divergence decision it records ({dict(diverged)})"
+    return (
+        f"records {', '.join(wrong)}, not the end of epoch {epoch} of {budget.epochs} "
+        f"(epoch {epoch}, step {steps}, {expected['tokens']:,} tokens): another point of the run under this name"
+    )

@@ -1,13 +1,10 @@
 """Loss and accuracy of a model over validation blocks: the trainer's per-epoch subset and the
-full validation of `ebd2n validate` both measure through `evaluate_sequences`; and whether a
-checkpoint holds the point of its run's budget it claims (`position_problem`), which full
-validation and the audit ask before they believe a checkpoint's name."""
+full validation of `ebd2n validate` both measure through `evaluate_sequences`."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +12,6 @@ from torch import nn
 
 from ebd2n.errors import UserError
 from ebd2n.targets import IGNORE_INDEX, split_block
-from ebd2n.train.budget import Budget
 
 
 @torch.inference_mode()
@@ -54,36 +50,3 @@ def block_batches(blocks: torch.Tensor, batch_size: int) -> Iterator[tuple[torch
     """(inputs, targets) batches of (N, T+1) blocks (masked tokens of supervised caches: IGNORE_INDEX targets)."""
     for start in range(0, blocks.shape[0], batch_size):
         yield split_block(blocks[start : start + batch_size])
-
-
-def position_problem(state: Mapping[str, Any], budget: Budget, epoch: int) -> str | None:
-    """Why a checkpoint's own record of how far it trained (epochs, optimizer steps, tokens) is not
-    the end of `epoch` in `budget`, None when it is. A file's name (final.pt, epoch-N.pt) and the
-    hashes recorded around it can be rewritten to fit; what training wrote inside cannot."""
-    progress = state.get("progress") if isinstance(state.get("progress"), Mapping) else {}
-    data = state.get("data") if isinstance(state.get("data"), Mapping) else {}
-    steps = budget.step_boundaries[epoch - 1] if epoch else 0
-    expected = {"epoch": epoch, "step": steps, "tokens": budget.tokens_after(steps)}
-    diverged = progress.get("diverged")
-    if epoch == budget.epochs and isinstance(diverged, Mapping):
-        # a diverged run's final.pt: the step of its decision, in the epoch it did not finish (ebd2n.train.divergence)
-        decided = diverged.get("epoch")
-        expected = {
-            "epoch": decided - 1 if isinstance(decided, int) else None,
-            "step": diverged.get("step"),
-            "tokens": diverged.get("tokens"),
-        }
-    recorded = {
-        "epoch": progress.get("epoch"),
-        "step": data.get("step", state.get("step")),  # format 1: a loose step
-        "tokens": state.get("tokens"),
-    }
-    wrong = [f"{key} {recorded[key]}" for key in expected if recorded[key] != expected[key]]
-    if not wrong:
-        return None
-    if epoch == budget.epochs and isinstance(diverged, Mapping):
-        return f"records {', '.join(wrong)}, not the point of the divergence decision it records ({dict(diverged)})"
-    return (
-        f"records {', '.join(wrong)}, not the end of epoch {epoch} of {budget.epochs} "
-        f"(epoch {epoch}, step {steps}, {expected['tokens']:,} tokens): another point of the run under this name"
-    )
