@@ -89,5 +89,5 @@ def test_store_edited_parquet_is_named_by_the_audit(campaign_tree: Callable[...,
     pq.write_table(table.set_column(table.schema.get_field_index("loss"), "loss", losses), path)
     paths = CampaignPaths(campaign)
     memory = load_memory(paths.audit_hashes, campaign, None, full=True)
-    result = check_report(paths, None, memory, report_artifacts(paths, memory)).violations
+    result = check_report(paths, None, memory, report_artifacts(paths, memory), None).violations
     assert result == [f"report/{relative}: differs from a recomputation from the runs (rebuild: ebd2n report)"]

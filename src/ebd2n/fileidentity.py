@@ -2,15 +2,16 @@
 
 Hashing every checkpoint of a campaign on every invocation costs minutes once checkpoints weigh
 GBs. A content hash is reused only while the file's whole identity is unchanged: device, inode,
-size, and modification and status-change times in nanoseconds. An edit whose modification time
-is put back still moves the status-change time, which no user tool sets back; a copy, a restore or
-a swapped directory brings new inodes or devices. Anything else is hashed again.
+size, and modification and status-change times in nanoseconds (of the file a symbolic link leads
+to). An edit whose modification time is put back still moves the status-change time, which no user
+tool sets back; a copy, a restore or a swapped directory brings new inodes or devices. Anything
+else is hashed again.
 
 A `HashMemory` file is trusted only where it was written: it names its host and the directory it
 describes (device and inode), and carries an HMAC-SHA256 under a key private to this user on this
 host (`$XDG_STATE_HOME/ebd2n/hash-memory.key`, made 0600 on first use, never in results). Edited,
-copied or moved elsewhere, it is simply not believed: every file is hashed again. Entries older
-than `max_age_s` are hashed again too.
+or beside a copy of its directory (another host, device or inode), it is simply not believed:
+every file is hashed again. Entries older than `max_age_s` are hashed again too.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ REHASH_AFTER_DAYS = 7.0
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """What the file system says about a file without reading it; equal identities, equal bytes."""
+    """What the file system says about a file without reading it: while it holds, no write reached the file."""
 
     device: int
     inode: int
@@ -49,7 +50,7 @@ class FileIdentity:
 
     @classmethod
     def of(cls, path: str | os.PathLike) -> FileIdentity:
-        info = os.stat(path, follow_symlinks=False)
+        info = os.stat(path)
         return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
     def record(self) -> list[int]:
@@ -95,11 +96,11 @@ class HashMemory:
 
     def sha256(self, path: Path, key: str) -> str:
         """The SHA-256 of `path` (named `key` in the memory): remembered, or hashed now."""
-        identity = FileIdentity.of(path)
+        started, identity = time.time_ns(), FileIdentity.of(path)
         if (entry := self._reusable(key, identity)) is not None:
             return entry["sha256"]
         digest = sha256_file(path)
-        self.remember(path, key, identity, digest)
+        self.remember(path, key, identity, digest, started)
         return digest
 
     def recall(self, path: Path, key: str) -> str | None:
@@ -108,15 +109,19 @@ class HashMemory:
         entry = self._reusable(key, FileIdentity.of(path))
         return None if entry is None else entry["sha256"]
 
-    def remember(self, path: Path, key: str, identity: FileIdentity, digest: str) -> None:
-        """Record a hash computed now from `path`, whose identity was `identity` before reading: a
-        file changed while it was read, or changed so recently that a change within the file system's
-        time resolution could follow unseen ("racily clean", as git calls it), is not remembered: the
-        next audit hashes it again."""
-        if FileIdentity.of(path) == identity:
+    def remember(self, path: Path, key: str, identity: FileIdentity, digest: str, started: int) -> None:
+        """Record a hash computed from `path`, whose identity was `identity` at `started` (ns, taken
+        before it): a file changed while it was read is not remembered, nor saved one changed so
+        shortly before `started` that a change within the file system's time resolution could
+        follow unseen ("racily clean", as git calls it): the next audit hashes it again."""
+        try:
+            unchanged = FileIdentity.of(path) == identity
+        except FileNotFoundError:
+            return  # gone since: the caller's next look finds out
+        if unchanged:
             self.seen[key] = {"identity": identity.record(), "sha256": digest, "verified": time.time()}
             self.changed = True
-            if time.time_ns() - identity.changed_ns <= RACY_NS:
+            if started - identity.changed_ns <= RACY_NS:
                 self.racy.add(key)  # this audit asks again without hashing again; the next one hashes
 
     def extra(self, key: str, name: str) -> Any:
@@ -150,12 +155,12 @@ class HashMemory:
             "host": socket.gethostname(),
             "directory": directory_identity(self.directory),
             "entries": dict(sorted(entries.items())),
-            "last": {"hashed": dict(sorted(self.reasons.items())), "reused": len(self.reused)},
         }
         text = json.dumps(body, separators=(",", ":"))
         try:
-            header = json.dumps({"format": FORMAT, "hmac": _mac(_key(create=True), text)})
-            atomic_write_text(self.path, f"{header}\n{text}\n")
+            key = _key(create=True)
+            if key is not None:
+                atomic_write_text(self.path, f"{json.dumps({'format': FORMAT, 'hmac': _mac(key, text)})}\n{text}\n")
         except OSError:
             return
 
@@ -207,14 +212,16 @@ def _distrust(header: str, text: str, directory: Path) -> tuple[str | None, dict
         recorded, body = json.loads(header), json.loads(text)
     except ValueError:
         return "record unreadable", {}
-    if not isinstance(recorded, dict) or recorded.get("format") != FORMAT or not isinstance(body, dict):
+    entries = body.get("entries") if isinstance(body, dict) else None
+    well_formed = isinstance(entries, dict) and all(isinstance(e, dict) and "sha256" in e for e in entries.values())
+    if not isinstance(recorded, dict) or recorded.get("format") != FORMAT or not well_formed:
         return "record unreadable", {}
     key = _key(create=False)
     if key is None or not hmac.compare_digest(str(recorded.get("hmac")), _mac(key, text)):
         return "record not signed by this host's key (edited, or written elsewhere)", {}
     if body.get("host") != socket.gethostname():
         return f"record written on host {body.get('host')}", {}
-    if body.get("directory") != directory_identity(directory) or not isinstance(body.get("entries"), dict):
+    if body.get("directory") != directory_identity(directory):
         return "record written for another directory (a copy, or a restore)", {}
     return None, body
 
@@ -224,17 +231,18 @@ def _mac(key: bytes, text: str) -> str:
 
 
 def _key(create: bool) -> bytes | None:
-    """This user's key on this host for hash memories; made on first use when `create`."""
+    """This user's key on this host for hash memories; made on first use when `create`. A key file
+    that cannot be read, or not of KEY_BYTES bytes (a creation cut short), is no key."""
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     path = state / "ebd2n" / "hash-memory.key"
+    if create and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            write_new_private(path, os.urandom(KEY_BYTES))
+        except FileExistsError:
+            pass  # another process made it first
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        if not create:
-            return None
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        write_new_private(path, os.urandom(KEY_BYTES))
-    except FileExistsError:
-        pass  # another process made it first
-    return path.read_bytes()
+        key = path.read_bytes()
+    except OSError:
+        return None
+    return key if len(key) == KEY_BYTES else None

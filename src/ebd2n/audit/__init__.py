@@ -10,7 +10,9 @@ Three kinds of evidence back each other, so no single deleted or edited file goe
 Sources only: what the campaign must hold comes from frozen/ (spec/: the grid and seeds;
 freeze.json: the fixed settings; the trainer, base recipes and slice plans) and the run
 directories. campaign.json, runs.csv and the published report are derived: each is recomputed
-(the report rebuilt elsewhere) and compared byte for byte, never believed. File times never count.
+(the report rebuilt elsewhere) and compared byte for byte, never believed. File times count only
+as part of a file's identity, while which a hash computed from its content is reused
+(ebd2n.fileidentity); never as evidence of what a file holds.
 An audit without an earlier audit's records says so (`compared_with_earlier_audit`, its summary).
 What this cannot catch: someone who rewrites every record, the ledger and audit.json
 consistently; a signature with a key kept elsewhere does (`ebd2n audit --sign`, ebd2n.signing).
@@ -152,7 +154,8 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory)
     if stage == "full":
         result.append(check_runs_record(paths, result))
         published = report_artifacts(paths, memory)
-        result.append(check_report(paths, recomputed if isinstance(recomputed, dict) else None, memory, published))
+        info = recomputed if isinstance(recomputed, dict) else None
+        result.append(check_report(paths, info, memory, published, cache_dir))
         current.update(published)
     for check in result:  # records name paths relative to the repository, however the campaign was reached
         check.violations = [checks.repository_relative(paths, violation) for violation in check.violations]

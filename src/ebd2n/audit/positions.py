@@ -61,13 +61,12 @@ def _read_metadata(view: RunView, name: str) -> dict[str, Any] | None:
 
 
 def _plain(metadata: dict[str, Any]) -> bool:
-    """Whether `metadata` survives a JSON round trip (kept in the hash memory only then; a diverged
-    run's NaN loss included)."""
+    """Whether `metadata` survives a JSON round trip equal, types included (kept in the hash memory
+    only then; a NaN never compares equal, so a diverged run's checkpoint is read each time)."""
     try:
-        text = json.dumps(metadata)
+        return json.loads(json.dumps(metadata)) == metadata
     except (TypeError, ValueError):
         return False
-    return json.dumps(json.loads(text)) == text
 
 
 def check_positions(views: Iterable[RunView], metadata: dict[tuple[str, str], dict[str, Any] | None]) -> Check:

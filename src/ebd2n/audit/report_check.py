@@ -1,11 +1,14 @@
 """The published report equals one rebuilt from the campaign's sources: checked by rebuilding it,
-unless nothing it is built from and none of its files changed since an audit that did.
+unless nothing it is built from and none of its files changed since an audit whose comparison passed.
 
 Rebuilding costs seconds per hundred runs on every invocation, so the rebuild is skipped exactly
-when it cannot find anything new: every published file unchanged by identity since it was
-compared (ebd2n.fileidentity), and the same fingerprint of what a build reads (every file of the
-campaign outside the report and the audit's own records, the recomputed campaign.json, the source
-of the package and the versions of its stack). Anything else is rebuilt and compared byte for byte.
+when it cannot find anything new: the report's files hash as they did when a rebuild matched them
+(with their identities, ebd2n.fileidentity, the hashes cost nothing), and the same fingerprint of
+what a build reads: every campaign file but the report, the audit's records and the logs of
+anything but runs (a failed run's job log is shown), the campaign's place (its name and directory
+appear in the selected recipes), the data cache's manifest, the recomputed campaign.json, the
+package's source and its stack's versions. A symbolic link or a trainer's lease anywhere in the
+campaign (what they lead to, or whether their holder lives, is no file's content) means a rebuild.
 """
 
 from __future__ import annotations
@@ -18,29 +21,35 @@ from pathlib import Path
 
 from ebd2n.atomic import sha256_bytes
 from ebd2n.audit.checks import Check
+from ebd2n.audit.run_memo import package_source
+from ebd2n.data.cache import MANIFEST
 from ebd2n.errors import UserError
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import (
-    AUDIT_HASHES,
     AUDIT_JSON,
     AUDIT_LEDGER,
     AUDIT_PASSED,
+    LEASE,
     REPORT,
     REPORT_ASSETS,
     REPORT_INDEX,
+    RUNS,
     UNSIGNED,
     CampaignPaths,
 )
-from ebd2n.provenance import software_versions, source_hash
+from ebd2n.provenance import software_versions
 from ebd2n.report.publish import report_files
 
-NOT_READ = {*UNSIGNED, REPORT, AUDIT_JSON, AUDIT_LEDGER, AUDIT_PASSED, AUDIT_HASHES}
-"""Top-level entries a report build never reads: the report itself, logs, status, signatures, audit records."""
+NOT_READ = {*UNSIGNED, REPORT, AUDIT_JSON, AUDIT_LEDGER, AUDIT_PASSED}
+"""Top-level entries a report build does not read (but logs/runs/, walked on its own)."""
 COMPARED = "compared_with"
-"""What the report's index entry in the hash memory keeps: the fingerprint and files of its last comparison."""
+"""What the report's index entry in the hash memory keeps: the fingerprint, files and hashes of the
+report when a rebuild last matched it, and what that comparison examined."""
 
 
-def check_report(paths: CampaignPaths, info: dict | None, memory: HashMemory, published: dict[str, str]) -> Check:
+def check_report(
+    paths: CampaignPaths, info: dict | None, memory: HashMemory, published: dict[str, str], cache_dir: Path | None
+) -> Check:
     """The published report (`published`: its files' hashes, keyed relative to the campaign) equals
     one rebuilt from the runs and `info` (campaign.json as the campaign's sources make it; None: it
     cannot be recomputed, the file stands in), file for file, byte for byte."""
@@ -49,15 +58,16 @@ def check_report(paths: CampaignPaths, info: dict | None, memory: HashMemory, pu
         check.violations.append(f"{REPORT}: missing; build it with `ebd2n report {paths.directory}`")
         return check
     index = f"{REPORT}/{REPORT_INDEX}"
-    fingerprint = _fingerprint(paths, info, memory)
-    compared = {"fingerprint": fingerprint, "files": sorted(published)}
-    if memory.extra(index, COMPARED) == compared and set(published) <= memory.reused:
-        check.examined = len(report_files(paths.report))
+    fingerprint = _fingerprint(paths, info, memory, cache_dir)
+    state = {"fingerprint": fingerprint, "published": published, "files": sorted(report_files(paths.report))}
+    kept = memory.extra(index, COMPARED)
+    if fingerprint is not None and isinstance(kept, dict) and {k: kept.get(k) for k in state} == state:
+        check.examined = int(kept.get("examined", 0))
         memory.notes.append("report: it and what it is built from are unchanged since it was compared, not rebuilt")
         return check
     _compare(paths, info, check)
-    if not check.violations:
-        memory.keep(index, COMPARED, compared)
+    if fingerprint is not None and not check.violations:
+        memory.keep(index, COMPARED, {**state, "examined": check.examined})
     return check
 
 
@@ -85,18 +95,34 @@ def _compare(paths: CampaignPaths, info: dict | None, check: Check) -> None:
                 check.violations.append(f"{where}: differs from a recomputation from the runs (rebuild: ebd2n report)")
 
 
-def _fingerprint(paths: CampaignPaths, info: dict | None, memory: HashMemory) -> str:
-    """The SHA-256 of everything a report build reads: equal fingerprints, equal reports."""
-    inputs = {}
-    for root, directories, files in os.walk(paths.directory):
-        relative = Path(root).relative_to(paths.directory)
-        if relative == Path("."):
-            directories[:] = [name for name in directories if name not in NOT_READ]
-            files = [name for name in files if name not in NOT_READ]
-        for name in files:
-            path = Path(root) / name
-            if path.is_file() and not path.is_symlink():
-                key = (relative / name).as_posix()
-                inputs[key] = memory.sha256(path, key)
-    basis = {"inputs": inputs, "info": info, "source": source_hash(), "versions": software_versions()}
+def _fingerprint(paths: CampaignPaths, info: dict | None, memory: HashMemory, cache_dir: Path | None) -> str | None:
+    """The SHA-256 of everything a report build reads (equal fingerprints, equal reports), None
+    when the campaign holds what no fingerprint can stand for (a link, a lease) or changes under it."""
+    inputs: dict[str, str] = {}
+    roots = [paths.directory, paths.logs / RUNS]
+    try:
+        for root in roots:
+            for directory, directories, files in os.walk(root):
+                relative = Path(directory).relative_to(paths.directory)
+                if relative == Path("."):
+                    directories[:] = [name for name in directories if name not in NOT_READ]
+                    files = [name for name in files if name not in NOT_READ]
+                for name in [*directories, *files]:
+                    if (Path(directory) / name).is_symlink() or name == LEASE:
+                        return None
+                for name in files:
+                    key = (relative / name).as_posix()
+                    inputs[key] = memory.sha256(Path(directory) / name, key)
+        if cache_dir is not None:
+            manifest = Path(cache_dir) / MANIFEST
+            inputs[f"cache {manifest}"] = memory.sha256(manifest, os.path.relpath(manifest, paths.directory))
+    except FileNotFoundError:
+        return None  # a file came or went while it was walked (a job at work): rebuild
+    basis = {
+        "inputs": inputs,
+        "info": info,
+        "place": [str(paths.directory.resolve()), str(paths.repository.resolve())],
+        "source": package_source(),
+        "versions": software_versions(),
+    }
     return sha256_bytes(json.dumps(basis, sort_keys=True, default=str).encode("utf-8"))

@@ -29,8 +29,9 @@ def remembered(view: RunView, memory: HashMemory, check: str, judge: Callable[[]
     key = view.prefix + METRICS
     basis = _basis(view)
     kept = memory.extra(key, KEPT)
-    if not isinstance(kept, dict) or kept.get("basis") != basis:
+    if not isinstance(kept, dict) or kept.get("basis") != basis or not isinstance(kept.get("checks"), dict):
         kept = {"basis": basis, "checks": {}}
+    kept = {"basis": basis, "checks": dict(kept["checks"])}  # a copy: the memory sees what changed
     if isinstance(known := kept["checks"].get(check), list) and len(known) == 2:
         return bool(known[0]), list(known[1])
     examined, problems = judge()
@@ -40,10 +41,11 @@ def remembered(view: RunView, memory: HashMemory, check: str, judge: Callable[[]
 
 
 def _basis(view: RunView) -> str:
-    content = {"files": view.hashes, "listed": view.files, "problems": view.problems, "source": _source()}
+    content = {"files": view.hashes, "listed": view.files, "problems": view.problems, "source": package_source()}
     return sha256_bytes(json.dumps(content, sort_keys=True).encode("utf-8"))
 
 
 @functools.cache
-def _source() -> str:
+def package_source() -> str:
+    """The running package's source hash, once per process (a verdict or report of other code is not reused)."""
     return source_hash()

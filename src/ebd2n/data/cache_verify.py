@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +52,10 @@ def verify_cache(cache_dir: str | os.PathLike, memory: HashMemory | None = None,
     for path, _, digest in cache.recorded_files():
         key = prefix + path.name
         if memory is None or memory.recall(path, key) != digest:
-            identity = FileIdentity.of(path)
+            started, identity = time.time_ns(), FileIdentity.of(path)
             _check_file(cache, path, digest)
             if memory is not None:
-                memory.remember(path, key, identity, digest)
+                memory.remember(path, key, identity, digest, started)
     return cache
 
 
