@@ -1,7 +1,9 @@
-"""How long Snakemake takes to plan the 20M sweep at 324 runs and more, this checkout against another.
+"""How long Snakemake takes to plan the 20M sweep at 324 runs and more, this checkout against another,
+or against a bare Snakefile of the same shape (benchmarks/bare.smk: Snakemake alone, no ebd2n).
 
     git worktree add --detach /tmp/before <commit>       # the checkout to compare with
     python benchmarks/dryrun_scale.py --compare /tmp/before --seeds 3 31 93 --repeats 3
+    PYTHONPATH=src python benchmarks/dryrun_scale.py --compare bare --seeds 31 93 --repeats 3
 
 For each seed count the 20M sweep's campaign file (config/campaigns/recipe-sweep-20m.yaml, 108 grid
 points) gets that many seeds (3: the published 324 runs; 31: 3,348; 93: 10,044) and both checkouts
@@ -19,6 +21,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +50,31 @@ def dry_run(checkout: Path, seeds: int) -> tuple[float, float]:
     return elapsed, _children_cpu() - before
 
 
+def bare_dry_run(seeds: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one dry run of benchmarks/bare.smk over the same runs (ids from ebd2n,
+    computed outside the timed process)."""
+    from ebd2n.campaign.check import load_campaign
+
+    raw = yaml.safe_load((ROOT / SWEEP).read_text())
+    raw["seeds"] = list(range(42, 42 + seeds))
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        (directory / "sweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+        runs = [run.id for run in load_campaign(directory / "sweep.yaml").grid.runs()]
+        (directory / "runs.json").write_text(json.dumps({"runs": runs}))
+        command = [
+            *[sys.executable, "-m", "snakemake", "--profile", str(ROOT / "slurm"), "-n"],
+            *["--snakefile", str(ROOT / "benchmarks" / "bare.smk"), "-d", scratch, "--configfile", "runs.json"],
+        ]
+        before = _children_cpu()
+        started = time.perf_counter()
+        result = subprocess.run(command, cwd=directory, capture_output=True, text=True)
+        elapsed = time.perf_counter() - started
+    if result.returncode:
+        raise SystemExit(f"bare dry run of {seeds} seeds failed:\n{result.stderr[-3000:]}")
+    return elapsed, _children_cpu() - before
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -55,19 +83,19 @@ def _children_cpu() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--compare", type=Path, required=True, help="another checkout (e.g. a worktree of the last release)"
+        "--compare", required=True, help="another checkout (e.g. a worktree of the last release), or `bare`"
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[3, 31])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    checkouts = {"this": ROOT, "compared": args.compare.resolve()}
+    checkouts = {"this": ROOT, "compared": args.compare if args.compare == "bare" else Path(args.compare).resolve()}
     record: dict = {"compared": str(checkouts["compared"]), "cases": {}}
     for seeds in args.seeds:
         times: dict[str, list[float]] = {name: [] for name in checkouts}
         cpu: dict[str, list[float]] = {name: [] for name in checkouts}
         for _ in range(args.repeats):
             for name, checkout in checkouts.items():  # alternately, so load on the machine hits both alike
-                wall, used = dry_run(checkout, seeds)
+                wall, used = bare_dry_run(seeds) if checkout == "bare" else dry_run(checkout, seeds)
                 times[name].append(wall)
                 cpu[name].append(used)
                 record["cases"][str(seeds)] = {"runs": 108 * seeds, "wall_s": times, "cpu_s": cpu}

@@ -232,8 +232,8 @@ def cmd_audit(args: argparse.Namespace) -> None:
         print(f"{marks[check['status']]} {check['name']} ({check['scope']})")
         for note in check.get("notes", []):
             print(f"     {note}")
-    print(record["summary"])
     print(record["hashing"])
+    print(record["summary"])
     if not record["passed"]:
         raise AuditFailed("\n".join(violations(record)))
     if key is not None:

@@ -41,7 +41,7 @@ from ebd2n.campaign.results import job_failure
 from ebd2n.campaign.status_plan import planned_runs, read_plan
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
-from ebd2n.layout import CampaignPaths
+from ebd2n.layout import METRICS, CampaignPaths
 from ebd2n.train.lease import live_holder
 from ebd2n.train.plan import SlicePlan, parse_plan
 
@@ -293,7 +293,8 @@ def _epoch_records(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | N
 
 def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: dict[str, Any], run_record: Path) -> float:
     """The training time of a diverged run's last, unfinished epoch, which no epoch record holds: its
-    tokens at the mean rate of the finished epochs, or (none finished) run.json's start to end."""
+    tokens at the mean rate of the finished epochs, or (none finished) run.json's start to its end or
+    to metrics.jsonl's last write, whichever is later (run.json counts whole seconds)."""
     rates = [record["tokens_per_s"] for record in epochs if record.get("tokens_per_s")]
     if rates:
         done = epochs[-1].get("tokens", 0) if epochs else 0
@@ -303,7 +304,9 @@ def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: dict[str, Any
         ended, started = (datetime.strptime(record[key], "%Y-%m-%dT%H:%M:%S%z") for key in ("ended", "started"))
     except (KeyError, TypeError, ValueError):
         return 0.0
-    return max(0.0, (ended - started).total_seconds())
+    metrics = run_record.with_name(METRICS)
+    last = metrics.stat().st_mtime if metrics.is_file() else 0.0
+    return max(0.0, (ended - started).total_seconds(), last - started.timestamp())
 
 
 def _failure(campaign_dir: Path, run: str) -> str | None:

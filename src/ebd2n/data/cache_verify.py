@@ -49,6 +49,7 @@ def verify_cache(cache_dir: str | os.PathLike, memory: HashMemory | None = None,
     only the audit's `memory` (None: every file is hashed), which names each file `prefix` + its
     name; what is hashed now is remembered there."""
     cache = open_cache(cache_dir)
+    _check_stamp_identity(cache, _read_stamp(cache.directory / STAMP))
     for path, _, digest in cache.recorded_files():
         key = prefix + path.name
         if memory is None or memory.recall(path, key) != digest:
@@ -82,13 +83,8 @@ def record_verified(cache: Cache) -> None:
 
 def _verify(cache: Cache) -> None:
     """Hash the cache's files against the manifest (those the stamp does not vouch for); record them."""
-    stamp_path = cache.directory / STAMP
-    stamp = _read_stamp(stamp_path)
-    if stamp.get("identity", cache.identity) != cache.identity:
-        raise UserError(
-            f"{cache.directory / MANIFEST}: edited after the cache was built (its identity is no longer the one "
-            f"{STAMP} recorded); a cache is never changed in place: prepare a new one"
-        )
+    stamp = _read_stamp(cache.directory / STAMP)
+    _check_stamp_identity(cache, stamp)
     verified = stamp.get("files", {})
     now = {}
     for path, _, digest in cache.recorded_files():
@@ -98,6 +94,15 @@ def _verify(cache: Cache) -> None:
         now[path.name] = key
     if now != stamp.get("files") or "identity" not in stamp:
         _write_stamp(cache, now)
+
+
+def _check_stamp_identity(cache: Cache, stamp: dict[str, Any]) -> None:
+    """The manifest still describes the cache its stamp was made for (a cache never changes in place)."""
+    if stamp.get("identity", cache.identity) != cache.identity:
+        raise UserError(
+            f"{cache.directory / MANIFEST}: edited after the cache was built (its identity is no longer the one "
+            f"{STAMP} recorded); a cache is never changed in place: prepare a new one"
+        )
 
 
 def _check_file(cache: Cache, path: Path, digest: str) -> None:
