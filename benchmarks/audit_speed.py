@@ -51,44 +51,66 @@ def campaign_file(directory: Path) -> Path:
     return path
 
 
-def build_campaign(directory: Path, file: Path | None = None) -> Path:
-    """Train, validate, collect, audit (runs stage) and report the whole grid of `file` (default:
-    the reference sweep's, `campaign_file`), as the workflow would."""
-    from ebd2n.audit import audit_campaign
+def start_campaign(file: Path):
+    """The campaign of `file` as the workflow starts it: cache prepared, trainer and base recipes
+    frozen, slice plans written (rule plan_slices), the status plan written (onstart)."""
     from ebd2n.campaign.check import load_campaign
-    from ebd2n.campaign.collect import collect_campaign
     from ebd2n.campaign.describe import prepare_campaign_cache
     from ebd2n.campaign.freeze import freeze_base, freeze_trainer
+    from ebd2n.campaign.status_plan import write_plan
+    from ebd2n.config import load_recipe
+    from ebd2n.train.plan import recipe_plan, write_slice_plan
+
+    campaign = load_campaign(file)
+    prepare_campaign_cache(campaign)
+    freeze_trainer(campaign)
+    plans = {}
+    for base in campaign.grid.bases:
+        freeze_base(campaign, base)
+        plans[base] = recipe_plan(load_recipe(campaign.paths.base_recipe(base)), campaign.slice_epochs(base))
+        write_slice_plan(plans[base], campaign.paths.slice_plan(base))
+    write_plan(campaign, plans)
+    return campaign
+
+
+def train_run(run_dir: Path) -> None:
+    """One run trained, its dashboard written (as `ebd2n train` does) and fully validated."""
     from ebd2n.campaign.resolve import resolve_run
     from ebd2n.config import load_recipe
     from ebd2n.evaluate import validate_run
-    from ebd2n.report import build_report
     from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
-    from ebd2n.train.plan import recipe_plan, write_slice_plan
 
-    campaign = load_campaign(file or campaign_file(directory))
-    prepare_campaign_cache(campaign)
-    freeze_trainer(campaign)
-    for base in campaign.grid.bases:
-        freeze_base(campaign, base)
-        plan = recipe_plan(load_recipe(campaign.paths.base_recipe(base)), campaign.slice_epochs(base))
-        write_slice_plan(plan, campaign.paths.slice_plan(base))  # as rule plan_slices does
-    runs = campaign.grid.runs()
-    started = time.perf_counter()
-    for index, run in enumerate(runs, start=1):
-        run_dir = campaign.paths.run(run.id).directory
-        train(load_recipe(resolve_run(run_dir)), progress=False)
-        write_dashboard(run_dir)  # as `ebd2n train` does
-        validate_run(run_dir)
-        if index % 54 == 0 or len(runs) < 54:
-            print(
-                f"  {index}/{len(runs)} runs trained and validated ({time.perf_counter() - started:.0f} s)", flush=True
-            )
+    train(load_recipe(resolve_run(run_dir)), progress=False)
+    write_dashboard(run_dir)
+    validate_run(run_dir)
+
+
+def finish_campaign(campaign) -> Path:
+    """Collected, audited (runs stage) and reported, as the workflow ends; its directory."""
+    from ebd2n.audit import audit_campaign
+    from ebd2n.campaign.collect import collect_campaign
+    from ebd2n.report import build_report
+
     collect_campaign(campaign)
     audit_campaign(campaign.directory, stage="runs")
     build_report(campaign.directory)
     return campaign.directory
+
+
+def build_campaign(directory: Path, file: Path | None = None) -> Path:
+    """Train, validate, collect, audit (runs stage) and report the whole grid of `file` (default:
+    the reference sweep's, `campaign_file`), as the workflow would."""
+    campaign = start_campaign(file or campaign_file(directory))
+    runs = campaign.grid.runs()
+    started = time.perf_counter()
+    for index, run in enumerate(runs, start=1):
+        train_run(campaign.paths.run(run.id).directory)
+        if index % 54 == 0 or len(runs) < 54:
+            print(
+                f"  {index}/{len(runs)} runs trained and validated ({time.perf_counter() - started:.0f} s)", flush=True
+            )
+    return finish_campaign(campaign)
 
 
 def hash_every_file(campaign: Path) -> float:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import yaml
+from audit_speed import finish_campaign, start_campaign, train_run
 
 MICRO = {
     "model.layers": 1,
@@ -67,43 +68,16 @@ def campaign_file(directory: Path, runs: int) -> Path:
 
 def build(directory: Path, runs: int) -> Path:
     """The campaign of `campaign_file`, every run present, collected, audited (runs stage) and reported."""
-    from ebd2n.audit import audit_campaign
-    from ebd2n.campaign.check import load_campaign
-    from ebd2n.campaign.collect import collect_campaign
-    from ebd2n.campaign.describe import prepare_campaign_cache
-    from ebd2n.campaign.freeze import freeze_base, freeze_trainer
-    from ebd2n.campaign.resolve import resolve_run
-    from ebd2n.campaign.status_plan import write_plan
-    from ebd2n.config import load_recipe
-    from ebd2n.evaluate import validate_run
-    from ebd2n.report import build_report
-    from ebd2n.report.dashboard import write_dashboard
-    from ebd2n.train import train
-    from ebd2n.train.plan import recipe_plan, write_slice_plan
-
-    campaign = load_campaign(campaign_file(directory, runs))
-    prepare_campaign_cache(campaign)
-    freeze_trainer(campaign)
-    plans = {}
-    for base in campaign.grid.bases:
-        freeze_base(campaign, base)
-        plans[base] = recipe_plan(load_recipe(campaign.paths.base_recipe(base)), campaign.slice_epochs(base))
-        write_slice_plan(plans[base], campaign.paths.slice_plan(base))
-    write_plan(campaign, plans)  # as the workflow's onstart does
+    campaign = start_campaign(campaign_file(directory, runs))
     grid = campaign.grid.runs()
     template = campaign.paths.run(grid[0].id).directory
-    train(load_recipe(resolve_run(template)), progress=False)
-    write_dashboard(template)
-    validate_run(template)
+    train_run(template)
     started = time.perf_counter()
     for index, run in enumerate(grid[1:], start=1):
         clone(template, campaign.paths.run(run.id).directory, index)
         if index % 1000 == 0:
             print(f"  {index:,}/{len(grid):,} runs made ({time.perf_counter() - started:.0f} s)", flush=True)
-    collect_campaign(campaign)
-    audit_campaign(campaign.directory, stage="runs")
-    build_report(campaign.directory)
-    return campaign.directory
+    return finish_campaign(campaign)
 
 
 def clone(template: Path, target: Path, index: int) -> None:
