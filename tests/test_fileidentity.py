@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,3 +136,20 @@ def test_old_entries_and_full_audits_hash_again(files: Path) -> None:
 def test_the_memory_key_is_private_and_outside_the_directory(files: Path, own_key: Path) -> None:
     key = own_key / "ebd2n" / "hash-memory.key"
     assert (key.stat().st_mode & 0o777) == 0o600 and key.read_bytes().hex() not in (files / "memory.json").read_text()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "a week"])
+def test_audit_refuses_a_rehash_age_that_is_no_number_of_days(value: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "audit", str(tmp_path), "--rehash-after", value],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = result.stderr.splitlines()
+    assert (result.returncode, len(lines), "--rehash-after" in result.stderr, list(tmp_path.iterdir())) == (
+        2,
+        1,
+        True,
+        [],
+    )

@@ -57,3 +57,14 @@ def epoch_list(text: str) -> list[int]:
         return [int(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected epochs like 2,4,5, got {text!r}") from None
+
+
+def days(text: str) -> float:
+    """A non-negative, finite number of days (0: every hash is computed again)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days like 7 or 0.5, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of days of 0 or more, got {text!r}")
+    return value

@@ -19,7 +19,7 @@ from ebd2n.layout import (
     RUN_RECORD,
     SIGNATURES,
 )
-from ebd2n.subcommands.parts import campaign_arg, command
+from ebd2n.subcommands.parts import campaign_arg, command, days
 
 
 def add_result_commands(subcommands: argparse._SubParsersAction) -> None:
@@ -110,7 +110,7 @@ def add_result_commands(subcommands: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--rehash-after",
-        type=float,
+        type=days,
         default=REHASH_AFTER_DAYS,
         metavar="DAYS",
         help="hash again a file whose hash was verified longer ago than this (default: %(default)s days)",
