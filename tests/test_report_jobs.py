@@ -1,14 +1,24 @@
 """A job that completes a run leaves its dashboard; a job that finds a complete run without one (its
-training job was killed just before writing it) writes it: `ebd2n train` run again, or `ebd2n validate`."""
+training job was killed just before writing it) writes it: `ebd2n train` run again, or `ebd2n validate`.
+A job into a finished run returns from its records alone, and only when they vouch for it."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from workflow_support import assert_states_equal
 
+from ebd2n.errors import UserError
 from ebd2n.layout import DASHBOARD, FINAL, RESULTS_JSON, TRAIN_LOG
 from ebd2n.report.jobs import train_job, validate_job
+from ebd2n.train.checkpoint import load_checkpoint
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def _settings(cache: Path, run: Path) -> list[str]:
@@ -56,3 +66,60 @@ def test_validate_job_writes_a_missing_dashboard_then_validates(trained) -> None
         (run / RESULTS_JSON).is_file(),
     )
     assert result == (2, True, True, True)
+
+
+def _copy(trained, tmp_path: Path) -> Path:
+    """The trained run, copied under its own name (its id) where a test may change it."""
+    copy = tmp_path / trained[0].name
+    shutil.copytree(trained[0], copy)
+    return copy
+
+
+def test_train_into_a_finished_run_imports_no_torch_and_changes_nothing(trained, demo_cache: Path, tmp_path) -> None:
+    """`ebd2n train` into a finished run knows it is done from the run's records (no torch, no load of
+    final.pt): it prints the trainer's "done already" line and leaves every file as it was."""
+    run = _copy(trained, tmp_path)
+    before = {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in run.rglob("*") if path.is_file()}
+    settings = [item for setting in _settings(demo_cache, run) for item in ("--set", setting)]
+    code = (
+        "import sys; from ebd2n.cli import main; main(sys.argv[1:]); "
+        "print('torch imported' if 'torch' in sys.modules else 'no torch')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "train", "--config", "demo", *settings, "--until-epoch", "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    after = {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in run.rglob("*") if path.is_file()}
+    lines = done.stdout.splitlines()
+    assert (done.returncode, lines[0].split(";")[0], lines[-1], after == before) == (
+        0,
+        f"done already (nothing trained): {run / FINAL}, dashboard {run / DASHBOARD}",
+        "no torch",
+        True,
+    )
+
+
+@pytest.mark.parametrize("change", ["final-altered", "unrecorded-checkpoint", "other-recipe"])
+def test_train_into_a_finished_run_that_is_not_certain_goes_through_the_trainer(
+    trained, demo_cache: Path, tmp_path: Path, change: str
+) -> None:
+    """Whatever the records cannot vouch for, the trainer decides as before: an altered final.pt is
+    passed over and the run trained again (to the same weights), a killed job's checkpoint is removed,
+    another recipe is refused."""
+    run = _copy(trained, tmp_path)
+    settings = _settings(demo_cache, run)
+    weights = load_checkpoint(run / FINAL)["engine"]
+    if change == "final-altered":
+        (run / FINAL).write_bytes((run / FINAL).read_bytes()[:-10])
+        assert train_job("demo", settings).startswith(f"done: {run / FINAL}")
+        assert_states_equal(weights, load_checkpoint(run / FINAL)["engine"])
+    elif change == "unrecorded-checkpoint":
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints/epoch-1.pt").write_bytes(b"a killed job's")
+        assert train_job("demo", settings).startswith("done already (nothing trained)")
+        assert not (run / "checkpoints").exists()
+    else:
+        with pytest.raises(UserError, match="holds a different run"):
+            train_job("demo", [*settings, "optimizer.lr=0.002"])

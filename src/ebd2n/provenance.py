@@ -1,4 +1,4 @@
-"""Where a result came from: the trainer's source hash, the job id, the software and hardware."""
+"""Where a result came from: the trainer's source hash, the job and its writing process, the software and hardware."""
 
 from __future__ import annotations
 
@@ -51,6 +51,12 @@ def source_hash(package_dir: Path = PACKAGE_DIR) -> str:
 def timestamp(seconds: float | None = None) -> str:
     """Local time with its UTC offset (`2026-11-30T12:00:00+0000`), as every record writes it; now by default."""
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(seconds))
+
+
+def is_main_process() -> bool:
+    """Whether this process writes a job's records: the only process, or rank 0 of a torchrun job
+    (what `Context.is_main` says, for callers holding no context)."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def job_id() -> str:

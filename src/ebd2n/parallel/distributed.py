@@ -135,12 +135,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def is_main_process() -> bool:
-    """Whether this process writes a job's records: the only process, or rank 0 of a torchrun job
-    (what `Context.is_main` says, for callers holding no context)."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
 def init(recipe: Recipe) -> Context:
     """The context of this process for the recipe; joins the torchrun job when there is one."""
     stages, replicas = recipe.parallel.pipeline_stages, recipe.parallel.data_parallel

@@ -25,18 +25,23 @@ def train_job(
     """Train a run (or one slice of it) and, once the run is complete, write its dashboard; return
     one line on what the job left (None on a torchrun process other than the main one)."""
     from ebd2n.config import load_recipe, resolve_recipe_path
-    from ebd2n.parallel.distributed import is_main_process
-    from ebd2n.provenance import job_usage
-    from ebd2n.report.dashboard import write_dashboard
-    from ebd2n.train import train
+    from ebd2n.provenance import is_main_process
     from ebd2n.train.plan import read_slice_plan
-    from ebd2n.train.runlog import append_to_train_log
+    from ebd2n.train.run_state import done_already
 
     loaded = load_recipe(recipe, overrides)
     slice_plan = None if plan is None else read_slice_plan(plan)
     if plan is not None and slice_plan is None:
         raise UserError(f"--plan {plan}: no such file")
     run_dir = Path(loaded.runtime.output_dir)
+    if done_already(loaded, until_epoch, resume):  # known from its records, without importing torch
+        return _train_summary(run_dir, False, until_epoch) if is_main_process() else None
+
+    from ebd2n.provenance import job_usage
+    from ebd2n.report.dashboard import write_dashboard
+    from ebd2n.train import train
+    from ebd2n.train.runlog import append_to_train_log
+
     trained = train(
         loaded,
         config_path=resolve_recipe_path(recipe),

@@ -23,10 +23,10 @@ import torch
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text, remove_file, sha256_bytes, sha256_file
 from ebd2n.errors import UserError
-from ebd2n.jsonio import read_json
 from ebd2n.layout import CHECKPOINT_DIR, FINAL, checkpoint_epoch
 from ebd2n.layout import CHECKPOINT_LEDGER as LEDGER
 from ebd2n.train.retention import Retention
+from ebd2n.train.run_state import read_checkpoint_ledger
 
 if TYPE_CHECKING:
     from ebd2n.parallel.distributed import Context
@@ -195,11 +195,6 @@ class CheckpointManager:
                 continue
             return Saved(epoch, relative, state), passed
         return None, passed
-
-
-def read_checkpoint_ledger(run_dir: Path) -> dict[str, str]:
-    """Checkpoint file (relative to the run directory) -> SHA-256."""
-    return read_json(run_dir / LEDGER) or {}
 
 
 def _write_ledger(run_dir: Path, ledger: dict[str, str]) -> None:

@@ -10,8 +10,8 @@ from ebd2n.config import Recipe
 from ebd2n.parallel.distributed import Context
 from ebd2n.train.budget import Budget
 from ebd2n.train.checkpoint import CheckpointManager, Provenance, Stateful
-from ebd2n.train.output import run_directory
 from ebd2n.train.retention import Retention
+from ebd2n.train.run_state import run_directory
 from ebd2n.train.state import DataPosition, Progress, RandomState
 from ebd2n.train.step import Engine
 

@@ -9,7 +9,6 @@ accepts the same calls and writes nothing, so the training loop is the same code
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,8 @@ from ebd2n.layout import CHECKPOINT_DIR, RunPaths
 from ebd2n.parallel.distributed import Context
 from ebd2n.train.checkpoint import Provenance
 from ebd2n.train.lease import Lease, take_lease
+from ebd2n.train.run_state import run_directory
 from ebd2n.train.runlog import MetricsLog, TrainLog
-
-
-def run_directory(recipe: Recipe) -> Path:
-    """The run directory as the file system names it (symbolic links and `..` resolved): one
-    directory is one run, with one lease, one id (its name) and one done state, whatever path
-    reached it. A path that is no directory (a file, a link to one, a loop of links) is refused."""
-    given = Path(recipe.runtime.output_dir)
-    real = Path(os.path.realpath(given))
-    if os.path.lexists(real) and not real.is_dir():
-        what = "a loop of symbolic links" if real.is_symlink() else f"{real} is a file"
-        raise UserError(f"runtime.output_dir {given}: not a directory ({what}); choose another runtime.output_dir")
-    return real
 
 
 def claim_run_dir(recipe: Recipe, provenance: Provenance, context: Context, wait: bool) -> Lease | None:

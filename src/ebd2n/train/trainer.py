@@ -29,9 +29,10 @@ from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Statefu
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.epoch_loop import EpochLoop
 from ebd2n.train.job import Parts, Slice
-from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir, run_directory
+from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
 from ebd2n.train.retention import Retention
 from ebd2n.train.run_records import log_header, write_best, write_run_record, write_slice_record
+from ebd2n.train.run_state import run_directory
 from ebd2n.train.state import DataPosition, Progress, RandomState
 
 
