@@ -68,8 +68,9 @@ def env_for(kill: str | None = None, target: str = "") -> dict[str, str]:
 
 def interrupted(repo: Path, kill: str, target: str = "group") -> subprocess.CompletedProcess:
     """The command, stopped at `kill`: target `group` SIGKILLs the controller's process group
-    (its session: the shell execs Snakemake, so $$ is its pid), `term` sends it SIGTERM."""
-    shell_target = {"group": "$$", "term": "term:$$"}.get(target, target)
+    (its session: the shell execs Snakemake, so $$ is its pid), `term` sends it SIGTERM, `int`
+    sends the group SIGINT (Ctrl-C)."""
+    shell_target = {"group": "$$", "term": "term:$$", "int": "int:$$"}.get(target, target)
     command = f'export {KILL_TARGET}={shell_target}; exec "$0" -m snakemake "$@"'
     result = subprocess.run(
         ["sh", "-c", command, sys.executable, *COMMAND],
@@ -227,6 +228,27 @@ def test_faults_kill_then_same_command_completes_bitwise(campaign: dict, snapsho
     expected = {"group": KILLED, "term": 1, "": 1, "parent": 1}[target]
     assert stopped.returncode == expected, stopped.stdout + stopped.stderr
     assert_recovered(repo, campaign, rerun(repo))
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_campaign_is_one_line_and_the_same_command_completes_bitwise(campaign: dict) -> None:
+    """Ctrl-C while a run trains: the console says once that the campaign was interrupted and how to
+    resume, with no error, traceback or job log; the job's own log says the same in one line."""
+    repo = fresh(campaign, "resolved")
+    stopped = interrupted(repo, f"after:{RUN}/checkpoints.json", "int")
+    console = stopped.stderr.splitlines()
+    said = [line for line in console if "interrupt" in line.lower()]
+    failures = [line for line in console if re.search(r"Error|Traceback|Exception|not finished", line)]
+    job_log = (repo / PATHS.logs / "runs" / RUNS[0] / "slices/epoch-1.log").read_text().splitlines()
+    assert (stopped.returncode != 0, said, failures, job_log[-1:]) == (
+        True,
+        ["interrupted (Ctrl-C): run the same command to resume; every run goes on from its newest checkpoint"],
+        [],
+        ["ebd2n train: interrupted"],
+    ), stopped.stderr
+    again = rerun(repo)
+    assert again.stderr.splitlines()[-1].startswith(f"report: {PATHS.report_index}")
+    assert_recovered(repo, campaign, again)
 
 
 @pytest.mark.slow

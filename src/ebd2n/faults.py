@@ -8,7 +8,8 @@ against the path as written and as an absolute path, so `*/runs/*seed42/checkpoi
 works from any directory). `EBD2N_KILL_TARGET` says what
 dies there besides the writing process: a process group id (the test's controller session:
 controller and jobs), `parent` (the process that started this one, e.g. a warm-start server), or
-nothing; `term:<pid>` instead sends SIGTERM to that process (the controller) and carries on.
+nothing; `term:<pid>` instead sends SIGTERM to that process (the controller) and carries on, and
+`int:<pgid>` sends SIGINT to that process group, as Ctrl-C at a terminal does, and carries on.
 Outside tests the variable is unset and `at` only reads it.
 """
 
@@ -43,6 +44,9 @@ def at(when: str, path: str | os.PathLike) -> None:
     target = os.environ.get(KILL_TARGET, "")
     if target.startswith("term:"):  # a polite stop: the controller ends its jobs itself
         os.kill(int(target.removeprefix("term:")), signal.SIGTERM)
+        return
+    if target.startswith("int:"):  # Ctrl-C: every process of the foreground group is told at once
+        os.killpg(int(target.removeprefix("int:")), signal.SIGINT)
         return
     if target.isdigit():
         os.killpg(int(target), signal.SIGKILL)

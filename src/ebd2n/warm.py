@@ -39,7 +39,11 @@ def main(argv: list[str]) -> int:
     """Run an `ebd2n` command line, forked from the warm server when allowed, else in this process."""
     warm = os.environ.get("EBD2N_WARM") != "0" and argv[:1] in (["train"], ["validate"])
     local = not {"SLURM_JOB_ID", "LOCAL_RANK"} & os.environ.keys()  # a torchrun worker's launcher paid the start-up
-    code = _forward(argv) if warm and local else None
+    try:
+        code = _forward(argv) if warm and local else None
+    except KeyboardInterrupt:  # Ctrl-C: its child goes with this client; the job can simply run again
+        print(f"ebd2n {argv[0]}: interrupted", file=sys.stderr)
+        return 130
     if code is None:
         from ebd2n.cli import main as cli
 

@@ -1,7 +1,9 @@
 """A quiet console for ebd2n campaigns: Snakemake's `--logger ebd2n` (the repository's profiles set it).
 
 One line per finished job (time, jobs done of all, rule, run), every error in full with the
-failed job's log, warnings, and Snakemake's job table at the start. A dry run (`-n`) shows the
+failed job's log, warnings, Snakemake's job table at the start and the workflow's closing line
+(records marked CLOSING). After a Ctrl-C (SIGINT) the jobs it stopped are no failures: one line
+says the campaign was interrupted and how to resume, and no error follows it. A dry run (`-n`) shows the
 table once, then the plan (dryrun.py): the runs that would train or validate, those reused, and
 with -p each rule's first command. The full record stays in Snakemake's own log file. As jobs
 finish it also rewrites each campaign's status page (`ebd2n status`), at most every
@@ -13,6 +15,8 @@ to write status pages, when the first job finishes, and in a dry run.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 import time
 from typing import Any
@@ -28,6 +32,9 @@ _TABLE_ONLY = {Quietness.RULES, Quietness.PROGRESS}
 """Snakemake's quiet setting under which a dry run ends after its job table, listing no job."""
 _SAID = {"Nothing to be done (all requested files are present and up to date)."}
 """Plain INFO messages still worth a line."""
+CLOSING = "ebd2n_closing"
+"""The attribute (`logger.info(..., extra={CLOSING: True})`) marking the workflow's closing line."""
+INTERRUPTED = "interrupted (Ctrl-C): run the same command to resume; every run goes on from its newest checkpoint"
 
 
 class LogHandler(LogHandlerBase):
@@ -38,6 +45,8 @@ class LogHandler(LogHandlerBase):
         self.finished: list[str] = []
         self.campaigns: set[str] = set()
         self.status_written = 0.0
+        self.interrupted = self.said_interrupted = False
+        self.listen_for_interrupt()
         self.plan = None
         if self.common_settings.dryrun:
             from snakemake_logger_plugin_ebd2n.dryrun import DryRun
@@ -74,9 +83,30 @@ class LogHandler(LogHandlerBase):
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
+    def listen_for_interrupt(self) -> None:
+        """Note a SIGINT, then let Snakemake handle it as it would (stop, ending its jobs)."""
+        previous = signal.getsignal(signal.SIGINT)
+        if previous in (signal.SIG_IGN, None):  # ignored (a background job): no interrupt will come
+            return
+
+        def note(signum: int, frame: Any) -> None:
+            self.interrupted = True
+            if callable(previous):
+                previous(signum, frame)
+            else:  # the default action: end this process by the signal
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
+
+        try:
+            signal.signal(signal.SIGINT, note)
+        except ValueError:  # not the main thread: Snakemake's handling alone
+            return
+
     def line(self, record: logging.LogRecord) -> str | None:
         """What the console shows for one record, or None."""
         event = getattr(record, "event", None)
+        if self.interrupted and (event in _ERRORS or record.levelno >= logging.WARNING):
+            return self.interrupted_line()
         if self.plan is not None and event in (LogEvent.JOB_INFO, LogEvent.RUN_INFO):
             return self.plan_line(record)
         if event == LogEvent.JOB_INFO:
@@ -95,9 +125,19 @@ class LogHandler(LogHandlerBase):
         elif event in _ERRORS:
             self.refresh_status(last=True)
             return error_text(record)
-        elif event is None and (record.levelno >= logging.WARNING or record.getMessage() in _SAID):
+        elif event is None and (
+            record.levelno >= logging.WARNING or record.getMessage() in _SAID or getattr(record, CLOSING, False)
+        ):
             return record.getMessage()
         return None
+
+    def interrupted_line(self) -> str | None:
+        """The one line an interrupted run shows, in place of what its stopped jobs report."""
+        if self.said_interrupted:
+            return None
+        self.said_interrupted = True
+        self.refresh_status(last=True)
+        return INTERRUPTED
 
     def plan_line(self, record: logging.LogRecord) -> str | None:
         """A dry run: count each job; Snakemake's job table after the jobs becomes the plan."""
