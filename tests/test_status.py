@@ -201,23 +201,23 @@ def test_status_without_a_plan_is_a_user_error(tmp_path: Path) -> None:
         campaign_status(tmp_path / "results" / "nothing")
 
 
-def _open_status_page(tmp_path: Path) -> Iterator[object]:
-    """The campaign's status page in headless Chromium at 1,400 px, offline."""
+def _open_status_page(tmp_path: Path, width: int = 1400) -> Iterator[object]:
+    """The campaign's status page in headless Chromium, `width` px wide, offline."""
     from ebd2n.campaign.status_display import write_status_page
 
     yield from _open_page(
-        write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW))
+        write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW)), width
     )
 
 
-def _open_page(path: Path) -> Iterator[object]:
-    """A status page in headless Chromium at 1,400 px, offline."""
+def _open_page(path: Path, width: int = 1400) -> Iterator[object]:
+    """A status page in headless Chromium, `width` px wide, offline."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} not installed")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
-        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        context = browser.new_context(viewport={"width": width, "height": 900})
         context.route(
             "**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_()
         )
@@ -276,6 +276,44 @@ def test_browser_status_page_of_a_finished_campaign_stops_reloading(finished_pag
         finished_page.locator("#campaign").inner_text().split(";")[0],
     )
     assert result == (0, True, False, "campaign sweep: 8 runs: 8 done, 0 running, 0 failed, 0 pending")
+    assert finished_page.locator("#campaign").inner_text().endswith("ETA none (nothing left to train or validate)")
+
+
+WRAPPED_CELLS = """[...document.querySelectorAll('#runs tbody td:not(:last-child)')].filter(td => {
+    const range = document.createRange();
+    range.selectNodeContents(td);
+    return new Set([...range.getClientRects()].map(rect => Math.round(rect.top))).size > 1;
+}).map(td => td.textContent)"""
+"""The text of every table cell but the note that the browser broke over more than one line."""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [800, 1400])
+def test_browser_status_page_links_dashboards_and_keeps_each_cell_on_one_line(
+    stopped: dict[str, str], tmp_path: Path, width: int
+) -> None:
+    """A run with a dashboard is a link to it (its grid point readable on hover); a run without one
+    is plain text; no cell but the note wraps, at 800 px as at 1,400."""
+    with_dashboard = [run for run, role in stopped.items() if role == "done"][:2]
+    for run in with_dashboard:
+        (tmp_path / "results/sweep/runs" / run / "report.html").write_text("<html></html>")
+    pages = _open_status_page(tmp_path, width)
+    page = next(pages)
+    try:
+        links = page.evaluate("[...document.querySelectorAll('#runs td a')].map(a => [a.textContent, a.title])")
+        wrapped = page.evaluate(WRAPPED_CELLS)
+        page.goto(page.evaluate("document.querySelector('#runs td a').href"))
+        opened = page.content()
+    finally:
+        pages.close()
+    labels = [
+        f"synchronous · lr {run.split('-lr')[1].split('-')[0]} · β2 0.95 · seed {run[-2:]}" for run in with_dashboard
+    ]
+    assert (links, wrapped, opened) == (
+        [list(pair) for pair in zip(with_dashboard, labels, strict=True)],
+        [],
+        "<html><head></head><body></body></html>",
+    )
 
 
 @pytest.mark.browser

@@ -38,6 +38,12 @@ class Run:
         return f"{prefix}{self.mode}-lr{self.lr!r}-beta2{self.beta2!r}-seed{self.seed}"
 
     @property
+    def label(self) -> str:
+        """The id as a page shows it: `packed-4 · lr 0.0012 · β2 0.999 · seed 42` (`beta20.999` reads as a number)."""
+        prefix = f"{self.preset} · " if self.preset else ""
+        return f"{prefix}{self.mode} · lr {self.lr!r} · β2 {self.beta2!r} · seed {self.seed}"
+
+    @property
     def base(self) -> str:
         """Which frozen base recipe the run starts from."""
         return self.preset or BASE

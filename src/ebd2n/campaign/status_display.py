@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.runs import parse_run_id
 from ebd2n.campaign.status import DIVERGED, STOPPED, CampaignStatus, RunStatus
+from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths
 from ebd2n.quantities import format_amount, format_duration
 
@@ -54,7 +56,10 @@ def _joined(cells: tuple[str, ...] | list[str], widths: list[int]) -> str:
 
 def campaign_line(status: CampaignStatus) -> str:
     counts = status.counts
-    eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
+    if finished(status):
+        eta = "none (nothing left to train or validate)"
+    else:
+        eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
     stopped = f"{counts[STOPPED]} stopped, " if STOPPED in counts else ""
     stopped += f"{counts[DIVERGED]} diverged, " if counts.get(DIVERGED) else ""
     return (
@@ -88,8 +93,11 @@ def _cells(row: RunStatus) -> list[str]:
 def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
     """results/<campaign>/status.html: the same table, reloading itself every REFRESH_S seconds until
     the campaign has finished."""
+    paths = CampaignPaths(Path(campaign_dir))
     rows = "\n".join(
-        f'<tr class="{row.state}">' + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(row)) + "</tr>"
+        f'<tr class="{row.state}"><td>{_run_cell(row.run, paths)}</td>'
+        + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(row)[1:])
+        + "</tr>"
         for row in status.runs
     )
     header = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
@@ -111,6 +119,7 @@ body {{ font: 14px system-ui, sans-serif; margin: 1.5rem; color: #1d232b; }}
 table {{ border-collapse: collapse; }}
 th, td {{ padding: 0.2rem 0.7rem; text-align: left; border-bottom: 1px solid #e3e7ec; }}
 td:nth-child(n+3):nth-child(-n+7) {{ text-align: right; font-variant-numeric: tabular-nums; }}
+td:nth-child(-n+7) {{ white-space: nowrap; }}
 tr.done td:nth-child(2) {{ color: #1e7a3c; }} tr.failed td {{ color: #b3261e; }}
 tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; font-weight: 600; }}
 tr.pending {{ color: #6b7480; }}
@@ -129,6 +138,18 @@ The report, once the campaign is done: <a href="report/index.html">report/index.
 </body>
 </html>
 """
-    path = CampaignPaths(Path(campaign_dir)).status_page
-    atomic_write_text(path, page)
-    return path
+    atomic_write_text(paths.status_page, page)
+    return paths.status_page
+
+
+def _run_cell(run_id: str, paths: CampaignPaths) -> str:
+    """The run id, a link to the run's dashboard once it has one; its grid point, readable, on hover."""
+    try:
+        title = f' title="{html.escape(parse_run_id(run_id).label)}"'
+    except UserError:  # an id of another shape (a retired layout): shown as it is
+        title = ""
+    dashboard = paths.run(run_id).dashboard
+    if not dashboard.is_file():
+        return f"<span{title}>{html.escape(run_id)}</span>"
+    href = html.escape(dashboard.relative_to(paths.directory).as_posix())
+    return f'<a href="{href}"{title}>{html.escape(run_id)}</a>'
