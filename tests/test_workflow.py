@@ -83,6 +83,26 @@ def test_workflow_finished_campaign_has_every_artifact(repo: Path) -> None:
 
 
 @pytest.mark.slow
+def test_workflow_report_cost_is_the_sum_of_the_jobs_recorded_times(repo: Path) -> None:
+    """The run's hours on the page are its three jobs' benchmark wall times (two slices, the
+    validation) times the CPUs they asked for; the campaign's wall-clock time stands beside them."""
+    campaign = repo / "results/tiny"
+    records = sorted((campaign / "benchmarks/runs" / RUN).rglob("*.tsv"))
+    seconds = sum(float(path.read_text().splitlines()[1].split("\t")[0]) for path in records)
+    cost = json.loads((campaign / "report/results.json").read_text())["cost"]
+    run = cost["runs"][0]
+    page = (campaign / "report/index.html").read_text()
+    result = (
+        len(records),
+        run["measured"],
+        round(run["cpu_hours"] * 3600, 6),
+        "the wall time of each of the 3 training and validation jobs" in page,
+        "Wall-clock time: " in page,
+    )
+    assert result == (3, "jobs", round(seconds * run["cpus"], 6), True, True)
+
+
+@pytest.mark.slow
 def test_workflow_rerun_of_finished_campaign_only_audits(repo: Path) -> None:
     """Nothing trains again: the only job is `all`, the audit that runs each time."""
     result = snakemake(repo, "-n", "--configfile", "config/campaigns/tiny.yaml")

@@ -1,11 +1,12 @@
 """What a campaign cost: GPU-hours and CPU-hours per run, grid point, mode and campaign, and money
 when the campaign file sets `cost_per_gpu_hour`.
 
-A run's hours are its recorded training time (the sum of its epochs' `wall_s` in metrics.jsonl,
-over every slice; validation and job start-up are not in it) times the GPUs, or CPUs, its jobs
-asked for (the plan `ebd2n collect` records in campaign.json, so the report and the audit's
-rebuild of it read the same). A campaign without a plan counts each run's recorded devices as GPUs
-(none for a CPU run) and one CPU.
+A run's hours are what its jobs spent (every training slice and its validation, start-up
+included: the jobs' own records, `ebd2n.campaign.job_times`, as `ebd2n collect` wrote them into
+campaign.json) times the GPUs, or CPUs, its jobs asked for (the plan recorded beside them, so the
+report and the audit's rebuild of it read the same). A run no job record covers (trained outside
+the workflow) counts its training time alone: the sum of its epochs' `wall_s` in metrics.jsonl. A
+campaign without a plan counts each run's recorded devices as GPUs (none for a CPU run) and one CPU.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     plan = (campaign.info or {}).get("plan") or {}
     resources = {run.id: (gpus, cpus) for run, gpus, cpus in planned_runs(plan)} if "grid" in plan else {}
     price = plan.get("cost_per_gpu_hour")
+    jobs = (campaign.info or {}).get("jobs") or {}
+    measured = jobs.get("runs") or {}
     runs = []
     for row in campaign.runs.iter_rows(named=True):
         directory = row["directory"]
-        seconds = sum(wall for _epoch, wall in epoch_walls(campaign, directory))
+        record = measured.get(Path(directory).name)
+        seconds = record["seconds"] if record else sum(wall for _epoch, wall in epoch_walls(campaign, directory))
         gpus, cpus = resources.get(Path(directory).name, (_recorded_gpus(campaign, directory), 1))
         runs.append(
             {
@@ -40,6 +44,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
                 "seed": row["seed"],
                 "gpus": gpus,
                 "cpus": cpus,
+                "measured": "jobs" if record else "training epochs",
                 **_hours(seconds, gpus, cpus, price),
             }
         )
@@ -53,6 +58,11 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
             for key, members in groups.items()
         ]
     cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
+    cost["jobs"] = {
+        "runs_measured": sum(run["measured"] == "jobs" for run in runs),
+        "jobs": sum(record["jobs"] for record in measured.values()),
+        **{key: jobs.get(key) for key in ("started", "ended", "wall_s")},
+    }
     return cost
 
 

@@ -23,7 +23,7 @@ from ebd2n.layout import (
     SELECTION_JSON,
     CampaignPaths,
 )
-from ebd2n.quantities import format_amount
+from ebd2n.quantities import format_amount, format_duration
 from ebd2n.report import html
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.html import DASH, percent
@@ -193,6 +193,7 @@ def _cost(cost: dict[str, Any]) -> dict[str, Any]:
         }
 
     return {
+        "measured": _measured(cost),
         "price": f"{cost['cost_per_gpu_hour']:g}" if cost["cost_per_gpu_hour"] is not None else None,
         "modes": [{"mode": entry["mode"], **texts(entry)} for entry in cost["mode"]],
         "campaign": texts(cost["campaign"]),
@@ -200,6 +201,28 @@ def _cost(cost: dict[str, Any]) -> dict[str, Any]:
             {"mode": e["mode"], "lr": f"{e['lr']:g}", "beta2": f"{e['beta2']:g}", **texts(e)} for e in cost["point"]
         ],
     }
+
+
+def _measured(cost: dict[str, Any]) -> str:
+    """What the hours count, and the campaign's wall-clock time when its jobs recorded one."""
+    jobs, runs = cost["jobs"], len(cost["runs"])
+    if not jobs["runs_measured"]:
+        return (
+            "Training time recorded by the trainer (the epochs' wall time, every slice; validation and job "
+            "start-up not included; no job of the workflow recorded its time) times each job's GPUs and CPUs"
+        )
+    text = (
+        f"What the jobs spent: the wall time of each of the {jobs['jobs']} training and validation jobs, start-up "
+        "included, as its own record measured it (Snakemake's benchmark file), times the GPUs and CPUs it asked for"
+    )
+    if jobs["runs_measured"] < runs:
+        left = runs - jobs["runs_measured"]
+        counts = "run with no job record counts its" if left == 1 else "runs with no job record count their"
+        text += f" ({left} {counts} training epochs alone)"
+    return (
+        f"{text}. Wall-clock time: {format_duration(jobs['wall_s'])}, from the first job's start "
+        f"({jobs['started']}) to the last one's end ({jobs['ended']}), pauses between invocations included"
+    )
 
 
 def _run_row(
