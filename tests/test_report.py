@@ -90,6 +90,24 @@ def test_report_selection_matches_analysis(report_campaign: Path) -> None:
     }
 
 
+def test_report_page_shows_the_lr_response_at_every_beta2_with_each_winner_bold_in_its_own(
+    report_campaign: Path,
+) -> None:
+    page = _page(report_campaign)
+    tables = dict(re.findall(r'<table class="response" data-beta2="([^"]+)">(.*?)</table>', page, flags=re.S))
+    modes = re.findall(r"<th>([^<]+)</th>", tables[next(iter(tables))].split("</thead>")[0])[1:]
+    bold = {
+        (modes[index], beta2)
+        for beta2, table in tables.items()
+        for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>")[1], flags=re.S)
+        for index, cell in enumerate(re.findall(r"<td class=\"([^\"]*)\"", row))
+        if "winner" in cell
+    }
+    selection = _results(report_campaign)["selected"]
+    beta2s = {f"{beta2:g}" for beta2 in pl.read_csv(_report(report_campaign) / "groups.csv")["beta2"].unique()}
+    assert (set(tables), bold) == (beta2s, {(mode, f"{point['beta2']:g}") for mode, point in selection.items()})
+
+
 def test_report_lr_response_is_at_the_winners_beta2(report_campaign: Path) -> None:
     table = pl.read_csv(_report(report_campaign) / "lr-response.csv")
     result = (table.columns, _results(report_campaign)["lr_response"]["beta2"])

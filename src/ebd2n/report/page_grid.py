@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.campaign.analysis import DIVERGED, outcome_text
+from ebd2n.campaign.analysis import DIVERGED, lr_response, outcome_text
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.report.html import DASH, percent
 from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, lr_optimum_figure
@@ -37,7 +37,10 @@ def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[
         "unsettled": [w for w in winners if w["unfinished"]],
         "bounded": [w for w in winners if w["diverged_above"]],
         "grid_rows": _grid_rows(campaign, groups, stopped),
-        "response": _response(groups, grid["response"], grid["response_beta2"], selection),
+        "responses": [
+            _response(groups, lr_response(groups, beta2), beta2, selection)
+            for beta2 in groups["beta2"].unique().sort().to_list()
+        ],  # one table per beta2: each winner is bold in its own
         "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
         "curves": _curves(grid["curves"]),
         "optimum_plots": [_optimum_plot(panel, index) for index, panel in enumerate(grid["optimum_panels"])],
