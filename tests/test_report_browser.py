@@ -158,3 +158,33 @@ def test_browser_no_table_overflows(loaded: Loaded) -> None:
     """At 1,400 px every table fits its section, "All runs" included, and the page has no sideways scroll."""
     result = overflowing(loaded.page)
     assert result == []
+
+
+BROKEN_CODE_SPANS = """[...document.querySelectorAll('p code, li code')].filter(code => {
+    const text = code.firstChild;
+    if (!text || text.nodeType !== Node.TEXT_NODE || Math.max(...text.data.split(' ').map(w => w.length)) > 30) {
+        return false;  // a long path may have to break anywhere; words of ordinary length never
+    }
+    const range = document.createRange();
+    let top = null;
+    for (let i = 0; i < text.length; i++) {
+        range.setStart(text, i);
+        range.setEnd(text, i + 1);
+        const rect = range.getClientRects()[0];
+        if (!rect) continue;
+        if (top !== null && Math.round(rect.top) > top && text.data[i] !== ' ' && text.data[i - 1] !== ' ') return true;
+        top = Math.round(rect.top);
+    }
+    return false;
+}).map(code => code.textContent)"""
+"""The code spans of the page's prose that the browser broke inside a word."""
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_browser_code_spans_break_only_between_words(browser, campaign: Path, width: int) -> None:
+    context, loaded = open_offline(browser, campaign / "report" / "index.html", width)
+    try:
+        result = loaded.page.evaluate(BROKEN_CODE_SPANS)
+    finally:
+        context.close()
+    assert result == []
