@@ -163,3 +163,15 @@ def test_reference_inside_winner_has_an_estimate_between_its_neighbours_inside_i
         (fit["low"] or 0.0) <= estimate <= (fit["high"] or math.inf),
     )
     assert result == (None, True, True)
+
+
+def test_an_optimum_past_the_grid_reads_as_its_bound_on_the_page_not_a_dash() -> None:
+    """The best-recipes table's fitted-optimum cell of a grid that does not locate its optimum: the
+    95 % bound the seeds give ("above 0.00x"), not a dash over an interval."""
+    from ebd2n.report.page_grid import _optimum_text
+
+    below = GRID[:4]
+    runs = _runs(_curve(below, seeds=3, sd=0.0005, generator=3, optimum=0.01))
+    fit = lr_optima(group_runs(runs), runs)["sync"]
+    text = _optimum_text(fit)
+    assert (text["estimate"], text["interval"]) == (f"above {fit['lr_optimum']['low']:.3g}", "95 % bound")

@@ -68,18 +68,18 @@ def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
     interval = f"95 %: {low} to {high}" if fit["low"] is not None or fit["high"] is not None else ""
     if fit["open"]:
         interval += f" (open at the {fit['open']} end)"
+    estimate = f"{fit['estimate']:.3g}" if fit["estimate"] is not None else DASH
     if fit["estimate"] is None:
         sentence = f"No fitted LR optimum: {fit['reason']}."
+        if fit["open"] == "upper" and fit["low"] is not None:  # what the seeds do say: a bound, in place of a dash
+            estimate, interval = f"above {low}", "95 % bound"
+        elif fit["open"] == "lower" and fit["high"] is not None:
+            estimate, interval = f"below {high}", "95 % bound"
     else:
         sentence = f"Fitted LR optimum {fit['estimate']:.3g}" + (f" ({interval})" if interval else "") + "."
         if fit["reason"]:
             sentence += f" Note: {fit['reason']}."
-    return {
-        "estimate": f"{fit['estimate']:.3g}" if fit["estimate"] is not None else DASH,
-        "interval": interval,
-        "reason": fit["reason"] or "",
-        "sentence": sentence,
-    }
+    return {"estimate": estimate, "interval": interval, "reason": fit["reason"] or "", "sentence": sentence}
 
 
 def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
