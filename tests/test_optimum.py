@@ -175,3 +175,20 @@ def test_an_optimum_past_the_grid_reads_as_its_bound_on_the_page_not_a_dash() ->
     fit = lr_optima(group_runs(runs), runs)["sync"]
     text = _optimum_text(fit)
     assert (text["estimate"], text["interval"]) == (f"above {fit['lr_optimum']['low']:.3g}", "95 % bound")
+
+
+def test_the_interactive_figure_keeps_a_band_past_the_grid_in_view() -> None:
+    """The 95 % band of an optimum beyond the largest tested LR lies inside the x-axis range."""
+    from ebd2n.campaign.analysis import select
+    from ebd2n.campaign.optimum import optimum_panels
+    from ebd2n.report.plotly_embed import lr_optimum_figure
+
+    below = GRID[:4]
+    runs = _runs(_curve(below, seeds=3, sd=0.0005, generator=3, optimum=0.01))
+    groups = group_runs(runs)
+    selection = select(groups)
+    panel = optimum_panels(groups, runs, selection, lr_optima(groups, runs), None)[0]
+    layout = lr_optimum_figure(panel, 0)["layout"]
+    band = next(shape for shape in layout["shapes"] if shape["type"] == "rect")
+    low, high = (10**end for end in layout["xaxis"]["range"])
+    assert (panel["estimate"], low < band["x0"] < high) == (None, True)

@@ -184,6 +184,10 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
             ax.plot(panel["curve"]["lr"], panel["curve"]["loss"], color="black", linewidth=1.2, label="quadratic fit")
         ax.set_xscale("log")
         left, right = ax.get_xlim()
+        if panel["low"] is not None:  # a band beyond the tested LRs is drawn, not only listed in the legend
+            right = max(right, panel["low"] * 1.25)
+        if panel["high"] is not None:
+            left = min(left, panel["high"] / 1.25)
         if panel["low"] is not None or panel["high"] is not None:
             ax.axvspan(
                 panel["low"] or left,
@@ -216,14 +220,14 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("peak learning rate (log scale; ticks at the tested LRs)")
         ax.set_ylabel("final full-validation loss (nats)")
-        ax.set_title(f"{panel['mode']} (beta2 {panel['beta2']:g})", fontsize=10)
-        if panel["estimate"] is None:
+        ax.set_title(f"{panel['mode']} (beta2 {panel['beta2']:g})", fontsize=10, pad=14)
+        if panel["estimate"] is None:  # above the plot area, under the title: clear of every point
             ax.text(
                 0.5,
-                0.97,
+                1.01,
                 f"no fitted optimum: {panel['reason']}",
                 ha="center",
-                va="top",
+                va="bottom",
                 fontsize=6.5,
                 transform=ax.transAxes,
                 wrap=True,

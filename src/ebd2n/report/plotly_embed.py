@@ -342,7 +342,8 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
                 "hovertemplate": "LR %{x:.4g}<br>%{customdata}<extra></extra>",
             }
         )
-    lrs = [p["lr"] for p in points] + [d["lr"] for d in crossed]
+    bounds = [bound for bound in (panel["low"], panel["high"]) if bound is not None]  # the band stays in view
+    lrs = [p["lr"] for p in points] + [d["lr"] for d in crossed] + bounds
     return {
         "data": data,
         "layout": {
