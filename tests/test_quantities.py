@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ebd2n.quantities import format_amount, format_duration
+from ebd2n.quantities import format_amount, format_duration, loss_decimals
 
 
 @pytest.mark.parametrize(
@@ -33,4 +33,12 @@ def test_format_amount_three_significant_digits(value: float, expected: str) -> 
 )
 def test_format_duration_by_size(seconds: float, expected: str) -> None:
     result = format_duration(seconds)
+    assert result == expected
+
+
+@pytest.mark.parametrize(
+    ("sd", "expected"), [(0.031, 3), (0.0031, 4), (0.3, 2), (4.2, 2), (1e-9, 6), (None, 4), (0.0, 4), (float("nan"), 4)]
+)
+def test_loss_decimals_follow_the_seed_spread(sd: float | None, expected: int) -> None:
+    result = loss_decimals(sd)
     assert result == expected

@@ -108,6 +108,36 @@ def test_report_page_shows_the_lr_response_at_every_beta2_with_each_winner_bold_
     assert (set(tables), bold) == (beta2s, {(mode, f"{point['beta2']:g}") for mode, point in selection.items()})
 
 
+def test_report_page_shows_the_digits_the_seed_spread_supports_and_the_csv_keeps_them_all(
+    report_campaign: Path,
+) -> None:
+    """Each winner's loss ± SD, runner-up and margin to one digit past the SD's leading one; the
+    runs table at what the grid's median SD supports; runs.csv at full precision."""
+    from ebd2n.quantities import loss_decimals
+
+    page = _page(report_campaign)
+    best = re.search(r'<table class="best">.*?<tbody>(.*?)</tbody>', page, flags=re.S)[1]
+    shown = {
+        row[0]: [len(number.split(".")[1]) for number in re.findall(r"\d+\.\d+", row[1])]
+        for row in re.findall(
+            r'<th scope="row">([^<]+)</th><td class="num">[^<]*</td><td class="num">[^<]*</td>'
+            r'<td class="num">([^<]*)</td>',
+            best,
+        )
+    }
+    groups = pl.read_csv(_report(report_campaign) / "groups.csv")
+    selection = _results(report_campaign)["selected"]
+    wanted = {mode: [loss_decimals(point["std_loss"])] * 2 for mode, point in selection.items()}
+    runs_table = re.search(r'<table class="runs">.*?<tbody>(.*?)</tbody>', page, flags=re.S)[1]
+    digits = loss_decimals(groups["std_loss"].drop_nulls().median())
+    first_loss = pl.read_csv(_report(report_campaign) / "runs.csv").drop_nulls("loss").sort("run")["loss"][0]
+    assert (shown, f"{first_loss:.{digits}f}" in runs_table, len(repr(first_loss).split(".")[1]) > digits) == (
+        wanted,
+        True,
+        True,
+    )
+
+
 def test_report_lr_response_is_at_the_winners_beta2(report_campaign: Path) -> None:
     table = pl.read_csv(_report(report_campaign) / "lr-response.csv")
     result = (table.columns, _results(report_campaign)["lr_response"]["beta2"])

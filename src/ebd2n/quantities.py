@@ -1,6 +1,6 @@
-"""How durations, device-hours and costs read on every console line and page: with the precision
-their size needs, so a two-minute CPU run shows 0.0334 CPU-hours, not 0.00, and a 300-hour
-campaign shows 300, not 300.000.
+"""How durations, device-hours, costs and losses read on every console line and page: with the
+precision their size needs, so a two-minute CPU run shows 0.0334 CPU-hours, not 0.00, a 300-hour
+campaign shows 300, not 300.000, and a loss whose seed SD is 0.03 shows 4.527, not 4.527369.
 """
 
 from __future__ import annotations
@@ -32,3 +32,11 @@ def format_amount(value: float) -> str:
     rounded = float(f"{value:.{SIGNIFICANT}g}")  # first, so 9.996 reads 10.0, not 10.00
     decimals = max(0, SIGNIFICANT - 1 - math.floor(math.log10(abs(rounded))))
     return f"{rounded:,.{decimals}f}"
+
+
+def loss_decimals(sd: float | None) -> int:
+    """Decimals a loss is shown with where its seed SD is `sd`: down to the SD's second significant
+    digit (0.031: 3; 0.0031: 4), 4 without an SD; the CSVs keep full precision."""
+    if sd is None or not math.isfinite(sd) or sd <= 0:
+        return 4
+    return min(6, max(2, 1 - math.floor(math.log10(sd))))

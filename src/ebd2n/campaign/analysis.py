@@ -19,6 +19,7 @@ from scipy import stats
 from ebd2n.atomic import atomic_write_text
 from ebd2n.errors import UserError
 from ebd2n.layout import GROUPS_CSV, SELECTION_JSON
+from ebd2n.quantities import loss_decimals
 
 RUN_FIELDS: dict[str, type[pl.DataType]] = {
     "run": pl.String,
@@ -348,7 +349,7 @@ def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[
     else:
         text = (
             f"{name} beats the runner-up LR {runner['lr']:g} (beta2 {runner['beta2']:g}) "
-            f"by {notes['margin']:.6f} nats{_noise_clause(notes)}."
+            f"by {notes['margin']:.{loss_decimals(winner['std_loss'])}f} nats{_noise_clause(notes)}."
         )
     if notes["diverged_above"]:
         above = notes["diverged_above"]

@@ -23,7 +23,7 @@ from ebd2n.layout import (
     SELECTION_JSON,
     CampaignPaths,
 )
-from ebd2n.quantities import format_amount, format_duration
+from ebd2n.quantities import format_amount, format_duration, loss_decimals
 from ebd2n.report import html
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.html import DASH, percent
@@ -46,6 +46,7 @@ def render_page(
     `halving` (ebd2n.report.halving) adds the successive-halving section, `explore` (ebd2n.report.explore)
     the runs' overlaid curves."""
     stopped = stopped_at(halving)
+    digits = _loss_digits(grid)
     environment = html.template_environment()
     environment.filters["words"] = _words
     context: dict[str, Any] = {
@@ -58,7 +59,7 @@ def render_page(
         "manifest_found": campaign.manifest is not None,
         "provenance": _provenance(summary),
         "runs": [
-            _run_row(campaign, row, hours, stopped)
+            _run_row(campaign, row, hours, stopped, digits)
             for row, hours in zip(campaign.runs.iter_rows(named=True), cost["runs"], strict=True)
         ],
         "cost": _cost(cost),
@@ -225,8 +226,14 @@ def _measured(cost: dict[str, Any]) -> str:
     )
 
 
+def _loss_digits(grid: dict[str, Any] | None) -> int:
+    """Decimals of the runs table's losses: what the median seed SD of the grid's points supports."""
+    sds = grid["groups"]["std_loss"].drop_nulls().drop_nans() if grid is not None else None
+    return loss_decimals(sds.median() if sds is not None and not sds.is_empty() else None)
+
+
 def _run_row(
-    campaign: CampaignResults, row: dict[str, Any], hours: dict[str, Any], stopped: dict[str, int]
+    campaign: CampaignResults, row: dict[str, Any], hours: dict[str, Any], stopped: dict[str, int], digits: int
 ) -> dict[str, Any]:
     """A runs-table row as text; its link opens the run's dashboard, or its folder when it has none."""
     dashboard = f"{row['directory']}/{DASHBOARD}"
@@ -239,7 +246,7 @@ def _run_row(
         "href": f"../{dashboard}" if (campaign.directory / dashboard).is_file() else f"../{row['directory']}/",
         "lr": f"{row['lr']:g}",
         "beta2": f"{row['beta2']:g}",
-        "loss": f"{row['loss']:.6f}" if row["loss"] is not None else DASH,
+        "loss": f"{row['loss']:.{digits}f}" if row["loss"] is not None else DASH,
         "perplexity": f"{row['perplexity']:.3f}" if row["perplexity"] is not None else DASH,
         "accuracy": percent(row["accuracy"]),
         "tokens": f"{row['tokens']:,}" if row["tokens"] is not None else DASH,

@@ -9,6 +9,7 @@ import polars as pl
 
 from ebd2n.campaign.analysis import DIVERGED, lr_response, outcome_text
 from ebd2n.campaign.results import CampaignResults
+from ebd2n.quantities import loss_decimals
 from ebd2n.report.html import DASH, percent
 from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, lr_optimum_figure
 from ebd2n.report.tables import point_runs
@@ -114,19 +115,20 @@ def _winner(
     runs = point_runs(campaign, point)
     runner = notes["runner_up"]
     seeds = selected["seeds"]
+    digits = loss_decimals(point["std_loss"])  # what the seeds' spread supports
     return {
         "mode": mode,
         "lr": f"{point['lr']:g}",
         "beta2": f"{point['beta2']:g}",
-        "loss": _pm(point["mean_loss"], point["std_loss"], 6),
+        "loss": _pm(point["mean_loss"], point["std_loss"], digits),
         "perplexity": f"{math.exp(point['mean_loss']):.3f}",
         "accuracy": percent(runs["accuracy"].mean()),
         "seeds": ", ".join(str(seed) for seed in seeds),
         "runs": selected["runs"],
-        "runner_up": (f"LR {runner['lr']:g}, beta2 {runner['beta2']:g}", f"{runner['mean_loss']:.6f}")
+        "runner_up": (f"LR {runner['lr']:g}, beta2 {runner['beta2']:g}", f"{runner['mean_loss']:.{digits}f}")
         if runner
         else None,
-        "margin": f"{notes['margin']:.6f}" if notes["margin"] is not None else DASH,
+        "margin": f"{notes['margin']:.{digits}f}" if notes["margin"] is not None else DASH,
         "margin_vs_sd": f"{notes['margin_vs_sd']:.2f} × SD" if notes["margin_vs_sd"] is not None else "",
         "p_value": f"{notes['p_value']:.3g}" if notes["p_value"] is not None else DASH,
         "edge": notes["edge"],
