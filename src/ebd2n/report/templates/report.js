@@ -2,8 +2,9 @@
 // Without plotly.js (a campaign page copied away from its report/assets/) the tables still work.
 document.querySelectorAll("[data-figure]").forEach(function (plot) {
   if (typeof Plotly === "undefined") {
-    plot.textContent = "plotly.js did not load (this page expects the campaign's report/assets/ folder; " +
-      "`ebd2n dashboard RUN_DIR --self-contained OUT.html` writes a page that travels alone). Use the table view.";
+    plot.textContent = "plotly.js did not load: this page reads it from the assets/ folder beside it, so copy " +
+      "the whole report/ folder with it (a run's page that travels alone: `ebd2n dashboard RUN_DIR " +
+      "--self-contained OUT.html`). Use the table view.";
     return;
   }
   var figure = JSON.parse(document.getElementById(plot.dataset.figure).textContent);
