@@ -188,3 +188,15 @@ def test_browser_code_spans_break_only_between_words(browser, campaign: Path, wi
     finally:
         context.close()
     assert result == []
+
+
+def test_browser_run_ids_show_their_grid_point_readably_on_hover(loaded: Loaded, campaign: Path) -> None:
+    """`beta20.95` in an id reads as "beta 20.95": each run link's tooltip spells the point out."""
+    titles = loaded.page.evaluate(
+        "Object.fromEntries([...document.querySelectorAll('#runs tbody a')].map(a => [a.textContent, a.title]))"
+    )
+    from ebd2n.campaign.runs import parse_run_id
+
+    grid_ids = {path.name for path in (campaign / "runs").iterdir()} & set(titles)
+    expected = {name: parse_run_id(name).label if name in grid_ids else "" for name in titles}
+    assert (titles, len(grid_ids) >= 20, all(" · β2 " in titles[name] for name in grid_ids)) == (expected, True, True)
