@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NAMES = (
     *layout.RUN_ARTIFACTS,
     f"{layout.CHECKPOINT_DIR}/",
+    f"{layout.TENSORBOARD}/",
     layout.CAMPAIGN_JSON,
     layout.RUNS_CSV,
     layout.AUDIT_JSON,

@@ -276,7 +276,11 @@ def test_browser_status_page_of_a_finished_campaign_stops_reloading(finished_pag
         finished_page.locator("#campaign").inner_text().split(";")[0],
     )
     assert result == (0, True, False, "campaign sweep: 8 runs: 8 done, 0 running, 0 failed, 0 pending")
-    assert finished_page.locator("#campaign").inner_text().endswith("ETA none (nothing left to train or validate)")
+    assert (
+        finished_page.locator("#campaign")
+        .inner_text()
+        .endswith("ETA none (nothing is training, validating or waiting)")
+    )
 
 
 WRAPPED_CELLS = """[...document.querySelectorAll('#runs tbody td:not(:last-child)')].filter(td => {

@@ -199,7 +199,7 @@ def test_the_same_command_resumes_by_itself_bitwise(demo_cache: Path, tmp_path: 
     assert_states_equal(_weights(tmp_path / "whole"), _weights(tmp_path / "sliced"))
     kept = sorted(p.relative_to(tmp_path / "sliced").as_posix() for p in (tmp_path / "sliced").rglob("*") if p.is_dir())
     records = json.loads((tmp_path / "sliced/slices/epoch-1.json").read_text())
-    assert (first, second, kept, records) == (True, True, ["slices"], {"epoch": 1, "epochs": 4})
+    assert (first, second, kept, records) == (True, True, ["slices", "tensorboard"], {"epoch": 1, "epochs": 4})
 
 
 def test_a_finished_run_trained_again_changes_nothing(demo_cache: Path, tmp_path: Path) -> None:
@@ -513,3 +513,38 @@ def test_older_final_checkpoint_still_validates_and_initialises(demo_cache: Path
         UserError, match=r"final\.pt: format 3, not one this ebd2n reads .* the ebd2n version that wrote it"
     ):
         checkpoint_weights(run / "final.pt")
+
+
+def test_tensorboard_events_mirror_metrics_between_slices_and_after_a_resume(demo_cache: Path, tmp_path: Path) -> None:
+    """TensorBoard's own reader finds every step's loss and every epoch's subset loss, as metrics.jsonl
+    has them, after the first slice; after epochs 3-4 are trained again from the epoch-2 checkpoint,
+    each step is there once (the new event file purges what the earlier attempt wrote from there)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    recipe = _recipe(demo_cache, run, "training.checkpoint_policy=epoch")
+
+    def events() -> tuple[list, list]:
+        reader = EventAccumulator(str(run / "tensorboard"))
+        reader.Reload()
+        return tuple(
+            [(e.step, e.value) for e in reader.Scalars(tag)] for tag in ("train/loss", "subset_validation/loss")
+        )
+
+    def recorded() -> tuple[list, list]:
+        records = read_metrics(run)
+        return tuple(
+            [(r["step"], pytest.approx(r[field], rel=1e-6)) for r in records if r["type"] == kind]
+            for kind, field in (("step", "loss"), ("epoch", "val_loss"))
+        )
+
+    train(recipe, until_epoch=2, progress=False)
+    between = (events(), recorded())
+    train(recipe, progress=False)
+    train(recipe, resume=run / "checkpoints/epoch-2.pt", progress=False)
+    after, steps = events(), [record["step"] for record in read_metrics(run) if record["type"] == "step"]
+    assert (between[0] == between[1], after == recorded(), [step for step, _ in after[0]] == steps) == (
+        True,
+        True,
+        True,
+    )

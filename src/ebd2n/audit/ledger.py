@@ -22,7 +22,17 @@ from dataclasses import dataclass, field
 
 from ebd2n.atomic import sha256_bytes
 from ebd2n.audit.checks import Check
-from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER, FROZEN, METRICS, RUNS, SEARCH, TRAIN_LOG, CampaignPaths
+from ebd2n.layout import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_LEDGER,
+    FIRST_AUDIT,
+    FROZEN,
+    METRICS,
+    RUNS,
+    SEARCH,
+    TRAIN_LOG,
+    CampaignPaths,
+)
 from ebd2n.provenance import timestamp
 
 FORMAT = 1
@@ -153,7 +163,7 @@ def check_ledger(
     changed, gone = [e for e in changed if not e.startswith(mine)], [e for e in gone if not e.startswith(mine)]
     check.examined = sum(1 for entry in ledger.artifacts if protected(entry))
     if not check.examined:
-        check.reason = "no earlier audit (this one sets the baseline)"
+        check.reason = FIRST_AUDIT
     if not accept:
         check.violations += [f"{entry}: changed since the last audit" for entry in changed]
         check.violations += [f"{entry}: disappeared since the last audit" for entry in gone]

@@ -21,6 +21,7 @@ from ebd2n.layout import (
     FINAL,
     RESULTS_JSON,
     RUN_ARTIFACTS,
+    TENSORBOARD,
     TRAINING_ARTIFACTS,
     CampaignPaths,
     checkpoint_epoch,
@@ -172,7 +173,7 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
         retention = retention_of(view.recipe)
         kept = retention.kept()
         allowed = {*RUN_ARTIFACTS, *kept, *slice_records(plans.get(view.run.base))}
-        stray = [name for name in view.files if name not in allowed]
+        stray = [name for name in view.files if name not in allowed and not name.startswith(f"{TENSORBOARD}/")]
         if stray:
             yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"
         stopped = ((view.results or {}).get("diverged") or {}).get("epoch")  # a diverged run wrote none from there on

@@ -74,3 +74,11 @@ def parse_run_id(run_id: str) -> Run:
     if run.id != run_id:
         raise UserError(f"run id {run_id!r}: not in canonical form; the run with these values is {run.id!r}")
     return run
+
+
+def run_label(run_id: str) -> str | None:
+    """The grid point of a run id, readable (`Run.label`); None for an id of no grid run."""
+    try:
+        return parse_run_id(run_id).label
+    except UserError:
+        return None

@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.runs import parse_run_id
+from ebd2n.campaign.runs import run_label
 from ebd2n.campaign.status import DIVERGED, STOPPED, CampaignStatus, RunStatus
-from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths
 from ebd2n.quantities import format_amount, format_duration
 
@@ -57,7 +56,7 @@ def _joined(cells: tuple[str, ...] | list[str], widths: list[int]) -> str:
 def campaign_line(status: CampaignStatus) -> str:
     counts = status.counts
     if finished(status):
-        eta = "none (nothing left to train or validate)"
+        eta = "none (nothing is training, validating or waiting)"
     else:
         eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
     stopped = f"{counts[STOPPED]} stopped, " if STOPPED in counts else ""
@@ -144,10 +143,8 @@ The report, once the campaign is done: <a href="report/index.html">report/index.
 
 def _run_cell(run_id: str, paths: CampaignPaths) -> str:
     """The run id, a link to the run's dashboard once it has one; its grid point, readable, on hover."""
-    try:
-        title = f' title="{html.escape(parse_run_id(run_id).label)}"'
-    except UserError:  # an id of another shape (a retired layout): shown as it is
-        title = ""
+    label = run_label(run_id)
+    title = f' title="{html.escape(label)}"' if label else ""
     dashboard = paths.run(run_id).dashboard
     if not dashboard.is_file():
         return f"<span{title}>{html.escape(run_id)}</span>"

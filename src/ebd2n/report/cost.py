@@ -4,9 +4,11 @@ when the campaign file sets `cost_per_gpu_hour`.
 A run's hours are what its jobs spent (every training slice and its validation, start-up
 included: the jobs' own records, `ebd2n.campaign.job_times`, as `ebd2n collect` wrote them into
 campaign.json) times the GPUs, or CPUs, its jobs asked for (the plan recorded beside them, so the
-report and the audit's rebuild of it read the same). A run no job record covers (trained outside
-the workflow) counts its training time alone: the sum of its epochs' `wall_s` in metrics.jsonl. A
-campaign without a plan counts each run's recorded devices as GPUs (none for a CPU run) and one CPU.
+report and the audit's rebuild of it read the same), and never less than its training time, the
+sum of its epochs' `wall_s` in metrics.jsonl: a job's record holds its last attempt only, and a job
+run again into a finished run records a second. A run no job record covers (trained outside the
+workflow) counts its training time alone. A campaign without a plan counts each run's recorded
+devices as GPUs (none for a CPU run) and one CPU.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     for row in campaign.runs.iter_rows(named=True):
         directory = row["directory"]
         record = measured.get(Path(directory).name)
-        seconds = record["seconds"] if record else sum(wall for _epoch, wall in epoch_walls(campaign, directory))
+        trained = sum(wall for _epoch, wall in epoch_walls(campaign, directory))
+        seconds = max(record["seconds"], trained) if record else trained  # a job re-run as a no-op recorded ~0 s
         gpus, cpus = resources.get(Path(directory).name, (_recorded_gpus(campaign, directory), 1))
         runs.append(
             {
@@ -60,7 +63,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
     cost["jobs"] = {
         "runs_measured": sum(run["measured"] == "jobs" for run in runs),
-        "jobs": sum(record["jobs"] for record in measured.values()),
+        "jobs": sum(measured[Path(run["directory"]).name]["jobs"] for run in runs if run["measured"] == "jobs"),
         **{key: jobs.get(key) for key in ("started", "ended", "wall_s")},
     }
     return cost

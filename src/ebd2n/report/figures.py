@@ -184,10 +184,9 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
             ax.plot(panel["curve"]["lr"], panel["curve"]["loss"], color="black", linewidth=1.2, label="quadratic fit")
         ax.set_xscale("log")
         left, right = ax.get_xlim()
-        if panel["low"] is not None:  # a band beyond the tested LRs is drawn, not only listed in the legend
-            right = max(right, panel["low"] * 1.25)
-        if panel["high"] is not None:
-            left = min(left, panel["high"] / 1.25)
+        for bound in (panel["low"], panel["high"]):  # a band beyond the tested LRs is drawn, not only listed
+            if bound is not None:
+                left, right = min(left, bound / 1.25), max(right, bound * 1.25)
         if panel["low"] is not None or panel["high"] is not None:
             ax.axvspan(
                 panel["low"] or left,

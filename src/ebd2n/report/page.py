@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ebd2n.campaign.results import CampaignResults
-from ebd2n.campaign.runs import parse_run_id
-from ebd2n.errors import UserError
+from ebd2n.campaign.runs import run_label
 from ebd2n.layout import (
     AUDIT_JSON,
     BRACKETS_CSV,
@@ -228,14 +227,6 @@ def _measured(cost: dict[str, Any]) -> str:
     )
 
 
-def _label(run_id: str) -> str | None:
-    """The run's grid point, readable (`synchronous · lr 0.004 · β2 0.95 · seed 42`), for the id's tooltip."""
-    try:
-        return parse_run_id(run_id).label
-    except UserError:  # not a grid run's id (a hand-made campaign): the id alone
-        return None
-
-
 def _loss_digits(grid: dict[str, Any] | None) -> int:
     """Decimals of the runs table's losses: what the median seed SD of the grid's points supports."""
     sds = grid["groups"]["std_loss"].drop_nulls().drop_nans() if grid is not None else None
@@ -254,7 +245,7 @@ def _run_row(
         "gpu_hours": format_amount(hours["gpu_hours"]),
         "cpu_hours": format_amount(hours["cpu_hours"]),
         "href": f"../{dashboard}" if (campaign.directory / dashboard).is_file() else f"../{row['directory']}/",
-        "label": _label(row["run"]),
+        "label": run_label(row["run"]),  # the grid point, readable, on the id's tooltip
         "lr": f"{row['lr']:g}",
         "beta2": f"{row['beta2']:g}",
         "loss": f"{row['loss']:.{digits}f}" if row["loss"] is not None else DASH,

@@ -11,7 +11,7 @@ import polars as pl
 from ebd2n.campaign.analysis import DIVERGED, RETIRED
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.config import Recipe
-from ebd2n.layout import CampaignPaths
+from ebd2n.layout import FIRST_AUDIT, CampaignPaths
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.tables import data_facts, point_runs, settings
 
@@ -154,10 +154,6 @@ def _environments(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**json.loads(key), "runs": count} for key, count in sorted(counts.items())]
 
 
-FIRST_AUDIT = "no earlier audit"
-"""How the audit scopes the ledger check of a first audit; the page says that in a sentence of its own."""
-
-
 def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
     """Audit outcome: not audited, passed, or failed with the failing checks and their violations;
     `passed` counts the checks that examined something and passed, `not_applicable` names those
@@ -178,7 +174,7 @@ def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
         f"{check.get('name')}: {check.get('scope')}" if check.get("scope") else str(check.get("name"))
         for check in checks
         if check.get("status") == "not applicable"
-        and (compared or not str(check.get("scope") or "").startswith(FIRST_AUDIT))  # said once, in plain words
+        and (compared or check.get("scope") != FIRST_AUDIT)  # a first audit is said once, in plain words
     ]
     first = sum(check.get("status") == "not applicable" for check in checks) - len(idle)
     failed = [

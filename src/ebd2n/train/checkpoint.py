@@ -26,7 +26,7 @@ from ebd2n.errors import UserError
 from ebd2n.layout import CHECKPOINT_DIR, FINAL, checkpoint_epoch
 from ebd2n.layout import CHECKPOINT_LEDGER as LEDGER
 from ebd2n.train.retention import Retention
-from ebd2n.train.run_state import read_checkpoint_ledger
+from ebd2n.train.run_state import checkpoints_on_disk, read_checkpoint_ledger
 
 if TYPE_CHECKING:
     from ebd2n.parallel.distributed import Context
@@ -150,14 +150,8 @@ class CheckpointManager:
         self._remove(earlier)
 
     def _on_disk(self) -> list[tuple[int, str]]:
-        """(epoch, file) of every checkpoint in the run's checkpoints/ folder."""
-        folder = self.run_dir / CHECKPOINT_DIR
-        found = []
-        for path in folder.glob("*.pt") if folder.is_dir() else []:
-            epoch = checkpoint_epoch(f"{CHECKPOINT_DIR}/{path.name}")
-            if epoch is not None and epoch < self.retention.epochs:
-                found.append((epoch, f"{CHECKPOINT_DIR}/{path.name}"))
-        return found
+        """(epoch, file) of every checkpoint in the run's checkpoints/ folder before the budget's end."""
+        return [(epoch, name) for epoch, name in checkpoints_on_disk(self.run_dir) if epoch < self.retention.epochs]
 
     def _remove_unrecorded(self) -> list[str]:
         """Delete the checkpoints/ files the ledger does not record: a killed job's, written but not

@@ -18,6 +18,7 @@ from ebd2n.errors import UserError
 from ebd2n.layout import CHECKPOINT_DIR, RunPaths
 from ebd2n.parallel.distributed import Context
 from ebd2n.train.checkpoint import Provenance
+from ebd2n.train.events import EventLog
 from ebd2n.train.lease import Lease, take_lease
 from ebd2n.train.run_state import run_directory
 from ebd2n.train.runlog import MetricsLog, TrainLog
@@ -57,6 +58,7 @@ class RunOutput:
         self.paths = RunPaths(run_dir)
         self.log = TrainLog(run_dir, job_id)
         self.metrics = MetricsLog(run_dir)
+        self.events = EventLog(run_dir)
         for leftover in remove_temporaries(run_dir) + remove_temporaries(run_dir / CHECKPOINT_DIR):
             self.log.write(
                 f"removed {leftover.relative_to(run_dir)}, the temporary file of a write a killed job never finished"
@@ -71,6 +73,8 @@ class RunOutput:
 
     def append(self, record: dict[str, Any]) -> None:
         self.metrics.append(record)
+        if (note := self.events.add(record)) is not None:
+            self.log.write(note)
 
     def write_json(self, path: Path, record: dict[str, Any]) -> None:
         """run.json, best.json: whole records, written atomically."""
@@ -78,6 +82,7 @@ class RunOutput:
 
     def close(self) -> None:
         self.metrics.close()
+        self.events.close()
         self.log.close()
 
 

@@ -4,10 +4,11 @@ records, and whether a training job into it has nothing left to do.
 A job into a finished run (the same command typed again, or a campaign's slice job run twice)
 used to import torch and load `final.pt` to learn that it had nothing to do: seconds under load,
 most of a no-op `ebd2n train`. `done_already` answers from the run's JSON records and one hash of
-`final.pt` against its ledger. It says yes only when the answer is certain; anything else (another
-recipe, cache or trainer source, a live trainer's lease, a missing record, an altered file, a
-checkpoint named by hand) goes through the trainer, which checks everything again and decides,
-refusals included.
+`final.pt` against its ledger, for a single-process job. Anything it cannot vouch for (another
+recipe, cache or trainer source, a lease file of any trainer, a missing or unreadable record, an
+altered file, a checkpoint named by hand, a torchrun job) goes through the trainer, which checks
+everything again and decides, refusals included. The cache's content is not verified again here:
+a finished run reads none of it (the audit verifies it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from ebd2n.jsonio import read_json
 from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER, FINAL, RunPaths, checkpoint_epoch
 from ebd2n.provenance import source_hash
 from ebd2n.train.budget import budget_of
-from ebd2n.train.lease import live_holder
 from ebd2n.train.retention import Retention
 
 
@@ -49,20 +49,26 @@ def done_already(recipe: Recipe, until_epoch: int | None, resume: Path | None) -
     complete, written by this recipe, cache and trainer source, with every record a finished job
     leaves (so it would write nothing and train nothing); False whenever that is not certain."""
     epochs = budget_of(recipe).epochs
-    if resume is not None or not 1 <= (until_epoch or epochs) <= epochs:
-        return False
+    end = epochs if until_epoch is None else until_epoch
+    if resume is not None or not 1 <= end <= epochs or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return False  # a torchrun job's processes decide together, in the trainer
     run_dir = run_directory(recipe)
     paths = RunPaths(run_dir)
     needed = [paths.final, paths.best, paths.record, paths.dashboard, paths.recipe]
-    if until_epoch is not None and until_epoch < epochs:
-        needed.append(paths.slice_record(until_epoch))
-    if not all(path.is_file() for path in needed) or live_holder(run_dir) is not None:
+    if end < epochs:
+        needed.append(paths.slice_record(end))
+    if not all(path.is_file() for path in needed) or os.path.lexists(paths.lease):
+        return False  # a lease, live or not, is the trainer's to judge
+    try:
+        cache_identity = find_cache_identity(recipe.data.cache_dir)
+        if cache_identity is None or not _written_by(recipe, run_dir, cache_identity):
+            return False
+        ledger = read_checkpoint_ledger(run_dir)
+    except UserError:  # an unreadable record: the trainer names it, or passes it over
         return False
-    cache_identity = find_cache_identity(recipe.data.cache_dir)
-    if cache_identity is None or not _written_by(recipe, run_dir, cache_identity):
+    if not isinstance(ledger, dict):
         return False
-    ledger = read_checkpoint_ledger(run_dir)
-    kept = _checkpoints_on_disk(run_dir)
+    kept = {name for _epoch, name in checkpoints_on_disk(run_dir)}
     if set(ledger) - {FINAL} != kept or (
         kept and not Retention(recipe.training.checkpoint_policy, epochs).keeps_earlier()
     ):
@@ -75,18 +81,17 @@ def _written_by(recipe: Recipe, run_dir: Path, cache_identity: str) -> bool:
     trainer source (what the trainer checks of final.pt before it accepts it as the run's end)."""
     paths = RunPaths(run_dir)
     identity = recipe_identity(recipe, cache_identity)
-    record = read_json(paths.record) or {}
+    record = read_json(paths.record)
     wanted = {"run_id": run_dir.name, "recipe_identity": identity, "cache_identity": cache_identity}
-    if any(record.get(key) != value for key, value in wanted.items()) or record.get("source_hash") != source_hash():
+    if not isinstance(record, dict) or any(record.get(key) != value for key, value in wanted.items()):
         return False
-    try:
-        return recipe_identity(load_recipe(paths.recipe), cache_identity) == identity
-    except UserError:  # the trainer names what is wrong with it
+    if record.get("source_hash") != source_hash():
         return False
+    return recipe_identity(load_recipe(paths.recipe), cache_identity) == identity
 
 
-def _checkpoints_on_disk(run_dir: Path) -> set[str]:
-    """The run's checkpoints/ files, named as its ledger names them."""
+def checkpoints_on_disk(run_dir: Path) -> list[tuple[int, str]]:
+    """(epoch, file named as the ledger names it) of every checkpoint in the run's checkpoints/ folder."""
     folder = run_dir / CHECKPOINT_DIR
-    names = {f"{CHECKPOINT_DIR}/{path.name}" for path in folder.glob("*.pt")} if folder.is_dir() else set()
-    return {name for name in names if checkpoint_epoch(name) is not None}
+    names = [f"{CHECKPOINT_DIR}/{path.name}" for path in sorted(folder.glob("*.pt"))] if folder.is_dir() else []
+    return [(epoch, name) for name in names if (epoch := checkpoint_epoch(name)) is not None]
