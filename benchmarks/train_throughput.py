@@ -65,19 +65,14 @@ def trainer_run(recipe, out: Path) -> tuple[float, float]:
     return train_tps, results["targets"] / results["wall_seconds"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--width", type=int, default=128)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    work = Path(tempfile.mkdtemp(prefix="ebd2n-bench-"))
-    recipe = load_recipe(
+def bench_recipe(work: Path, width: int):
+    """The demo recipe at `width`, 32 steps of 4,096 tokens in two epochs, its cache under `work`."""
+    return load_recipe(
         "demo",
         [
             f"data.cache_dir={work / 'cache'}",
-            f"model.width={args.width}",
-            f"model.ffn_width={args.width * 11 // 4}",
+            f"model.width={width}",
+            f"model.ffn_width={width * 11 // 4}",
             "model.heads=4",
             "training.batch_tokens=4096",
             "training.micro_batch_size=64",
@@ -86,6 +81,16 @@ def main() -> None:
             "runtime.deterministic=false",
         ],
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--width", type=int, default=128)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    work = Path(tempfile.mkdtemp(prefix="ebd2n-bench-"))
+    recipe = bench_recipe(work, args.width)
     prepare_cache(recipe.data, recipe.model.vocab_size, progress=False)
     steps = budget_of(recipe).total_steps
     rows = []
