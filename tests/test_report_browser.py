@@ -200,3 +200,37 @@ def test_browser_run_ids_show_their_grid_point_readably_on_hover(loaded: Loaded,
     grid_ids = {path.name for path in (campaign / "runs").iterdir()} & set(titles)
     expected = {name: parse_run_id(name).label if name in grid_ids else "" for name in titles}
     assert (titles, len(grid_ids) >= 20, all(" · β2 " in titles[name] for name in grid_ids)) == (expected, True, True)
+
+
+@pytest.fixture(scope="module")
+def past_the_grid(browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
+    """The page of a campaign whose synchronous optimum (0.002) lies well above its three LRs."""
+    root = tmp_path_factory.mktemp("edge")
+    campaign = write_campaign(root, "edge", grid_runs(["synchronous"], [0.0004, 0.0006, 0.0009], [0.99], [1, 2, 3]))
+    build_report(campaign)
+    context, loaded = open_offline(browser, campaign / "report" / "index.html")
+    yield loaded
+    context.close()
+
+
+@pytest.mark.parametrize("page", ["loaded", "past_the_grid"])
+def test_browser_lr_optimum_legends_name_only_what_is_drawn_and_every_band_is_in_view(
+    request: pytest.FixtureRequest, page: str
+) -> None:
+    """Each LR-optimum figure: no empty legend entry, one entry per drawn trace, and its band and
+    optimum line inside the plot area (an interval past the grid included)."""
+    shown: Loaded = request.getfixturevalue(page)
+    result = shown.page.evaluate(
+        """[...document.querySelectorAll('[id^=plot-optimum-]')].map(plot => {
+            const area = plot.querySelector('.nsewdrag').getBoundingClientRect();
+            const legend = [...plot.querySelectorAll('.legendtext')].map(text => text.textContent.trim());
+            const shapes = [...plot.querySelectorAll('.shapelayer path')].map(path => path.getBoundingClientRect());
+            return [
+                legend.length > 0 && legend.every(text => text.length > 0),
+                legend.length === plot.data.filter(trace => trace.showlegend !== false).length,
+                shapes.length === plot.layout.shapes.length,
+                shapes.every(box => box.right > area.left && box.left < area.right),
+            ];
+        })"""
+    )
+    assert result == [[True, True, True, True]] * {"loaded": 2, "past_the_grid": 1}[page]
