@@ -203,23 +203,22 @@ def test_browser_run_ids_show_their_grid_point_readably_on_hover(loaded: Loaded,
 
 
 @pytest.fixture(scope="module")
-def past_the_grid(browser, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
-    """The page of a campaign whose synchronous optimum (0.002) lies well above its three LRs."""
+def past_the_grid(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of a campaign whose synchronous optimum (0.002) lies well above its three LRs."""
     root = tmp_path_factory.mktemp("edge")
     campaign = write_campaign(root, "edge", grid_runs(["synchronous"], [0.0004, 0.0006, 0.0009], [0.99], [1, 2, 3]))
     build_report(campaign)
-    context, loaded = open_offline(browser, campaign / "report" / "index.html")
-    yield loaded
-    context.close()
+    return campaign
 
 
-@pytest.mark.parametrize("page", ["loaded", "past_the_grid"])
+@pytest.mark.parametrize("width", [800, 1400])
+@pytest.mark.parametrize("which", ["campaign", "past_the_grid"])
 def test_browser_lr_optimum_legends_name_only_what_is_drawn_and_every_band_is_in_view(
-    request: pytest.FixtureRequest, page: str
+    browser, request: pytest.FixtureRequest, which: str, width: int
 ) -> None:
     """Each LR-optimum figure: no empty legend entry, one entry per drawn trace, and its band and
-    optimum line inside the plot area (an interval past the grid included)."""
-    shown: Loaded = request.getfixturevalue(page)
+    optimum line inside the plot area (an interval past the grid included), at 800 and 1,400 px."""
+    context, shown = open_offline(browser, request.getfixturevalue(which) / "report" / "index.html", width)
     result = shown.page.evaluate(
         """[...document.querySelectorAll('[id^=plot-optimum-]')].map(plot => {
             const area = plot.querySelector('.nsewdrag').getBoundingClientRect();
@@ -233,4 +232,5 @@ def test_browser_lr_optimum_legends_name_only_what_is_drawn_and_every_band_is_in
             ];
         })"""
     )
-    assert result == [[True, True, True, True]] * {"loaded": 2, "past_the_grid": 1}[page]
+    context.close()
+    assert result == [[True, True, True, True]] * {"campaign": 2, "past_the_grid": 1}[which]
