@@ -233,19 +233,22 @@ def test_faults_kill_then_same_command_completes_bitwise(campaign: dict, snapsho
 @pytest.mark.slow
 def test_ctrl_c_mid_campaign_is_one_line_and_the_same_command_completes_bitwise(campaign: dict) -> None:
     """Ctrl-C while a run trains: the console says once that the campaign was interrupted and how to
-    resume, with no error, traceback or job log; the job's own log says the same in one line."""
+    resume, with no error, traceback or job log; the job's own log says the same in one line (its
+    trainer, forked from the warm-start server, may still finish the slice's last write first)."""
     repo = fresh(campaign, "resolved")
     stopped = interrupted(repo, f"after:{RUN}/checkpoints.json", "int")
     console = stopped.stderr.splitlines()
     said = [line for line in console if "interrupt" in line.lower()]
     failures = [line for line in console if re.search(r"Error|Traceback|Exception|not finished", line)]
-    job_log = (repo / PATHS.logs / "runs" / RUNS[0] / "slices/epoch-1.log").read_text().splitlines()
-    assert (stopped.returncode != 0, said, failures, job_log[-1:]) == (
+    job_log = (repo / PATHS.logs / "runs" / RUNS[0] / "slices/epoch-1.log").read_text()
+    tracebacks = [path.name for path in (repo / PATHS.logs).rglob("*.log") if "Traceback" in path.read_text()]
+    assert (stopped.returncode != 0, said, failures, "ebd2n train: interrupted\n" in job_log, tracebacks) == (
         True,
         ["interrupted (Ctrl-C): run the same command to resume; every run goes on from its newest checkpoint"],
         [],
-        ["ebd2n train: interrupted"],
-    ), stopped.stderr
+        True,
+        [],
+    ), stopped.stderr + job_log
     again = rerun(repo)
     assert again.stderr.splitlines()[-1].startswith(f"report: {PATHS.report_index}")
     assert_recovered(repo, campaign, again)

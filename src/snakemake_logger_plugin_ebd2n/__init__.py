@@ -34,6 +34,9 @@ _SAID = {"Nothing to be done (all requested files are present and up to date)."}
 """Plain INFO messages still worth a line."""
 CLOSING = "ebd2n_closing"
 """The attribute (`logger.info(..., extra={CLOSING: True})`) marking the workflow's closing line."""
+_STOPPED_BY_SIGINT = ("exit status 130", "<Signals.SIGINT: 2>")
+"""How Snakemake reports a job that Ctrl-C ended: its command exited 130 (ebd2n's own status on
+SIGINT) or died of the signal. A job thread may report it before the main thread runs the handler."""
 INTERRUPTED = "interrupted (Ctrl-C): run the same command to resume; every run goes on from its newest checkpoint"
 
 
@@ -123,8 +126,12 @@ class LogHandler(LogHandlerBase):
         elif event == LogEvent.RUN_INFO:
             return record.getMessage()
         elif event in _ERRORS:
+            text = error_text(record)
+            if any(mark in text for mark in _STOPPED_BY_SIGINT):  # its report can come before the signal's handler
+                self.interrupted = True
+                return self.interrupted_line()
             self.refresh_status(last=True)
-            return error_text(record)
+            return text
         elif event is None and (
             record.levelno >= logging.WARNING or record.getMessage() in _SAID or getattr(record, CLOSING, False)
         ):
