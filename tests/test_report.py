@@ -462,22 +462,15 @@ def test_report_cost_is_what_the_jobs_recorded_with_the_wall_clock_beside_it(
     campaign_tree: Callable[..., Path],
 ) -> None:
     """Every run but one has its jobs' benchmark records (a slice, the final slice, the validation):
-    its hours are their wall times; the one without counts its training epochs; the page says both
-    and the campaign's wall-clock span, first start to last end."""
-    from ebd2n.campaign.job_times import job_times
-    from ebd2n.layout import CampaignPaths
-
+    its hours are their wall times; the one without counts its training epochs; the page says both,
+    and that without run.json starts the campaign's wall-clock time is not known."""
     campaign = campaign_tree()
     runs = sorted(path.name for path in (campaign / "runs").iterdir())
-    ended = 1_800_000_000.0
     for index, run in enumerate(runs[1:]):
         for job, seconds in (("slices/epoch-1", 1.5), ("final", 2.0), ("results", 0.25 * index)):
             record = campaign / "benchmarks/runs" / run / f"{job}.tsv"
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{seconds}\t0:00:0{int(seconds)}\t20.1\t0.3\n")
-            os.utime(record, (ended + index, ended + index))
-    info = campaign / "campaign.json"
-    info.write_text(json.dumps({**json.loads(info.read_text()), "jobs": job_times(CampaignPaths(campaign))}))
     build_report(campaign)
     cost = _results(campaign)["cost"]
     recorded = sum(3.5 + 0.25 * index for index in range(len(runs) - 1))
@@ -487,6 +480,6 @@ def test_report_cost_is_what_the_jobs_recorded_with_the_wall_clock_beside_it(
         [run["measured"] for run in cost["runs"]].count("jobs"),
         f"the wall time of each of the {3 * (len(runs) - 1)} training and validation jobs" in measured,
         "(1 run with no job record counts its training epochs alone)" in measured,
-        f"Wall-clock time: {len(runs) - 2 + 2} s, from the first job's start" in measured,
+        "Wall-clock time: not known (no run records when its training started)" in measured,
     )
     assert result == (round(recorded + 2.0, 6), len(runs) - 1, True, True, True), measured

@@ -13,13 +13,12 @@ from ebd2n.layout import CAMPAIGN_JSON, FROZEN, RUNS_CSV, CampaignPaths
 
 
 def recomputed_campaign(paths: CampaignPaths, info: dict | None, history: GridHistory) -> dict | str:
-    """campaign.json as the campaign's sources make it (what they cannot say, how the jobs ran and
-    what they spent, the cost plan and the signing key's id, is taken from the file as it stands),
-    or why it cannot be recomputed."""
+    """campaign.json as the campaign's sources make it (what they cannot say, how the jobs ran, the
+    cost plan and the signing key's id, is taken from the file as it stands), or why it cannot be
+    recomputed."""
     from ebd2n.campaign.collect import campaign_record
 
-    told = ("execution", "jobs", "plan", "signing")
-    kept = {key: info[key] for key in told if key in info} if isinstance(info, dict) else {}
+    kept = {key: info[key] for key in ("execution", "plan", "signing") if key in info} if isinstance(info, dict) else {}
     try:
         return {**campaign_record(paths, history), **kept}
     except UserError as error:

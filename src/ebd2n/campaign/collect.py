@@ -12,7 +12,6 @@ import polars as pl
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.history import GridHistory, record_grid
-from ebd2n.campaign.job_times import job_times
 from ebd2n.campaign.plans import campaign_plans, recorded_search
 from ebd2n.campaign.results import RUN_COLUMNS, read_results, run_directories
 from ebd2n.campaign.status_plan import campaign_plan
@@ -31,7 +30,6 @@ def collect_campaign(campaign: Campaign, max_jobs: int | None = None) -> Path:
     record = {
         **campaign_record(paths, history),
         "execution": campaign.execution_record(max_jobs),
-        "jobs": job_times(paths),  # what the jobs spent, as measured; the report's costs
         "plan": campaign_plan(campaign, campaign_plans(campaign)),  # what the report's costs are priced from
         "signing": signing_record(
             campaign.signing_key

@@ -3,48 +3,60 @@
 The trainer's epoch times leave out what a job costs besides its training steps: its start-up,
 its checkpoints, its validation. Snakemake measures each training and validation job whole (the
 workflow gives every one a `benchmark:` file, `benchmarks/<its output, relative to the campaign>.tsv`,
-whose `s` column is the job's wall time), so `ebd2n collect` sums them per run into campaign.json,
-with the campaign's wall-clock span (the first job's start to the last one's end). A job that ran
-twice (killed, then run again) counts its last attempt: the one its benchmark file records. The
-cache job is shared with every campaign on the same data and is counted by none.
+whose `s` column is the job's wall time); the report sums them per run. A job that ran twice
+(killed, then run again) counts its last attempt: the one its benchmark file records. The cache
+job is shared with every campaign on the same data and is counted by none. The campaign's
+wall-clock span comes from the runs' own records, by content (the first run's training start in
+run.json to the last full validation in results.json), so touching or copying files changes nothing.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ebd2n.layout import CampaignPaths
-from ebd2n.provenance import timestamp
+from ebd2n.layout import RESULTS_JSON, RUN_RECORD, RUNS, CampaignPaths
 
 SOURCE = "Snakemake's benchmark record of each training and validation job (its wall time, start-up included)"
 
 
 def job_times(paths: CampaignPaths) -> dict[str, Any]:
     """{source, runs: {run id: {jobs, seconds}}, started, ended, wall_s} from the campaign's
-    benchmarks/runs/ (runs without a record are absent; started/ended None without any)."""
+    benchmarks/runs/ and run records (runs without a record are absent; started/ended None
+    without any)."""
     runs: dict[str, dict[str, Any]] = {}
-    spans = []
-    folder = paths.benchmarks / "runs"
+    folder = paths.benchmarks / RUNS
     for record in sorted(folder.glob("*/**/*.tsv")) if folder.is_dir() else []:
         seconds = _wall_seconds(record)
-        if seconds is None:
-            continue
-        run = runs.setdefault(record.relative_to(folder).parts[0], {"jobs": 0, "seconds": 0.0})
-        run["jobs"] += 1
-        run["seconds"] += seconds
-        ended = record.stat().st_mtime
-        spans.append((ended - seconds, ended))
-    started = min((start for start, _ in spans), default=None)
-    ended = max((end for _, end in spans), default=None)
+        if seconds is not None:
+            run = runs.setdefault(record.relative_to(folder).parts[0], {"jobs": 0, "seconds": 0.0})
+            run["jobs"] += 1
+            run["seconds"] += seconds
+    starts = _times(paths.runs.glob(f"*/{RUN_RECORD}"), "started")
+    ends = _times(paths.runs.glob(f"*/{RESULTS_JSON}"), "validated")
+    started, ended = min(starts, default=None), max(ends, default=None)
     return {
         "source": SOURCE,
         "runs": runs,
-        "started": None if started is None else timestamp(started),
-        "ended": None if ended is None else timestamp(ended),
-        "wall_s": None if started is None else ended - started,
+        "started": None if started is None else started.isoformat(),
+        "ended": None if ended is None else ended.isoformat(),
+        "wall_s": None if started is None or ended is None else (ended - started).total_seconds(),
     }
+
+
+def _times(records: Iterable[Path], key: str) -> list[datetime]:
+    """The `key` timestamps of JSON records (those unreadable or without one left out)."""
+    found = []
+    for path in records:
+        try:
+            found.append(datetime.fromisoformat(json.loads(path.read_text(encoding="utf-8"))[key]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
 
 
 def _wall_seconds(record: Path) -> float | None:

@@ -2,9 +2,9 @@
 when the campaign file sets `cost_per_gpu_hour`.
 
 A run's hours are what its jobs spent (every training slice and its validation, start-up
-included: the jobs' own records, `ebd2n.campaign.job_times`, as `ebd2n collect` wrote them into
-campaign.json) times the GPUs, or CPUs, its jobs asked for (the plan recorded beside them, so the
-report and the audit's rebuild of it read the same), and never less than its training time, the
+included: the jobs' own records, `ebd2n.campaign.job_times`, which the audit's comparison of the
+report reads too) times the GPUs, or CPUs, its jobs asked for (the plan `ebd2n collect` records in
+campaign.json, so the report and the audit's rebuild of it read the same), and never less than its training time, the
 sum of its epochs' `wall_s` in metrics.jsonl: a job's record holds its last attempt only, and a job
 run again into a finished run records a second. A run no job record covers (trained outside the
 workflow) counts its training time alone. A campaign without a plan counts each run's recorded
@@ -16,8 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ebd2n.campaign.job_times import job_times
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.campaign.status_plan import planned_runs
+from ebd2n.layout import CampaignPaths
 
 GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
 """The levels the report sums runs at, with the keys that define a group."""
@@ -28,8 +30,8 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     plan = (campaign.info or {}).get("plan") or {}
     resources = {run.id: (gpus, cpus) for run, gpus, cpus in planned_runs(plan)} if "grid" in plan else {}
     price = plan.get("cost_per_gpu_hour")
-    jobs = (campaign.info or {}).get("jobs") or {}
-    measured = jobs.get("runs") or {}
+    jobs = job_times(CampaignPaths(campaign.directory))
+    measured = jobs["runs"]
     runs = []
     for row in campaign.runs.iter_rows(named=True):
         directory = row["directory"]

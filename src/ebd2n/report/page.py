@@ -221,9 +221,11 @@ def _measured(cost: dict[str, Any]) -> str:
         left = runs - jobs["runs_measured"]
         counts = "run with no job record counts its" if left == 1 else "runs with no job record count their"
         text += f" ({left} {counts} training epochs alone)"
+    if jobs["wall_s"] is None:
+        return f"{text}. Wall-clock time: not known (no run records when its training started)"
     return (
-        f"{text}. Wall-clock time: {format_duration(jobs['wall_s'])}, from the first job's start "
-        f"({jobs['started']}) to the last one's end ({jobs['ended']}), pauses between invocations included"
+        f"{text}. Wall-clock time: {format_duration(jobs['wall_s'])}, from the first run's training start "
+        f"({jobs['started']}) to the last full validation ({jobs['ended']}), pauses between invocations included"
     )
 
 
