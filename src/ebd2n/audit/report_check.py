@@ -41,7 +41,7 @@ from ebd2n.provenance import software_versions
 from ebd2n.report.publish import report_files
 
 NOT_READ = {*UNSIGNED, REPORT, AUDIT_JSON, AUDIT_LEDGER, AUDIT_PASSED}
-"""Top-level entries a report build does not read (but logs/runs/ and benchmarks/runs/, walked on their own)."""
+"""Top-level entries a report build does not read (but logs/runs/, walked on its own)."""
 COMPARED = "compared_with"
 """What the report's index entry in the hash memory keeps: the fingerprint, files and hashes of the
 report when a rebuild last matched it, and what that comparison examined."""
@@ -99,7 +99,7 @@ def _fingerprint(paths: CampaignPaths, info: dict | None, memory: HashMemory, ca
     """The SHA-256 of everything a report build reads (equal fingerprints, equal reports), None
     when the campaign holds what no fingerprint can stand for (a link, a lease) or changes under it."""
     inputs: dict[str, str] = {}
-    roots = [paths.directory, paths.logs / RUNS, paths.benchmarks / RUNS]  # the jobs' logs and times
+    roots = [paths.directory, paths.logs / RUNS]
     try:
         for root in roots:
             for directory, directories, files in os.walk(root):

@@ -1,14 +1,13 @@
 """What a campaign cost: GPU-hours and CPU-hours per run, grid point, mode and campaign, and money
-when the campaign file sets `cost_per_gpu_hour`.
+when the campaign file sets `cost_per_gpu_hour`, with the campaign's wall-clock span beside them.
 
-A run's hours are what its jobs spent (every training slice and its validation, start-up
-included: the jobs' own records, `ebd2n.campaign.job_times`, which the audit's comparison of the
-report reads too) times the GPUs, or CPUs, its jobs asked for (the plan `ebd2n collect` records in
-campaign.json, so the report and the audit's rebuild of it read the same), and never less than its training time, the
-sum of its epochs' `wall_s` in metrics.jsonl: a job's record holds its last attempt only, and a job
-run again into a finished run records a second. A run no job record covers (trained outside the
-workflow) counts its training time alone. A campaign without a plan counts each run's recorded
-devices as GPUs (none for a CPU run) and one CPU.
+A run's hours are the time its own records give (the sum of its epochs' `wall_s` in metrics.jsonl,
+over every slice, plus its full validation's `wall_seconds` in results.json; job start-up is not
+in them) times the GPUs, or CPUs, its jobs asked for (the plan `ebd2n collect` records in
+campaign.json, so the report and the audit's rebuild of it read the same). Snakemake's benchmark
+files would count start-up too, but a job run again as a no-op rewrites its file, so a report built
+from them would change with every green rerun. A campaign without a plan counts each run's
+recorded devices as GPUs (none for a CPU run) and one CPU.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ebd2n.campaign.job_times import job_times
+from ebd2n.campaign.job_times import campaign_span
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.campaign.status_plan import planned_runs
 from ebd2n.layout import CampaignPaths
@@ -30,14 +29,11 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     plan = (campaign.info or {}).get("plan") or {}
     resources = {run.id: (gpus, cpus) for run, gpus, cpus in planned_runs(plan)} if "grid" in plan else {}
     price = plan.get("cost_per_gpu_hour")
-    jobs = job_times(CampaignPaths(campaign.directory))
-    measured = jobs["runs"]
     runs = []
     for row in campaign.runs.iter_rows(named=True):
         directory = row["directory"]
-        record = measured.get(Path(directory).name)
-        trained = sum(wall for _epoch, wall in epoch_walls(campaign, directory))
-        seconds = max(record["seconds"], trained) if record else trained  # a job re-run as a no-op recorded ~0 s
+        validation = (campaign.results.get(directory) or {}).get("wall_seconds")
+        seconds = sum(wall for _epoch, wall in epoch_walls(campaign, directory)) + (validation or 0.0)
         gpus, cpus = resources.get(Path(directory).name, (_recorded_gpus(campaign, directory), 1))
         runs.append(
             {
@@ -49,7 +45,6 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
                 "seed": row["seed"],
                 "gpus": gpus,
                 "cpus": cpus,
-                "measured": "jobs" if record else "training epochs",
                 **_hours(seconds, gpus, cpus, price),
             }
         )
@@ -63,11 +58,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
             for key, members in groups.items()
         ]
     cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
-    cost["jobs"] = {
-        "runs_measured": sum(run["measured"] == "jobs" for run in runs),
-        "jobs": sum(measured[Path(run["directory"]).name]["jobs"] for run in runs if run["measured"] == "jobs"),
-        **{key: jobs.get(key) for key in ("started", "ended", "wall_s")},
-    }
+    cost["span"] = campaign_span(CampaignPaths(campaign.directory))
     return cost
 
 

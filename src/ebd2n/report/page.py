@@ -206,26 +206,17 @@ def _cost(cost: dict[str, Any]) -> dict[str, Any]:
 
 
 def _measured(cost: dict[str, Any]) -> str:
-    """What the hours count, and the campaign's wall-clock time when its jobs recorded one."""
-    jobs, runs = cost["jobs"], len(cost["runs"])
-    if not jobs["runs_measured"]:
-        return (
-            "Training time recorded by the trainer (the epochs' wall time, every slice; validation and job "
-            "start-up not included; no job of the workflow recorded its time) times each job's GPUs and CPUs"
-        )
+    """What the hours count, and the campaign's wall-clock time when its runs recorded one."""
     text = (
-        f"What the jobs spent: the wall time of each of the {jobs['jobs']} training and validation jobs, start-up "
-        "included, as its own record measured it (Snakemake's benchmark file), times the GPUs and CPUs it asked for"
+        "Time the runs recorded (their epochs' training time, every slice, and their full validation; "
+        "job start-up not included) times each job's GPUs and CPUs"
     )
-    if jobs["runs_measured"] < runs:
-        left = runs - jobs["runs_measured"]
-        counts = "run with no job record counts its" if left == 1 else "runs with no job record count their"
-        text += f" ({left} {counts} training epochs alone)"
-    if jobs["wall_s"] is None:
+    span = cost["span"]
+    if span["wall_s"] is None:
         return f"{text}. Wall-clock time: not known (no run records when its training started)"
     return (
-        f"{text}. Wall-clock time: {format_duration(jobs['wall_s'])}, from the first run's training start "
-        f"({jobs['started']}) to the last full validation ({jobs['ended']}), pauses between invocations included"
+        f"{text}. Wall-clock time: {format_duration(span['wall_s'])}, from the first run's training start "
+        f"({span['started']}) to the last full validation ({span['ended']}), pauses between invocations included"
     )
 
 
