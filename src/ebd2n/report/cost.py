@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ebd2n.campaign.job_times import campaign_span
 from ebd2n.campaign.results import CampaignResults
+from ebd2n.campaign.span import campaign_span
 from ebd2n.campaign.status_plan import planned_runs
 from ebd2n.layout import CampaignPaths
 
