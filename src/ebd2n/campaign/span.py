@@ -11,13 +11,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ebd2n.layout import RESULTS_JSON, RUN_RECORD, CampaignPaths
+from ebd2n.layout import RUN_RECORD, CampaignPaths
 
 
-def campaign_span(paths: CampaignPaths) -> dict[str, Any]:
-    """{started, ended, wall_s}: ISO timestamps and seconds, None where no run records them."""
-    started = min(_times(paths.runs.glob(f"*/{RUN_RECORD}"), "started"), default=None)
-    ended = max(_times(paths.runs.glob(f"*/{RESULTS_JSON}"), "validated"), default=None)
+def campaign_span(paths: CampaignPaths, results: Iterable[Any]) -> dict[str, Any]:
+    """{started, ended, wall_s}: ISO timestamps and seconds, None where no run records them;
+    `results` are the runs' results.json records, as the caller has them loaded already."""
+    started = min(_stamps(map(_read, paths.runs.glob(f"*/{RUN_RECORD}")), "started"), default=None)
+    ended = max(_stamps(results, "validated"), default=None)
     return {
         "started": None if started is None else started.isoformat(),
         "ended": None if ended is None else ended.isoformat(),
@@ -25,12 +26,19 @@ def campaign_span(paths: CampaignPaths) -> dict[str, Any]:
     }
 
 
-def _times(records: Iterable[Path], key: str) -> list[datetime]:
-    """The `key` timestamps of JSON records (those unreadable or without one left out)."""
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _stamps(records: Iterable[Any], key: str) -> list[datetime]:
+    """The `key` timestamps of records (those unreadable or without one left out)."""
     found = []
-    for path in records:
+    for record in records:
         try:
-            found.append(datetime.fromisoformat(json.loads(path.read_text(encoding="utf-8"))[key]))
-        except (OSError, ValueError, KeyError, TypeError):
+            found.append(datetime.fromisoformat(record[key]))
+        except (KeyError, TypeError, ValueError):
             continue
     return found

@@ -58,7 +58,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
             for key, members in groups.items()
         ]
     cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
-    cost["span"] = campaign_span(CampaignPaths(campaign.directory))
+    cost["span"] = campaign_span(CampaignPaths(campaign.directory), campaign.results.values())
     return cost
 
 
