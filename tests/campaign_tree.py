@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.config import Recipe, load_recipe, recipe_from_dict, save_recipe
-from ebd2n.layout import CampaignPaths, run_paths
+from ebd2n.layout import JOB_RECORDS, CampaignPaths, run_paths
 
 SOURCE_HASH = "a" * 64
 CACHE_IDENTITY = "c" * 64
@@ -224,6 +224,10 @@ def _write_run(
     if spec.diverged_at is not None:
         lines.append(json.dumps({"type": "diverged", **diverged_record(spec)}))
     files.metrics.write_text("\n".join(lines) + "\n")
+    jobs = [_job(spec, "train", epoch, 0.5) for epoch in range(1, epochs + 1)]
+    if not spec.failed:
+        jobs.append(_job(spec, "validate", None, 1.5 if spec.diverged_at is None else 0.1))
+    (run_dir / JOB_RECORDS).write_text("".join(json.dumps(job) + "\n" for job in jobs))
     if spec.failed:
         log = run_dir.parents[1] / "logs" / "runs" / spec.run_id / "slices" / "epoch-2.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -252,6 +256,17 @@ def _write_run(
     files.best.write_text(json.dumps({**{k: best[k] for k in keys}, "weights": None}))
     files.train_log.write_text(f"########## job local-{spec.seed} ##########\n")
     files.results.write_text(json.dumps(_results(spec, epochs), indent=2))
+
+
+def _job(spec: RunSpec, kind: str, epoch: int | None, seconds: float) -> dict[str, Any]:
+    """A jobs.jsonl line as ebd2n.job_time writes it."""
+    return {
+        "job": f"local-{spec.seed}-{kind}-{epoch}",
+        "kind": kind,
+        "epoch": epoch,
+        "started": VALIDATED,
+        "seconds": seconds,
+    }
 
 
 def _results(spec: RunSpec, epochs: int) -> dict[str, Any]:

@@ -21,6 +21,7 @@ LAYERS = (
         "jsonio",
         "targets",
         "provenance",
+        "job_time",
         "faults",
         "quantities",
         "slots",

@@ -15,6 +15,7 @@ NAMES = (
     *layout.RUN_ARTIFACTS,
     f"{layout.CHECKPOINT_DIR}/",
     f"{layout.TENSORBOARD}/",
+    layout.JOB_RECORDS,
     layout.CAMPAIGN_JSON,
     layout.RUNS_CSV,
     layout.AUDIT_JSON,

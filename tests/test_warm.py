@@ -20,6 +20,7 @@ import torch
 from workflow_support import assert_states_equal
 
 import ebd2n
+from ebd2n.job_time import recorded_jobs
 
 SOURCE = str(Path(ebd2n.__file__).resolve().parents[1])
 SHORT = ["training.max_tokens=8192", "training.epoch_tokens=4096"]
@@ -105,6 +106,18 @@ def test_warm_job_runs_in_a_fork_and_matches_cold_bitwise(demo_cache: Path, tmp_
     assert len(list(sockets.glob("*/*.sock"))) == 1  # both clients found the one server
     cpu = {name: _cpu_seconds(tmp_path / name) for name in ("cold", "warm", "warm-again")}
     assert cpu["warm"] < cpu["cold"] and cpu["warm-again"] < cpu["cold"], cpu  # the fork's own time, no torch import
+
+
+def test_warm_job_records_its_time_from_its_client_start(demo_cache: Path, tmp_path: Path, sockets: Path) -> None:
+    """jobs.jsonl's seconds count from the client's start, the server's start-up included, not from
+    the fork (which began long after the server imported torch)."""
+    started = time.time()
+    client = subprocess.Popen(_command(demo_cache, tmp_path / "run", *SHORT), env=_env(sockets, True))
+    assert client.wait(timeout=600) == 0
+    wall = time.time() - started
+    (record,) = recorded_jobs(tmp_path / "run")
+    (pid,) = _job_pids(tmp_path / "run" / "train.log")
+    assert (pid != client.pid, record["kind"], 0 < wall - record["seconds"] < 1.0) == (True, "train", True), wall
 
 
 def _cpu_seconds(run: Path) -> float:

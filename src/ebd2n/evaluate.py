@@ -16,6 +16,7 @@ from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_file
 from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.data import Cache, iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
+from ebd2n.job_time import record_job
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
 from ebd2n.parallel.distributed import resolve_device
 from ebd2n.provenance import environment, source_hash, timestamp
@@ -133,6 +134,7 @@ def _write_results(
         "artifacts": {name: sha256_file(paths / name) for name in TRAINING_ARTIFACTS if (paths / name).is_file()},
     }
     atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
+    record_job(paths.directory, "validate", None)
     return results
 
 

@@ -45,6 +45,8 @@ SLICE_RECORDS = "slices"
 """slices/epoch-<N>.json: a slice job's output, saying the run has reached epoch N (written once)."""
 TENSORBOARD = "tensorboard"
 """tensorboard/events.out.tfevents.*: the run's metrics for TensorBoard, written as it trains (train.events)."""
+JOB_RECORDS = "jobs.jsonl"
+"""One line per training or validation job that did work: its start and seconds (ebd2n.job_time)."""
 LEASE = "trainer.lease"
 """Held by the one trainer writing a run directory (ebd2n.train.lease); gone when it ends."""
 

@@ -59,14 +59,6 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def job_id() -> str:
-    """The SLURM job id when running under SLURM, else a local id unique to this process."""
-    slurm = os.environ.get("SLURM_JOB_ID")
-    if slurm:
-        return slurm
-    return f"local-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-
-
 def environment() -> dict:
     """Software and hardware facts recorded beside every result."""
     import torch

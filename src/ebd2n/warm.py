@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from ebd2n.job_time import STARTED, job_started
 from ebd2n.provenance import PACKAGE_DIR, source_hash
 
 _status: int | None = None
@@ -53,7 +54,8 @@ def main(argv: list[str]) -> int:
 
 def _forward(argv: list[str]) -> int | None:
     """Run argv on the warm server: its exit status, or None when the job did not start there."""
-    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode() + b"\n"
+    env = {**os.environ, STARTED: str(job_started())}  # the forked child started with its server
+    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env}).encode() + b"\n"
     try:
         with _connect() as connection, connection.makefile("rb") as replies:
             socket.send_fds(connection, [request[:1]], [0, 1, 2])

@@ -27,6 +27,7 @@ from ebd2n.layout import (
     CHECKPOINT_LEDGER,
     FIRST_AUDIT,
     FROZEN,
+    JOB_RECORDS,
     METRICS,
     RUNS,
     SEARCH,
@@ -37,9 +38,9 @@ from ebd2n.provenance import timestamp
 
 FORMAT = 1
 
-CONTINUED = (METRICS, TRAIN_LOG, CHECKPOINT_LEDGER, f"{CHECKPOINT_DIR}/")
-"""What a stopped run changes when a later decision promotes it: it appends to its histories,
-records its next checkpoints and lets go of the one it continued from."""
+CONTINUED = (METRICS, TRAIN_LOG, JOB_RECORDS, CHECKPOINT_LEDGER, f"{CHECKPOINT_DIR}/")
+"""What a stopped run changes when a later decision promotes it: it appends to its histories and
+job records, records its next checkpoints and lets go of the one it continued from."""
 
 
 def protected(relative: str) -> bool:

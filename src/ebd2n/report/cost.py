@@ -1,13 +1,12 @@
 """What a campaign cost: GPU-hours and CPU-hours per run, grid point, mode and campaign, and money
-when the campaign file sets `cost_per_gpu_hour`, with the campaign's wall-clock span beside them.
+when the campaign file sets `cost_per_gpu_hour`, with the campaign's wall-clock span (first job's
+start to last job's end) beside them.
 
-A run's hours are the time its own records give (the sum of its epochs' `wall_s` in metrics.jsonl,
-over every slice, plus its full validation's `wall_seconds` in results.json; job start-up is not
-in them) times the GPUs, or CPUs, its jobs asked for (the plan `ebd2n collect` records in
-campaign.json, so the report and the audit's rebuild of it read the same). Snakemake's benchmark
-files would count start-up too, but a job run again as a no-op rewrites its file, so a report built
-from them would change with every green rerun. A campaign without a plan counts each run's
-recorded devices as GPUs (none for a CPU run) and one CPU.
+A run's hours are the seconds its jobs recorded in its jobs.jsonl (every training slice and its full
+validation, each from its process's start to its records written: ebd2n.job_time) times the GPUs,
+or CPUs, its jobs asked for (the plan `ebd2n collect` records in campaign.json, so the report and
+the audit's rebuild of it read the same). A campaign without a plan counts each run's recorded
+devices as GPUs (none for a CPU run) and one CPU.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.campaign.span import campaign_span
 from ebd2n.campaign.status_plan import planned_runs
-from ebd2n.layout import CampaignPaths
+from ebd2n.job_time import recorded_jobs
 
 GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
 """The levels the report sums runs at, with the keys that define a group."""
@@ -29,11 +28,12 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     plan = (campaign.info or {}).get("plan") or {}
     resources = {run.id: (gpus, cpus) for run, gpus, cpus in planned_runs(plan)} if "grid" in plan else {}
     price = plan.get("cost_per_gpu_hour")
-    runs = []
+    runs, jobs_of_runs = [], []
     for row in campaign.runs.iter_rows(named=True):
         directory = row["directory"]
-        validation = (campaign.results.get(directory) or {}).get("wall_seconds")
-        seconds = sum(wall for _epoch, wall in epoch_walls(campaign, directory)) + (validation or 0.0)
+        jobs = recorded_jobs(campaign.directory / directory)
+        seconds = sum(job["seconds"] for job in jobs)
+        jobs_of_runs.extend(jobs)
         gpus, cpus = resources.get(Path(directory).name, (_recorded_gpus(campaign, directory), 1))
         runs.append(
             {
@@ -45,6 +45,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
                 "seed": row["seed"],
                 "gpus": gpus,
                 "cpus": cpus,
+                "jobs": len(jobs),
                 **_hours(seconds, gpus, cpus, price),
             }
         )
@@ -58,13 +59,8 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
             for key, members in groups.items()
         ]
     cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
-    cost["span"] = campaign_span(CampaignPaths(campaign.directory), campaign.results.values())
+    cost["span"] = campaign_span(jobs_of_runs)
     return cost
-
-
-def epoch_walls(campaign: CampaignResults, directory: str) -> list[tuple[int, float]]:
-    """(epoch, training seconds) of each epoch record of a run's metrics.jsonl, in epoch order."""
-    return [(record["epoch"], record.get("wall_s", 0.0)) for record in campaign.epochs(directory)]
 
 
 def _recorded_gpus(campaign: CampaignResults, directory: str) -> int:
@@ -85,6 +81,7 @@ def _hours(seconds: float, gpus: int, cpus: int, price: float | None) -> dict[st
 def _sum(runs: list[dict[str, Any]], price: float | None) -> dict[str, Any]:
     gpu_hours = sum(run["gpu_hours"] for run in runs)
     return {
+        "jobs": sum(run["jobs"] for run in runs),
         "seconds": sum(run["seconds"] for run in runs),
         "gpu_hours": gpu_hours,
         "cpu_hours": sum(run["cpu_hours"] for run in runs),

@@ -20,7 +20,6 @@ from ebd2n.campaign.plans import recorded_search
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.campaign.search import Bracket, point_id
 from ebd2n.layout import RUNS, CampaignPaths
-from ebd2n.report.cost import epoch_walls
 
 FINISHED, TRAINING = "finished", "training"
 """A point's outcome besides stopping at a rung: every seed trained to the end, or still under way
@@ -153,7 +152,9 @@ def _bracket(
 def _hours(campaign: CampaignResults, runs: list[str], epochs: int) -> dict[str, Any]:
     """Training hours the bracket's runs recorded, and the full grid's estimate: every epoch a run
     did not train at the bracket's mean for that epoch (None while no run has trained it)."""
-    trained = [epoch_walls(campaign, f"{RUNS}/{run}") for run in runs]
+    trained = [
+        [(record["epoch"], record.get("wall_s", 0.0)) for record in campaign.epochs(f"{RUNS}/{run}")] for run in runs
+    ]
     by_epoch: dict[int, list[float]] = {}
     for walls in trained:
         for epoch, wall in walls:

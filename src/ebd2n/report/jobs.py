@@ -37,6 +37,7 @@ def train_job(
     if done_already(loaded, until_epoch, resume):  # known from its records, without importing torch
         return _train_summary(run_dir, False, until_epoch) if is_main_process() else None
 
+    from ebd2n.job_time import record_job
     from ebd2n.provenance import job_usage
     from ebd2n.report.dashboard import write_dashboard
     from ebd2n.train import train
@@ -58,6 +59,7 @@ def train_job(
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
     if trained:
         append_to_train_log(run_dir, job_usage())
+        record_job(run_dir, "train", until_epoch)  # its time, dashboard included (the report's cost)
     return _train_summary(run_dir, trained, until_epoch)
 
 

@@ -207,16 +207,18 @@ def _cost(cost: dict[str, Any]) -> dict[str, Any]:
 
 def _measured(cost: dict[str, Any]) -> str:
     """What the hours count, and the campaign's wall-clock time when its runs recorded one."""
+    jobs = cost["campaign"]["jobs"]
     text = (
-        "Time the runs recorded (their epochs' training time, every slice, and their full validation; "
-        "job start-up not included) times each job's GPUs and CPUs"
+        f"Time the runs' {jobs} training and validation job{'s' if jobs != 1 else ''} recorded, each from its "
+        "process's start (start-up included) to its records written, times each job's GPUs and CPUs; "
+        "a no-op rerun adds nothing, and a killed job's work since its last checkpoint is not counted"
     )
     span = cost["span"]
     if span["wall_s"] is None:
-        return f"{text}. Wall-clock time: not known (no run records when its training started)"
+        return f"{text}. Wall-clock time: not known (no job recorded its start)"
     return (
-        f"{text}. Wall-clock time: {format_duration(span['wall_s'])}, from the first run's training start "
-        f"({span['started']}) to the last full validation ({span['ended']}), pauses between invocations included"
+        f"{text}. Wall-clock time: {format_duration(span['wall_s'])}, from the first job's start "
+        f"({span['started']}) to the last job's end ({span['ended']}), pauses between invocations included"
     )
 
 

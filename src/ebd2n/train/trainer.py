@@ -20,10 +20,11 @@ import torch
 from ebd2n.config import Recipe, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import UserError
+from ebd2n.job_time import job_id
 from ebd2n.layout import RunPaths
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
-from ebd2n.provenance import job_id, source_hash
+from ebd2n.provenance import source_hash
 from ebd2n.train.budget import Budget, budget_of
 from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Stateful
 from ebd2n.train.engine import build_engine, configure_torch

@@ -1,0 +1,92 @@
+"""A job's own record of its time: each training or validation job that did work appends one line
+to its run's jobs.jsonl, how long it took from the start of its first process (interpreter and torch
+start-up included) to its records written. The report's cost is their sum.
+
+Snakemake's benchmark files measure the same span, but a job run again as a no-op rewrites its file,
+so a cost read from them would change with every green rerun; a line here is only ever added by work.
+A job killed before its end records nothing (and its work since the last checkpoint is lost too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ebd2n.faults import at
+from ebd2n.layout import JOB_RECORDS
+
+STARTED = "EBD2N_JOB_STARTED"
+"""When the job started (seconds since the epoch), set by ebd2n.warm in the job it forks: the
+forked process itself started with the server, long before the job."""
+_IMPORTED = time.time()
+
+
+def process_started(pid: int | str = "self") -> float | None:
+    """When process `pid` started, in seconds since the epoch (Linux's /proc; None elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+        uptime = float(Path("/proc/uptime").read_text(encoding="ascii").split()[0])
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime: clock ticks after boot
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def job_started() -> float:
+    """When this job started: as ebd2n.warm passed it, a torchrun worker's launcher's start, else
+    this process's (the time this module was imported where /proc is missing)."""
+    if passed := os.environ.get(STARTED):
+        return float(passed)
+    return process_started(os.getppid() if "LOCAL_RANK" in os.environ else "self") or _IMPORTED
+
+
+def job_id() -> str:
+    """The SLURM job id when running under SLURM, else a local id unique to this job (its start and
+    process), the same each time this process asks."""
+    slurm = os.environ.get("SLURM_JOB_ID")
+    if slurm:
+        return slurm
+    return f"local-{time.strftime('%Y%m%dT%H%M%S', time.localtime(job_started()))}-{os.getpid()}"
+
+
+def record_job(run_dir: Path, kind: str, epoch: int | None) -> None:
+    """Append this job's line to the run's jobs.jsonl: its id, kind (`train`, `validate`), the epoch
+    it trained to (None: the run's end), its start and its seconds until now. A line cut by a kill
+    is left alone: the next one starts on a line of its own, and readers pass over it."""
+    started = job_started()
+    record = {
+        "job": job_id(),
+        "kind": kind,
+        "epoch": epoch,
+        "started": datetime.fromtimestamp(started).astimezone().isoformat(timespec="milliseconds"),
+        "seconds": round(time.time() - started, 3),
+    }
+    path = run_dir / JOB_RECORDS
+    at("before", path)
+    with open(path, "a+b") as file:
+        torn = file.tell() > 0 and (file.seek(-1, os.SEEK_END), file.read(1))[1] != b"\n"
+        file.write((b"\n" if torn else b"") + json.dumps(record).encode() + b"\n")
+        file.flush()
+        os.fsync(file.fileno())
+    at("after", path)
+
+
+def recorded_jobs(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's job records, in the order they were written (none when it has no jobs.jsonl)."""
+    try:
+        lines = (run_dir / JOB_RECORDS).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("seconds"), int | float):
+            records.append(record)
+    return records
