@@ -283,12 +283,12 @@ def test_browser_status_page_of_a_finished_campaign_stops_reloading(finished_pag
     )
 
 
-WRAPPED_CELLS = """[...document.querySelectorAll('#runs tbody td:not(:last-child)')].filter(td => {
+WRAPPED_CELLS = """[...document.querySelectorAll('#runs tbody td:not(:nth-last-child(-n+2))')].filter(td => {
     const range = document.createRange();
     range.selectNodeContents(td);
     return new Set([...range.getClientRects()].map(rect => Math.round(rect.top))).size > 1;
 }).map(td => td.textContent)"""
-"""The text of every table cell but the note that the browser broke over more than one line."""
+"""The text of every table cell but the note and the curve that the browser broke over more than one line."""
 
 
 @pytest.mark.browser
@@ -486,3 +486,39 @@ def test_browser_status_page_of_a_halved_campaign_stops_reloading(halved: Halved
         )
     expected = [halved.done.runs[i].state for i in range(6)]
     assert result == (expected, ["bracket synchronous: rung 1 of 1 decided, 1 of 3 points train on"], 0, [])
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [800, 1400])
+def test_browser_status_page_draws_each_running_runs_loss_curve(
+    stopped: dict[str, str], tmp_path: Path, width: int
+) -> None:
+    """The run training its second slice has 250 steps of falling loss (and one non-finite): its row
+    draws them as 100 bucket means, highest first, at full size; runs not running draw none."""
+    training = next(run for run, role in stopped.items() if role == "training")
+    steps = [{"type": "step", "step": step, "loss": 5.0 - step / 100} for step in range(1, 251)]
+    steps[7]["loss"] = float("nan")
+    with open(tmp_path / "results/sweep/runs" / training / "metrics.jsonl", "a") as metrics:
+        metrics.writelines(json.dumps(record, separators=(",", ":")) + "\n" for record in steps)
+    pages = _open_status_page(tmp_path, width)
+    page = next(pages)
+    try:
+        drawn = page.evaluate(
+            """[...document.querySelectorAll('#runs tbody tr')].map(tr => {
+                const line = tr.querySelector('td.curve polyline');
+                const box = line && line.getBoundingClientRect();
+                return [tr.className, line ? line.getAttribute('points').split(' ').map(p => +p.split(',')[1]) : null,
+                        box ? box.width > 100 && box.height > 20 : false];
+            })"""
+        )
+    finally:
+        pages.close()
+    rows = {state: (ys, shown) for state, ys, shown in drawn if ys is not None}
+    ys, shown = rows["training"]
+    assert (sorted(rows), len(ys), ys == sorted(ys), ys[0] < ys[-1], shown) == (
+        ["training"],  # the validating run's history holds one step: no line to draw
+        100,
+        True,
+        True,
+        True,
+    )

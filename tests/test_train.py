@@ -388,8 +388,9 @@ def test_full_validation_of_packed_run(demo_cache: Path, tmp_path: Path) -> None
     assert results["mode"] == "packed-4" and math.isfinite(results["loss"])
 
 
-def test_dashboard_written_once_at_the_end_covering_every_slice(demo_cache: Path, tmp_path: Path) -> None:
-    """`ebd2n train` (the trainer's caller) writes the dashboard when its slice completes the run."""
+def test_dashboard_of_each_slice_and_the_final_one_covering_every_slice(demo_cache: Path, tmp_path: Path) -> None:
+    """`ebd2n train` (the trainer's caller) writes a page saying it is not final when a slice ends,
+    and the final one when its slice completes the run."""
     settings = [
         "--set",
         f"data.cache_dir={demo_cache}",
@@ -401,12 +402,13 @@ def test_dashboard_written_once_at_the_end_covering_every_slice(demo_cache: Path
         "training.epoch_tokens=2048",
     ]
     _cli("train", "--config", "demo", *settings, "--until-epoch", "2")
-    after_first_slice = (tmp_path / "run/report.html").exists()
+    after_first_slice = 'id="live"' in (tmp_path / "run/report.html").read_text()
     _cli("train", "--config", "demo", *settings, "--resume", str(tmp_path / "run/checkpoints/epoch-2.pt"))
     job_ids = json.loads((tmp_path / "run/run.json").read_text())["job_ids"]
     page = (tmp_path / "run/report.html").read_text()
     writes = (tmp_path / "run/train.log").read_text().count(" dashboard ")
-    assert (after_first_slice, len(job_ids), all(j in page for j in job_ids), writes) == (False, 2, True, 1)
+    result = (after_first_slice, 'id="live"' in page, len(job_ids), all(j in page for j in job_ids), writes)
+    assert result == (True, False, 2, True, 2)
 
 
 def test_fresh_start_ignores_ledger_entries_of_deleted_checkpoints(demo_cache: Path, tmp_path: Path) -> None:

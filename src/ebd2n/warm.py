@@ -110,6 +110,7 @@ def serve(path: Path) -> int:
     import torch._dynamo  # noqa: F401  torch.optim imports it at the first optimizer
 
     import ebd2n.evaluate  # noqa: F401
+    import ebd2n.report.dashboard  # noqa: F401  every training job that trains writes a page
     import ebd2n.train.trainer  # noqa: F401
 
     idle, last = float(os.environ.get("EBD2N_WARM_IDLE", 60)), time.monotonic()

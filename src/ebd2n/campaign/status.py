@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ STOPPED = "stopped"
 DIVERGED = "diverged"
 """A run the trainer stopped because it diverged (ebd2n.train.divergence): an outcome, counted apart."""
 _RECORD = re.compile(rb'"type": ?"(epoch|diverged)"')
+_STEP = re.compile(rb'"type": ?"step"')
+CURVE_POINTS = 100
 
 
 @dataclass
@@ -79,6 +82,8 @@ class RunStatus:
     """Duration of each finished training job of the run."""
     validation_seconds: float | None = None
     """Duration of its validation job, once finished."""
+    curve: list[float] = field(default_factory=list)
+    """A running run's training loss by step, at most CURVE_POINTS bucket means (the page's live curve)."""
 
     @property
     def counted(self) -> str:
@@ -251,6 +256,7 @@ def _run_status(
         row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[:finished]) + max(0.0, now - holder.started)
         validating = files.final.is_file() and files.best.is_file()
         row.state = "validating" if validating else "training"
+        row.curve = _step_losses(files.metrics)
         row.detail = "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}"
     elif stopped is not None:  # its rung's decision: an earlier job's failure log is history
         row.state, row.detail = STOPPED, stopped
@@ -289,6 +295,28 @@ def _epoch_records(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | N
     diverged = next((record for record in reversed(records) if record.get("type") == DIVERGED), None)
     _READ[path] = (key, (epochs, diverged))
     return epochs, diverged
+
+
+def _step_losses(path: Path) -> list[float]:
+    """The finite training losses of metrics.jsonl's step records, averaged into CURVE_POINTS buckets
+    of consecutive steps (all of them when fewer): a curve's shape for a cell of the page."""
+    try:
+        lines = [line for line in path.read_bytes().splitlines() if _STEP.search(line)]
+    except FileNotFoundError:
+        return []
+    losses = []
+    for line in lines:
+        try:
+            loss = json.loads(line).get("loss")
+        except json.JSONDecodeError:  # a line being written
+            continue
+        if isinstance(loss, int | float) and math.isfinite(loss):
+            losses.append(float(loss))
+    count = min(len(losses), CURVE_POINTS)
+    if not count:
+        return []
+    bounds = [len(losses) * i // count for i in range(count + 1)]
+    return [sum(losses[a:b]) / (b - a) for a, b in itertools.pairwise(bounds)]
 
 
 def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: dict[str, Any], run_record: Path) -> float:

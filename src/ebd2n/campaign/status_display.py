@@ -22,6 +22,9 @@ LOSSES = (
     "full val loss: the whole validation split, which the report ranks runs by."
 )
 """What the two loss columns are, under the table."""
+CURVE = "training loss"
+"""The page's last column: each running run's loss by step, drawn (live, as the page reloads)."""
+CURVE_SIZE = (120, 28)
 _COLOURS = {
     "done": "32",
     "training": "36",
@@ -96,10 +99,10 @@ def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
     rows = "\n".join(
         f'<tr class="{row.state}"><td>{_run_cell(row.run, paths)}</td>'
         + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(row)[1:])
-        + "</tr>"
+        + f'<td class="curve">{_curve(row.curve)}</td></tr>'
         for row in status.runs
     )
-    header = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
+    header = "".join(f"<th>{html.escape(column)}</th>" for column in (*COLUMNS, CURVE))
     items = "".join(f"\n<li>{html.escape(line)}</li>" for line in status.brackets)
     brackets = f'\n<ul id="brackets">{items}\n</ul>' if items else ""  # successive halving's rungs
     reloads = (
@@ -119,6 +122,7 @@ table {{ border-collapse: collapse; }}
 th, td {{ padding: 0.2rem 0.7rem; text-align: left; border-bottom: 1px solid #e3e7ec; }}
 td:nth-child(n+3):nth-child(-n+7) {{ text-align: right; font-variant-numeric: tabular-nums; }}
 td:nth-child(-n+7) {{ white-space: nowrap; }}
+td.curve {{ padding: 0 0.7rem; line-height: 0; }} td.curve svg {{ display: block; }}
 tr.done td:nth-child(2) {{ color: #1e7a3c; }} tr.failed td {{ color: #b3261e; }}
 tr.training td:nth-child(2), tr.validating td:nth-child(2) {{ color: #1f5fa8; font-weight: 600; }}
 tr.pending {{ color: #6b7480; }}
@@ -139,6 +143,25 @@ The report, once the campaign is done: <a href="report/index.html">report/index.
 """
     atomic_write_text(paths.status_page, page)
     return paths.status_page
+
+
+def _curve(losses: list[float]) -> str:
+    """A running run's training loss by step as a small inline line chart (empty with under two points)."""
+    if len(losses) < 2:
+        return ""
+    low, high = min(losses), max(losses)
+    span = high - low or 1.0
+    points = " ".join(
+        f"{CURVE_SIZE[0] * i / (len(losses) - 1):.1f},{2 + (CURVE_SIZE[1] - 4) * (high - loss) / span:.1f}"
+        for i, loss in enumerate(losses)
+    )
+    text = f"training loss by step: {losses[0]:.3f} to {losses[-1]:.3f} (lowest {low:.3f})"
+    width, height = CURVE_SIZE
+    return (
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{text}"><title>{text}</title><polyline fill="none" stroke="#1f5fa8" '
+        f'stroke-width="1.5" points="{points}"/></svg>'
+    )
 
 
 def _run_cell(run_id: str, paths: CampaignPaths) -> str:

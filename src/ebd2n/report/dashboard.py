@@ -40,13 +40,17 @@ STATE_CLASSES = {FROZEN_PREFIX: "frozen-prefix", FROZEN_BASE: "frozen-base", LOR
 """CSS class of each unit state (its colour in the placement strip)."""
 
 
-def write_dashboard(run_dir: Path, out: Path | None = None, self_contained: bool = False) -> Path:
+def write_dashboard(
+    run_dir: Path, out: Path | None = None, self_contained: bool = False, run: dict[str, Any] | None = None
+) -> Path:
     """Write the run's page (default `run_dir/report.html`) from its own records and return its path.
 
     Self-contained when asked or when the run belongs to no campaign; else plotly.js is the
-    campaign's shared copy."""
+    campaign's shared copy. `run`: the run record of a run still training (its `state` says how
+    far it is), instead of its run.json."""
     run_dir = Path(run_dir)
-    run = json.loads(_required(run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+    if run is None:
+        run = json.loads(_required(run_dir / RUN_RECORD).read_text(encoding="utf-8"))
     recipe = load_recipe(_required(run_dir / RECIPE))
     _required(run_dir / METRICS)
     path = Path(out) if out is not None else run_dir / DASHBOARD
@@ -97,7 +101,8 @@ def _required(path: Path) -> Path:
     if not path.is_file():
         raise UserError(
             f"{path}: no such file; the run dashboard is written from a finished run's records "
-            f"({RUN_RECORD}, {RECIPE}, {METRICS}) - finish the run's final slice first"
+            f"({RUN_RECORD}, {RECIPE}, {METRICS}) - finish the run's final slice first (while it trains, "
+            f"its trainer keeps its {DASHBOARD} up to date)"
         )
     return path
 

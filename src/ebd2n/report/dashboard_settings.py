@@ -33,8 +33,15 @@ def identity_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
         ("PyTorch", run["torch"]),
         ("CUDA", run["cuda"] or "none (CPU)"),
         ("Started", _time(run["started"])),
-        ("Ended", f"{_time(run['ended'])} ({_duration(run['started'], run['ended'])})"),
+        (
+            "Updated" if run.get("state") else "Ended",
+            f"{_time(run['ended'])} ({_duration(run['started'], run['ended'])})",
+        ),
     ]
+
+
+_ENDED = ("Ended", "Updated")
+"""The last time's label: a finished run's end, or when a live page of a run in training was written."""
 
 
 def _model_identity(model: dict[str, Any] | None) -> list[tuple[str, str]]:

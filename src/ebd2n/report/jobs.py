@@ -1,8 +1,10 @@
 """A training or validation job from start to the run's dashboard: what `ebd2n train` and
 `ebd2n validate` do, in the package so the command line only parses and prints.
 
-It lives in the report layer because the dashboard does: the trainer leaves a complete run, and
-the job that completed it (or, if that job was killed first, the validation job) writes its page.
+It lives in the report layer because the dashboard does: the trainer hands each training job's
+record to a live page (ebd2n.report.live_dashboard), rewritten at slice ends and when a job fails;
+the job that completed the run (or, if that job was killed first, the validation job) writes its
+final page.
 """
 
 from __future__ import annotations
@@ -40,23 +42,32 @@ def train_job(
     from ebd2n.job_time import record_job
     from ebd2n.provenance import job_usage
     from ebd2n.report.dashboard import write_dashboard
+    from ebd2n.report.live_dashboard import LiveDashboard
     from ebd2n.train import train
     from ebd2n.train.runlog import append_to_train_log
 
-    trained = train(
-        loaded,
-        config_path=resolve_recipe_path(recipe),
-        resume=resume,
-        until_epoch=until_epoch,
-        progress=progress,
-        wait=wait,
-        slice_ends=slice_plan.ends if slice_plan else (),
-    )
+    live = LiveDashboard(run_dir)
+    try:
+        trained = train(
+            loaded,
+            config_path=resolve_recipe_path(recipe),
+            resume=resume,
+            until_epoch=until_epoch,
+            progress=progress,
+            wait=wait,
+            slice_ends=slice_plan.ends if slice_plan else (),
+            on_record=live,
+        )
+    except Exception as error:
+        live.failed(error)
+        raise
     if not is_main_process():  # torchrun: the main process writes and speaks for the run
         return None
     complete = (run_dir / FINAL).is_file()
     if complete and (trained or not (run_dir / DASHBOARD).is_file()):  # this job completed the run
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
+    elif trained and (page := live.write(f"trained to epoch {until_epoch}; the next slice goes on from there")):
+        append_to_train_log(run_dir, f"dashboard {page}")
     if trained:
         append_to_train_log(run_dir, job_usage())
         record_job(run_dir, "train", until_epoch)  # its time, dashboard included (the report's cost)

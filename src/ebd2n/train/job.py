@@ -3,8 +3,10 @@ trainer, its epoch loop and the records it writes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ebd2n.config import Recipe
 from ebd2n.parallel.distributed import Context
@@ -32,6 +34,9 @@ class Slice:
     slice_ends: tuple[int, ...] = ()
     """The run's planned slice ends (its campaign's plan; none for a run trained alone): a diverged
     run leaves the record of each one still ahead, so the jobs that would train them find them."""
+    on_record: Callable[[dict[str, Any]], None] | None = None
+    """Given the run's record as it stands (run.json's content) when the slice starts and after
+    each epoch, on the main process: a live view's source (the report layer's dashboard)."""
 
     @property
     def run_dir(self) -> Path:

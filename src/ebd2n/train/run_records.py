@@ -45,6 +45,11 @@ def write_best(job: Slice, counters: Progress, output: RunOutput | SilentOutput)
 
 def write_run_record(job: Slice, parts: Parts, output: RunOutput | SilentOutput) -> None:
     """run.json: who trained what, where and how, unit by unit (the dashboard's source)."""
+    output.write_json(RunPaths(job.run_dir).record, run_record(job, parts))
+
+
+def run_record(job: Slice, parts: Parts) -> dict:
+    """What run.json holds, as the run stands now (a live dashboard's source while it trains)."""
     recipe, context, counters, provenance = job.recipe, job.context, parts.progress, job.provenance
     steps = parts.data.step
     env = environment()
@@ -87,7 +92,7 @@ def write_run_record(job: Slice, parts: Parts, output: RunOutput | SilentOutput)
         record["diverged"] = counters.diverged
     if recipe.model.source == "huggingface":  # which model was fine-tuned, for the dashboard's identity section
         record["model"] = {"path": recipe.model.path, **hf_identity(recipe.model)}
-    output.write_json(RunPaths(job.run_dir).record, record)
+    return record
 
 
 def log_header(output: RunOutput | SilentOutput, job: Slice) -> None:

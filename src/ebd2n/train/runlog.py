@@ -61,7 +61,11 @@ class MetricsLog:
         self.handle = None  # opened (and cut to `offset`) at the first record
 
     def append(self, record: dict[str, Any]) -> None:
-        self._open().write(json.dumps(record, separators=(",", ":")) + "\n")
+        """Write a record; an epoch's goes to the file at once, so live readers see every ended epoch."""
+        handle = self._open()
+        handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        if record.get("type") == "epoch":
+            handle.flush()
 
     def state_dict(self) -> dict[str, Any]:
         """Flush to disk (before a checkpoint records the offset) and return the file length."""

@@ -13,7 +13,9 @@ says which process writes the run directory (`ebd2n.train.output`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,7 +34,7 @@ from ebd2n.train.epoch_loop import EpochLoop
 from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
 from ebd2n.train.retention import Retention
-from ebd2n.train.run_records import log_header, write_best, write_run_record, write_slice_record
+from ebd2n.train.run_records import log_header, run_record, write_best, write_run_record, write_slice_record
 from ebd2n.train.run_state import run_directory
 from ebd2n.train.state import DataPosition, Progress, RandomState
 
@@ -45,6 +47,7 @@ def train(
     progress: bool = True,
     wait: bool = False,
     slice_ends: tuple[int, ...] = (),
+    on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> bool:
     """Train the run to `until_epoch` (default: the end of its budget); False when it was there already.
 
@@ -54,6 +57,7 @@ def train(
     write once the run is complete (`ebd2n train` does): the report layer builds on this one.
     A run that diverges (ebd2n.train.divergence) stops at once and leaves its final records, and
     the record of each of `slice_ends` still ahead: every later job of the run has nothing to do.
+    `on_record` is given the run's record so far at the slice's start and after every epoch.
     """
     run_dir = run_directory(recipe)
     budget = budget_of(recipe)
@@ -86,6 +90,7 @@ def train(
             min(start.epoch, end_epoch) if start else 0,
             end_epoch,
             tuple(slice_ends),
+            on_record,
         )
         _train_job(job, parts_of, start, notes, progress)
     finally:
@@ -153,9 +158,14 @@ def _run_slice(
         relative, digest = job.checkpoints.save(epoch, parts.stateful(), tokens, output.writes)
         output.write(f"checkpoint {relative} written, sha256 {digest}")
 
+    def tell() -> None:
+        if job.on_record is not None and output.writes:
+            job.on_record(run_record(job, parts))
+
     loop = EpochLoop(job, parts, output, eval_blocks, progress)
     if job.resume is None and retention.writes(0, job.end_epoch):  # the initial weights (policy all)
         save(0)
+    tell()
     for epoch in range(job.start_epoch, job.end_epoch):
         if parts.progress.diverged is not None:
             break
@@ -164,6 +174,7 @@ def _run_slice(
             save(budget.epochs)  # final.pt: the weights at the decision (a skipped step's update was never applied)
         elif retention.writes(epoch + 1, job.end_epoch):
             save(epoch + 1)
+        tell()
     if parts.progress.diverged is not None:
         _end_diverged(job, parts, output)
         return
