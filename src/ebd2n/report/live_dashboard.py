@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ebd2n.layout import TRAIN_LOG
 from ebd2n.report.dashboard import write_dashboard
 
 SPACING = 100
@@ -48,6 +49,6 @@ class LiveDashboard:
         """The page of a run whose job failed, saying so; a failure to write it is reported, never raised
         (the job's own error is the one that matters)."""
         try:
-            self.write(f"the job failed ({type(error).__name__}: {error}); see train.log")
+            self.write(f"the job failed ({type(error).__name__}: {error}); see {TRAIN_LOG}")
         except Exception as problem:  # noqa: BLE001 - reported, and the job's error goes on
             print(f"ebd2n: the failed run's dashboard was not written: {problem}", file=sys.stderr)
