@@ -642,10 +642,18 @@ def test_audit_by_hand_leaves_the_workflow_nothing_to_do(repo: Path, campaign: P
 # --- one owner of checkpoint lifetime --------------------------------------------------------
 
 
-@pytest.mark.parametrize(("policy", "kept"), [("epoch", ["epoch-1.pt"]), ("all", ["epoch-0.pt", "epoch-1.pt"])])
-def test_workflow_keeps_what_the_checkpoint_policy_keeps(tmp_path: Path, policy: str, kept: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("policy", "kept"),
+    [
+        ({"checkpoint_policy": "epoch"}, ["epoch-1.pt"]),
+        ({"checkpoint_policy": "all"}, ["epoch-0.pt", "epoch-1.pt"]),
+        ({"checkpoint_policy": "explicit", "checkpoint_epochs": 1}, ["epoch-1.pt"]),
+    ],
+    ids=["epoch", "all", "explicit"],
+)
+def test_workflow_keeps_what_the_checkpoint_policy_keeps(tmp_path: Path, policy: dict, kept: list[str]) -> None:
     repo = copy_repo(tmp_path / "repo")
-    snakemake(repo, "--cores", "2", "--configfile", write_campaign(repo, {**TINY, "checkpoint_policy": policy}))
+    snakemake(repo, "--cores", "2", "--configfile", write_campaign(repo, {**TINY, **policy}))
     directory = named_campaign("tiny").run(RUNS[0].replace("seed43", "seed42"))
     run_dir = repo / directory.directory
     best = json.loads((run_dir / "best.json").read_text())["weights"]

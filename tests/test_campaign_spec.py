@@ -301,6 +301,23 @@ def test_base_recipe_takes_campaign_settings() -> None:
     assert result == (3, "epoch", "results/caches/synthetic")
 
 
+def test_base_recipe_takes_the_campaigns_checkpoint_epochs() -> None:
+    recipe = campaign_from_dict(tiny(checkpoint_policy="interval", checkpoint_epochs=2)).base_recipe("base")
+    assert (recipe.training.checkpoint_policy, recipe.training.checkpoint_epochs) == ("interval", [2])
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"checkpoint_epochs": 0}, r"checkpoint_epochs: 0 is not valid under any of the given schemas"),
+        ({"checkpoint_policy": "interval", "checkpoint_epochs": [1, 2]}, r"takes one value, the interval K"),
+    ],
+)
+def test_campaign_checkpoint_epochs_refused_naming_the_key(settings: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        campaign_from_dict(tiny(**settings)).base_recipe("base")
+
+
 def test_freeze_copies_the_package(in_tmp: Path) -> None:
     result = freeze_trainer(campaign_from_dict(tiny()))
     assert result == source_hash(PACKAGE_DIR) == source_hash(in_tmp / "results/tiny/frozen/src/ebd2n")

@@ -24,7 +24,7 @@ from ebd2n.audit.run_checks import check_retention
 from ebd2n.audit.runs import read_run
 from ebd2n.campaign.runs import Run
 from ebd2n.config import load_recipe
-from ebd2n.config.checkpoint_policy import CHECKPOINT_POLICIES, DEFAULT_CHECKPOINT_POLICY
+from ebd2n.config.checkpoint_policy import CHECKPOINT_POLICIES, DEFAULT_CHECKPOINT_POLICY, policy_label
 from ebd2n.config.schema import TrainingConfig
 from ebd2n.errors import UserError
 from ebd2n.evaluate import validate_run
@@ -80,7 +80,10 @@ def test_checkpoint_policy_recipe_field_agrees_with_the_definition() -> None:
 
 
 def test_checkpoint_policy_unknown_name_is_refused_naming_the_key() -> None:
-    with pytest.raises(UserError, match=r"training\.checkpoint_policy: Input should be 'final', 'epoch' or 'all'"):
+    with pytest.raises(
+        UserError,
+        match=r"training\.checkpoint_policy: Input should be 'final', 'epoch', 'all', 'interval' or 'explicit'",
+    ):
         load_recipe("demo", ["training.checkpoint_policy=none"])
 
 
@@ -111,6 +114,51 @@ def test_retention_follows_the_definition(policy: str, kept: list[str], written:
     """Over 3 epochs in one job: what a finished run keeps and which epochs the job writes."""
     retention = Retention(policy, 3)
     assert (retention.kept(), [epoch for epoch in range(4) if retention.writes(epoch, 3)]) == (kept, written)
+
+
+@pytest.mark.parametrize(
+    ("policy", "chosen", "kept", "best"),
+    [
+        ("interval", (2,), [2, 4], [None, "checkpoints/epoch-2.pt", None, "checkpoints/epoch-4.pt", "final.pt"]),
+        ("interval", (5,), [], [None] * 5),
+        (
+            "explicit",
+            (3, 1, 3, 9),
+            [1, 3],
+            ["checkpoints/epoch-1.pt", None, "checkpoints/epoch-3.pt", None, "final.pt"],
+        ),
+    ],
+)
+def test_interval_and_explicit_keep_tiny_llms_saved_epochs(
+    policy: str, chosen: tuple[int, ...], kept: list[int], best: list[str | None]
+) -> None:
+    """Over 5 epochs: tiny-llm's saved epochs (interval K: K, 2K, ... ; explicit: the list, sorted,
+    once), final.pt's own epoch aside; a job training 0 -> 5 writes exactly those and final.pt;
+    best.json names the best epoch's checkpoint where it is kept."""
+    retention = Retention(policy, 5, chosen)
+    written = [epoch for epoch in range(6) if retention.writes(epoch, 5)]
+    result = (retention.kept(), written, [retention.best_weights(epoch) for epoch in range(1, 6)])
+    assert result == ([f"checkpoints/epoch-{epoch}.pt" for epoch in kept], [*kept, 5], best)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            ["training.checkpoint_policy=interval", "training.checkpoint_epochs=[2,4]"],
+            "takes one value, the interval K",
+        ),
+        (
+            ["training.checkpoint_policy=explicit", "training.checkpoint_epochs=[0,2]"],
+            r"checkpoint_epochs\.0: Input should be greater than 0",
+        ),
+    ],
+)
+def test_checkpoint_epochs_that_do_not_fit_the_policy_are_refused_naming_the_key(
+    settings: list[str], message: str
+) -> None:
+    with pytest.raises(UserError, match=message):
+        load_recipe("demo", settings)
 
 
 def test_checkpoint_manager_killed_between_ledger_and_removal_leaves_records_that_agree(
@@ -190,3 +238,8 @@ def test_checkpoint_manager_removes_a_killed_jobs_unrecorded_checkpoint(demo_cac
     both = ["checkpoints/epoch-1.pt", "checkpoints/epoch-2.pt"]
     assert left == (KILLED, ["checkpoints/epoch-1.pt"], both), killed.stderr
     assert (said, _ledger(run), _checkpoint_files(run)) == ([True, True], both, both)
+
+
+def test_policy_label_says_the_epochs_a_policy_takes() -> None:
+    labels = [policy_label(*pair) for pair in (("final", [1]), ("interval", [2]), ("explicit", [3, 1, 3]))]
+    assert labels == ["final", "interval (every 2 epochs)", "explicit (epochs 1, 3)"]

@@ -106,6 +106,23 @@ def test_tiny_llm_keys_outside_the_mapping_stay_errors(tmp_path: Path, change, m
         load_recipe(tmp_path / "r.yaml")
 
 
+@pytest.mark.parametrize(
+    ("policy", "epochs", "kept"), [("interval", 10, [10, 20, 30]), ("explicit", [39, 5, 5], [5, 39])]
+)
+def test_tiny_llm_interval_and_explicit_policies_keep_its_saved_epochs(
+    tmp_path: Path, policy: str, epochs: int | list[int], kept: list[int]
+) -> None:
+    """tiny-llm's saved_epochs() of the 40-epoch reference run: interval 10 keeps 10, 20, 30 (and its
+    last, 40, which is final.pt here); explicit keeps the listed epochs, once each."""
+    from ebd2n.train.retention import Retention
+
+    raw = _raw("synchronous")
+    raw["training"].update(checkpoint_policy=policy, checkpoint_epochs=epochs)
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
+    recipe = load_recipe(tmp_path / "r.yaml")
+    assert sorted(Retention.of(recipe, budget_of(recipe).epochs).kept_epochs) == kept
+
+
 def test_campaign_recipe_may_be_a_tiny_llm_file() -> None:
     campaign = campaign_from_dict(
         {

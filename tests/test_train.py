@@ -161,10 +161,14 @@ def test_killed_slice_rerun_replaces_its_partial_metrics(demo_cache: Path, tmp_p
                 "checkpoints/epoch-3.pt",
             },
         ),
+        ("interval;training.checkpoint_epochs=2", {"final.pt", "checkpoints/epoch-2.pt"}),
+        ("explicit;training.checkpoint_epochs=[3,1]", {"final.pt", "checkpoints/epoch-1.pt", "checkpoints/epoch-3.pt"}),
     ],
 )
 def test_checkpoint_policy_retention(demo_cache: Path, tmp_path: Path, policy: str, expected: set[str]) -> None:
-    recipe = _recipe(demo_cache, tmp_path / "run", f"training.checkpoint_policy={policy}")
+    """Four epochs in two slices; under explicit, the first slice's end (epoch 2, kept while the run
+    trains on) goes once the second slice is done."""
+    recipe = _recipe(demo_cache, tmp_path / "run", *f"training.checkpoint_policy={policy}".split(";"))
     train(recipe, until_epoch=2, progress=False)
     train(recipe, resume=tmp_path / "run/checkpoints/epoch-2.pt", progress=False)
     result = {p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*.pt")}

@@ -155,7 +155,7 @@ def check_artifacts(views: list[RunView]) -> Check:
 
 
 def retention_of(recipe: Recipe) -> Retention:
-    return Retention(recipe.training.checkpoint_policy, budget_of(recipe).epochs)
+    return Retention.of(recipe, budget_of(recipe).epochs)
 
 
 def slice_records(plan: SlicePlan | None) -> list[str]:
@@ -203,10 +203,11 @@ def check_best(views: list[RunView]) -> Check:
             return  # a run that diverged in its first epoch has no best epoch
         weights = view.best.get("weights")
         retention = retention_of(view.recipe)
-        if not retention.keeps_earlier():
+        expected = retention.best_weights(view.best.get("epoch")) if isinstance(view.best.get("epoch"), int) else None
+        if expected is None:
             if weights is not None:
-                yield f"{BEST} holds weights ({weights!r}) under the {retention.policy} policy"
-        elif not isinstance(weights, str) or weights not in {FINAL, *retention.kept()} or weights not in view.files:
-            yield f"{BEST} points at {weights!r}, which the run does not keep"
+                yield f"{BEST} holds weights ({weights!r}) the {retention.policy} policy does not keep for its epoch"
+        elif weights != expected or weights not in view.files:
+            yield f"{BEST} points at {weights!r}, not the kept {expected} of its epoch"
 
-    return each_run(f"{BEST} names weights the run keeps (null under the final policy)", views, problem)
+    return each_run(f"{BEST} names the weights the run keeps of its epoch (null where it keeps none)", views, problem)

@@ -46,12 +46,18 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         preset_overrides={preset: dict(keys) for preset, keys in raw.get("preset_overrides", {}).items()},
         epochs_per_slice=epochs if isinstance(epochs, int) else dict(epochs),
         checkpoint_policy=raw.get("checkpoint_policy", DEFAULT_CHECKPOINT_POLICY),
+        checkpoint_epochs=_epoch_list(raw.get("checkpoint_epochs")),
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
         cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
         signing_key=raw.get("signing_key"),
     )
     _check_campaign(campaign)
     return campaign
+
+
+def _epoch_list(value: int | list[int] | None) -> list[int] | None:
+    """`checkpoint_epochs: 2` as [2], as the recipe reads it."""
+    return [value] if isinstance(value, int) else value
 
 
 def _check_campaign(campaign: Campaign) -> None:

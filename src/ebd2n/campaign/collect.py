@@ -61,6 +61,7 @@ def campaign_record(paths: CampaignPaths, history: GridHistory) -> dict:
         "runs_finished": len(finished),
         "epochs_per_slice": settings.get("epochs_per_slice"),
         "checkpoint_policy": settings.get("checkpoint_policy"),
+        **({"checkpoint_epochs": epochs} if (epochs := settings.get("checkpoint_epochs")) is not None else {}),
         "source_hash": paths.source_hash.read_text(encoding="utf-8").strip() if paths.source_hash.is_file() else None,
         "cache_identities": caches,
         "base_recipes": {base: _base_record(paths, base, cache) for base in grid.bases},

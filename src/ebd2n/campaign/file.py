@@ -27,7 +27,7 @@ from ebd2n.yamlio import load_yaml, read_yaml_mapping
 
 SCHEMA_PATH = files(__package__) / "campaign.schema.yaml"
 """The campaign file's JSON Schema, shipped in this package (Snakemake's workflow reads it through here)."""
-FROZEN_SETTINGS = ("recipe", "data", "overrides", "checkpoint_policy", "epochs_per_slice")
+FROZEN_SETTINGS = ("recipe", "data", "overrides", "checkpoint_policy", "checkpoint_epochs", "epochs_per_slice")
 """Settings fixed when a campaign starts: changing them would change runs already trained."""
 
 
@@ -47,6 +47,8 @@ class Campaign:
     """One value, or one per preset of a scaling campaign (see slice_epochs)."""
     checkpoint_policy: str
     resources: Mapping[str, Mapping[str, Any]]
+    checkpoint_epochs: list[int] | None = None
+    """The interval policy's K or the explicit policy's epochs; None: the recipe's own."""
     cost_per_gpu_hour: float | None = None
     """Price of a GPU-hour; the report turns GPU-hours into money with it."""
     signing_key: str | None = None
@@ -118,6 +120,7 @@ class Campaign:
             *self.overrides.items(),
             *self.preset_overrides.get(base, {}).items(),
             ("training.checkpoint_policy", self.checkpoint_policy),
+            *([("training.checkpoint_epochs", self.checkpoint_epochs)] if self.checkpoint_epochs is not None else []),
             ("runtime.purpose", purpose),
         ]
         return recipe_from_dict(raw, overrides, source=f"{self.source}: base recipe {reference}")

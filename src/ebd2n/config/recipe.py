@@ -27,6 +27,7 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "runtime.purpose",
     "runtime.cpu_threads",
     "training.checkpoint_policy",
+    "training.checkpoint_epochs",
     "training.log_every",
     "runtime.ignored_keys",
 )

@@ -6,9 +6,9 @@ silently trains the default. Each field's docstring says what it controls.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ebd2n.config.checkpoint_policy import DEFAULT_CHECKPOINT_POLICY, CheckpointPolicyName
 from ebd2n.config.parallelism import DecentralizedConfig, ParallelConfig
@@ -223,6 +223,8 @@ class TrainingConfig(Section):
     """Sequences per forward/backward pass."""
     checkpoint_policy: CheckpointPolicyName = DEFAULT_CHECKPOINT_POLICY
     """Which checkpoints a run keeps: a name in CHECKPOINT_POLICIES, which says what each keeps."""
+    checkpoint_epochs: list[Annotated[int, Field(gt=0)]] = Field(default=[1], min_length=1)
+    """The `interval` policy's one K, or the `explicit` policy's epoch boundaries (as in tiny-llm)."""
     log_every: int = Field(default=20, gt=0)
     """Optimizer steps between progress lines in train.log."""
     max_consecutive_skips: int = Field(default=10, gt=0)
@@ -233,6 +235,18 @@ class TrainingConfig(Section):
     """After warm-up, this many steps in a row over the loss bound: the run diverged (rule loss-bound)."""
     init_from: str | None = None
     """Start from the weights of this ebd2n checkpoint (fine-tuning)."""
+
+    @field_validator("checkpoint_epochs", mode="before")
+    @classmethod
+    def _one_epoch_is_a_list(cls, value: Any) -> Any:
+        """`checkpoint_epochs: 2` reads as [2], as tiny-llm reads it."""
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _checkpoint_epochs_fit_the_policy(self) -> TrainingConfig:
+        if self.checkpoint_policy == "interval" and len(self.checkpoint_epochs) != 1:
+            raise ValueError("checkpoint_epochs: the interval policy takes one value, the interval K")
+        return self
 
 
 class EvaluationConfig(Section):

@@ -12,6 +12,7 @@ import polars as pl
 
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.config import Recipe, count_parameters
+from ebd2n.config.checkpoint_policy import policy_label
 from ebd2n.train.schedule import describe_schedule
 
 CURVE_COLUMNS: dict[str, type[pl.DataType]] = {
@@ -105,7 +106,7 @@ def data_facts(campaign: CampaignResults, recipe: Recipe) -> list[tuple[str, str
         ("Full-validation targets", ", ".join(f"{t:,}" for t in targets) or "no complete run yet"),
         ("Cache identity", ", ".join(caches) or "not recorded"),
         ("Cache directory", data.cache_dir),
-        ("Checkpoint policy", recipe.training.checkpoint_policy),
+        ("Checkpoint policy", policy_label(recipe.training.checkpoint_policy, recipe.training.checkpoint_epochs)),
     ]
 
 
@@ -168,7 +169,7 @@ def settings(recipe: Recipe, epochs: int | None) -> dict[str, str]:
         ),
         "Topology": f"{packed.num_models} local models, {packed.topology}, {packed.scheme}" if packed else "one model",
         "Placement": f"{parallel.pipeline_stages} pipeline stage(s) x {parallel.data_parallel} data-parallel",
-        "Checkpoint policy": training.checkpoint_policy,
+        "Checkpoint policy": policy_label(training.checkpoint_policy, training.checkpoint_epochs),
         "Purpose": runtime.purpose or "none given",
     }
 

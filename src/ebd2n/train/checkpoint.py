@@ -140,11 +140,14 @@ class CheckpointManager:
         """Delete the checkpoints that the one holding `epoch` replaces under the run's retention:
         their ledger entries first (one atomic write), then their files; an emptied checkpoints/
         folder goes too."""
-        if self.retention.keeps_earlier():
-            return
+        kept = self.retention.kept_epochs
         ledger = read_checkpoint_ledger(self.run_dir)
-        recorded = {name for name in ledger if (found := checkpoint_epoch(name)) is not None and found < epoch}
-        earlier = sorted(recorded | {name for found, name in self._on_disk() if found < epoch})
+        recorded = {
+            name
+            for name in ledger
+            if (found := checkpoint_epoch(name)) is not None and found < epoch and found not in kept
+        }
+        earlier = sorted(recorded | {name for found, name in self._on_disk() if found < epoch and found not in kept})
         if recorded:
             _write_ledger(self.run_dir, {name: digest for name, digest in ledger.items() if name not in recorded})
         self._remove(earlier)

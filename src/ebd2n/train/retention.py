@@ -14,20 +14,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ebd2n.config import Recipe
 from ebd2n.config.checkpoint_policy import CHECKPOINT_POLICIES, CheckpointPolicy
 from ebd2n.layout import FINAL, slice_checkpoint
 
 
 @dataclass(frozen=True)
 class Retention:
-    """The retention of one run: its policy (a name in CHECKPOINT_POLICIES) over its budget's epochs."""
+    """The retention of one run: its policy (a name in CHECKPOINT_POLICIES) over its budget's epochs,
+    with the epochs `training.checkpoint_epochs` names (the interval and explicit policies')."""
 
     policy: str
     epochs: int
+    checkpoint_epochs: tuple[int, ...] = (1,)
+
+    @classmethod
+    def of(cls, recipe: Recipe, epochs: int) -> Retention:
+        """The retention a recipe asks for, over its budget's `epochs`."""
+        training = recipe.training
+        return cls(training.checkpoint_policy, epochs, tuple(training.checkpoint_epochs))
 
     @property
     def rule(self) -> CheckpointPolicy:
         return CHECKPOINT_POLICIES[self.policy]
+
+    @property
+    def kept_epochs(self) -> frozenset[int]:
+        """The epoch boundaries before the last whose checkpoints a finished run keeps."""
+        return self.rule.kept_epochs(self.epochs, self.checkpoint_epochs)
 
     def checkpoint(self, epoch: int) -> str:
         """The file holding the state after `epoch` epochs (final.pt at the end of the budget)."""
@@ -37,19 +51,15 @@ class Retention:
         """Whether a job training to epoch `until` writes a checkpoint after `epoch` epochs."""
         if epoch in (until, self.epochs):
             return epoch > 0
-        return self.rule.keeps_initial if epoch == 0 else self.rule.keeps_epochs
-
-    def keeps_earlier(self) -> bool:
-        """Whether a checkpoint survives the writing of a later one."""
-        return self.rule.keeps_epochs
+        return epoch in self.kept_epochs
 
     def kept(self) -> list[str]:
         """What a finished run holds besides final.pt."""
-        if not self.keeps_earlier():
-            return []
-        first = 0 if self.rule.keeps_initial else 1
-        return [slice_checkpoint(epoch) for epoch in range(first, self.epochs)]
+        return [slice_checkpoint(epoch) for epoch in sorted(self.kept_epochs)]
 
     def best_weights(self, best_epoch: int) -> str | None:
-        """The kept file best.json names for the best subset epoch (None: the policy keeps none)."""
-        return self.checkpoint(best_epoch) if self.keeps_earlier() else None
+        """The kept file best.json names for the best subset epoch (None: the policy keeps none there;
+        always None under a policy that keeps no epoch checkpoint, final.pt's epoch included)."""
+        if not self.kept_epochs or best_epoch not in {*self.kept_epochs, self.epochs}:
+            return None
+        return self.checkpoint(best_epoch)

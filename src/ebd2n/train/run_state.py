@@ -68,9 +68,10 @@ def done_already(recipe: Recipe, until_epoch: int | None, resume: Path | None) -
         return False
     if not isinstance(ledger, dict):
         return False
-    kept = {name for _epoch, name in checkpoints_on_disk(run_dir)}
-    if set(ledger) - {FINAL} != kept or (
-        kept and not Retention(recipe.training.checkpoint_policy, epochs).keeps_earlier()
+    on_disk = checkpoints_on_disk(run_dir)
+    if (
+        set(ledger) - {FINAL} != {name for _epoch, name in on_disk}
+        or not {epoch for epoch, _name in on_disk} <= Retention.of(recipe, epochs).kept_epochs
     ):
         return False  # the trainer has checkpoints to remove or let go of
     return ledger.get(FINAL) == sha256_file(paths.final)

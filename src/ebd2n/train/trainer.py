@@ -68,7 +68,7 @@ def train(
         )
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash())
-    checkpoints = CheckpointManager(run_dir, provenance, Retention(recipe.training.checkpoint_policy, budget.epochs))
+    checkpoints = CheckpointManager(run_dir, provenance, Retention.of(recipe, budget.epochs))
     named = checkpoints.named(resume)
     configure_torch(recipe)
     context = distributed.init(recipe)
