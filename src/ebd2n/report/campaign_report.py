@@ -42,6 +42,7 @@ from ebd2n.report import figures
 from ebd2n.report.cost import campaign_cost
 from ebd2n.report.explore import explore
 from ebd2n.report.halving import bracket_table, halving_outputs, report_halving
+from ebd2n.report.lr_law_report import lr_law_report, lr_law_section
 from ebd2n.report.page import render_page
 from ebd2n.report.plotly_embed import shared_plotly
 from ebd2n.report.publish import STAGING, publish, remove_killed_stagings
@@ -76,11 +77,15 @@ def _write_report(campaign: CampaignResults, out: Path) -> Path:
         scaling = scaling_rows(campaign)
         atomic_write_text(out / SCALING_CSV, _scaling_frame(scaling).write_csv())
         summary = campaign_summary(campaign, {}, halving)
+        law = lr_law_report(campaign)
+        laws = {"lr_law": law} if law else {}  # a campaign of one cell per mode: results.json as before
         _write_json(
             out / REPORT_RESULTS,
-            {**summary, "scaling": scaling, **search, "cost": cost, "runs": _run_records(campaign)},
+            {**summary, "scaling": scaling, **laws, **search, "cost": cost, "runs": _run_records(campaign)},
         )
-        page = render_page(campaign, summary, cost, scaling=scaling, halving=halving, explore=explored)
+        page = render_page(
+            campaign, summary, cost, scaling=scaling, halving=halving, explore=explored, lr_law=lr_law_section(law)
+        )
     else:
         grid = _grid_outputs(campaign, out)
         summary = campaign_summary(campaign, grid["selection"], halving)

@@ -42,10 +42,11 @@ def render_page(
     scaling: list[dict[str, Any]] | None = None,
     halving: dict[str, Any] | None = None,
     explore: dict[str, Any] | None = None,
+    lr_law: list[dict[str, Any]] | None = None,
 ) -> str:
     """index.html for a grid campaign (`grid` from the selection) or a scaling one (`scaling` rows);
     `halving` (ebd2n.report.halving) adds the successive-halving section, `explore` (ebd2n.report.explore)
-    the runs' overlaid curves."""
+    the runs' overlaid curves, `lr_law` (ebd2n.report.lr_law_report) a scaling campaign's learning-rate law."""
     stopped = stopped_at(halving)
     digits = _loss_digits(grid)
     environment = html.template_environment()
@@ -69,6 +70,7 @@ def render_page(
         "halving": _halving(halving) if halving is not None else None,
         "links": _links(campaign, grid, scaling is not None, halving),
         "explore": explore,
+        "lr_law": lr_law or [],
     }
     report_dir = campaign.directory / "report"
     drawn = grid is not None or halving is not None or explore is not None
