@@ -120,7 +120,7 @@ def test_retention_follows_the_definition(policy: str, kept: list[str], written:
     ("policy", "chosen", "kept", "best"),
     [
         ("interval", (2,), [2, 4], [None, "checkpoints/epoch-2.pt", None, "checkpoints/epoch-4.pt", "final.pt"]),
-        ("interval", (5,), [], [None] * 5),
+        ("interval", (5,), [], [None, None, None, None, "final.pt"]),
         (
             "explicit",
             (3, 1, 3, 9),
@@ -139,6 +139,17 @@ def test_interval_and_explicit_keep_tiny_llms_saved_epochs(
     written = [epoch for epoch in range(6) if retention.writes(epoch, 5)]
     result = (retention.kept(), written, [retention.best_weights(epoch) for epoch in range(1, 6)])
     assert result == ([f"checkpoints/epoch-{epoch}.pt" for epoch in kept], [*kept, 5], best)
+
+
+def test_best_weights_of_a_one_epoch_budget_is_final_pt_under_every_naming_policy() -> None:
+    result = {policy: Retention(policy, 1, (1,)).best_weights(1) for policy in CHECKPOINT_POLICIES}
+    assert result == {
+        "final": None,
+        "epoch": "final.pt",
+        "all": "final.pt",
+        "interval": "final.pt",
+        "explicit": "final.pt",
+    }
 
 
 @pytest.mark.parametrize(

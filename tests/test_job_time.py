@@ -29,7 +29,9 @@ def test_job_records_append_and_a_torn_line_is_passed_over(tmp_path: Path) -> No
 
 def test_job_without_records_has_none(tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
-    (tmp_path / "other" / JOB_RECORDS).write_text('[1, 2]\n{"seconds": "x"}\n')
+    (tmp_path / "other" / JOB_RECORDS).write_text(
+        '[1, 2]\n{"seconds": "x"}\n{"seconds": NaN}\n{"seconds": -1}\n{"seconds": true}\n'
+    )
     assert (recorded_jobs(tmp_path), recorded_jobs(tmp_path / "other")) == ([], [])
 
 

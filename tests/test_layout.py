@@ -16,6 +16,7 @@ NAMES = (
     f"{layout.CHECKPOINT_DIR}/",
     f"{layout.TENSORBOARD}/",
     layout.JOB_RECORDS,
+    layout.LIVE_DASHBOARD,
     layout.CAMPAIGN_JSON,
     layout.RUNS_CSV,
     layout.AUDIT_JSON,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from offline_browser import MARKS, launch, open_offline
 
-from ebd2n.layout import BEST, DASHBOARD, FINAL
+from ebd2n.layout import BEST, DASHBOARD, FINAL, LIVE_DASHBOARD
 from ebd2n.report.jobs import train_job
 from ebd2n.train.runlog import read_metrics
 
@@ -58,19 +58,21 @@ def test_between_slices_tensorboard_reads_the_run_and_its_dashboard_opens(
     reader.Reload()
     epochs = [r for r in read_metrics(run) if r["type"] == "epoch"]
     events = [event.step for event in reader.Scalars("subset_validation/loss")]
-    between = _page(run / DASHBOARD, width)
+    between = _page(run / LIVE_DASHBOARD, width)
+    final_before = (run / DASHBOARD).exists()
     train_job("demo", _settings(demo_cache, run))
     after = _page(run / DASHBOARD, width)
     assert (events, between["live"], between["epochs"], between["figures"], between["errors"], between["wider"]) == (
         [epoch["step"] for epoch in epochs],
-        "Not final: trained to epoch 2; the next slice goes on from there. This page is rewritten as the run "
+        "Not final: trained to epoch 2, where this slice ended. This page is rewritten as the run "
         "trains; reload it for the newest epochs.",
         2,
         True,
         [],
         False,
     )
-    assert (after["live"], after["epochs"], after["errors"]) == (None, 4, [])
+    result = (final_before, after["live"], after["epochs"], after["errors"], (run / LIVE_DASHBOARD).exists())
+    assert result == (False, None, 4, [], False)  # report.html is only ever the finished run's page
 
 
 def test_a_failed_job_leaves_a_page_saying_so(demo_cache: Path, tmp_path: Path) -> None:
@@ -80,7 +82,7 @@ def test_a_failed_job_leaves_a_page_saying_so(demo_cache: Path, tmp_path: Path) 
     (run / BEST).mkdir(parents=True)
     with pytest.raises(IsADirectoryError):
         train_job("demo", _settings(demo_cache, run))
-    shown = _page(run / DASHBOARD, 1400)
+    shown = _page(run / LIVE_DASHBOARD, 1400)
     failure = shown["live"].startswith("Not final: the job failed (IsADirectoryError: [Errno 21] Is a directory")
     assert (failure, BEST in shown["live"], shown["epochs"], shown["errors"], (run / FINAL).is_file()) == (
         True,
@@ -106,8 +108,8 @@ def test_a_diverged_run_has_its_final_page(demo_cache: Path, tmp_path: Path) -> 
 def test_the_trainer_hands_its_record_at_each_epoch_and_the_page_is_rewritten_only_when_due(
     demo_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The slice's start and each epoch give a record; the first record due is written at once (no
-    first-write guess), the next waits SPACING times that write's duration."""
+    """The slice's start and each epoch give a record; the first starts the clock, the next one due is
+    written at once (no first-write guess), and the one after waits SPACING times that write's duration."""
     from ebd2n.config import load_recipe
     from ebd2n.report import live_dashboard
     from ebd2n.train import train
@@ -117,8 +119,15 @@ def test_the_trainer_hands_its_record_at_each_epoch_and_the_page_is_rewritten_on
     train(load_recipe("demo", _settings(demo_cache, run)), until_epoch=2, progress=False, on_record=records.append)
     monkeypatch.setattr(live_dashboard, "FIRST_GUESS", 0.0)
     live = live_dashboard.LiveDashboard(run)
-    live(records[0])
-    first = (run / DASHBOARD).read_text()
+    live(records[0])  # starts the clock: no write at the first record
+    written = (run / LIVE_DASHBOARD).exists()
+    live(records[1])
+    first = (run / LIVE_DASHBOARD).read_text()
     live(records[-1])
-    result = ([record["steps"] for record in records], 'id="live"' in first, (run / DASHBOARD).read_text() == first)
-    assert result == ([0, 4, 8], True, True)
+    result = (
+        [record["steps"] for record in records],
+        written,
+        'id="live"' in first,
+        (run / LIVE_DASHBOARD).read_text() == first,
+    )
+    assert result == ([0, 4, 8], False, True, True)

@@ -4,6 +4,8 @@ A job into a finished run returns from its records alone, and only when they vou
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +16,7 @@ import pytest
 from workflow_support import assert_states_equal
 
 from ebd2n.errors import UserError
-from ebd2n.layout import DASHBOARD, FINAL, RESULTS_JSON, TRAIN_LOG
+from ebd2n.layout import DASHBOARD, FINAL, LIVE_DASHBOARD, RESULTS_JSON, TRAIN_LOG
 from ebd2n.report.jobs import train_job, validate_job
 from ebd2n.train.checkpoint import load_checkpoint
 
@@ -35,9 +37,9 @@ def trained(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
     """A demo run trained in two slices by two jobs; the summary line of each."""
     run = tmp_path_factory.mktemp("jobs") / "run"
     first = train_job("demo", _settings(demo_cache, run), until_epoch=1)
-    after_first = 'id="live"' in (run / DASHBOARD).read_text()  # the page of a run still training
+    after_first = (run / LIVE_DASHBOARD).is_file() and not (run / DASHBOARD).exists()  # a run still training
     second = train_job("demo", _settings(demo_cache, run))
-    after_second = 'id="live"' in (run / DASHBOARD).read_text()
+    after_second = (run / LIVE_DASHBOARD).is_file() or 'id="live"' in (run / DASHBOARD).read_text()
     return run, [first.split(";")[0], second.split(";")[0]], [str(after_first), str(after_second)]
 
 
@@ -124,3 +126,32 @@ def test_train_into_a_finished_run_that_is_not_certain_goes_through_the_trainer(
     else:
         with pytest.raises(UserError, match="holds a different run"):
             train_job("demo", [*settings, "optimizer.lr=0.002"])
+
+
+def test_a_final_job_killed_before_its_page_leaves_no_stale_page_behind(demo_cache: Path, tmp_path: Path) -> None:
+    """The run's last job is killed as it writes report.html (run.json and final.pt written): the
+    first slice's live page is no stand-in for it. The same command writes the finished page and
+    removes the live one; validation then hashes the finished page."""
+    from ebd2n.faults import KILL_AT, KILL_TARGET
+
+    run = tmp_path / "run"
+    train_job("demo", _settings(demo_cache, run), until_epoch=1)
+    settings = [item for setting in _settings(demo_cache, run) for item in ("--set", setting)]
+    killed = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "train", "--config", "demo", *settings],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(SRC), KILL_AT: f"before:{run / DASHBOARD}", KILL_TARGET: ""},
+    )
+    left = (killed.returncode, (run / FINAL).is_file(), (run / DASHBOARD).exists(), (run / LIVE_DASHBOARD).is_file())
+    summary = train_job("demo", _settings(demo_cache, run))
+    validate_job(run)
+    page = (run / DASHBOARD).read_text()
+    hashed = json.loads((run / RESULTS_JSON).read_text())["artifacts"][DASHBOARD]
+    result = (left, summary.split(";")[0], 'id="live"' in page, (run / LIVE_DASHBOARD).exists(), hashed)
+    assert result == (
+        (-9, True, False, True),
+        f"done already (nothing trained): {run / FINAL}, dashboard {run / DASHBOARD}",
+        False,
+        False,
+        hashlib.sha256(page.encode()).hexdigest(),
+    )

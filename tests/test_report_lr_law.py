@@ -68,7 +68,7 @@ def test_report_lr_law_predicts_the_largest_and_the_next_size(report: tuple[dict
         left["cell"]["parameters"],
         abs(math.log(left["prediction"]["estimate"] / truth)) < 0.05,
         0 <= left["regret"]["estimate"]["nats"] < 0.01,
-        following["parameters"] == round(sizes[-1] ** 2 / sizes[-2]),
+        (following["parameters"], following["tokens"]) == (round(sizes[-1] ** 2 / sizes[-2]), left["cell"]["tokens"]),
         following["prediction"]["low"] < following["prediction"]["estimate"] < following["prediction"]["high"],
         min(following["proposed_grid"]) < following["prediction"]["low"],
         max(following["proposed_grid"]) > following["prediction"]["high"],

@@ -406,13 +406,14 @@ def test_dashboard_of_each_slice_and_the_final_one_covering_every_slice(demo_cac
         "training.epoch_tokens=2048",
     ]
     _cli("train", "--config", "demo", *settings, "--until-epoch", "2")
-    after_first_slice = 'id="live"' in (tmp_path / "run/report.html").read_text()
+    after_first_slice = 'id="live"' in (tmp_path / "run/live.html").read_text()
     _cli("train", "--config", "demo", *settings, "--resume", str(tmp_path / "run/checkpoints/epoch-2.pt"))
     job_ids = json.loads((tmp_path / "run/run.json").read_text())["job_ids"]
     page = (tmp_path / "run/report.html").read_text()
     writes = (tmp_path / "run/train.log").read_text().count(" dashboard ")
-    result = (after_first_slice, 'id="live"' in page, len(job_ids), all(j in page for j in job_ids), writes)
-    assert result == (True, False, 2, True, 2)
+    live = (tmp_path / "run/live.html").exists()
+    result = (after_first_slice, 'id="live"' in page, live, len(job_ids), all(j in page for j in job_ids), writes)
+    assert result == (True, False, False, 2, True, 2)
 
 
 def test_fresh_start_ignores_ledger_entries_of_deleted_checkpoints(demo_cache: Path, tmp_path: Path) -> None:

@@ -133,8 +133,8 @@ def _write_results(
         "wall_seconds": time.time() - started,
         "artifacts": {name: sha256_file(paths / name) for name in TRAINING_ARTIFACTS if (paths / name).is_file()},
     }
+    record_job(paths.directory, "validate", None)  # before its result: a kill after it redoes (and records) the work
     atomic_write_text(paths.results, json.dumps(results, indent=2) + "\n")
-    record_job(paths.directory, "validate", None)
     return results
 
 

@@ -1,15 +1,18 @@
 """A job's own record of its time: each training or validation job that did work appends one line
 to its run's jobs.jsonl, how long it took from the start of its first process (interpreter and torch
-start-up included) to its records written. The report's cost is their sum.
+start-up included) to its work committed. The report's cost is their sum.
 
-Snakemake's benchmark files measure the same span, but a job run again as a no-op rewrites its file,
-so a cost read from them would change with every green rerun; a line here is only ever added by work.
-A job killed before its end records nothing (and its work since the last checkpoint is lost too).
+Snakemake's benchmark files measure about the same span, but a job run again as a no-op rewrites
+its file, so a cost read from them would change with every green rerun; a line here is only ever
+added by work. A job is recorded as soon as its work is done (a training job when its trainer has
+written its records, a validation job just before its results.json), so one killed after that has
+its time counted, and one killed or failed before records nothing (its work is done again).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from datetime import datetime
@@ -23,6 +26,8 @@ STARTED = "EBD2N_JOB_STARTED"
 """When the job started (seconds since the epoch), set by ebd2n.warm in the job it forks: the
 forked process itself started with the server, long before the job."""
 _IMPORTED = time.time()
+_started: float | None = None
+"""This process's start, once read (a forked warm-start job takes the client's, from STARTED)."""
 
 
 def process_started(pid: int | str = "self") -> float | None:
@@ -38,10 +43,14 @@ def process_started(pid: int | str = "self") -> float | None:
 
 def job_started() -> float:
     """When this job started: as ebd2n.warm passed it, a torchrun worker's launcher's start, else
-    this process's (the time this module was imported where /proc is missing)."""
+    this process's (the time this module was imported where /proc is missing). Read once per
+    process: /proc gives it to the clock tick, and job ids must not move."""
+    global _started
     if passed := os.environ.get(STARTED):
         return float(passed)
-    return process_started(os.getppid() if "LOCAL_RANK" in os.environ else "self") or _IMPORTED
+    if _started is None:
+        _started = process_started(os.getppid() if "LOCAL_RANK" in os.environ else "self") or _IMPORTED
+    return _started
 
 
 def job_id() -> str:
@@ -87,6 +96,7 @@ def recorded_jobs(run_dir: Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and isinstance(record.get("seconds"), int | float):
+        seconds = record.get("seconds") if isinstance(record, dict) else None
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 <= seconds < math.inf:
             records.append(record)
     return records

@@ -39,6 +39,9 @@ FINAL = "final.pt"
 BEST = "best.json"
 RUN_RECORD = "run.json"
 DASHBOARD = "report.html"
+LIVE_DASHBOARD = "live.html"
+"""The page of a run not finished yet (or whose job failed), rewritten as it trains; the job that
+completes the run writes DASHBOARD and removes it (ebd2n.report.live_dashboard)."""
 RESULTS_JSON = "results.json"
 CHECKPOINT_DIR = "checkpoints"
 SLICE_RECORDS = "slices"
@@ -123,6 +126,10 @@ class RunPaths:
     @property
     def dashboard(self) -> Path:
         return self.directory / DASHBOARD
+
+    @property
+    def live_dashboard(self) -> Path:
+        return self.directory / LIVE_DASHBOARD
 
     @property
     def results(self) -> Path:

@@ -25,10 +25,10 @@ from ebd2n.audit.checks import Check
 from ebd2n.layout import (
     CHECKPOINT_DIR,
     CHECKPOINT_LEDGER,
-    DASHBOARD,
     FIRST_AUDIT,
     FROZEN,
     JOB_RECORDS,
+    LIVE_DASHBOARD,
     METRICS,
     RUNS,
     SEARCH,
@@ -39,9 +39,9 @@ from ebd2n.provenance import timestamp
 
 FORMAT = 1
 
-CONTINUED = (METRICS, TRAIN_LOG, JOB_RECORDS, DASHBOARD, CHECKPOINT_LEDGER, f"{CHECKPOINT_DIR}/")
+CONTINUED = (METRICS, TRAIN_LOG, JOB_RECORDS, LIVE_DASHBOARD, CHECKPOINT_LEDGER, f"{CHECKPOINT_DIR}/")
 """What a stopped run changes when a later decision promotes it: it appends to its histories and
-job records, rewrites its page, records its next checkpoints and lets go of the one it continued from."""
+job records, rewrites its live page, records its next checkpoints and lets go of the one it continued from."""
 
 
 def protected(relative: str) -> bool:

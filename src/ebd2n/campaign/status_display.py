@@ -165,10 +165,11 @@ def _curve(losses: list[float]) -> str:
 
 
 def _run_cell(run_id: str, paths: CampaignPaths) -> str:
-    """The run id, a link to the run's dashboard once it has one; its grid point, readable, on hover."""
+    """The run id, a link to the run's dashboard (or live page) once it has one; its grid point on hover."""
     label = run_label(run_id)
     title = f' title="{html.escape(label)}"' if label else ""
-    dashboard = paths.run(run_id).dashboard
+    run = paths.run(run_id)
+    dashboard = run.dashboard if run.dashboard.is_file() else run.live_dashboard  # a run still training: its live page
     if not dashboard.is_file():
         return f"<span{title}>{html.escape(run_id)}</span>"
     href = html.escape(dashboard.relative_to(paths.directory).as_posix())

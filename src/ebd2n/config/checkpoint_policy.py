@@ -21,6 +21,8 @@ class CheckpointPolicy:
     given the budget's epochs and `training.checkpoint_epochs` (final.pt is always kept)."""
     meaning: str
     """What a finished run keeps, as docs/configuration.md's table says."""
+    names_best: bool = True
+    """best.json names the best epoch's weights where they are kept (final.pt's included)."""
 
     def kept_epochs(self, epochs: int, checkpoint_epochs: tuple[int, ...]) -> frozenset[int]:
         return frozenset(epoch for epoch in self.keeps(epochs, checkpoint_epochs) if 0 <= epoch < epochs)
@@ -34,6 +36,7 @@ CHECKPOINT_POLICIES = {
             lambda epochs, chosen: (),
             meaning=f"`{FINAL}` only: the trainer deletes a slice checkpoint once a later one is written. "
             f"`{BEST}` records the best epoch-subset statistics with `weights: null`.",
+            names_best=False,
         ),
         CheckpointPolicy(
             "epoch",

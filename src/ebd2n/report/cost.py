@@ -3,7 +3,8 @@ when the campaign file sets `cost_per_gpu_hour`, with the campaign's wall-clock 
 start to last job's end) beside them.
 
 A run's hours are the seconds its jobs recorded in its jobs.jsonl (every training slice and its full
-validation, each from its process's start to its records written: ebd2n.job_time) times the GPUs,
+validation, each from its process's start to its work committed: ebd2n.job_time; a run trained by
+an ebd2n that kept no such records: its epochs' training time and full validation) times the GPUs,
 or CPUs, its jobs asked for (the plan `ebd2n collect` records in campaign.json, so the report and
 the audit's rebuild of it read the same). A campaign without a plan counts each run's recorded
 devices as GPUs (none for a CPU run) and one CPU.
@@ -32,7 +33,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     for row in campaign.runs.iter_rows(named=True):
         directory = row["directory"]
         jobs = recorded_jobs(campaign.directory / directory)
-        seconds = sum(job["seconds"] for job in jobs)
+        seconds = sum(job["seconds"] for job in jobs) if jobs else _epoch_seconds(campaign, directory)
         jobs_of_runs.extend(jobs)
         gpus, cpus = resources.get(Path(directory).name, (_recorded_gpus(campaign, directory), 1))
         runs.append(
@@ -61,6 +62,13 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
     cost["campaign"] = {"runs": len(runs), **_sum(runs, price)}
     cost["span"] = campaign_span(jobs_of_runs)
     return cost
+
+
+def _epoch_seconds(campaign: CampaignResults, directory: str) -> float:
+    """A run without job records (trained by an ebd2n that kept none): its epochs' training time and
+    its full validation, start-up not included."""
+    validation = (campaign.results.get(directory) or {}).get("wall_seconds") or 0.0
+    return sum(record.get("wall_s", 0.0) for record in campaign.epochs(directory)) + validation
 
 
 def _recorded_gpus(campaign: CampaignResults, directory: str) -> int:

@@ -40,10 +40,6 @@ def identity_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-_ENDED = ("Ended", "Updated")
-"""The last time's label: a finished run's end, or when a live page of a run in training was written."""
-
-
 def _model_identity(model: dict[str, Any] | None) -> list[tuple[str, str]]:
     """The fine-tuned Hugging Face model: name and revision (or its directory), config and weights hashes."""
     if model is None:

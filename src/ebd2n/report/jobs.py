@@ -2,9 +2,9 @@
 `ebd2n validate` do, in the package so the command line only parses and prints.
 
 It lives in the report layer because the dashboard does: the trainer hands each training job's
-record to a live page (ebd2n.report.live_dashboard), rewritten at slice ends and when a job fails;
-the job that completed the run (or, if that job was killed first, the validation job) writes its
-final page.
+record to a live page (live.html, ebd2n.report.live_dashboard), rewritten at slice ends and when a
+job fails; the job that completed the run (or, if that job was killed first, the validation job)
+writes its final page, report.html, and removes the live one.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def train_job(
     from ebd2n.job_time import record_job
     from ebd2n.provenance import job_usage
     from ebd2n.report.dashboard import write_dashboard
-    from ebd2n.report.live_dashboard import LiveDashboard
+    from ebd2n.report.live_dashboard import LiveDashboard, remove_live_page
     from ebd2n.train import train
     from ebd2n.train.runlog import append_to_train_log
 
@@ -63,14 +63,16 @@ def train_job(
         raise
     if not is_main_process():  # torchrun: the main process writes and speaks for the run
         return None
+    if trained:  # its time, at once: a job killed from here on has its work done and recorded
+        record_job(run_dir, "train", until_epoch)
     complete = (run_dir / FINAL).is_file()
     if complete and (trained or not (run_dir / DASHBOARD).is_file()):  # this job completed the run
         append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
-    elif trained and (page := live.write(f"trained to epoch {until_epoch}; the next slice goes on from there")):
+        remove_live_page(run_dir)
+    elif trained and (page := live.write(f"trained to epoch {until_epoch}, where this slice ended")):
         append_to_train_log(run_dir, f"dashboard {page}")
     if trained:
         append_to_train_log(run_dir, job_usage())
-        record_job(run_dir, "train", until_epoch)  # its time, dashboard included (the report's cost)
     return _train_summary(run_dir, trained, until_epoch)
 
 
@@ -109,6 +111,10 @@ def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -
         from ebd2n.report.dashboard import write_dashboard
 
         write_dashboard(run_dir)
+    if trained:
+        from ebd2n.report.live_dashboard import remove_live_page
+
+        remove_live_page(run_dir)  # a killed training job's, left beside the finished run's page
     results = validate_run(run_dir, device=device, wait=wait)
     if results["status"] == "diverged":
         outcome = (

@@ -3,9 +3,10 @@ beta2 whose runs span two or more cells (presets, budgets) with learning-rate cu
 with its intervals, whether it bends, the largest cell predicted from the others with the regret,
 and the next size's optimum with a grid that brackets it.
 
-The next size continues the campaign's own ladder: the largest N times the ratio of the two largest
-(at the largest cell's tokens per parameter); a campaign of one size but several budgets gets the
-next budget the same way. A mode whose cells locate too few optima says why instead.
+The next size continues the campaign's own ladder: the largest N times the ratio of the two largest,
+trained on the campaign's one token budget, or else at the largest cell's tokens per parameter; a
+campaign of one size but several budgets gets the next budget the same way. A mode whose cells
+locate too few optima says why instead.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def lr_law_report(campaign: CampaignResults) -> list[dict[str, Any]]:
         except ValueError as error:
             entries.append({**entry, "law": None, "reason": str(error)})
             continue
-        parameters_next, tokens_next = _next_cell(cells, law.terms)
+        parameters_next, tokens_next = _next_cell(list(law.cells), law.terms)
         prediction = law.predict(parameters_next, tokens_next)
         entries.append(
             {
@@ -77,7 +78,7 @@ def _section(entry: dict[str, Any]) -> dict[str, Any]:
         "coefficients": coefficients,
         "cells": [_cell(cell) for cell in sorted(law["cells"], key=lambda cell: (cell["parameters"], cell["tokens"]))],
         "bends": (
-            f"The law bends in {', '.join(bends)}: straight extrapolation is not to be trusted."
+            f"The law bends in {', '.join(bends)}: straight extrapolation is not to be trusted"
             if bends
             else "No term bends (each quadratic term's 95 % interval holds 0)"
             if entry["curvature"]
@@ -126,6 +127,8 @@ def _next_cell(cells: list[Cell], terms: tuple[str, ...]) -> tuple[int, int]:
     if "ln N" in terms:
         sizes = sorted({cell.parameters for cell in cells})
         parameters = round(sizes[-1] * sizes[-1] / sizes[-2])
+        if len({cell.tokens for cell in cells}) == 1:  # every size trained on the same tokens: so is the next
+            return parameters, largest.tokens
         return parameters, round(largest.tokens / largest.parameters * parameters)
     budgets = sorted({cell.tokens for cell in cells})
     return largest.parameters, round(budgets[-1] * budgets[-1] / budgets[-2])

@@ -212,9 +212,14 @@ def _measured(cost: dict[str, Any]) -> str:
     jobs = cost["campaign"]["jobs"]
     text = (
         f"Time the runs' {jobs} training and validation job{'s' if jobs != 1 else ''} recorded, each from its "
-        "process's start (start-up included) to its records written, times each job's GPUs and CPUs; "
-        "a no-op rerun adds nothing, and a killed job's work since its last checkpoint is not counted"
+        "process's start (start-up included) to its work committed, times each job's GPUs and CPUs; "
+        "a no-op rerun adds nothing, and a job killed or failed before committing its work is not counted"
     )
+    if unrecorded := sum(1 for run in cost["runs"] if not run["jobs"]):
+        text += (
+            f"; {unrecorded} run{'s' if unrecorded != 1 else ''} without job records (trained by an earlier ebd2n) "
+            "count their epochs' training and full-validation time, start-up not included"
+        )
     span = cost["span"]
     if span["wall_s"] is None:
         return f"{text}. Wall-clock time: not known (no job recorded its start)"

@@ -58,8 +58,11 @@ class Retention:
         return [slice_checkpoint(epoch) for epoch in sorted(self.kept_epochs)]
 
     def best_weights(self, best_epoch: int) -> str | None:
-        """The kept file best.json names for the best subset epoch (None: the policy keeps none there;
-        always None under a policy that keeps no epoch checkpoint, final.pt's epoch included)."""
-        if not self.kept_epochs or best_epoch not in {*self.kept_epochs, self.epochs}:
+        """The kept file best.json names for the best subset epoch: None under a policy that keeps
+        no epoch checkpoint (final), else final.pt at the budget's end, the epoch's checkpoint where
+        it is kept, and None where it is not (interval, explicit)."""
+        if not self.rule.names_best:
             return None
-        return self.checkpoint(best_epoch)
+        if best_epoch == self.epochs or best_epoch in self.kept_epochs:
+            return self.checkpoint(best_epoch)
+        return None
