@@ -88,7 +88,8 @@ def test_workflow_finished_campaign_has_every_artifact(repo: Path) -> None:
 def test_workflow_report_cost_is_the_jobs_recorded_time_with_the_wall_clock_beside_it(repo: Path) -> None:
     """The run's hours on the page are the seconds its three jobs (two slices, the full validation)
     recorded, times the CPUs they asked for. Each record spans what Snakemake's benchmark file of
-    the job measures, start-up included, short of the shell's start and the interpreter's exit; the
+    the job measures, start-up included, short of the shell's start and what the job does after its
+    work is committed (its page, the interpreter's exit: under 2 s); the
     campaign's wall-clock time stands beside, from the first job's start to the last one's end."""
     campaign = repo / "results/tiny"
     records = [json.loads(line) for line in (campaign / "runs" / RUN / "jobs.jsonl").read_text().splitlines()]
@@ -107,7 +108,7 @@ def test_workflow_report_cost_is_the_jobs_recorded_time_with_the_wall_clock_besi
     result = (
         [(record["kind"], record["epoch"]) for record in records],
         sorted(benchmarks) == sorted(measured),
-        [name for name, record in measured.items() if not 0 < benchmarks[name] - record["seconds"] < 1.0],
+        [name for name, record in measured.items() if not 0 < benchmarks[name] - record["seconds"] < 2.0],
         round(run["cpu_hours"] * 3600, 6),
         "3 training and validation jobs recorded, each from its process&#39;s start (start-up included)" in page,
         f"Wall-clock time: {format_duration((ended - started).total_seconds())}, from the first job" in page,
