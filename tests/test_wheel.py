@@ -114,6 +114,7 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path: Path) -> None
             "best.json",
             "checkpoints.json",
             "final.pt",
+            "jobs.jsonl",
             "metrics.jsonl",
             "recipe.yaml",
             "report.html",
