@@ -46,7 +46,13 @@ def test_selected_recipe_resolves_to_the_reference_run(mode: str) -> None:
     assert {key: getattr(recipe.optimizer, key) for key in ADDED_OPTIMIZER_DEFAULTS} == ADDED_OPTIMIZER_DEFAULTS
 
 
-ADDED_OPTIMIZER_DEFAULTS = {"schedule": "cosine", "decay_fraction": 0.1, "decay_shape": "sqrt", "accum_iter": 1}
+ADDED_OPTIMIZER_DEFAULTS = {
+    "schedule": "cosine",
+    "decay_fraction": 0.1,
+    "decay_shape": "sqrt",
+    "accum_iter": 1,
+    "warmup_tokens": None,
+}
 """Optimizer keys added after these recipes (issue 39): the reference's cosine AdamW run, so their defaults."""
 
 

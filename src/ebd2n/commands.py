@@ -45,7 +45,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     from ebd2n.config import load_recipe
     from ebd2n.train.plan import plan_json, recipe_plan, write_slice_plan
 
-    plan = recipe_plan(load_recipe(args.recipe, args.overrides), args.epochs_per_slice)
+    parent = load_recipe(args.parent) if args.parent else None
+    plan = recipe_plan(load_recipe(args.recipe, args.overrides), args.epochs_per_slice, parent)
     if args.expect is not None and list(plan.ends) != args.expect:
         raise UserError(
             f"--expect {','.join(map(str, args.expect))}: this trainer cuts {plan.epochs} epochs into slices ending at "
@@ -59,7 +60,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     else:
         where = f" -> {args.output}" if args.output else ""
         ends = ", ".join(map(str, plan.ends))
-        print(f"{plan.epochs} epochs in {len(plan.ends)} slice(s) ending at epochs {ends}{where}")
+        branch = f", branching at epoch {plan.branch} from {args.parent}'s trunk" if plan.branch else ""
+        print(f"{plan.epochs} epochs in {len(plan.ends)} slice(s) ending at epochs {ends}{branch}{where}")
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
@@ -89,6 +91,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         progress=not args.quiet and sys.stderr.isatty(),
         wait=args.wait,
         plan=args.plan,
+        branch_from=args.branch_from,
     )
     if summary is not None:
         print(summary)

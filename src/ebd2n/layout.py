@@ -50,6 +50,8 @@ TENSORBOARD = "tensorboard"
 """tensorboard/events.out.tfevents.*: the run's metrics for TensorBoard, written as it trains (train.events)."""
 JOB_RECORDS = "jobs.jsonl"
 """One line per training or validation job that did work: its start and seconds (ebd2n.job_time)."""
+LINEAGE = "lineage.json"
+"""A branched run's parent: the run, epoch and SHA-256 of the checkpoint it started from (train.branch)."""
 LEASE = "trainer.lease"
 """Held by the one trainer writing a run directory (ebd2n.train.lease); gone when it ends."""
 
@@ -138,6 +140,10 @@ class RunPaths:
     @property
     def lease(self) -> Path:
         return self.directory / LEASE
+
+    @property
+    def lineage(self) -> Path:
+        return self.directory / LINEAGE
 
     def checkpoint(self, epoch: int) -> Path:
         return self.directory / slice_checkpoint(epoch)

@@ -181,6 +181,23 @@ def get_expected_ends(wildcards):
     return PLAN.expected_ends(wildcards.base)
 
 
+def get_plan_parent(wildcards):
+    """The frozen base recipe of the next shorter horizon, whose trunk the base's runs continue."""
+    parent = PLAN.plan_parent(wildcards.base)
+    return [] if parent is None else [parent]
+
+
+def get_plan_parent_option(wildcards):
+    parent = PLAN.plan_parent(wildcards.base)
+    return "" if parent is None else f"--parent {parent}"
+
+
+@workflow_errors
+def get_branch(wildcards):
+    epoch = int(wildcards.epoch) if "epoch" in wildcards.keys() else None
+    return PLAN.branch_option(wildcards.run, epoch)
+
+
 @workflow_errors
 def get_previous_slice(wildcards):
     """The slice before; a rung's decision orders the slice after it through the checkpoint, never as

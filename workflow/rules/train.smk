@@ -40,6 +40,7 @@ rule plan_slices:
     input:
         recipe=str(C.base_recipe("{base}")),
         trainer=str(C.source_hash),
+        parent=get_plan_parent,
     output:
         update(str(C.slice_plan("{base}"))),
     log:
@@ -49,9 +50,10 @@ rule plan_slices:
     params:
         epochs_per_slice=get_slice_epochs,
         expect=get_expected_ends,
+        parent=get_plan_parent_option,
     shell:
         TRAINER + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
-        " --output {output} > {log} 2>&1"
+        " {params.parent} --output {output} > {log} 2>&1"
 
 
 rule resolve_recipe:
@@ -111,9 +113,11 @@ rule train_slice:
     params:
         launcher=get_launcher,
         until="--until-epoch {epoch}",
+        branch=get_branch,
     shell:
         LAUNCHED_TRAINER
-        + " train --config {input.recipe} {params.until} --plan {input.plan} --wait --quiet > {log} 2>&1"
+        + " train --config {input.recipe} {params.until} --plan {input.plan} {params.branch} --wait --quiet"
+        " > {log} 2>&1"
 
 
 # The last slice: the same job to the end of the budget. metrics.jsonl is no output: every slice
@@ -129,3 +133,4 @@ use rule train_slice as train_final with:
     params:
         launcher=get_launcher,
         until="",
+        branch="",

@@ -44,6 +44,7 @@ from ebd2n.audit.evidence import (
     shared_cache_identity,
 )
 from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read_ledger
+from ebd2n.audit.lineage import check_lineage
 from ebd2n.audit.outcomes import check_outcomes
 from ebd2n.audit.positions import check_positions, checkpoint_metadata
 from ebd2n.audit.report_check import check_report
@@ -128,6 +129,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory)
     run_list = list(views.values())
     recomputed = recomputed_campaign(paths, info, history)
     settings = freeze.get("settings") if isinstance(freeze.get("settings"), dict) else {}
+    plans = recorded_plans(paths, history.grid.bases)
     result = [
         files,
         checks.check_grid(expected_finished, views),
@@ -137,14 +139,15 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory)
         cache_check,
         run_checks.check_validation(run_list, cache_identity, targets),
         run_checks.check_recipes(paths, run_list, history.name),
-        checks.check_plans(paths, history.grid.bases, settings.get("epochs_per_slice")),
+        checks.check_plans(paths, history.grid, settings.get("epochs_per_slice")),
         checks.check_trainer(paths, frozen_hash, run_list),
         run_checks.check_final(run_list, cache_identity, final_states(finished, metadata)),
         check_positions(settled, metadata),
         run_checks.check_artifacts(run_list),
         check_history(run_list, memory),
         check_outcomes(run_list, metadata, memory),
-        run_checks.check_retention(run_list, recorded_plans(paths, history.grid.bases)),
+        run_checks.check_retention(run_list, plans),
+        check_lineage(views, history.grid, plans),
         run_checks.check_best(run_list),
         check_collected(paths, info, recomputed, finished),
     ]

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ebd2n.audit.runs import RunView
+from ebd2n.campaign.grid import Grid
+from ebd2n.campaign.horizons import parent_base
 from ebd2n.campaign.plans import frozen_trainer_plan
-from ebd2n.campaign.runs import Run, parse_run_id
+from ebd2n.campaign.runs import Run, parse_run_id, split_base
 from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
 from ebd2n.fileidentity import HashMemory
@@ -106,15 +108,16 @@ def check_members(paths: CampaignPaths, expected: list[Run]) -> Check:
     return check
 
 
-def check_plans(paths: CampaignPaths, bases: Iterable[str], epochs_per_slice: int | dict | None) -> Check:
+def check_plans(paths: CampaignPaths, grid: Grid, epochs_per_slice: int | dict | None) -> Check:
     """Each base's slice plan (what every job's --until-epoch came from) is the frozen trainer's
     plan of its frozen base recipe in the frozen number of epochs per slice (the frozen trainer's,
     not this checkout's: the budget code may have changed since the campaign started)."""
     check = Check("slice plans equal the frozen trainer's plan of the frozen base recipes", unit="plans")
-    for base in bases:
+    for base in grid.bases:
         path, where = paths.slice_plan(base), _where(paths, paths.slice_plan(base))
         check.examined += 1
-        per_slice = epochs_per_slice.get(base) if isinstance(epochs_per_slice, dict) else epochs_per_slice
+        scope = split_base(base)[0]
+        per_slice = epochs_per_slice.get(scope) if isinstance(epochs_per_slice, dict) else epochs_per_slice
         if not isinstance(per_slice, int):
             check.violations.append(f"{_where(paths, paths.freeze_record)}: records no epochs_per_slice for {base}")
             continue
@@ -122,7 +125,7 @@ def check_plans(paths: CampaignPaths, bases: Iterable[str], epochs_per_slice: in
             check.violations.append(f"{where}: missing")
             continue
         try:
-            expected = plan_json(frozen_trainer_plan(paths, base, per_slice))
+            expected = plan_json(frozen_trainer_plan(paths, base, per_slice, parent_base(grid, base)))
         except UserError as error:
             check.violations.append(f"{where}: cannot be recomputed ({error})")
             continue

@@ -20,6 +20,7 @@ from ebd2n.layout import (
     CHECKPOINT_LEDGER,
     FINAL,
     JOB_RECORDS,
+    LINEAGE,
     LIVE_DASHBOARD,
     RESULTS_JSON,
     RUN_ARTIFACTS,
@@ -174,7 +175,14 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
             return
         retention = retention_of(view.recipe)
         kept = retention.kept()
-        allowed = {*RUN_ARTIFACTS, JOB_RECORDS, LIVE_DASHBOARD, *kept, *slice_records(plans.get(view.run.base))}
+        allowed = {
+            *RUN_ARTIFACTS,
+            JOB_RECORDS,
+            LIVE_DASHBOARD,
+            LINEAGE,
+            *kept,
+            *slice_records(plans.get(view.run.base)),
+        }
         stray = [name for name in view.files if name not in allowed and not name.startswith(f"{TENSORBOARD}/")]
         if stray:
             yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from ebd2n.audit.checks import Check
 from ebd2n.audit.run_memo import remembered
-from ebd2n.audit.runs import RunView, metric_records
+from ebd2n.audit.runs import RunView, json_object, metric_records
 from ebd2n.fileidentity import HashMemory
-from ebd2n.layout import METRICS, TRAIN_LOG
+from ebd2n.layout import METRICS, TRAIN_LOG, RunPaths
 from ebd2n.train.budget import budget_of
 from ebd2n.train.runlog import CLOSING_LINES
 
@@ -51,10 +51,29 @@ def _problems(view: RunView) -> Iterable[str]:
         blocks = log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
         jobs = {job for job, _ in blocks}
         missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in jobs]
+        if missing and view.paths.lineage.is_file():
+            missing = [job for job in missing if job not in trunk_jobs(view.paths)]
         if missing:
             yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
         for job, foreign in overlapping_blocks(blocks):
             yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
+
+
+def trunk_jobs(paths: RunPaths) -> set[str]:
+    """The jobs that trained a branched run's trunk: those of its parent's train.log (and, for a parent
+    that branched too, of its own parent's), where their blocks are (ebd2n.train.branch)."""
+    jobs: set[str] = set()
+    seen = {paths.directory.resolve()}
+    while True:
+        lineage, _ = json_object(paths.lineage) if paths.lineage.is_file() else (None, None)
+        parent = (lineage or {}).get("parent")
+        if not isinstance(parent, str) or "/" in parent or parent in (".", ".."):
+            return jobs
+        paths = RunPaths(paths.directory.parent / parent)
+        if paths.directory.resolve() in seen or not paths.train_log.is_file():
+            return jobs
+        seen.add(paths.directory.resolve())
+        jobs |= {job for job, _ in log_blocks(paths.train_log.read_text(encoding="utf-8", errors="replace"))}
 
 
 def log_blocks(text: str) -> list[tuple[str, list[str]]]:

@@ -14,10 +14,11 @@ from typing import Any
 
 from ebd2n.campaign.file import Campaign, validate_schema
 from ebd2n.campaign.grid import grid_from_dict
+from ebd2n.campaign.horizons import check_horizons, check_horizons_growth
 from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.resources import DEFAULT, PREPARE, scope_name
-from ebd2n.campaign.runs import BASE, Run, packed_models
+from ebd2n.campaign.runs import BASE, Run, packed_models, split_base
 from ebd2n.campaign.search import check_search
 from ebd2n.config import Recipe
 from ebd2n.config.checkpoint_policy import DEFAULT_CHECKPOINT_POLICY
@@ -69,7 +70,9 @@ def _check_campaign(campaign: Campaign) -> None:
             "(a scaling campaign, one base recipe per preset), not both or neither"
         )
     for mode in grid.modes:
-        if mode not in grid.learning_rates and not all(f"{base}-{mode}" in grid.learning_rates for base in grid.bases):
+        if mode not in grid.learning_rates and not all(
+            f"{scope}-{mode}" in grid.learning_rates for scope in grid.scopes
+        ):
             raise UserError(
                 f"{where}: grid.learning_rates: no list for mode {mode}; "
                 "give each mode in grid.modes its learning rates"
@@ -105,9 +108,10 @@ def _check_campaign(campaign: Campaign) -> None:
         )
     for base, recipe in bases.items():
         epochs = budget_of(recipe).epochs
+        scope, horizon = split_base(base)
         for mode in grid.modes:
-            lr = grid.mode_learning_rates(base, mode)[0]
-            probe = Run(None if base == BASE else base, mode, lr, grid.beta2[0], grid.seeds[0])
+            lr = grid.mode_learning_rates(scope, mode)[0]
+            probe = Run(None if scope == BASE else scope, mode, lr, grid.beta2[0], grid.seeds[0], horizon)
             try:
                 probe_epochs = budget_of(
                     run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)
@@ -121,6 +125,7 @@ def _check_campaign(campaign: Campaign) -> None:
                     "set training.max_tokens and training.epoch_tokens"
                 )
             _check_resources(campaign, base, mode, recipe, where)
+    check_horizons(grid, bases, campaign.checkpoint_policy, where)
     check_search(grid.search, campaign_plans(campaign), grid.brackets(), where)
 
 
@@ -150,12 +155,15 @@ def _check_frozen(campaign: Campaign) -> None:
     now = campaign.settings()
     # presets added after the start may bring their own overrides; those frozen must stay
     now["preset_overrides"] = {base: now["preset_overrides"].get(base, {}) for base in frozen["preset_overrides"]}
+    frozen_bases = [split_base(path.stem) for path in campaign.paths.frozen_recipes.glob("*.yaml")]
+    started = [horizon for _scope, horizon in frozen_bases if horizon is not None]
+    check_horizons_growth(started, list(campaign.grid.horizons or ()), f"campaign file {campaign.source}")
     changed = [key for key in frozen if frozen[key] != now[key]]
     if changed:
         details = "; ".join(f"{key}: frozen {frozen.get(key)!r}, now {now[key]!r}" for key in changed)
         raise UserError(
             f"campaign file {campaign.source}: campaign {campaign.name} started with other settings ({details}). "
-            "A started campaign can only gain learning rates, beta2 values, modes, presets and seeds; "
+            "A started campaign can only gain learning rates, beta2 values, modes, presets, seeds and longer horizons; "
             f"restore the settings, or give the changed campaign a new name (or remove {campaign.paths.frozen} "
             "and its runs to start over)"
         )

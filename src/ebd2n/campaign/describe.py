@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ebd2n.campaign.file import Campaign
+from ebd2n.campaign.horizons import parent_base
 from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.resources import scope_name
 
@@ -21,6 +22,11 @@ def describe_campaign(campaign: Campaign) -> str:
                 f"  {scope_name(base, mode)}: {count} runs x {slices} slice(s) of <= {campaign.slice_epochs(base)} of "
                 f"{epochs} epochs; per job {resources.gpus_text}, {resources.minutes} min, {resources.mem_mb} MB, "
                 f"{resources.cpus} CPU(s)"
+            )
+        if plan.branch is not None:
+            lines.append(
+                f"  {base}: each run starts at epoch {plan.branch} from its point's run at "
+                f"{parent_base(grid, base)} (that run's pre-decay checkpoint: the trunk is trained once)"
             )
         if grid.search.halving:
             lines.append(

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.campaign.grid import Grid
+from ebd2n.campaign.horizons import horizon_overrides
 from ebd2n.campaign.resources import PREPARE, Resources, scope_name, scope_resources
-from ebd2n.campaign.runs import BASE, unknown_mode
+from ebd2n.campaign.runs import BASE, split_base, unknown_mode
 from ebd2n.config import INT_RANGE, Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths, named_campaign
@@ -80,21 +81,21 @@ class Campaign:
 
     def job_resources(self, base: str, mode: str | None) -> Resources:
         """Resources of a job of `base` in `mode` (None: the data-cache job); see scope_resources."""
-        return scope_resources(self.resources, base, mode)
+        return scope_resources(self.resources, split_base(base)[0], mode)
 
     def slice_epochs(self, base: str) -> int:
-        """Epochs one job of this base recipe's runs trains."""
+        """Epochs one job of this base recipe's runs trains (given per preset: at each horizon alike)."""
         if isinstance(self.epochs_per_slice, int):
             return self.epochs_per_slice
-        return self.epochs_per_slice[base]
+        return self.epochs_per_slice[split_base(base)[0]]
 
     def execution_record(self, max_jobs: int | None) -> dict[str, Any]:
         """How the campaign's jobs ran, for its results record: at most `max_jobs` at once (the
         profile's `jobs`), each job scope's time limit, partition and account, and the software."""
         scopes = {PREPARE: self.job_resources(BASE, None)}
-        for base in self.grid.bases:
+        for scope in self.grid.scopes:
             for mode in self.grid.modes:
-                scopes[scope_name(base, mode)] = self.job_resources(base, mode)
+                scopes[scope_name(scope, mode)] = self.job_resources(scope, mode)
         return {
             "max_concurrent_jobs": max_jobs,
             "jobs": {
@@ -110,15 +111,18 @@ class Campaign:
         }
 
     def base_recipe(self, base: str) -> Recipe:
-        """A base recipe as it is now: preset or file, then the campaign's data, overrides, policy."""
-        reference = self.recipe if base == BASE else base
+        """A base recipe as it is now: preset or file, then the campaign's data, overrides, policy and
+        horizon (ebd2n.campaign.horizons)."""
+        scope = split_base(base)[0]
+        reference = self.recipe if scope == BASE else scope
         path = resolve_recipe_path(reference)
         raw = read_yaml_mapping(path, "recipe")
         purpose = f"campaign {self.name}" + (f": {self.description}" if self.description else "")
         overrides = [
             *((f"data.{key}", value) for key, value in self.data.items()),
             *self.overrides.items(),
-            *self.preset_overrides.get(base, {}).items(),
+            *self.preset_overrides.get(scope, {}).items(),
+            *horizon_overrides(base),
             ("training.checkpoint_policy", self.checkpoint_policy),
             *([("training.checkpoint_epochs", self.checkpoint_epochs)] if self.checkpoint_epochs is not None else []),
             ("runtime.purpose", purpose),

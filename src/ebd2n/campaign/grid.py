@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ebd2n.campaign.runs import BASE, Run
+from ebd2n.campaign.runs import BASE, Run, base_name
 from ebd2n.campaign.search import Bracket, Search, brackets, search_from_dict
 
 
@@ -30,25 +30,35 @@ class Grid:
     seeds: tuple[int, ...]
     search: Search = field(default_factory=Search)
     """How the grid is searched: every point to the end, or successive halving."""
+    horizons: tuple[float, ...] | None = None
+    """Training horizons in tokens per parameter, shortest first (WSD trunks: ebd2n.campaign.horizons);
+    None: every run trains its recipe's budget."""
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """The presets of a scaling campaign, else the single `BASE`: what learning-rate lists,
+        resources and slice lengths are given per."""
+        return self.presets or (BASE,)
 
     @property
     def bases(self) -> tuple[str, ...]:
-        """Base recipe names: the presets of a scaling campaign, else the single `BASE`."""
-        return self.presets or (BASE,)
+        """Base recipe names: each scope, at each horizon where the grid has horizons."""
+        return tuple(base_name(scope, horizon) for scope in self.scopes for horizon in self.horizons or (None,))
 
-    def mode_learning_rates(self, base: str, mode: str) -> tuple[float, ...]:
-        """The learning rates of one base recipe's runs in one mode: its `<preset>-<mode>` list, else the mode's."""
-        scoped = self.learning_rates.get(f"{base}-{mode}") if base != BASE else None
+    def mode_learning_rates(self, scope: str, mode: str) -> tuple[float, ...]:
+        """The learning rates of one scope's runs in one mode: its `<preset>-<mode>` list, else the mode's."""
+        scoped = self.learning_rates.get(f"{scope}-{mode}") if scope != BASE else None
         return scoped or self.learning_rates[mode]
 
     def runs(self) -> list[Run]:
-        """Every run, ordered by preset, mode, learning rate, beta2, seed."""
+        """Every run, ordered by preset, mode, learning rate, beta2, horizon, seed."""
         return [
-            Run(None if base == BASE else base, mode, lr, beta2, seed)
-            for base in self.bases
+            Run(None if scope == BASE else scope, mode, lr, beta2, seed, horizon)
+            for scope in self.scopes
             for mode in self.modes
-            for lr in self.mode_learning_rates(base, mode)
+            for lr in self.mode_learning_rates(scope, mode)
             for beta2 in self.beta2
+            for horizon in self.horizons or (None,)
             for seed in self.seeds
         ]
 
@@ -65,12 +75,14 @@ class Grid:
             "learning_rates": {key: list(values) for key, values in self.learning_rates.items()},
             "beta2": list(self.beta2),
         }
+        if self.horizons:  # a grid without horizons is recorded as it always was
+            grid["horizons"] = list(self.horizons)
         search = {"search": self.search.record()} if self.search.halving else {}
         return {"grid": grid, "seeds": list(self.seeds), **search}
 
     def union(self, later: Grid) -> Grid:
         """This grid and a later recording of it as one: every axis the union, earlier values first;
-        the later search settings."""
+        the later search settings; horizons shortest first."""
         keys = _union(list(self.learning_rates), list(later.learning_rates))
         rates = {key: _union(self.learning_rates.get(key, ()), later.learning_rates.get(key, ())) for key in keys}
         return Grid(
@@ -80,6 +92,7 @@ class Grid:
             beta2=_union(self.beta2, later.beta2),
             seeds=_union(self.seeds, later.seeds),
             search=later.search,
+            horizons=tuple(sorted(_union(self.horizons or (), later.horizons or ()))) or None,
         )
 
 
@@ -89,6 +102,7 @@ def grid_from_dict(grid: Mapping[str, Any], seeds: Sequence[int], search: Mappin
     if not (isinstance(seeds, list) and all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds)):
         raise TypeError("seeds are not a list of integers")
     presets = grid.get("presets")
+    horizons = grid.get("horizons")
     return Grid(
         presets=tuple(str(preset) for preset in presets) if presets else None,
         modes=tuple(str(mode) for mode in grid["modes"]),
@@ -96,6 +110,7 @@ def grid_from_dict(grid: Mapping[str, Any], seeds: Sequence[int], search: Mappin
         beta2=tuple(float(beta2) for beta2 in grid["beta2"]),
         seeds=tuple(seeds),
         search=search_from_dict(search),
+        horizons=tuple(sorted(float(horizon) for horizon in horizons)) if horizons else None,
     )
 
 

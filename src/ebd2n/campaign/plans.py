@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.halving import Halving
+from ebd2n.campaign.horizons import parent_base
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import CampaignPaths
@@ -34,7 +35,10 @@ def campaign_plans(campaign: Campaign) -> dict[str, SlicePlan]:
     for base, recipe in campaign.current_bases.items():
         if not campaign.paths.slice_plan(base).is_file() and campaign.paths.source_hash.is_file():
             _refuse_older_frozen_trainer(campaign.paths)
-        plans[base] = recipe_plan(recipe, campaign.slice_epochs(base))
+        parent = parent_base(campaign.grid, base)
+        if parent and campaign.paths.source_hash.is_file():
+            _refuse_frozen_without_horizons(campaign.paths)
+        plans[base] = recipe_plan(recipe, campaign.slice_epochs(base), parent and campaign.current_bases[parent])
     return plans
 
 
@@ -72,9 +76,10 @@ def recorded_search(paths: CampaignPaths, grid: Grid) -> Halving | None:
     return grid_search(paths, grid, frozen_plans(paths, grid.bases))
 
 
-def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) -> SlicePlan:
-    """The slices of frozen base recipe `base`, as the campaign's frozen trainer plans them
-    (`ebd2n plan --json` run from frozen/src): what the audit holds a plan file to."""
+def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int, parent: str | None) -> SlicePlan:
+    """The slices of frozen base recipe `base` (continuing base `parent`'s trunk, if any), as the
+    campaign's frozen trainer plans them (`ebd2n plan --json` run from frozen/src): what the audit
+    holds a plan file to."""
     _refuse_older_frozen_trainer(paths)
     command = [
         sys.executable,
@@ -85,6 +90,7 @@ def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) 
         "--epochs-per-slice",
         str(epochs_per_slice),
         "--json",
+        *(["--parent", str(paths.base_recipe(parent))] if parent else []),
     ]
     env = {**os.environ, "PYTHONPATH": str(paths.frozen_src)}
     shown = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -98,6 +104,15 @@ def frozen_trainer_plan(paths: CampaignPaths, base: str, epochs_per_slice: int) 
         raise UserError(
             f"{paths.frozen_src}: the frozen trainer's plan of {base} is not JSON: {shown.stdout[:200]!r}"
         ) from None
+
+
+def _refuse_frozen_without_horizons(paths: CampaignPaths) -> None:
+    """Horizons added to a campaign whose frozen trainer cannot branch a run from a shorter one's trunk."""
+    if not (paths.frozen_package / "train" / "branch.py").is_file():
+        raise UserError(
+            f"{paths.frozen_src}: frozen by an ebd2n without training horizons (source "
+            f"{paths.source_hash.read_text().strip()}): grid.horizons needs a new campaign"
+        )
 
 
 def _refuse_older_frozen_trainer(paths: CampaignPaths) -> None:

@@ -67,7 +67,8 @@ class CampaignResults:
     beta2: list[float]
     seeds: list[int]
     presets: dict[str, str]
-    """Model size of each run (by `directory`) in a scaling campaign; empty otherwise."""
+    """The cell of each run (by `directory`): its model size in a scaling campaign, its horizon in one
+    with horizons; empty otherwise."""
     manifest: dict[str, Any] | None
     manifest_path: Path
     audit: dict[str, Any] | None
@@ -259,10 +260,22 @@ def _grid(
 
 
 def _presets(info: dict[str, Any] | None, run_ids: list[str]) -> dict[str, str]:
-    """Model size of each run of a scaling campaign (grid.presets declared, or run ids carry a preset)."""
-    declared = bool(((info or {}).get("grid") or {}).get("presets"))
-    sizes = {f"runs/{run_id}": preset for run_id in run_ids if (preset := _preset(run_id))}
+    """The cell of each run of a scaling or horizons campaign, its model size and horizon (grid.presets
+    or grid.horizons declared, or run ids carry them)."""
+    grid = (info or {}).get("grid") or {}
+    declared = bool(grid.get("presets") or grid.get("horizons"))
+    sizes = {f"runs/{run_id}": cell for run_id in run_ids if (cell := _cell(run_id))}
     return sizes if sizes and (declared or len(sizes) == len(run_ids)) else {}
+
+
+def _cell(run_id: str) -> str | None:
+    """`20m`, `20m · 80 tokens/param` or `80 tokens/param` of a canonical run id; None for other ids."""
+    try:
+        run = parse_run_id(run_id)
+    except UserError:
+        return None
+    horizon = f"{run.horizon:g} tokens/param" if run.horizon is not None else None
+    return " · ".join(part for part in (run.preset, horizon) if part) or None
 
 
 def _preset(run_id: str) -> str | None:

@@ -1,8 +1,10 @@
 """Run ids: a grid point and a seed, written so that the id alone says how to train the run.
 
 `packed-4-lr0.0012-beta20.999-seed42`; scaling campaigns prefix the preset:
-`254m-synchronous-lr0.0008-beta20.95-seed42`. Floats are written as Python's repr, the shortest
-text that reads back as the same float, so an id maps to exactly one grid point and back.
+`254m-synchronous-lr0.0008-beta20.95-seed42`; campaigns with training horizons (tokens per
+parameter) name the run's before its seed: `synchronous-lr0.001-beta20.95-tpp80.0-seed42`. Floats are
+written as Python's repr, the shortest text that reads back as the same float, so an id maps to
+exactly one grid point and back.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ BASE = "base"
 _NUMBER = r"[0-9][0-9.e+-]*?"
 _RUN_ID = re.compile(
     rf"^(?:(?P<preset>[A-Za-z0-9][A-Za-z0-9._]*)-)?(?P<mode>synchronous|packed-[0-9]+)"
-    rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})-seed(?P<seed>[0-9]+)$"
+    rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})(?:-tpp(?P<horizon>{_NUMBER}))?-seed(?P<seed>[0-9]+)$"
 )
+_HORIZON_SUFFIX = "-tpp"
 
 
 @dataclass(frozen=True)
@@ -31,22 +34,42 @@ class Run:
     lr: float
     beta2: float
     seed: int
+    horizon: float | None = None
+    """Training horizon in tokens per parameter (a campaign's `grid.horizons`); None: the recipe's budget."""
 
     @property
     def id(self) -> str:
         prefix = f"{self.preset}-" if self.preset else ""
-        return f"{prefix}{self.mode}-lr{self.lr!r}-beta2{self.beta2!r}-seed{self.seed}"
+        horizon = f"-tpp{self.horizon!r}" if self.horizon is not None else ""
+        return f"{prefix}{self.mode}-lr{self.lr!r}-beta2{self.beta2!r}{horizon}-seed{self.seed}"
 
     @property
     def label(self) -> str:
         """The id as a page shows it: `packed-4 · lr 0.0012 · β2 0.999 · seed 42` (`beta20.999` reads as a number)."""
         prefix = f"{self.preset} · " if self.preset else ""
-        return f"{prefix}{self.mode} · lr {self.lr!r} · β2 {self.beta2!r} · seed {self.seed}"
+        horizon = f" · {self.horizon:g} tokens/param" if self.horizon is not None else ""
+        return f"{prefix}{self.mode} · lr {self.lr!r} · β2 {self.beta2!r}{horizon} · seed {self.seed}"
+
+    @property
+    def scope(self) -> str:
+        """The preset (or `BASE`) whose settings the run takes: learning-rate lists, resources, slices."""
+        return self.preset or BASE
 
     @property
     def base(self) -> str:
-        """Which frozen base recipe the run starts from."""
-        return self.preset or BASE
+        """Which frozen base recipe the run starts from: its scope's, at its horizon."""
+        return base_name(self.scope, self.horizon)
+
+
+def base_name(scope: str, horizon: float | None) -> str:
+    """The frozen base recipe of a preset (or `BASE`) at a horizon: `20m`, `20m-tpp80.0`."""
+    return scope if horizon is None else f"{scope}{_HORIZON_SUFFIX}{horizon!r}"
+
+
+def split_base(base: str) -> tuple[str, float | None]:
+    """(scope, horizon) of a base recipe name (`base_name`'s inverse; preset names hold no `-`)."""
+    scope, suffix, horizon = base.partition(_HORIZON_SUFFIX)
+    return (scope, float(horizon)) if suffix else (base, None)
 
 
 def unknown_mode(mode: str) -> str:
@@ -64,11 +87,14 @@ def parse_run_id(run_id: str) -> Run:
     match = _RUN_ID.fullmatch(run_id)
     if match is None:
         raise UserError(
-            f"run id {run_id!r}: expected [<preset>-]<mode>-lr<float>-beta2<float>-seed<int>, "
+            f"run id {run_id!r}: expected [<preset>-]<mode>-lr<float>-beta2<float>[-tpp<float>]-seed<int>, "
             "e.g. packed-4-lr0.0012-beta20.999-seed42"
         )
     try:
-        run = Run(match["preset"], match["mode"], float(match["lr"]), float(match["beta2"]), int(match["seed"]))
+        horizon = float(match["horizon"]) if match["horizon"] is not None else None
+        run = Run(
+            match["preset"], match["mode"], float(match["lr"]), float(match["beta2"]), int(match["seed"]), horizon
+        )
     except ValueError:
         raise UserError(f"run id {run_id!r}: learning rate or beta2 is not a number") from None
     if run.id != run_id:

@@ -9,7 +9,8 @@ SLURM cluster, and it can run as often as wanted.
 
 A run's time so far is the training time the trainer recorded for its finished slices (epoch
 `wall_s`; validation and job start-up excluded) plus how long its running job has run; hours are
-that time the job's GPUs or CPUs. The ETA is the remaining jobs (slices and validations) times
+that time the job's GPUs or CPUs. A run that branched from a shorter horizon's trunk counts from
+its branch on: the trunk's epochs are its parent's time. The ETA is the remaining jobs (slices and validations) times
 the mean duration of the finished ones (the trainer's slice times, validation's recorded time),
 divided by the number of jobs running now (at least one).
 
@@ -238,8 +239,9 @@ def _run_status(
     if epochs:
         row.loss, row.accuracy = epochs[-1].get("val_loss"), epochs[-1].get("val_accuracy")
         row.loss_epoch = epochs[-1].get("epoch", done_epochs)
-        row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs)
-        for start, end in itertools.pairwise([0, *ends]):
+        trunk = plan.branch or 0  # a branched run's first epochs are its parent's, timed there
+        row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[trunk:])
+        for start, end in itertools.pairwise([trunk, *ends]):
             if end <= done_epochs:
                 row.slice_seconds.append(sum(record.get("wall_s", 0.0) for record in epochs[start:end]))
     results = read_json(files.results) if files.results.is_file() else None
@@ -253,7 +255,8 @@ def _run_status(
         row.validation_seconds = results.get("wall_seconds")
     elif holder is not None:  # the running job's epochs so far are in its elapsed time
         finished = ends[slices_done - 1] if slices_done else 0
-        row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[:finished]) + max(0.0, now - holder.started)
+        own = epochs[plan.branch or 0 : finished]
+        row.wall_s = sum(record.get("wall_s", 0.0) for record in own) + max(0.0, now - holder.started)
         validating = files.final.is_file() and files.best.is_file()
         row.state = "validating" if validating else "training"
         row.curve = _step_losses(files.metrics)

@@ -25,10 +25,10 @@ def campaign_plan(campaign: Campaign, plans: Mapping[str, SlicePlan]) -> dict[st
     each base recipe's slices (`plans`, ebd2n.campaign.plans) and the GPU-hour price."""
     grid = campaign.grid
     jobs = {}
-    for base in grid.bases:
+    for scope in grid.scopes:
         for mode in grid.modes:
-            resources = campaign.job_resources(base, mode)
-            jobs[scope_name(base, mode)] = {"gpus": resources.job_gpus, "cpus": resources.cpus}
+            resources = campaign.job_resources(scope, mode)
+            jobs[scope_name(scope, mode)] = {"gpus": resources.job_gpus, "cpus": resources.cpus}
     slices = {base: plan_record(plan) for base, plan in plans.items()}
     return {
         "campaign": campaign.name,
@@ -43,7 +43,7 @@ def planned_runs(plan: Mapping[str, Any]) -> list[tuple[Run, int, int]]:
     """Every run of a `campaign_plan` with its job's GPUs and CPUs."""
     jobs = plan["jobs"]
     return [
-        (run, jobs[scope_name(run.base, run.mode)]["gpus"], jobs[scope_name(run.base, run.mode)]["cpus"])
+        (run, jobs[scope_name(run.scope, run.mode)]["gpus"], jobs[scope_name(run.scope, run.mode)]["cpus"])
         for run in grid_from_record(plan).runs()
     ]
 

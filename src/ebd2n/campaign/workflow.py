@@ -17,11 +17,13 @@ from typing import Any
 from ebd2n.campaign.fates import Read, bracket_records, finished_runs, run_fates, run_records
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.halving import Halving
+from ebd2n.campaign.horizons import parent_base, parent_run
 from ebd2n.campaign.plans import campaign_plans, grid_search
 from ebd2n.campaign.resources import Resources
 from ebd2n.campaign.runs import Run, parse_run_id
 from ebd2n.campaign.search import Bracket
 from ebd2n.errors import UserError
+from ebd2n.train.plan import SlicePlan
 
 
 class WorkflowPlan:
@@ -46,10 +48,13 @@ class WorkflowPlan:
 
     @functools.cache  # noqa: B019 (one plan per workflow: several input functions of every job ask)
     def run(self, run_id: str) -> Run:
-        """The run a job's `run` wildcard names; one of a preset the campaign does not have is refused."""
+        """The run a job's `run` wildcard names; one of a preset or horizon the campaign does not have is refused."""
         run = parse_run_id(run_id)
         if run.base not in self.campaign.grid.bases:
-            raise UserError(f"run {run_id}: preset {run.preset} is not in grid.presets of {self.campaign.source}")
+            raise UserError(
+                f"run {run_id}: its base recipe {run.base} is not one of {self.campaign.source}'s "
+                f"({', '.join(self.campaign.grid.bases)}: grid.presets x grid.horizons)"
+            )
         return run
 
     def final_output(self) -> list[str]:
@@ -105,9 +110,33 @@ class WorkflowPlan:
         except UserError as error:
             raise UserError(f"{run_id}: {error}") from None
         if previous is None:
-            return None
+            return self._trunk_slice(run, plan)
         self._refuse_stopped(run, previous, read)
         return str(self.paths.run(run_id).slice_record(previous))
+
+    def _trunk_slice(self, run: Run, plan: SlicePlan) -> str | None:
+        """For the first slice of a run that branches (ebd2n.campaign.horizons): the record of its
+        parent's slice that trains past the branch epoch, whose checkpoint there it starts from."""
+        parent = parent_run(self.campaign.grid, run)
+        if plan.branch is None or parent is None:
+            return None
+        end = next(end for end in self.plans[parent.base].ends if end >= plan.branch)
+        return str(self.paths.run(parent.id).slice_record(end))
+
+    def branch_option(self, run_id: str, epoch: int | None) -> str:
+        """`--branch-from <parent run dir>` for the job that starts a branched run at its trunk's
+        checkpoint; nothing for every other job."""
+        run = self.run(run_id)
+        plan = self.plans[run.base]
+        parent = parent_run(self.campaign.grid, run)
+        if plan.branch is None or parent is None or epoch != plan.branch:
+            return ""
+        return f"--branch-from {self.paths.run(parent.id).directory}"
+
+    def plan_parent(self, base: str) -> str | None:
+        """The frozen base recipe whose runs' trunks `base`'s runs continue (None: they start fresh)."""
+        parent = parent_base(self.campaign.grid, base)
+        return None if parent is None else str(self.paths.base_recipe(parent))
 
     def _refuse_stopped(self, run: Run, epoch: int, read: Read) -> None:
         """A run a rung up to `epoch` stopped is refused, named at the rung it stopped at."""
@@ -151,7 +180,7 @@ class WorkflowPlan:
     def run_job_resources(self) -> tuple[dict[str, Any], Any]:
         """Training and validation jobs' SLURM resources and threads (see `job_settings`)."""
         grid = self.campaign.grid
-        scopes = [self.campaign.job_resources(base, mode) for base in grid.bases for mode in grid.modes]
+        scopes = [self.campaign.job_resources(scope, mode) for scope in grid.scopes for mode in grid.modes]
         return job_settings(scopes, self.resources)
 
     def prepare_job_resources(self) -> tuple[dict[str, Any], Any]:

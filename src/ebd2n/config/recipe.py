@@ -114,7 +114,13 @@ _ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
     "lora": {"train_norms": False},
     "data": {"supervised": None},
     "runtime": {"cuda_path_on_cpu": False},
-    "optimizer": {"schedule": "cosine", "decay_fraction": 0.1, "decay_shape": "sqrt", "accum_iter": 1},
+    "optimizer": {
+        "schedule": "cosine",
+        "decay_fraction": 0.1,
+        "decay_shape": "sqrt",
+        "accum_iter": 1,
+        "warmup_tokens": None,
+    },
     "decentralized": {"adaptive_consensus": None},
     "training": {"divergence_margin": 1.0, "divergence_patience": 20},
 }

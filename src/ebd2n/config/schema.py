@@ -187,7 +187,10 @@ class OptimizerConfig(Section):
     accum_iter: int = Field(default=1, ge=1)
     """AccumAdamW (tiny-llm's): moments committed once per this many steps from their mean gradient; 1: AdamW."""
     warmup_fraction: float = Field(default=0.05, ge=0, lt=1)
-    """Share of the token budget spent in linear warm-up."""
+    """Share of the token budget spent in linear warm-up (unless warmup_tokens)."""
+    warmup_tokens: int | None = Field(default=None, gt=0)
+    """Linear warm-up over this many tokens whatever the budget, in place of warmup_fraction (tiny-llm's
+    warmup_steps x batch_tokens): runs of one recipe at several horizons then share their trunk."""
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
     """Cosine decay ends at this fraction of the peak (schedule cosine only; wsd decays to zero)."""
     schedule: Literal["cosine", "wsd"] = "cosine"

@@ -23,6 +23,7 @@ def train_job(
     progress: bool = False,
     wait: bool = False,
     plan: Path | None = None,
+    branch_from: Path | None = None,
 ) -> str | None:
     """Train a run (or one slice of it) and, once the run is complete, write its dashboard; return
     one line on what the job left (None on a torchrun process other than the main one)."""
@@ -57,6 +58,7 @@ def train_job(
             wait=wait,
             slice_ends=slice_plan.ends if slice_plan else (),
             on_record=live,
+            branch_from=branch_from,
         )
     except Exception as error:
         live.failed(error)

@@ -39,6 +39,12 @@ def add_run_commands(subcommands: argparse._SubParsersAction) -> None:
     p.add_argument("--output", type=Path, help="also write the plan as JSON (the workflow reads it)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument(
+        "--parent",
+        type=Path,
+        metavar="RECIPE",
+        help="the recipe of a shorter wsd horizon whose trunk the run continues: start at its pre-decay epoch",
+    )
+    p.add_argument(
         "--expect",
         type=epoch_list,
         metavar="E1,E2,...",
@@ -75,6 +81,12 @@ def add_run_commands(subcommands: argparse._SubParsersAction) -> None:
         "--plan",
         type=Path,
         help="the run's slice plan (frozen/plans/<base>.json): a run that diverges records every slice end",
+    )
+    p.add_argument(
+        "--branch-from",
+        type=Path,
+        metavar="RUN_DIR",
+        help="a wsd run of the same recipe with a shorter budget: start from its pre-decay checkpoint",
     )
     p.add_argument("--wait", action="store_true", help=wait)
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -21,6 +21,7 @@ from typing import Any
 from ebd2n.config import Recipe
 from ebd2n.jsonio import read_jsonl
 from ebd2n.train.budget import Budget
+from ebd2n.train.schedule import warmup_tokens
 
 NON_FINITE = "non-finite"
 LOSS_BOUND = "loss-bound"
@@ -46,7 +47,7 @@ class Rules:
             recipe.training.max_consecutive_skips,
             bound,
             recipe.training.divergence_patience,
-            budget.total_tokens * recipe.optimizer.warmup_fraction,
+            warmup_tokens(budget.total_tokens, recipe.optimizer),
         )
 
 

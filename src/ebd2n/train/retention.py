@@ -17,22 +17,31 @@ from dataclasses import dataclass
 from ebd2n.config import Recipe
 from ebd2n.config.checkpoint_policy import CHECKPOINT_POLICIES, CheckpointPolicy
 from ebd2n.layout import FINAL, slice_checkpoint
+from ebd2n.train.budget import budget_of
+from ebd2n.train.schedule import pre_decay_epoch
 
 
 @dataclass(frozen=True)
 class Retention:
     """The retention of one run: its policy (a name in CHECKPOINT_POLICIES) over its budget's epochs,
-    with the epochs `training.checkpoint_epochs` names (the interval and explicit policies')."""
+    with the epochs `training.checkpoint_epochs` names (the interval and explicit policies'), and a
+    wsd run's pre-decay checkpoint under every policy (a longer horizon branches from it)."""
 
     policy: str
     epochs: int
     checkpoint_epochs: tuple[int, ...] = (1,)
+    pre_decay: int | None = None
 
     @classmethod
     def of(cls, recipe: Recipe, epochs: int) -> Retention:
         """The retention a recipe asks for, over its budget's `epochs`."""
         training = recipe.training
-        return cls(training.checkpoint_policy, epochs, tuple(training.checkpoint_epochs))
+        return cls(
+            training.checkpoint_policy,
+            epochs,
+            tuple(training.checkpoint_epochs),
+            pre_decay_epoch(recipe, budget_of(recipe)),
+        )
 
     @property
     def rule(self) -> CheckpointPolicy:
@@ -41,7 +50,8 @@ class Retention:
     @property
     def kept_epochs(self) -> frozenset[int]:
         """The epoch boundaries before the last whose checkpoints a finished run keeps."""
-        return self.rule.kept_epochs(self.epochs, self.checkpoint_epochs)
+        pre_decay = {self.pre_decay} if self.pre_decay is not None else set()
+        return self.rule.kept_epochs(self.epochs, self.checkpoint_epochs) | pre_decay
 
     def checkpoint(self, epoch: int) -> str:
         """The file holding the state after `epoch` epochs (final.pt at the end of the budget)."""

@@ -27,6 +27,7 @@ from ebd2n.layout import RunPaths
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
 from ebd2n.provenance import source_hash
+from ebd2n.train.branch import branch_run
 from ebd2n.train.budget import Budget, budget_of
 from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Stateful
 from ebd2n.train.engine import build_engine, configure_torch
@@ -35,7 +36,7 @@ from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
 from ebd2n.train.retention import Retention
 from ebd2n.train.run_records import log_header, run_record, write_best, write_run_record, write_slice_record
-from ebd2n.train.run_state import run_directory
+from ebd2n.train.run_state import read_checkpoint_ledger, run_directory
 from ebd2n.train.state import DataPosition, Progress, RandomState
 
 
@@ -48,6 +49,7 @@ def train(
     wait: bool = False,
     slice_ends: tuple[int, ...] = (),
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    branch_from: Path | None = None,
 ) -> bool:
     """Train the run to `until_epoch` (default: the end of its budget); False when it was there already.
 
@@ -58,6 +60,8 @@ def train(
     A run that diverges (ebd2n.train.divergence) stops at once and leaves its final records, and
     the record of each of `slice_ends` still ahead: every later job of the run has nothing to do.
     `on_record` is given the run's record so far at the slice's start and after every epoch.
+    `branch_from`: a run of the same recipe with a shorter budget, whose pre-decay checkpoint this
+    run starts from when it has none of its own (ebd2n.train.branch).
     """
     run_dir = run_directory(recipe)
     budget = budget_of(recipe)
@@ -75,8 +79,13 @@ def train(
     parts_of = _parts_builder(recipe, budget, cache, context)  # every check before anything is written
     lease = claim_run_dir(recipe, provenance, context, wait)
     try:
+        branched = None
+        if branch_from is not None and context.is_main and named is None and not read_checkpoint_ledger(run_dir):
+            branched = branch_run(recipe, Path(branch_from), provenance)
         start, notes = checkpoints.load(context, named)
-        if start is not None and start.epoch >= end_epoch and _reached(run_dir, end_epoch, budget.epochs, context):
+        notes = [branched, *notes] if branched else notes  # the branch is this job's work: train.log says it
+        reached = start is not None and start.epoch >= end_epoch and not branched
+        if reached and _reached(run_dir, end_epoch, budget.epochs, context):
             if context.is_main:
                 checkpoints.let_go(start.epoch)
             return False  # reached already: nothing to train, train.log and metrics.jsonl untouched
