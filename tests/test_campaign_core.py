@@ -210,7 +210,7 @@ def test_workflow_plan_never_asks_for_a_retired_run(in_tmp: Path) -> None:
 def test_workflow_plan_refuses_a_run_of_a_preset_the_campaign_lacks(in_tmp: Path) -> None:
     plan = WorkflowPlan(campaign_from_dict(tiny()))
     with pytest.raises(
-        UserError, match="run 20m-synchronous-lr0.001-beta20.95-seed42: preset 20m is not in grid.presets"
+        UserError, match="run 20m-synchronous-lr0.001-beta20.95-seed42: its base recipe 20m is not one of"
     ):
         plan.run("20m-synchronous-lr0.001-beta20.95-seed42")
 

@@ -147,7 +147,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory)
         check_history(run_list, memory),
         check_outcomes(run_list, metadata, memory),
         run_checks.check_retention(run_list, plans),
-        check_lineage(views, history.grid, plans),
+        *([check_lineage(views, history.grid, plans)] if history.grid.horizons else []),
         run_checks.check_best(run_list),
         check_collected(paths, info, recomputed, finished),
     ]

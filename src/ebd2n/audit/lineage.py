@@ -31,7 +31,7 @@ def check_lineage(views: Mapping[str, RunView], grid: Grid, plans: Mapping[str, 
         check.examined += 1
         check.violations += [f"{view.id}: {p}" for p in _problems(view, parent, views.get(parent.id), plan.branch)]
     if not check.examined:
-        check.reason = "no branched runs (a campaign without horizons)"
+        check.reason = "no finished branched runs yet"
     return check
 
 

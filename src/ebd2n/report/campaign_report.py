@@ -42,7 +42,7 @@ from ebd2n.report import figures
 from ebd2n.report.cost import campaign_cost
 from ebd2n.report.explore import explore
 from ebd2n.report.halving import bracket_table, halving_outputs, report_halving
-from ebd2n.report.lr_law_report import lr_law_report, lr_law_section
+from ebd2n.report.lr_law_report import lr_law_figures, lr_law_report, lr_law_section
 from ebd2n.report.page import render_page
 from ebd2n.report.plotly_embed import shared_plotly
 from ebd2n.report.publish import STAGING, publish, remove_killed_stagings
@@ -79,6 +79,9 @@ def _write_report(campaign: CampaignResults, out: Path) -> Path:
         summary = campaign_summary(campaign, {}, halving)
         law = lr_law_report(campaign)
         laws = {"lr_law": law} if law else {}  # a campaign of one cell per mode: results.json as before
+        for name, drawn in lr_law_figures(law).items():
+            for fmt, data in drawn.items():
+                atomic_write_bytes(out / f"{name}.{fmt}", data)
         _write_json(
             out / REPORT_RESULTS,
             {**summary, "scaling": scaling, **laws, **search, "cost": cost, "runs": _run_records(campaign)},

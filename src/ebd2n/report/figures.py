@@ -1,5 +1,5 @@
-"""Static figures (PNG and PDF) for papers and slides: grid heatmaps, winners' curves, LR optima and
-successive-halving rungs.
+"""Static figures (PNG and PDF) for papers and slides: grid heatmaps, winners' curves, LR optima,
+successive-halving rungs and a scaling campaign's LR law.
 
 Figures are drawn on `matplotlib.figure.Figure` directly (Agg for PNG, the PDF backend for PDF),
 never through pyplot, so no global state or display is touched. PDF creation dates are left out,
@@ -279,3 +279,56 @@ def halving(brackets: list[dict[str, Any]]) -> dict[str, bytes]:
     )
     figure.tight_layout()
     return _save(figure)
+
+
+def lr_law(plot: dict[str, Any]) -> dict[str, bytes]:
+    """One mode and beta2's LR law (ebd2n.report.lr_law_report.law_plot) as PNG and PDF."""
+    return _save(lr_law_figure(plot))
+
+
+def lr_law_figure(plot: dict[str, Any]) -> Figure:
+    """The LR law on log-log axes: each cell's fitted optimum with its 95 % interval as error bars, one
+    colour per D, the law's line through each (dashed where it extrapolates to the next cell) and the
+    next cell's prediction as an open diamond; a Figure, so its drawn points can be counted."""
+    figure = Figure(figsize=(6.4, 4.4))
+    ax = figure.subplots()
+    for index, series in enumerate(plot["series"]):
+        color = PALETTE[index % len(PALETTE)]
+        cells = series["cells"]
+        ax.errorbar(
+            cells["x"], cells["lr"], yerr=_spread(cells), fmt="o", color=color, capsize=3, label=series["label"]
+        )
+        ax.plot(series["line"]["x"], series["line"]["lr"], color=color, linewidth=1.2)
+        ax.plot(series["beyond"]["x"], series["beyond"]["lr"], color=color, linewidth=1.2, linestyle="--")
+    ax.plot([], [], color="0.3", linewidth=1.2, label="fitted law, in each series' colour (dashed: extrapolated)")
+    following = plot["next"]
+    ax.errorbar(
+        [following["x"]],
+        [following["lr"]],
+        yerr=_spread({key: [following[key]] for key in ("lr", "low", "high")}),
+        fmt="D",
+        color="black",
+        markerfacecolor="white",
+        capsize=3,
+        label=following["label"],
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(
+        "model size N (parameters, log scale)" if plot["axis"] == "parameters" else "training tokens D (log scale)"
+    )
+    ax.set_ylabel("optimal peak learning rate (log scale)")
+    ax.set_title(plot["title"], fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(frameon=False, fontsize=7)
+    figure.suptitle("Fitted LR optimum per cell with its 95 % seed-bootstrap interval, and the law", fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def _spread(points: dict[str, list[float]]) -> list[list[float]]:
+    """Error bars below and above each estimate (none where a resampled interval misses it)."""
+    return [
+        [max(0.0, lr - low) for lr, low in zip(points["lr"], points["low"], strict=True)],
+        [max(0.0, high - lr) for lr, high in zip(points["lr"], points["high"], strict=True)],
+    ]
