@@ -28,6 +28,7 @@ from workflow_support import (
 
 from ebd2n.campaign.check import campaign_from_dict
 from ebd2n.campaign.horizons import parent_run
+from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.campaign.runs import Run, base_name, parse_run_id, split_base
 from ebd2n.config import load_recipe, save_recipe
 from ebd2n.errors import UserError
@@ -160,6 +161,18 @@ def test_a_started_campaign_gains_only_longer_horizons(tmp_path: Path, monkeypat
     assert campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [0.5, 1.0, 2.0]}}).grid.horizons[-1] == 2.0
     with pytest.raises(UserError, match="grid.horizons: 0.75 is shorter than the started campaign's longest horizon 1"):
         campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [0.5, 0.75, 1.0]}})
+
+
+@pytest.mark.parametrize(("per_slice", "trunk"), [(2, "slices/epoch-4.json"), (5, "final.pt")])
+def test_a_branch_waits_for_the_parent_slice_past_its_epoch(
+    per_slice: int, trunk: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan = WorkflowPlan(campaign_from_dict(RAW | {"epochs_per_slice": per_slice}))
+    assert plan.previous_slice(LONG.id, 3, read=None) == str(PATHS.run(SHORT.id).directory / trunk)
+    assert plan.branch_option(LONG.id, 3) == f"--branch-from {PATHS.run(SHORT.id).directory}"
+    assert plan.branch_option(LONG.id, 4 if per_slice == 2 else 5) == plan.branch_option(SHORT.id, 2) == ""
+    assert plan.plan_parent("base-tpp1.0") == str(PATHS.base_recipe("base-tpp0.5"))
 
 
 @pytest.fixture(scope="module")

@@ -116,12 +116,14 @@ class WorkflowPlan:
 
     def _trunk_slice(self, run: Run, plan: SlicePlan) -> str | None:
         """For the first slice of a run that branches (ebd2n.campaign.horizons): the record of its
-        parent's slice that trains past the branch epoch, whose checkpoint there it starts from."""
+        parent's slice that trains past the branch epoch, whose checkpoint there it starts from
+        (final.pt when that is the parent's last slice)."""
         parent = parent_run(self.campaign.grid, run)
         if plan.branch is None or parent is None:
             return None
-        end = next(end for end in self.plans[parent.base].ends if end >= plan.branch)
-        return str(self.paths.run(parent.id).slice_record(end))
+        parent_plan, paths = self.plans[parent.base], self.paths.run(parent.id)
+        end = next(end for end in parent_plan.ends if end >= plan.branch)
+        return str(paths.final if end == parent_plan.epochs else paths.slice_record(end))
 
     def branch_option(self, run_id: str, epoch: int | None) -> str:
         """`--branch-from <parent run dir>` for the job that starts a branched run at its trunk's
