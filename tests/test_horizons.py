@@ -28,9 +28,9 @@ from workflow_support import (
 
 from ebd2n.campaign.check import campaign_from_dict
 from ebd2n.campaign.horizons import parent_run
-from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.campaign.runs import Run, base_name, parse_run_id, split_base
-from ebd2n.config import load_recipe, save_recipe
+from ebd2n.campaign.workflow import WorkflowPlan
+from ebd2n.config import load_recipe, recipe_identity, save_recipe
 from ebd2n.errors import UserError
 from ebd2n.layout import named_campaign, run_paths
 from ebd2n.train.budget import budget_of
@@ -85,13 +85,14 @@ def test_pre_decay_epoch_is_the_last_epoch_end_at_or_before_the_decay() -> None:
     assert pre_decay_epoch(cosine, budget_of(cosine)) is None
 
 
-def test_a_wsd_run_keeps_its_pre_decay_checkpoint_under_every_policy() -> None:
-    recipe = at(1.0)
+def test_a_horizon_run_keeps_its_pre_decay_checkpoint_besides_its_policy() -> None:
+    recipe = at(1.0, ("training.keep_pre_decay", "true"))
     retention = Retention.of(recipe, budget_of(recipe).epochs)
     assert retention.policy == "final" and retention.kept_epochs == {6}
     assert retention.writes(6, 8) and not retention.writes(5, 8)
-    cosine = load_recipe("demo")
-    assert Retention.of(cosine, budget_of(cosine).epochs).kept_epochs == frozenset()
+    assert Retention.of(at(1.0), 9).kept_epochs == frozenset()  # a wsd run outside a horizons campaign
+    assert recipe_identity(recipe, None) == recipe_identity(at(1.0), None)  # result-neutral
+    assert campaign_from_dict(RAW).base_recipe("base-tpp1.0").training.keep_pre_decay
 
 
 def test_a_branch_needs_the_same_recipe_and_the_same_steps_before_it() -> None:
@@ -152,6 +153,21 @@ def test_a_campaign_with_horizons_refuses_what_cannot_share_a_trunk(
         campaign_from_dict(halving)
 
 
+def test_a_packed_mode_whose_trunk_ends_elsewhere_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    raw = json.loads(json.dumps(RAW))
+    raw["grid"] |= {
+        "modes": ["synchronous", "packed-2"],
+        "learning_rates": {"synchronous": [0.003], "packed-2": [0.003]},
+    }
+    assert campaign_from_dict(raw).grid.modes == ("synchronous", "packed-2")
+    raw["grid"]["horizons"] = [10.15, 20]  # packed-2 rounds the 10.15 budget down to whole blocks per model
+    with pytest.raises(
+        UserError, match="in mode packed-2 the trunk of .*-tpp10.15-seed42 ends at epoch 61, not the plan's 62"
+    ):
+        campaign_from_dict(raw)
+
+
 def test_a_started_campaign_gains_only_longer_horizons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     started = campaign_from_dict(RAW)
@@ -161,6 +177,9 @@ def test_a_started_campaign_gains_only_longer_horizons(tmp_path: Path, monkeypat
     assert campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [0.5, 1.0, 2.0]}}).grid.horizons[-1] == 2.0
     with pytest.raises(UserError, match="grid.horizons: 0.75 is shorter than the started campaign's longest horizon 1"):
         campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [0.5, 0.75, 1.0]}})
+    with pytest.raises(UserError, match="grid.horizons: 0.5 is gone, but the longer 1 continues its trunk"):
+        campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [1.0]}})
+    assert campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [0.5]}}).grid.bases == ("base-tpp0.5",)
 
 
 @pytest.mark.parametrize(("per_slice", "trunk"), [(2, "slices/epoch-4.json"), (5, "final.pt")])

@@ -144,7 +144,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory)
         run_checks.check_final(run_list, cache_identity, final_states(finished, metadata)),
         check_positions(settled, metadata),
         run_checks.check_artifacts(run_list),
-        check_history(run_list, memory),
+        check_history(run_list, memory, history.grid),
         check_outcomes(run_list, metadata, memory),
         run_checks.check_retention(run_list, plans),
         *([check_lineage(views, history.grid, plans)] if history.grid.horizons else []),

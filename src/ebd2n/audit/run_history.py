@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from ebd2n.audit.checks import Check
 from ebd2n.audit.run_memo import remembered
 from ebd2n.audit.runs import RunView, json_object, metric_records
+from ebd2n.campaign.grid import Grid
+from ebd2n.campaign.horizons import parent_run
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import METRICS, TRAIN_LOG, RunPaths
 from ebd2n.train.budget import budget_of
@@ -18,18 +20,18 @@ _COUNTED = re.compile(r"(step|epoch) (\d+)[/:]")
 """A train.log line counting steps (`step 8/64 | ...`, `step 9: non-finite ...`) or epochs (`epoch 1/2 | ...`)."""
 
 
-def check_history(views: list[RunView], memory: HashMemory) -> Check:
+def check_history(views: list[RunView], memory: HashMemory, grid: Grid) -> Check:
     """metrics.jsonl is one run's history: every step once and in order, every epoch once."""
     check = Check(f"{METRICS} and {TRAIN_LOG} hold one consistent history")
     for view in views:
         if view.finished:
-            _, problems = remembered(view, memory, check.name, lambda view=view: (True, list(_problems(view))))
+            _, problems = remembered(view, memory, check.name, lambda view=view: (True, list(_problems(view, grid))))
             check.examined += 1
             check.violations += [f"{view.id}: {p}" for p in problems]
     return check
 
 
-def _problems(view: RunView) -> Iterable[str]:
+def _problems(view: RunView, grid: Grid) -> Iterable[str]:
     """The run's history problems (its metrics.jsonl and train.log read in full)."""
     if METRICS not in view.hashes or view.recipe is None:
         return
@@ -51,29 +53,28 @@ def _problems(view: RunView) -> Iterable[str]:
         blocks = log_blocks(view.paths.train_log.read_text(encoding="utf-8", errors="replace"))
         jobs = {job for job, _ in blocks}
         missing = [job for job in (view.results or {}).get("job_ids") or [] if job not in jobs]
-        if missing and view.paths.lineage.is_file():
-            missing = [job for job in missing if job not in trunk_jobs(view.paths)]
+        if missing and grid.horizons:
+            missing = [job for job in missing if job not in trunk_jobs(view, grid)]
         if missing:
             yield f"{TRAIN_LOG}: no block for job(s) {', '.join(missing)}"
         for job, foreign in overlapping_blocks(blocks):
             yield f"{TRAIN_LOG}: the block of job {job} overlaps another trainer's in time ({foreign})"
 
 
-def trunk_jobs(paths: RunPaths) -> set[str]:
-    """The jobs that trained a branched run's trunk: those of its parent's train.log (and, for a parent
-    that branched too, of its own parent's), where their blocks are (ebd2n.train.branch)."""
+def trunk_jobs(view: RunView, grid: Grid) -> set[str]:
+    """The jobs that trained a branched run's trunk: those of the train.log of the parent its grid
+    gives it (and of that parent's own parent), followed only where each run's lineage.json names
+    that parent (ebd2n.train.branch; the lineage check holds the rest of lineage.json)."""
     jobs: set[str] = set()
-    seen = {paths.directory.resolve()}
-    while True:
+    run, paths = view.run, view.paths
+    while (parent := parent_run(grid, run)) is not None:
         lineage, _ = json_object(paths.lineage) if paths.lineage.is_file() else (None, None)
-        parent = (lineage or {}).get("parent")
-        if not isinstance(parent, str) or "/" in parent or parent in (".", ".."):
+        parent_paths = RunPaths(paths.directory.parent / parent.id)
+        if (lineage or {}).get("parent") != parent.id or not parent_paths.train_log.is_file():
             return jobs
-        paths = RunPaths(paths.directory.parent / parent)
-        if paths.directory.resolve() in seen or not paths.train_log.is_file():
-            return jobs
-        seen.add(paths.directory.resolve())
-        jobs |= {job for job, _ in log_blocks(paths.train_log.read_text(encoding="utf-8", errors="replace"))}
+        jobs |= {job for job, _ in log_blocks(parent_paths.train_log.read_text(encoding="utf-8", errors="replace"))}
+        run, paths = parent, parent_paths
+    return jobs
 
 
 def log_blocks(text: str) -> list[tuple[str, list[str]]]:

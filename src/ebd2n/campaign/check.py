@@ -14,7 +14,7 @@ from typing import Any
 
 from ebd2n.campaign.file import Campaign, validate_schema
 from ebd2n.campaign.grid import grid_from_dict
-from ebd2n.campaign.horizons import check_horizons, check_horizons_growth
+from ebd2n.campaign.horizons import check_branch_in_mode, check_horizons, check_horizons_growth
 from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.resources import DEFAULT, PREPARE, scope_name
@@ -106,6 +106,7 @@ def _check_campaign(campaign: Campaign) -> None:
         raise UserError(
             f"{where}: the presets use different data caches ({', '.join(sorted(caches))}); set data.cache_dir"
         )
+    check_horizons(grid, bases, campaign.checkpoint_policy, where)
     for base, recipe in bases.items():
         epochs = budget_of(recipe).epochs
         scope, horizon = split_base(base)
@@ -113,9 +114,9 @@ def _check_campaign(campaign: Campaign) -> None:
             lr = grid.mode_learning_rates(scope, mode)[0]
             probe = Run(None if scope == BASE else scope, mode, lr, grid.beta2[0], grid.seeds[0], horizon)
             try:
-                probe_epochs = budget_of(
-                    run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)
-                ).epochs
+                probed = run_recipe(recipe, probe, campaign.paths.run(probe.id).directory, source=where)
+                probe_epochs = budget_of(probed).epochs
+                check_branch_in_mode(grid, bases, probe, probed, where)
             except UserError as error:
                 raise UserError(f"{where}: {probe.id}: {error}") from None
             if probe_epochs != epochs:
@@ -125,7 +126,6 @@ def _check_campaign(campaign: Campaign) -> None:
                     "set training.max_tokens and training.epoch_tokens"
                 )
             _check_resources(campaign, base, mode, recipe, where)
-    check_horizons(grid, bases, campaign.checkpoint_policy, where)
     check_search(grid.search, campaign_plans(campaign), grid.brackets(), where)
 
 
@@ -173,7 +173,7 @@ def _check_resources(campaign: Campaign, base: str, mode: str, recipe: Recipe, w
     """Packed-K trains its K models on one device; a multi-GPU synchronous job needs a placement for every GPU."""
     resources = campaign.job_resources(base, mode)
     gpus = resources.job_gpus
-    scope = scope_name(base, mode)
+    scope = scope_name(split_base(base)[0], mode)
     if resources.nodes > 1 and resources.gpus_per_node is None:
         raise UserError(
             f"{where}: resources for {scope}: nodes {resources.nodes} needs gpus_per_node (the GPUs of each node)"

@@ -6,6 +6,7 @@ from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.horizons import parent_base
 from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.resources import scope_name
+from ebd2n.campaign.runs import split_base
 
 
 def describe_campaign(campaign: Campaign) -> str:
@@ -18,10 +19,12 @@ def describe_campaign(campaign: Campaign) -> str:
         for mode in grid.modes:
             count = sum(1 for run in runs if run.base == base and run.mode == mode)
             resources = campaign.job_resources(base, mode)
+            scope, horizon = split_base(base)
+            at = f" at {horizon:g} tokens/param" if horizon is not None else ""
             lines.append(
-                f"  {scope_name(base, mode)}: {count} runs x {slices} slice(s) of <= {campaign.slice_epochs(base)} of "
-                f"{epochs} epochs; per job {resources.gpus_text}, {resources.minutes} min, {resources.mem_mb} MB, "
-                f"{resources.cpus} CPU(s)"
+                f"  {scope_name(scope, mode)}{at}: {count} runs x {slices} slice(s) of "
+                f"<= {campaign.slice_epochs(base)} of {epochs} epochs; per job {resources.gpus_text}, "
+                f"{resources.minutes} min, {resources.mem_mb} MB, {resources.cpus} CPU(s)"
             )
         if plan.branch is not None:
             lines.append(

@@ -56,9 +56,9 @@ def extend_campaign(campaign_dir: Path, campaign_file: Path | None = None) -> Ex
     campaign = load_campaign(campaign_file)
     if campaign.name != paths.name:
         raise UserError(f"{campaign_file}: names campaign {campaign.name}, not {paths.name} ({paths.directory})")
-    if campaign.grid.presets:
+    if campaign.grid.presets or campaign.grid.horizons:
         raise UserError(
-            f"{campaign_file}: a scaling campaign (grid.presets); extend its per-preset learning rates by hand"
+            f"{campaign_file}: a scaling campaign (grid.presets or grid.horizons); extend its learning rates by hand"
         )
     proposals = edge_proposals(paths.directory, campaign)
     if not proposals:

@@ -12,15 +12,24 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ebd2n.campaign.grid import Grid
+from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import Run, base_name, split_base
 from ebd2n.config import Recipe
 from ebd2n.errors import UserError
+from ebd2n.train.trunk import branch_epoch
 
 
 def horizon_overrides(base: str) -> list[tuple[str, object]]:
-    """The recipe keys a base recipe's horizon sets (none without one)."""
+    """The recipe keys a base recipe's horizon sets (none without one): its budget, and its runs keep
+    their pre-decay checkpoints (a longer horizon, now or added later, branches there)."""
     _scope, horizon = split_base(base)
-    return [] if horizon is None else [("training.tokens_per_parameter", horizon), ("training.max_tokens", None)]
+    if horizon is None:
+        return []
+    return [
+        ("training.tokens_per_parameter", horizon),
+        ("training.max_tokens", None),
+        ("training.keep_pre_decay", True),
+    ]
 
 
 def parent_base(grid: Grid, base: str) -> str | None:
@@ -70,12 +79,34 @@ def check_horizons(grid: Grid, bases: dict[str, Recipe], policy: str, where: str
             )
 
 
+def check_branch_in_mode(grid: Grid, bases: dict[str, Recipe], probe: Run, probed: Recipe, where: str) -> None:
+    """The branch epoch the plan takes from the base recipes is the one the runs of `probe`'s mode
+    find (packed-K rounds its budgets to whole blocks per model, which can move a trunk's end)."""
+    parent = parent_run(grid, probe)
+    if parent is None:
+        return
+    planned = branch_epoch(bases[parent.base], bases[probe.base])
+    found = branch_epoch(run_recipe(bases[parent.base], parent, probed.runtime.output_dir), probed)
+    if planned != found:
+        raise UserError(
+            f"grid.horizons: in mode {probe.mode} the trunk of {parent.id} ends at epoch {found}, not the plan's "
+            f"{planned}; choose other horizons, or a training.epoch_tokens that ends the trunk alike in every mode"
+        )
+
+
 def check_horizons_growth(frozen: list[float], now: list[float], where: str) -> None:
     """A started campaign (`frozen`: the horizons of its frozen base recipes) gains only horizons longer
-    than its longest: a shorter one would change the trunk of runs already trained."""
+    than its longest, and leaves out only its longest: either way a shorter one would change the
+    trunk of runs already trained."""
     added = [h for h in now if h not in frozen]
     if frozen and added and min(added) < max(frozen):
         raise UserError(
             f"{where}: grid.horizons: {min(added):g} is shorter than the started campaign's longest horizon "
             f"{max(frozen):g}; only longer horizons can be added (they continue the trunk)"
+        )
+    gone = [h for h in frozen if h not in now and now and h < max(now)]
+    if gone:
+        raise UserError(
+            f"{where}: grid.horizons: {min(gone):g} is gone, but the longer {max(now):g} continues its trunk; "
+            "keep it (only the longest horizons can be left out)"
         )

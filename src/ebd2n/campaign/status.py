@@ -222,6 +222,7 @@ def _run_status(
     """One run's row; `stopped`: why a rung stopped it (successive halving), None if none did."""
     files = CampaignPaths(Path(campaign_dir)).run(run)
     epochs, diverged = _epoch_records(files.metrics)
+    trunk = plan.branch if plan.branch and files.lineage.is_file() else 0  # the parent's epochs, timed there
     done_epochs = len(epochs)
     ends = list(plan.ends)
     slices_done = sum(end <= done_epochs for end in ends)
@@ -239,9 +240,8 @@ def _run_status(
     if epochs:
         row.loss, row.accuracy = epochs[-1].get("val_loss"), epochs[-1].get("val_accuracy")
         row.loss_epoch = epochs[-1].get("epoch", done_epochs)
-        trunk = plan.branch or 0  # a branched run's first epochs are its parent's, timed there
         row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[trunk:])
-        for start, end in itertools.pairwise([trunk, *ends]):
+        for start, end in itertools.pairwise([trunk, *ends] if not trunk else ends):
             if end <= done_epochs:
                 row.slice_seconds.append(sum(record.get("wall_s", 0.0) for record in epochs[start:end]))
     results = read_json(files.results) if files.results.is_file() else None
@@ -255,7 +255,7 @@ def _run_status(
         row.validation_seconds = results.get("wall_seconds")
     elif holder is not None:  # the running job's epochs so far are in its elapsed time
         finished = ends[slices_done - 1] if slices_done else 0
-        own = epochs[plan.branch or 0 : finished]
+        own = epochs[trunk:finished]
         row.wall_s = sum(record.get("wall_s", 0.0) for record in own) + max(0.0, now - holder.started)
         validating = files.final.is_file() and files.best.is_file()
         row.state = "validating" if validating else "training"

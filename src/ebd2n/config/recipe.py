@@ -28,6 +28,7 @@ RESULT_NEUTRAL_FIELDS: tuple[str, ...] = (
     "runtime.cpu_threads",
     "training.checkpoint_policy",
     "training.checkpoint_epochs",
+    "training.keep_pre_decay",
     "training.log_every",
     "runtime.ignored_keys",
 )
@@ -122,7 +123,7 @@ _ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
         "warmup_tokens": None,
     },
     "decentralized": {"adaptive_consensus": None},
-    "training": {"divergence_margin": 1.0, "divergence_patience": 20},
+    "training": {"divergence_margin": 1.0, "divergence_patience": 20, "keep_pre_decay": False},
 }
 """Fields added after recipes were first identified: left out of dumps and identities at their
 default, so every earlier recipe keeps its recipe.yaml and its identity."""

@@ -228,6 +228,9 @@ class TrainingConfig(Section):
     """Which checkpoints a run keeps: a name in CHECKPOINT_POLICIES, which says what each keeps."""
     checkpoint_epochs: list[Annotated[int, Field(gt=0)]] = Field(default=[1], min_length=1)
     """The `interval` policy's one K, or the `explicit` policy's epoch boundaries (as in tiny-llm)."""
+    keep_pre_decay: bool = False
+    """wsd: also keep the checkpoint of the last epoch end before the decay, where a longer horizon
+    branches (set on every run of a campaign with grid.horizons)."""
     log_every: int = Field(default=20, gt=0)
     """Optimizer steps between progress lines in train.log."""
     max_consecutive_skips: int = Field(default=10, gt=0)

@@ -6,6 +6,7 @@ page all show the same numbers.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -13,6 +14,8 @@ import polars as pl
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.config import Recipe, count_parameters
 from ebd2n.config.checkpoint_policy import policy_label
+from ebd2n.jsonio import read_json
+from ebd2n.layout import run_paths
 from ebd2n.train.schedule import describe_schedule
 
 CURVE_COLUMNS: dict[str, type[pl.DataType]] = {
@@ -126,7 +129,8 @@ def scaling_rows(campaign: CampaignResults) -> list[dict[str, Any]]:
         devices = (results.get("environment") or {}).get("devices") or []
         gpus = 0 if devices in ([], ["cpu"]) else len(devices)
         peaks = [device["peak"] for record in records for device in (record.get("memory") or {}).values()]
-        seconds = sum(record.get("wall_s", 0.0) for record in records)
+        trunk = _trunk_epochs(campaign.directory / directory)
+        seconds = sum(record.get("wall_s", 0.0) for record in records[trunk:])
         rows.append(
             {
                 "size": size,
@@ -143,6 +147,13 @@ def scaling_rows(campaign: CampaignResults) -> list[dict[str, Any]]:
             }
         )
     return sorted(rows, key=lambda row: (row["parameters"], row["run"]))
+
+
+def _trunk_epochs(run_dir: Path) -> int:
+    """The epochs a branched run took from its parent's trunk (ebd2n.train.branch): timed there."""
+    lineage = read_json(run_paths(run_dir).lineage) if run_paths(run_dir).lineage.is_file() else None
+    epoch = lineage.get("epoch") if isinstance(lineage, dict) else None
+    return epoch if isinstance(epoch, int) and epoch > 0 else 0
 
 
 def settings(recipe: Recipe, epochs: int | None) -> dict[str, str]:

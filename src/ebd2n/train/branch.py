@@ -27,15 +27,22 @@ from ebd2n.train.run_state import read_checkpoint_ledger
 from ebd2n.train.trunk import branch_epoch
 
 
-def branch_run(recipe: Recipe, parent_dir: Path, provenance: Provenance) -> str | None:
-    """Seed this run's directory from its parent's pre-decay checkpoint (see the module); the line
-    train.log says of it, None when the run trains from the start. Called only for a run with no
-    checkpoint of its own, under its lease."""
-    paths = RunPaths(Path(recipe.runtime.output_dir))
+def branch_run(
+    recipe: Recipe, run_dir: Path, parent_dir: Path, provenance: Provenance, until_epoch: int | None
+) -> str | None:
+    """Seed `run_dir` from its parent's pre-decay checkpoint (see the module); the line train.log
+    says of it, None when the run trains from the start. Called only for a run with no checkpoint of
+    its own, under its lease; a job planned to end at another epoch than the branch is refused."""
+    paths = RunPaths(run_dir)
     parent_recipe = load_recipe(RunPaths(parent_dir).recipe)
     epoch = branch_epoch(parent_recipe, recipe)
     if epoch is None:
         return None
+    if until_epoch is not None and until_epoch != epoch:
+        raise UserError(
+            f"--until-epoch {until_epoch}: the run branches from {parent_dir.name}'s trunk at epoch {epoch}; "
+            "its first job ends there (is the slice plan another recipe's?)"
+        )
     relative = slice_checkpoint(epoch)
     diverged = diverged_record(RunPaths(parent_dir).metrics)
     if not (parent_dir / relative).is_file() and diverged is not None and diverged.get("epoch", 0) <= epoch:

@@ -111,6 +111,11 @@ def budget_of(recipe: Recipe) -> Budget:
             "each model gets per step"
         )
     total, epoch = _nominal_tokens(recipe, parameters, replicas * context)
+    warmup = recipe.optimizer.warmup_tokens
+    if warmup is not None and warmup >= total:
+        raise UserError(
+            f"optimizer.warmup_tokens ({warmup:,}) must be less than the budget's {int(total):,} training tokens"
+        )
     count = math.ceil(total / epoch)
     if count > MAX_EPOCHS:
         raise UserError(

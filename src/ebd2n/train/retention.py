@@ -24,8 +24,8 @@ from ebd2n.train.schedule import pre_decay_epoch
 @dataclass(frozen=True)
 class Retention:
     """The retention of one run: its policy (a name in CHECKPOINT_POLICIES) over its budget's epochs,
-    with the epochs `training.checkpoint_epochs` names (the interval and explicit policies'), and a
-    wsd run's pre-decay checkpoint under every policy (a longer horizon branches from it)."""
+    with the epochs `training.checkpoint_epochs` names (the interval and explicit policies'), and, with
+    `training.keep_pre_decay`, a wsd run's pre-decay checkpoint (a longer horizon branches from it)."""
 
     policy: str
     epochs: int
@@ -40,7 +40,7 @@ class Retention:
             training.checkpoint_policy,
             epochs,
             tuple(training.checkpoint_epochs),
-            pre_decay_epoch(recipe, budget_of(recipe)),
+            pre_decay_epoch(recipe, budget_of(recipe)) if training.keep_pre_decay else None,
         )
 
     @property

@@ -81,7 +81,8 @@ def train(
     try:
         branched = None
         if branch_from is not None and context.is_main and named is None and not read_checkpoint_ledger(run_dir):
-            branched = branch_run(recipe, Path(branch_from), provenance)
+            branched = branch_run(recipe, run_dir, Path(branch_from), provenance, until_epoch)
+        branched = context.broadcast(branched)  # every process of the job takes the same path below
         start, notes = checkpoints.load(context, named)
         notes = [branched, *notes] if branched else notes  # the branch is this job's work: train.log says it
         reached = start is not None and start.epoch >= end_epoch and not branched
