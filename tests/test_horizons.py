@@ -202,12 +202,18 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+def ebd2n(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`python -m ebd2n ARGS` in the repository copy."""
+    command = [sys.executable, "-m", "ebd2n", *args]
+    return subprocess.run(
+        command, cwd=repo, env=environment(), capture_output=True, text=True, check=check, timeout=300
+    )
+
+
 def straight_run(repo: Path, run: Run, out: Path) -> Path:
     """The branched run's own recipe trained from the start in a directory of its own."""
     run_dir = out / run.id
-    command = [sys.executable, "-m", "ebd2n", "train", "--config", str(repo / PATHS.run(run.id).recipe)]
-    command += ["--set", f"runtime.output_dir={run_dir}", "--quiet"]
-    subprocess.run(command, cwd=repo, env=environment(), check=True, capture_output=True, timeout=300)
+    ebd2n(repo, "train", "--config", str(repo / PATHS.run(run.id).recipe), "--set", f"runtime.output_dir={run_dir}")
     return run_dir
 
 
@@ -236,14 +242,7 @@ def test_a_branched_run_equals_the_straight_run_bitwise(campaign: Path, tmp_path
 
 
 def test_the_campaign_page_and_status_count_the_trunk_once(campaign: Path) -> None:
-    status = subprocess.run(
-        [sys.executable, "-m", "ebd2n", "status", str(PATHS.directory)],
-        cwd=campaign,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    status = ebd2n(campaign, "status", str(PATHS.directory)).stdout
     long_metrics = [json.loads(line) for line in (campaign / PATHS.run(LONG.id).metrics).read_text().splitlines()]
     own = sum(r["wall_s"] for r in long_metrics if r.get("type") == "epoch" and r["epoch"] > 3)
     row = next(line for line in status.splitlines() if line.startswith(LONG.id))
@@ -259,13 +258,7 @@ def test_the_audit_names_a_branch_whose_parent_checkpoint_was_replaced(campaign:
     ledger = json.loads((parent / "checkpoints.json").read_text())
     ledger["checkpoints/epoch-3.pt"] = ledger["final.pt"]  # the run's own records agree with the swap
     (parent / "checkpoints.json").write_text(json.dumps(ledger))
-    audit = subprocess.run(
-        [sys.executable, "-m", "ebd2n", "audit", str(PATHS.directory)],
-        cwd=repo,
-        env=environment(),
-        capture_output=True,
-        text=True,
-    )
+    audit = ebd2n(repo, "audit", str(PATHS.directory), check=False)
     assert audit.returncode == 1, audit.stdout + audit.stderr
     lines = [line for line in audit.stderr.splitlines() if "branched runs start" in line]
     assert lines and f"{LONG.id}: branched from {SHORT.id}'s checkpoints/epoch-3.pt" in lines[0]
