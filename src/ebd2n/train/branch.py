@@ -44,9 +44,13 @@ def branch_run(
             "its first job ends there (is the slice plan another recipe's?)"
         )
     relative = slice_checkpoint(epoch)
-    diverged = diverged_record(RunPaths(parent_dir).metrics)
-    if not (parent_dir / relative).is_file() and diverged is not None and diverged.get("epoch", 0) <= epoch:
-        return f"{parent_dir.name} diverged in epoch {diverged['epoch']}, before its trunk's end: trains from the start"
+    if not (parent_dir / relative).is_file():  # read the parent's history only when its checkpoint is not there
+        diverged = diverged_record(RunPaths(parent_dir).metrics)
+        if diverged is not None and diverged.get("epoch", 0) <= epoch:
+            return (
+                f"{parent_dir.name} diverged in epoch {diverged['epoch']}, before its trunk's end: "
+                "trains from the start"
+            )
     parent_provenance = Provenance(
         recipe_identity(parent_recipe, provenance.cache_identity), provenance.cache_identity, provenance.source_hash
     )
@@ -55,9 +59,9 @@ def branch_run(
     if state.get("run_id") != parent_dir.name or problem is not None:
         raise UserError(f"checkpoint {parent_dir / relative}: not run {parent_dir.name}'s epoch {epoch}: {problem}")
     digest = read_checkpoint_ledger(parent_dir)[relative]
-    offset = int(state["metrics"]["offset"])
-    atomic_write_bytes(paths.metrics, RunPaths(parent_dir).metrics.read_bytes()[:offset])
-    lineage = lineage_record(parent_dir.name, relative, digest, state)
+    with open(RunPaths(parent_dir).metrics, "rb") as parent_metrics:  # the trunk's records only
+        atomic_write_bytes(paths.metrics, parent_metrics.read(int(state["metrics"]["offset"])))
+    lineage = _lineage(parent_dir.name, relative, digest, state)
     atomic_write_text(paths.lineage, json.dumps(lineage, indent=1) + "\n")
     child = {key: value for key, value in state.items() if key != "format"}
     child.update(run_id=paths.directory.name, recipe_identity=provenance.recipe_identity)
@@ -65,7 +69,7 @@ def branch_run(
     return f"branched from {parent_dir.name}'s {relative} (sha256 {digest}): epochs 1..{epoch} are its trunk"
 
 
-def lineage_record(parent: str, relative: str, digest: str, state: dict[str, Any]) -> dict[str, Any]:
+def _lineage(parent: str, relative: str, digest: str, state: dict[str, Any]) -> dict[str, Any]:
     """lineage.json: where a branched run started."""
     return {
         "parent": parent,

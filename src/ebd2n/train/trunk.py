@@ -22,7 +22,8 @@ def branch_epoch(parent: Recipe, child: Recipe) -> int | None:
     """The epoch a run of `child` starts at from a run of `parent`: the parent's pre-decay epoch, when
     the child trains past it; None when it trains from the start. Refuses recipes that differ in
     more than their budget, or whose steps before the branch are not the same."""
-    differing = [key for key, value in _without_budget(child).items() if _without_budget(parent).get(key) != value]
+    theirs = _without_budget(parent)
+    differing = [key for key, value in _without_budget(child).items() if theirs.get(key) != value]
     if differing:
         raise UserError(
             f"a horizon branches only from a run of the same recipe with another budget; {differing[0]} differs"
