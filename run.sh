@@ -65,5 +65,11 @@ if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
     echo "warning: no chromium at /usr/bin/chromium; browser tests will be skipped (apt install chromium)" >&2
   fi
 fi
-say "running the test suite: python -m pytest $*"
-exec "$py" -m pytest "$@"
+# Two pytest workers, a test file each at a time (its module fixtures built once): in-process
+# tests use one thread (tests/conftest.py), and the campaigns and the SLURM tests wait on their
+# jobs, so a second worker fills what one leaves idle. EBD2N_TEST_WORKERS=0 runs in this process.
+workers="${EBD2N_TEST_WORKERS:-2}"
+parallel=()
+if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
+say "running the test suite: python -m pytest ${parallel[*]} $*"
+exec "$py" -m pytest "${parallel[@]}" "$@"

@@ -1,8 +1,10 @@
 """What an invocation costs once checkpoints weigh GBs: the audit against one SHA-256 pass.
 
-Builds two campaigns of the same shape in one run (one mode x RUNS learning rates x one seed):
-`big` on the 20M preset at its real checkpoint size (weights and both AdamW moments, about 245 MB
-per final.pt), trained two one-step epochs on CPU; `tiny` on the demo model (about 1.6 MB). Each is
+Builds two campaigns of the same shape in one run (MODES x RUNS learning rates x one seed):
+`big` on the 20M preset at its real checkpoint size (weights and both AdamW moments: about 245 MB
+per synchronous final.pt, 0.98 GB packed-4, 1.96 GB packed-8), trained two one-step epochs on CPU;
+`tiny` on the demo model (about 1.6 MB a run). `--modes synchronous packed-4 packed-8` gives the
+reference sweep's mix of checkpoint sizes. Each is
 trained, validated, collected, audited and reported as the workflow would, then settled and audited
 once more (the hash memory written on this host), and measured REPEATS times, medians reported:
 
@@ -14,7 +16,7 @@ once more (the hash memory written on this host), and measured REPEATS times, me
 - --full: every file hashed by content, the report rebuilt; goal: at most 1.3x the hash pass;
 - verify: `ebd2n verify` of the signed campaign (every signed file hashed by content).
 
-    PYTHONPATH=src python benchmarks/audit_scale.py [--runs 8] [--keep DIR]
+    PYTHONPATH=src python benchmarks/audit_scale.py [--runs 8] [--modes synchronous ...] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ SHAPES = {
     "big": (
         "20m",
         {
-            "training.batch_tokens": 4096,
-            "training.micro_batch_size": 4,
-            "training.max_tokens": 8192,
-            "training.epoch_tokens": 4096,
+            "training.batch_tokens": 8192,  # 8 sequences: one for each model of packed-8
+            "training.micro_batch_size": 8,
+            "training.max_tokens": 16384,
+            "training.epoch_tokens": 8192,
             "evaluation.subset_blocks": 4,
             "evaluation.batch_size": 4,
             "runtime.compile": False,
@@ -55,7 +57,7 @@ SHAPES = {
 }
 
 
-def campaign_file(directory: Path, shape: str, runs: int) -> Path:
+def campaign_file(directory: Path, shape: str, runs: int, modes: list[str]) -> Path:
     recipe, overrides = SHAPES[shape]
     hub = dict.fromkeys(HUB_KEYS) if recipe == "20m" else {}
     raw = {
@@ -70,8 +72,8 @@ def campaign_file(directory: Path, shape: str, runs: int) -> Path:
         },
         "overrides": overrides,
         "grid": {
-            "modes": ["synchronous"],
-            "learning_rates": {"synchronous": [round(0.001 * (i + 1), 4) for i in range(runs)]},
+            "modes": modes,
+            "learning_rates": {mode: [round(0.001 * (i + 1), 4) for i in range(runs)] for mode in modes},
             "beta2": [0.95],
         },
         "seeds": [42],
@@ -137,7 +139,8 @@ def measure(campaign: Path, key: object) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=8, help="runs per campaign (default: %(default)s)")
+    parser.add_argument("--runs", type=int, default=8, help="runs per mode (default: %(default)s)")
+    parser.add_argument("--modes", nargs="+", default=["synchronous"], help="training modes (default: %(default)s)")
     parser.add_argument("--keep", type=Path, help="build the campaigns here and keep them (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -145,18 +148,20 @@ def main() -> None:
         directory.mkdir(parents=True, exist_ok=True)
         os.chdir(directory)  # campaigns live in results/<name> under the working directory
         from ebd2n.audit.sign import sign_audit
-        from ebd2n.signing.keys import load_private, load_public, new_key_pair
+        from ebd2n.signing.keys import PRIVATE_KEY, PUBLIC_KEY, load_private, load_public, new_key_pair
 
-        private, public = new_key_pair(directory / "keys")
+        keys = directory / "keys"  # made by the first invocation over a kept directory
+        private, public = (keys / PRIVATE_KEY, keys / PUBLIC_KEY) if keys.is_dir() else new_key_pair(keys)
         results = {}
         for shape in SHAPES:
             started = time.perf_counter()
             campaign = directory / "results" / f"scale-{shape}"
             if not (campaign / "report" / "index.html").is_file():  # built by an earlier invocation: measured again
-                campaign = build_campaign(directory, campaign_file(directory, shape, args.runs))
+                campaign = build_campaign(directory, campaign_file(directory, shape, args.runs, args.modes))
             sign_audit(campaign, load_private(private), passing(campaign))
             size = sum(p.stat().st_size for p in campaign.rglob("*") if p.is_file())
-            print(f"{shape}: {args.runs} runs, {size / 1e9:.2f} GB, ready in {time.perf_counter() - started:.0f} s")
+            runs = len(list((campaign / "runs").iterdir()))
+            print(f"{shape}: {runs} runs, {size / 1e9:.2f} GB, ready in {time.perf_counter() - started:.0f} s")
             results[shape] = (size, measure(campaign, load_public(public)))
         report(results)
 

@@ -52,7 +52,7 @@ def dry_run(checkout: Path, seeds: int) -> tuple[float, float]:
 
 def bare_dry_run(seeds: int) -> tuple[float, float]:
     """Wall and CPU seconds of one dry run of benchmarks/bare.smk over the same runs (ids from ebd2n,
-    computed outside the timed process)."""
+    computed outside the timed process), with the profiles the workflow's dry run loads."""
     from ebd2n.campaign.check import load_campaign
 
     raw = yaml.safe_load((ROOT / SWEEP).read_text())
@@ -64,6 +64,7 @@ def bare_dry_run(seeds: int) -> tuple[float, float]:
         (directory / "runs.json").write_text(json.dumps({"runs": runs}))
         command = [
             *[sys.executable, "-m", "snakemake", "--profile", str(ROOT / "slurm"), "-n"],
+            *["--workflow-profile", str(ROOT / "profiles" / "default")],  # what the workflow's runs load
             *["--snakefile", str(ROOT / "benchmarks" / "bare.smk"), "-d", scratch, "--configfile", "runs.json"],
         ]
         before = _children_cpu()

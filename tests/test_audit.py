@@ -424,12 +424,13 @@ def test_audit_catches_old_artifact_changed_since_last_audit(campaign: Path) -> 
         ("runs.csv", lambda p: p.write_text(p.read_text().replace("complete", "failed", 1))),
     ],
 )
-def test_audit_catches_edited_report_file(campaign: Path, name: str, change) -> None:
+@pytest.mark.parametrize("full", [False, True], ids=["audit", "full"])  # full: rebuilt while it hashes
+def test_audit_catches_edited_report_file(campaign: Path, name: str, change, full: bool) -> None:
     path = campaign / "report" / name
     before = path.read_bytes()
     change(path)
     assert path.read_bytes() != before
-    assert mentions(failed(campaign), f"report/{name}: differs from a recomputation")
+    assert mentions(failed(campaign, full=full), f"report/{name}: differs from a recomputation")
 
 
 def test_audit_accept_rebaselines_and_records_history(campaign: Path) -> None:

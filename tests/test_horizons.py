@@ -27,6 +27,7 @@ from workflow_support import (
 )
 
 from ebd2n.campaign.check import campaign_from_dict
+from ebd2n.campaign.freeze import freeze_trainer
 from ebd2n.campaign.horizons import parent_run
 from ebd2n.campaign.runs import Run, base_name, parse_run_id, split_base
 from ebd2n.campaign.workflow import WorkflowPlan
@@ -180,6 +181,18 @@ def test_a_started_campaign_gains_only_longer_horizons(tmp_path: Path, monkeypat
     with pytest.raises(UserError, match="grid.horizons: 0.5 is gone, but the longer 1 continues its trunk"):
         campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [1.0]}})
     assert campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [0.5]}}).grid.bases == ("base-tpp0.5",)
+
+
+def test_the_first_base_recipes_freeze_in_any_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first invocation freezes its base recipes in parallel jobs: the longer horizon frozen
+    first leaves the shorter one a horizon the campaign started with, not one added to it."""
+    monkeypatch.chdir(tmp_path)
+    started = campaign_from_dict(RAW)
+    freeze_trainer(started)
+    save_recipe(started.base_recipe("base-tpp1.0"), PATHS.base_recipe("base-tpp1.0"))
+    assert campaign_from_dict(RAW).grid.bases == ("base-tpp0.5", "base-tpp1.0")
+    with pytest.raises(UserError, match="grid.horizons: 0.75 is shorter than the started campaign's longest horizon 1"):
+        campaign_from_dict(RAW | {"grid": RAW["grid"] | {"horizons": [0.5, 0.75, 1.0]}})
 
 
 @pytest.mark.parametrize(("per_slice", "trunk"), [(2, "slices/epoch-4.json"), (5, "final.pt")])

@@ -67,7 +67,7 @@ def test_run_sh_test_extras_install_covers_the_demo(tmp_path: Path) -> None:
     tests = _run(checkout, "test", "-q")
     demo = _run(checkout, "demo")
     result = ("python -m pip install -q -e .[test]" in tests, tests[-1], demo)
-    assert result == (True, "python -m pytest -q", ["snakemake --cores all"])
+    assert result == (True, "python -m pytest -n 2 --dist loadfile -q", ["snakemake --cores all"])
 
 
 def _said(checkout: Path, *args: str) -> list[str]:

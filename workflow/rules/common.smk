@@ -67,7 +67,7 @@ CAMPAIGN, CACHE = PLAN.campaign, PLAN.cache
 # train, validate): the trainer is passed by path, never as an input.
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"{PYTHON} -m ebd2n"
-FROZEN_SRC = named_campaign("{wildcards.campaign}").frozen_src
+FROZEN_SRC = CAMPAIGN.paths.frozen_src
 TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} -m ebd2n"
 LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}}"
 # The software of every rule, for `--use-conda` (by default the jobs use the environment Snakemake runs in).
@@ -86,11 +86,12 @@ onstart:
     write_plan(CAMPAIGN, PLAN.plans)
 
 
-# Every path comes from the store's layout (ebd2n.layout), with wildcards for names.
+# Every path comes from the store's layout (ebd2n.layout), with wildcards for names (`campaign`: the
+# one this run reads, which the console reads from each job's wildcards); shell commands name it.
 C = named_campaign("{campaign}")
 R = C.run("{run}")
-RUN_DIR = str(named_campaign("{wildcards.campaign}").run("{wildcards.run}").directory)
-CAMPAIGN_DIR = str(named_campaign("{wildcards.campaign}").directory)
+RUN_DIR = str(CAMPAIGN.paths.run("{wildcards.run}").directory)
+CAMPAIGN_DIR = str(CAMPAIGN.directory)
 
 
 def log_of(path):
@@ -164,13 +165,13 @@ def get_rung_slices(wildcards):
 
 @workflow_errors
 def get_frozen_base(wildcards):
-    return named_campaign(wildcards.campaign).base_recipe(PLAN.run(wildcards.run).base)
+    return PLAN.frozen_base(wildcards.run)
 
 
 @workflow_errors
 def get_plan_file(wildcards):
     """The frozen trainer's confirmation of the slice chain (written once; its time never retrains)."""
-    return ancient(str(named_campaign(wildcards.campaign).slice_plan(PLAN.run(wildcards.run).base)))
+    return ancient(PLAN.slice_plan(wildcards.run))
 
 
 def get_slice_epochs(wildcards):

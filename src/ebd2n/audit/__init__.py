@@ -23,6 +23,7 @@ verifies the report, writes the ledger and audit.json).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -47,7 +48,7 @@ from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read
 from ebd2n.audit.lineage import check_lineage
 from ebd2n.audit.outcomes import check_outcomes
 from ebd2n.audit.positions import check_positions, checkpoint_metadata
-from ebd2n.audit.report_check import check_report
+from ebd2n.audit.report_check import check_report, early_rebuild
 from ebd2n.audit.run_history import check_history
 from ebd2n.audit.runs import RunView, json_object
 from ebd2n.audit.search import check_search, readable
@@ -85,14 +86,16 @@ def audit_campaign(
     paths = CampaignPaths(Path(campaign_dir))
     if not paths.directory.is_dir() or not (paths.frozen.is_dir() or paths.runs.is_dir()):
         raise UserError(f"{paths.directory}: not a campaign directory (no frozen/ or runs/); pass results/<campaign>")
-    with serialized(paths.directory):  # two audits at once (two controllers): the second finds the first's records
+    # two audits at once (two controllers): the second finds the first's records; `later` waits for
+    # the report's rebuild, when one was started beside the hashing
+    with serialized(paths.directory), contextlib.ExitStack() as later:
         memory = load_memory(paths.audit_hashes, paths.directory, rehash_after_days * 86400.0, full=full)
-        record = _audit(paths, stage, accept, memory)
+        record = _audit(paths, stage, accept, memory, later)
         memory.save(merge=stage == "runs")  # the runs stage sees no report: the full audit's entries of it stay
         return {**record, "hashing": memory.summary()}
 
 
-def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory) -> dict:
+def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory, later: contextlib.ExitStack) -> dict:
     history = read_history(paths)
     files = checks.Check("campaign records present and readable", unit="files")
     info = read_record(paths, paths.campaign_json, files)
@@ -105,6 +108,11 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory)
         files.violations.append(str(error))
         ledger = Ledger()
     files.examined += 1 if paths.ledger.exists() else 0
+    remove_temporaries(paths.directory)  # of a killed write of a campaign record
+    recomputed = recomputed_campaign(paths, info, history)
+    report_info = recomputed if isinstance(recomputed, dict) else None
+    certain = stage == "full" and memory.distrust is not None  # nothing believed: the report is rebuilt
+    rebuild = later.enter_context(early_rebuild(paths, report_info, certain))
 
     expected = history.grid.runs()
     views = run_views(paths, expected, memory)
@@ -124,10 +132,8 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory)
     metadata = checkpoint_metadata(views.values(), memory)
     cache_identity = shared_cache_identity(finished)
     cache_dir = reachable_cache(paths, finished)
-    remove_temporaries(paths.directory)  # of a killed write of a campaign record
     cache_check, targets = checks.check_cache(cache_dir, cache_identity, memory, paths.directory)
     run_list = list(views.values())
-    recomputed = recomputed_campaign(paths, info, history)
     settings = freeze.get("settings") if isinstance(freeze.get("settings"), dict) else {}
     plans = recorded_plans(paths, history.grid.bases)
     result = [
@@ -157,8 +163,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory)
     if stage == "full":
         result.append(check_runs_record(paths, result))
         published = report_artifacts(paths, memory)
-        info = recomputed if isinstance(recomputed, dict) else None
-        result.append(check_report(paths, info, memory, published, cache_dir))
+        result.append(check_report(paths, report_info, memory, published, cache_dir, rebuild))
         current.update(published)
     for check in result:  # records name paths relative to the repository, however the campaign was reached
         check.violations = [checks.repository_relative(paths, violation) for violation in check.violations]

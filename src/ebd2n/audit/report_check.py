@@ -13,10 +13,13 @@ campaign (what they lead to, or whether their holder lives, is no file's content
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import json
 import os
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ebd2n.atomic import sha256_bytes
@@ -47,12 +50,65 @@ COMPARED = "compared_with"
 report when a rebuild last matched it, and what that comparison examined."""
 
 
+class Rebuild:
+    """The report rebuilt into a scratch folder by a thread, while the audit hashes: an audit that
+    hashes everything (--full, a new host, a copy) always rebuilds, and the two overlap, the hashing
+    reading files outside the interpreter lock and the figures drawing inside it."""
+
+    def __init__(self, paths: CampaignPaths, info: dict | None, scratch: Path) -> None:
+        self.scratch = scratch
+        self.error: UserError | None = None
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._build, args=(paths, info), name="ebd2n-report-rebuild")
+        self.thread.start()
+
+    def _build(self, paths: CampaignPaths, info: dict | None) -> None:
+        from ebd2n.report.campaign_report import build_report  # plotting and statistics: only when rebuilding
+
+        try:
+            build_report(paths.directory, self.scratch, info=info)
+        except UserError as error:
+            self.error = error
+        except BaseException as failure:  # raised again in the audit's thread
+            self.failure = failure
+
+    def result(self) -> Path:
+        """The rebuilt report's folder; a UserError when it cannot be rebuilt."""
+        self.thread.join()
+        if self.failure is not None:
+            raise self.failure
+        if self.error is not None:
+            raise self.error
+        return self.scratch
+
+
+@contextlib.contextmanager
+def early_rebuild(paths: CampaignPaths, info: dict | None, certain: bool) -> Iterator[Rebuild | None]:
+    """A Rebuild started now when the audit will certainly rebuild (its memory is distrusted: the
+    report's comparison cannot be reused), else None; its thread is waited for on the way out."""
+    if not certain or not paths.report.is_dir():
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
+        rebuild = Rebuild(paths, info, Path(scratch))
+        try:
+            yield rebuild
+        finally:
+            rebuild.thread.join()
+
+
 def check_report(
-    paths: CampaignPaths, info: dict | None, memory: HashMemory, published: dict[str, str], cache_dir: Path | None
+    paths: CampaignPaths,
+    info: dict | None,
+    memory: HashMemory,
+    published: dict[str, str],
+    cache_dir: Path | None,
+    rebuild: Rebuild | None = None,
 ) -> Check:
     """The published report (`published`: its files' hashes, keyed relative to the campaign) equals
     one rebuilt from the runs and `info` (campaign.json as the campaign's sources make it; None: it
-    cannot be recomputed, the file stands in), file for file, byte for byte."""
+    cannot be recomputed, the file stands in), file for file, byte for byte; `rebuild`: one already
+    under way."""
     check = Check("the published report equals a recomputation from the runs", unit="report files")
     if not paths.report.is_dir():
         check.violations.append(f"{REPORT}: missing; build it with `ebd2n report {paths.directory}`")
@@ -65,34 +121,35 @@ def check_report(
         check.examined = int(kept.get("examined", 0))
         memory.notes.append("report: it and what it is built from are unchanged since it was compared, not rebuilt")
         return check
-    _compare(paths, info, check)
+    if rebuild is not None:
+        _compare(paths, check, rebuild.result)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
+            _compare(paths, check, lambda: Rebuild(paths, info, Path(scratch)).result())
     if fingerprint is not None and not check.violations:
         memory.keep(index, COMPARED, {**state, "examined": check.examined})
     return check
 
 
-def _compare(paths: CampaignPaths, info: dict | None, check: Check) -> None:
-    from ebd2n.report.campaign_report import build_report  # plotting and statistics: only when rebuilding
-
+def _compare(paths: CampaignPaths, check: Check, rebuilt: Callable[[], Path]) -> None:
     published = paths.report
-    with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
-        try:
-            build_report(paths.directory, Path(scratch), info=info)
-        except UserError as error:
-            check.violations.append(f"cannot rebuild the report: {error}")
-            return
-        expected = report_files(Path(scratch))
-        actual = report_files(published)
-        check.examined = len(expected)
-        for name in sorted(expected | actual):
-            where = f"{published.name}/{name}"
-            if name not in actual:
-                check.violations.append(f"{where}: missing")
-            elif name not in expected:
-                if not name.startswith(f"{REPORT_ASSETS}/"):  # an older plotly.js stays for older run pages
-                    check.violations.append(f"{where}: not part of the report")
-            elif not filecmp.cmp(Path(scratch) / name, published / name, shallow=False):
-                check.violations.append(f"{where}: differs from a recomputation from the runs (rebuild: ebd2n report)")
+    try:
+        scratch = rebuilt()
+    except UserError as error:
+        check.violations.append(f"cannot rebuild the report: {error}")
+        return
+    expected = report_files(scratch)
+    actual = report_files(published)
+    check.examined = len(expected)
+    for name in sorted(expected | actual):
+        where = f"{published.name}/{name}"
+        if name not in actual:
+            check.violations.append(f"{where}: missing")
+        elif name not in expected:
+            if not name.startswith(f"{REPORT_ASSETS}/"):  # an older plotly.js stays for older run pages
+                check.violations.append(f"{where}: not part of the report")
+        elif not filecmp.cmp(scratch / name, published / name, shallow=False):
+            check.violations.append(f"{where}: differs from a recomputation from the runs (rebuild: ebd2n report)")
 
 
 def _fingerprint(paths: CampaignPaths, info: dict | None, memory: HashMemory, cache_dir: Path | None) -> str | None:

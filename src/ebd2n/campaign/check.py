@@ -147,16 +147,18 @@ def _check_frozen(campaign: Campaign) -> None:
     if not record_path.is_file():
         return
     try:
-        frozen = json.loads(record_path.read_text(encoding="utf-8"))["settings"]
-    except (ValueError, KeyError, TypeError) as error:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        frozen, first_horizons = record["settings"], list(record.get("horizons", ()))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise UserError(
             f"{record_path}: damaged ({type(error).__name__}); it records how campaign {campaign.name} started"
         ) from None
     now = campaign.settings()
     # presets added after the start may bring their own overrides; those frozen must stay
     now["preset_overrides"] = {base: now["preset_overrides"].get(base, {}) for base in frozen["preset_overrides"]}
+    # the horizons it started with (its base recipes freeze one by one, in any order) and since
     frozen_bases = [split_base(path.stem) for path in campaign.paths.frozen_recipes.glob("*.yaml")]
-    started = [horizon for _scope, horizon in frozen_bases if horizon is not None]
+    started = sorted({*first_horizons, *(horizon for _scope, horizon in frozen_bases if horizon is not None)})
     check_horizons_growth(started, list(campaign.grid.horizons or ()), f"campaign file {campaign.source}")
     changed = [key for key in frozen if frozen[key] != now[key]]
     if changed:

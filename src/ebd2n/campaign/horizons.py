@@ -95,9 +95,9 @@ def check_branch_in_mode(grid: Grid, bases: dict[str, Recipe], probe: Run, probe
 
 
 def check_horizons_growth(frozen: list[float], now: list[float], where: str) -> None:
-    """A started campaign (`frozen`: the horizons of its frozen base recipes) gains only horizons longer
-    than its longest, and leaves out only its longest: either way a shorter one would change the
-    trunk of runs already trained."""
+    """A started campaign (`frozen`: the horizons it started with and those of its frozen base
+    recipes) gains only horizons longer than its longest, and leaves out only its longest: either
+    way a shorter one would change the trunk of runs already trained."""
     added = [h for h in now if h not in frozen]
     if frozen and added and min(added) < max(frozen):
         raise UserError(

@@ -57,6 +57,18 @@ class WorkflowPlan:
             )
         return run
 
+    def frozen_base(self, run_id: str) -> str:
+        """The frozen base recipe a run's recipe is resolved from."""
+        return self._base_files(self.run(run_id).base)[0]
+
+    def slice_plan(self, run_id: str) -> str:
+        """The frozen trainer's confirmation of the slice chain of a run's base recipe."""
+        return self._base_files(self.run(run_id).base)[1]
+
+    @functools.cache  # noqa: B019 (every run of a base asks: the paths are built once per base)
+    def _base_files(self, base: str) -> tuple[str, str]:
+        return str(self.paths.base_recipe(base)), str(self.paths.slice_plan(base))
+
     def final_output(self) -> list[str]:
         """What `all` audits: the published report and every file the jobs before it leave. Under
         successive halving each run up to the first rung only (`bracket_output` adds the rest, which
