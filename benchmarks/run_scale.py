@@ -12,9 +12,11 @@ fresh process, its wall time and peak memory (`/usr/bin/time`) recorded:
   first-contentful-paint (goal: at most 3 s at 10,000 runs).
 
 Prints one table row per command and size, and the growth from each size to the next (time ratio
-over run ratio: 1.0 is linear). Writes benchmarks/run_scale.json after every size.
+over run ratio: 1.0 is linear). Writes benchmarks/run_scale.json (or --out) after every size.
 
     PYTHONPATH=src python benchmarks/run_scale.py --sizes 324 3000 10000 --keep /tmp/scale
+
+tests/test_scale_benchmark.py runs it small (30 runs, one repeat) in CI, so the benchmark keeps working.
 """
 
 from __future__ import annotations
@@ -66,14 +68,14 @@ def first_paint(page: Path) -> float:
     return paint / 1000
 
 
-def measure(directory: Path, campaign: Path) -> dict[str, dict[str, list[float]]]:
+def measure(directory: Path, campaign: Path, repeats: int) -> dict[str, dict[str, list[float]]]:
     found: dict[str, dict[str, list[float]]] = {}
     relative = str(campaign.relative_to(directory))
     timed_command(["audit", relative], directory)  # the hash memory of this host, after the build
     for name, arguments in COMMANDS.items():
-        samples = [timed_command([*arguments[:1], relative, *arguments[1:]], directory) for _ in range(REPEATS)]
+        samples = [timed_command([*arguments[:1], relative, *arguments[1:]], directory) for _ in range(repeats)]
         found[name] = {"seconds": [s for s, _ in samples], "peak_mb": [m for _, m in samples]}
-    found["first paint"] = {"seconds": [first_paint(campaign / "report" / "index.html") for _ in range(REPEATS)]}
+    found["first paint"] = {"seconds": [first_paint(campaign / "report" / "index.html") for _ in range(repeats)]}
     return found
 
 
@@ -83,11 +85,14 @@ def main() -> None:
     parser.add_argument(
         "--keep", type=Path, required=True, help="build the campaigns here, kept (and reused: <keep>/<size>/)"
     )
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="samples of each command (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "run_scale.json", help="the figures, as JSON")
     args = parser.parse_args()
     record: dict[str, dict] = {}
-    out = ROOT / "benchmarks" / "run_scale.json"
+    out = args.out.resolve()
+    keep = args.keep.resolve()  # before each size's chdir
     for size in args.sizes:
-        directory = (args.keep / str(size)).resolve()
+        directory = keep / str(size)
         directory.mkdir(parents=True, exist_ok=True)
         os.chdir(directory)
         campaign = directory / "results" / f"scale-{size}"
@@ -96,7 +101,7 @@ def main() -> None:
             campaign = build(directory, size)
             print(f"{size:,} runs built in {time.perf_counter() - started:.0f} s", flush=True)
         runs = len(os.listdir(campaign / "runs"))
-        record[str(runs)] = measure(directory, campaign)
+        record[str(runs)] = measure(directory, campaign, args.repeats)
         out.write_text(json.dumps(record, indent=1) + "\n")
         table(record)
 

@@ -33,11 +33,14 @@ def _checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _run(checkout: Path, *args: str) -> list[str]:
-    """The calls one ./run.sh made, in order."""
+def _run(checkout: Path, *args: str, workers: str | None = None) -> list[str]:
+    """The calls one ./run.sh made, in order (`workers`: EBD2N_TEST_WORKERS, else unset)."""
     log = checkout / "calls.log"
     log.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin"}
+    env = {key: value for key, value in os.environ.items() if key != "EBD2N_TEST_WORKERS"}
+    env |= {"PATH": f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin"} | (
+        {"EBD2N_TEST_WORKERS": workers} if workers else {}
+    )
     subprocess.run(["bash", "run.sh", *args], cwd=checkout, env=env, check=True, timeout=60, capture_output=True)
     return log.read_text().splitlines() if log.exists() else []
 
@@ -66,8 +69,10 @@ def test_run_sh_test_extras_install_covers_the_demo(tmp_path: Path) -> None:
     _run(checkout, "demo")
     tests = _run(checkout, "test", "-q")
     demo = _run(checkout, "demo")
-    result = ("python -m pip install -q -e .[test]" in tests, tests[-1], demo)
-    assert result == (True, "python -m pytest -n 2 --dist loadfile -q", ["snakemake --cores all"])
+    in_one_process = _run(checkout, "test", "-q", workers="0")
+    result = ("python -m pip install -q -e .[test]" in tests, tests[-1], demo, in_one_process)
+    expected = (True, "python -m pytest -n 2 --dist loadfile -q", ["snakemake --cores all"], ["python -m pytest -q"])
+    assert result == expected
 
 
 def _said(checkout: Path, *args: str) -> list[str]:

@@ -250,24 +250,25 @@ def wait_for_slice_two(run: Path, snakemake: subprocess.Popen, timeout: float = 
     log = run / "train.log"
     while time.monotonic() < deadline and snakemake.poll() is None:
         if log.exists() and log.read_text().count("########## job ") == 2:
-            pids = slice_pids(run.name)
+            pids = slice_pids(run)
             if len(pids) == (1 if os.environ.get("EBD2N_WARM") == "0" else 2):  # cold: no fork
                 return pids
         time.sleep(0.01)
     raise AssertionError(f"slice 2 of {run.name} never started:\n{snakemake.communicate()[0]}")
 
 
-def slice_pids(run_id: str) -> list[int]:
+def slice_pids(run: Path) -> list[int]:
     """The `python -m ebd2n train --resume` client and the trainer it runs: locally, a process
-    forked from the warm-start server (ebd2n.warm); both write to the job's log."""
+    forked from the warm-start server (ebd2n.warm); both write to the job's log. Matched by the whole
+    path: other tests (another pytest worker's too) train a run of the same name in their copies."""
+    log = str(run.parents[1] / "logs/runs" / run.name / "final.log")
     pids = []
     for entry in Path("/proc").iterdir():
         try:
-            stdout = os.readlink(entry / "fd/1")
+            if os.readlink(entry / "fd/1") == log:
+                pids.append(int(entry.name))
         except (OSError, ValueError):
             continue
-        if f"/logs/runs/{run_id}/final.log" in stdout:
-            pids.append(int(entry.name))
     return pids
 
 

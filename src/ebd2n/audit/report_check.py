@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 from ebd2n.atomic import sha256_bytes
 from ebd2n.audit.checks import Check
@@ -56,17 +57,19 @@ class Rebuild:
     reading files outside the interpreter lock and the figures drawing inside it."""
 
     def __init__(self, paths: CampaignPaths, info: dict | None, scratch: Path) -> None:
+        from ebd2n.report import campaign_report  # imported here, never beside the audit's own imports
+
         self.scratch = scratch
         self.error: UserError | None = None
         self.failure: BaseException | None = None
-        self.thread = threading.Thread(target=self._build, args=(paths, info), name="ebd2n-report-rebuild")
+        self.thread = threading.Thread(
+            target=self._build, args=(campaign_report, paths, info), name="ebd2n-report-rebuild", daemon=True
+        )
         self.thread.start()
 
-    def _build(self, paths: CampaignPaths, info: dict | None) -> None:
-        from ebd2n.report.campaign_report import build_report  # plotting and statistics: only when rebuilding
-
+    def _build(self, campaign_report: ModuleType, paths: CampaignPaths, info: dict | None) -> None:
         try:
-            build_report(paths.directory, self.scratch, info=info)
+            campaign_report.build_report(paths.directory, self.scratch, info=info)
         except UserError as error:
             self.error = error
         except BaseException as failure:  # raised again in the audit's thread
@@ -125,10 +128,17 @@ def check_report(
         _compare(paths, check, rebuild.result)
     else:
         with tempfile.TemporaryDirectory(prefix="ebd2n-report-") as scratch:
-            _compare(paths, check, lambda: Rebuild(paths, info, Path(scratch)).result())
+            _compare(paths, check, lambda: _rebuilt(paths, info, Path(scratch)))
     if fingerprint is not None and not check.violations:
         memory.keep(index, COMPARED, {**state, "examined": check.examined})
     return check
+
+
+def _rebuilt(paths: CampaignPaths, info: dict | None, scratch: Path) -> Path:
+    from ebd2n.report.campaign_report import build_report  # plotting and statistics: only when rebuilding
+
+    build_report(paths.directory, scratch, info=info)
+    return scratch
 
 
 def _compare(paths: CampaignPaths, check: Check, rebuilt: Callable[[], Path]) -> None:

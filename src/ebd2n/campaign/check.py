@@ -148,8 +148,8 @@ def _check_frozen(campaign: Campaign) -> None:
         return
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        frozen, first_horizons = record["settings"], list(record.get("horizons", ()))
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        frozen, first_horizons = record["settings"], [float(h) for h in record.get("horizons") or ()]
+    except (ValueError, KeyError, TypeError) as error:
         raise UserError(
             f"{record_path}: damaged ({type(error).__name__}); it records how campaign {campaign.name} started"
         ) from None
