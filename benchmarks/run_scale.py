@@ -98,7 +98,7 @@ def main() -> None:
         campaign = directory / "results" / f"scale-{size}"
         if not (campaign / "report" / "index.html").is_file():  # built by an earlier invocation: measured again
             started = time.perf_counter()
-            campaign = build(directory, size)
+            campaign = directory / build(directory, size)  # (its path relative to the directory)
             print(f"{size:,} runs built in {time.perf_counter() - started:.0f} s", flush=True)
         runs = len(os.listdir(campaign / "runs"))
         record[str(runs)] = measure(directory, campaign, args.repeats)

@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -104,7 +105,11 @@ def clone(template: Path, target: Path, index: int) -> None:
             state["run_id"], state["recipe_identity"] = target.name, identity
             torch.save(state, destination)
         elif path.name not in ("recipe.yaml", "results.json"):
-            text = path.read_text(encoding="utf-8")
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:  # TensorBoard's event records, binary: copied as they are
+                shutil.copyfile(path, destination)
+                continue
             for old, new in names.items():
                 text = text.replace(old, new)
             destination.write_text(text, encoding="utf-8")
