@@ -21,7 +21,6 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 
 from ebd2n.atomic import sha256_bytes
 from ebd2n.audit.checks import Check
@@ -57,19 +56,17 @@ class Rebuild:
     reading files outside the interpreter lock and the figures drawing inside it."""
 
     def __init__(self, paths: CampaignPaths, info: dict | None, scratch: Path) -> None:
-        from ebd2n.report import campaign_report  # imported here, never beside the audit's own imports
+        import ebd2n.report.campaign_report  # noqa: F401 (imported here, never beside the audit's own imports)
 
         self.scratch = scratch
         self.error: UserError | None = None
         self.failure: BaseException | None = None
-        self.thread = threading.Thread(
-            target=self._build, args=(campaign_report, paths, info), name="ebd2n-report-rebuild", daemon=True
-        )
+        self.thread = threading.Thread(target=self._build, args=(paths, info), name="ebd2n-report-rebuild", daemon=True)
         self.thread.start()
 
-    def _build(self, campaign_report: ModuleType, paths: CampaignPaths, info: dict | None) -> None:
+    def _build(self, paths: CampaignPaths, info: dict | None) -> None:
         try:
-            campaign_report.build_report(paths.directory, self.scratch, info=info)
+            _rebuilt(paths, info, self.scratch)
         except UserError as error:
             self.error = error
         except BaseException as failure:  # raised again in the audit's thread

@@ -53,7 +53,7 @@ def _freeze_trainer(campaign: Campaign) -> str:
         "source_hash": digest,
         "copied_from": str(PACKAGE_DIR),
         "settings": campaign.settings(),
-        "horizons": list(campaign.grid.horizons or ()),  # what it started with (campaign.horizons)
+        "horizons": list(campaign.grid.horizons or ()),  # started with: only longer ones may be added
     }
     atomic_write_text(paths.freeze_record, json.dumps(record, indent=2) + "\n")
     atomic_write_text(marker, digest + "\n")  # last: its presence means the freeze is complete
