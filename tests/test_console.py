@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from workflow_support import REPO, copy_repo
 
+from ebd2n.layout import campaign_of_log
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 GOOD, BAD = "synchronous-lr0.001-beta20.95-seed1", "synchronous-lr0.001-beta20.95-seed2"
 SNAKEFILE = f"""
@@ -24,9 +26,9 @@ rule all:
 
 rule validate:
     output:
-        "results/{{campaign}}/runs/{{run}}/results.json",
+        "results/sweep/runs/{{run}}/results.json",
     log:
-        "results/{{campaign}}/logs/runs/{{run}}/final.log",
+        "results/sweep/logs/runs/{{run}}/final.log",
     shell:
         "if [ {{wildcards.run}} = {BAD} ]; then "
         "echo 'ebd2n train: run failed: loss is NaN at step 9' > {{log}}; exit 1; fi; "
@@ -95,23 +97,29 @@ rule all:
 
 rule train_final:
     output:
-        "results/{campaign}/runs/{run}/final.pt",
+        "results/sweep/runs/{run}/final.pt",
+    log:
+        "results/sweep/logs/runs/{run}/final.log",
     shell:
         "touch {output}"
 
 rule validate_run:
     input:
-        "results/{campaign}/runs/{run}/final.pt",
+        "results/sweep/runs/{run}/final.pt",
     output:
-        "results/{campaign}/runs/{run}/results.json",
+        "results/sweep/runs/{run}/results.json",
+    log:
+        "results/sweep/logs/runs/{run}/results.log",
     shell:
         "touch {output}"
 
 rule collect_runs:
     input:
-        expand("results/{{campaign}}/runs/{run}/results.json", run=RUNS),
+        expand("results/sweep/runs/{run}/results.json", run=RUNS),
     output:
-        "results/{campaign}/runs.csv",
+        "results/sweep/runs.csv",
+    log:
+        "results/sweep/logs/runs.log",
     shell:
         "touch {output}"
 """
@@ -231,3 +239,18 @@ def test_dry_run_warns_of_a_null_slurm_account(tmp_path: Path) -> None:
     warning = "config/campaigns/recipe-sweep-20m.yaml: resources.default.account is null"
     result = (completed.returncode, warning in completed.stderr.split("Job stats:")[0])
     assert result == (0, True)
+
+
+@pytest.mark.parametrize(
+    ("log", "campaign"),
+    [
+        ("results/sweep/logs/runs/r1/final.log", "sweep"),
+        ("results/sweep/logs/audit.log", "sweep"),
+        ("results/logs/caches/tinystories-gpt2.log", None),  # the shared token cache's job: no campaign
+        ("results/sweep/runs/r1/train.log", None),
+        ("logs/sweep/x.log", None),
+    ],
+)
+def test_console_reads_a_jobs_campaign_from_its_log(log: str, campaign: str | None) -> None:
+    """The workflow has no campaign wildcard: a job's log path, under results/<campaign>/logs/, names it."""
+    assert campaign_of_log(log) == campaign

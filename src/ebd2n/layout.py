@@ -410,6 +410,15 @@ def named_campaign(name: str) -> CampaignPaths:
     return CampaignPaths(RESULTS / name)
 
 
+def campaign_of_log(path: str | Path) -> str | None:
+    """The campaign whose logs/ holds a job's log (results/<campaign>/logs/...), None for another log
+    (the shared cache's): how the console names a job's campaign, which no wildcard carries."""
+    parts = Path(path).parts
+    if len(parts) > 3 and parts[0] == RESULTS.name and parts[2] == LOGS:
+        return parts[1]
+    return None
+
+
 def campaign_of_run(run_dir: str | Path) -> CampaignPaths | None:
     """The campaign holding a run directory (results/<campaign>/runs/<run>), None for a run trained
     on its own: the one place that decides whether a run belongs to a campaign (and so whether its

@@ -9,7 +9,7 @@ with -p each rule's first command. The full record stays in Snakemake's own log 
 finish it also rewrites each campaign's status page (`ebd2n status`), at most every
 STATUS_EVERY_S seconds. Snakemake finds this module by its name
 (snakemake_logger_plugin_<name>), so it is a top-level package of its own; it imports ebd2n only
-to write status pages, when the first job finishes, and in a dry run.
+to name a job's campaign (ebd2n.layout), to write status pages and in a dry run.
 """
 
 from __future__ import annotations
@@ -113,9 +113,10 @@ class LogHandler(LogHandlerBase):
         if self.plan is not None and event in (LogEvent.JOB_INFO, LogEvent.RUN_INFO):
             return self.plan_line(record)
         if event == LogEvent.JOB_INFO:
-            self.jobs[record.jobid] = job_label(record.rule_name, record.wildcards)
-            if "campaign" in (record.wildcards or {}):
-                self.campaigns.add(str(record.wildcards["campaign"]))
+            campaign = job_campaign(record)
+            self.jobs[record.jobid] = job_label(record.rule_name, campaign, record.wildcards)
+            if campaign is not None:
+                self.campaigns.add(campaign)
         elif event == LogEvent.JOB_FINISHED:
             self.finished.append(self.jobs.pop(record.job_id, f"job {record.job_id}"))
         elif event == LogEvent.PROGRESS:
@@ -174,10 +175,19 @@ class LogHandler(LogHandlerBase):
                 sys.stderr.write(f"status page of {directory} not written: {error}\n")
 
 
-def job_label(rule: str, wildcards: dict[str, Any] | None) -> str:
+def job_campaign(record: logging.LogRecord) -> str | None:
+    """The campaign a job works for, read from its log's path (ebd2n.layout); None without the package."""
+    try:
+        from ebd2n.layout import campaign_of_log
+    except ImportError:
+        return None
+    return next(filter(None, map(campaign_of_log, getattr(record, "log", None) or ())), None)
+
+
+def job_label(rule: str, campaign: str | None, wildcards: dict[str, Any] | None) -> str:
     """'train_final demo/packed-4-lr0.001-beta20.95-seed42 epoch 2': rule, campaign/run, the rest."""
     wildcards = dict(wildcards or {})
-    where = "/".join(str(wildcards.pop(key)) for key in ("campaign", "run") if key in wildcards)
+    where = "/".join(filter(None, (campaign, wildcards.pop("run", None))))
     rest = " ".join(f"{key} {value}" for key, value in wildcards.items())
     return " ".join(part for part in (rule, where, rest) if part)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ebd2n.layout import RESULTS_JSON
+from snakemake_logger_plugin_ebd2n import job_campaign
 
 SHOWN = 5
 """Run names listed per line before "and M more"."""
@@ -49,8 +50,8 @@ class DryRun:
         """Count one JOB_INFO record."""
         rule, wildcards = record.rule_name, dict(record.wildcards or {})
         self.jobs[rule] = self.jobs.get(rule, 0) + 1
-        if "campaign" in wildcards:
-            self.campaigns.add(str(wildcards["campaign"]))
+        if (campaign := job_campaign(record)) is not None:
+            self.campaigns.add(campaign)
         if "run" in wildcards and str(wildcards["run"]) not in (runs := self.runs.setdefault(rule, [])):
             runs.append(str(wildcards["run"]))
         if getattr(record, "shellcmd", None):

@@ -2,7 +2,6 @@
 # a call of the package's WorkflowPlan (ebd2n.campaign.workflow). Nothing else happens while the
 # Snakefile is parsed: no file written or deleted, no process started, no Snakemake record read.
 import functools
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from ebd2n.campaign.file import SCHEMA_PATH
 from ebd2n.campaign.rung_decision import read_decision
 from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.errors import UserError
-from ebd2n.layout import BENCHMARKS, LOGS, RESULTS, named_campaign
+from ebd2n.layout import BENCHMARKS, LOGS, RESULTS
 from ebd2n.slots import machine_pool, pool_warnings
 from ebd2n.yamlio import read_yaml_mapping
 
@@ -86,11 +85,12 @@ onstart:
     write_plan(CAMPAIGN, PLAN.plans)
 
 
-# Every path comes from the store's layout (ebd2n.layout), with wildcards for names (`campaign`: the
-# one this run reads, which the console reads from each job's wildcards); shell commands name it.
-C = named_campaign("{campaign}")
+# Every path comes from the store's layout (ebd2n.layout), under the one campaign this run reads, with
+# wildcards for the names within it (no `campaign` wildcard: Snakemake would match one in every output;
+# the console reads a job's campaign from its log's path).
+C = CAMPAIGN.paths
 R = C.run("{run}")
-RUN_DIR = str(CAMPAIGN.paths.run("{wildcards.run}").directory)
+RUN_DIR = str(C.run("{wildcards.run}").directory)
 CAMPAIGN_DIR = str(CAMPAIGN.directory)
 
 
@@ -105,7 +105,6 @@ def benchmark_of(path):
 
 
 wildcard_constraints:
-    campaign=re.escape(CAMPAIGN.name),
     run=r"[^/]+",
     epoch=r"[0-9]+",
     base=r"[^/]+",
@@ -131,7 +130,7 @@ def decided(bracket, epoch, path):
     is planned once it is made); one on disk is read as it is: each is written once, atomically."""
     if not Path(path).is_file():
         digest = Path(path).stem.removeprefix(f"rung-{epoch}-")
-        checkpoints.decide_rung.get(campaign=CAMPAIGN.name, bracket=bracket, epoch=epoch, digest=digest)
+        checkpoints.decide_rung.get(bracket=bracket, epoch=epoch, digest=digest)
     return read_decision(Path(path))
 
 
