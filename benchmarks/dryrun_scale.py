@@ -7,10 +7,11 @@ or against a bare Snakefile of the same shape (benchmarks/bare.smk: Snakemake al
 
 For each seed count the 20M sweep's campaign file (config/campaigns/recipe-sweep-20m.yaml, 108 grid
 points) gets that many seeds (3: the published 324 runs; 31: 3,348; 93: 10,044) and both checkouts
-dry-run it with the slurm profile, alternately, `--repeats` times each. Prints the median wall
+dry-run it with the slurm profile, once each untimed, then alternately `--repeats` times each (each
+side first in every other pair). Prints the median wall
 seconds and CPU seconds (user + system of the snakemake process: what the planning costs, whatever
-else loads the machine) of each and their ratios; writes benchmarks/dryrun_scale.json after every
-measurement.
+else loads the machine) of each, their ratio and the median ratio of adjacent pairs; writes
+benchmarks/dryrun_scale.json after every measurement.
 """
 
 from __future__ import annotations
@@ -94,8 +95,11 @@ def main() -> None:
     for seeds in args.seeds:
         times: dict[str, list[float]] = {name: [] for name in checkouts}
         cpu: dict[str, list[float]] = {name: [] for name in checkouts}
-        for _ in range(args.repeats):
-            for name, checkout in checkouts.items():  # alternately, so load on the machine hits both alike
+        for checkout in checkouts.values():  # untimed, once each: file caches warm for both
+            bare_dry_run(seeds) if checkout == "bare" else dry_run(checkout, seeds)
+        for repeat in range(args.repeats):
+            order = list(checkouts.items())  # alternately, each first in every other pair: no side gains by its place
+            for name, checkout in order if repeat % 2 == 0 else order[::-1]:
                 wall, used = bare_dry_run(seeds) if checkout == "bare" else dry_run(checkout, seeds)
                 times[name].append(wall)
                 cpu[name].append(used)
@@ -103,9 +107,11 @@ def main() -> None:
                 (ROOT / "benchmarks" / "dryrun_scale.json").write_text(json.dumps(record, indent=2) + "\n")
         for label, values in (("wall", times), ("cpu", cpu)):
             this, compared = statistics.median(values["this"]), statistics.median(values["compared"])
+            paired = statistics.median(t / c for t, c in zip(values["this"], values["compared"], strict=True))
             print(
                 f"{108 * seeds:6d} runs, {label}: this {this:7.2f} s, compared {compared:7.2f} s, "
-                f"ratio {this / compared:.3f} ({', '.join(f'{t:.1f}' for t in values['this'])} / "
+                f"ratio {this / compared:.3f}, median of adjacent pairs {paired:.3f} "
+                f"({', '.join(f'{t:.1f}' for t in values['this'])} / "
                 f"{', '.join(f'{t:.1f}' for t in values['compared'])})"
             )
 
