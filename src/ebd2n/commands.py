@@ -97,6 +97,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(summary)
 
 
+def cmd_train_pack(args: argparse.Namespace) -> None:
+    from ebd2n.report.jobs import train_pack_job
+
+    print("\n".join(train_pack_job(args.run_dirs, until_epoch=args.until_epoch, wait=args.wait, plan=args.plan)))
+
+
 def cmd_validate(args: argparse.Namespace) -> None:
     from ebd2n.report.jobs import validate_job
 

@@ -62,17 +62,20 @@ def job_id() -> str:
     return f"local-{time.strftime('%Y%m%dT%H%M%S', time.localtime(job_started()))}-{os.getpid()}"
 
 
-def record_job(run_dir: Path, kind: str, epoch: int | None) -> None:
+def record_job(run_dir: Path, kind: str, epoch: int | None, pack: int = 1) -> None:
     """Append this job's line to the run's jobs.jsonl: its id, kind (`train`, `validate`), the epoch
-    it trained to (None: the run's end), its start and its seconds until now. A line cut by a kill
-    is left alone: the next one starts on a line of its own, and readers pass over it."""
+    it trained to (None: the run's end), its start and its seconds until now, or its share of them
+    when it trained a pack of that many runs (recorded as `pack`), so that the costs of a pack's
+    runs add up to the job's. A line cut by a kill is left alone: the next one starts on a line of
+    its own, and readers pass over it."""
     started = job_started()
     record = {
         "job": job_id(),
         "kind": kind,
         "epoch": epoch,
         "started": datetime.fromtimestamp(started).astimezone().isoformat(timespec="milliseconds"),
-        "seconds": round(time.time() - started, 3),
+        "seconds": round((time.time() - started) / pack, 3),
+        **({"pack": pack} if pack > 1 else {}),
     }
     path = run_dir / JOB_RECORDS
     at("before", path)

@@ -207,20 +207,36 @@ class PackedGPT(nn.Module):
     @torch.no_grad()
     def load_replica_state_dict(self, i: int, state: dict[str, torch.Tensor]) -> None:
         """Overwrite replica i with a GPT state_dict (the inverse of replica_state_dict)."""
+        for name, view in self.replica_views(i).items():
+            view.copy_(state[name])
+
+    def replica_views(
+        self, i: int, of: Callable[[nn.Parameter], torch.Tensor] = lambda p: p
+    ) -> dict[str, torch.Tensor]:
+        """Replica i's share of `of(parameter)` (the parameter itself, or a tensor of its shape such as
+        an AdamW moment) for each of GPT's parameters by name: views, written in place to load one."""
         self._check_replica(i)
+        return {name: of(param)[i] if rows is None else of(param)[i, rows] for name, param, rows in self._layout()}
+
+    def _layout(self) -> list[tuple[str, nn.Parameter, slice | None]]:
+        """(GPT parameter name, the stacked parameter holding it, its rows there; None: all)."""
         d, f = self.cfg.width, self.cfg.ffn_width
-        self.embed[i].copy_(state["embed.weight"])
-        self.norm[i].copy_(state["norm.weight"])
+        layout = [("embed.weight", self.embed, None)]
         for n, block in enumerate(self.blocks):
             prefix = f"blocks.{n}."
-            block.attn_norm[i].copy_(state[prefix + "attn_norm.weight"])
-            for j, name in enumerate(("q", "k", "v")):
-                block.qkv[i, j * d : (j + 1) * d].copy_(state[f"{prefix}attn.{name}.weight"])
-            block.o[i].copy_(state[prefix + "attn.o.weight"])
-            block.mlp_norm[i].copy_(state[prefix + "mlp_norm.weight"])
-            block.gate_up[i, :f].copy_(state[prefix + "mlp.gate.weight"])
-            block.gate_up[i, f:].copy_(state[prefix + "mlp.up.weight"])
-            block.down[i].copy_(state[prefix + "mlp.down.weight"])
+            layout += [
+                (prefix + "attn_norm.weight", block.attn_norm, None),
+                *(
+                    (f"{prefix}attn.{name}.weight", block.qkv, slice(j * d, (j + 1) * d))
+                    for j, name in enumerate("qkv")
+                ),
+                (prefix + "attn.o.weight", block.o, None),
+                (prefix + "mlp_norm.weight", block.mlp_norm, None),
+                (prefix + "mlp.gate.weight", block.gate_up, slice(0, f)),
+                (prefix + "mlp.up.weight", block.gate_up, slice(f, 2 * f)),
+                (prefix + "mlp.down.weight", block.down, None),
+            ]
+        return [*layout, ("norm.weight", self.norm, None)]
 
     @torch.no_grad()
     def consensus_distance(self) -> float:
@@ -234,24 +250,9 @@ class PackedGPT(nn.Module):
     def _gpt_state(self, take: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
         """GPT-named tensors, each made by take(stacked parameter), split where fused, then copied
         into its own storage (the tied head entry is the embedding tensor itself, as in GPT)."""
-        d, f = self.cfg.width, self.cfg.ffn_width
-        embed = take(self.embed)
-        state = {"embed.weight": embed}
-        for n, block in enumerate(self.blocks):
-            prefix = f"blocks.{n}."
-            q, k, v = take(block.qkv).split(d)
-            gate, up = take(block.gate_up).split(f)
-            state[prefix + "attn_norm.weight"] = take(block.attn_norm)
-            state[prefix + "attn.q.weight"] = q
-            state[prefix + "attn.k.weight"] = k
-            state[prefix + "attn.v.weight"] = v
-            state[prefix + "attn.o.weight"] = take(block.o)
-            state[prefix + "mlp_norm.weight"] = take(block.mlp_norm)
-            state[prefix + "mlp.gate.weight"] = gate
-            state[prefix + "mlp.up.weight"] = up
-            state[prefix + "mlp.down.weight"] = take(block.down)
-        state["norm.weight"] = take(self.norm)
-        state = {name: tensor.clone() for name, tensor in state.items()}
+        state = {
+            name: (take(param) if rows is None else take(param)[rows]).clone() for name, param, rows in self._layout()
+        }
         state["head.weight"] = state["embed.weight"]  # tied
         return state
 

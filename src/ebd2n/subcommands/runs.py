@@ -93,6 +93,21 @@ def add_run_commands(subcommands: argparse._SubParsersAction) -> None:
 
     p = command(
         subcommands,
+        "train-pack",
+        commands.cmd_train_pack,
+        "train several runs of one shape as one packed model",
+        "Train resolved runs that differ only in optimizer settings and seed (a sweep's points) as one "
+        "packed model in one process, each into its own directory as `ebd2n train` writes it, resuming "
+        "each from its newest valid checkpoint. A member that diverges stops at once; the others go on.",
+        "ebd2n train-pack results/sweep/runs/RUN_A results/sweep/runs/RUN_B --until-epoch 1",
+    )
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument("--until-epoch", type=int, help="stop at this epoch boundary (default: the whole budget)")
+    p.add_argument("--plan", type=Path, help="the runs' slice plan (frozen/plans/<base>.json)")
+    p.add_argument("--wait", action="store_true", help=wait)
+
+    p = command(
+        subcommands,
         "validate",
         commands.cmd_validate,
         f"full validation of a run's {FINAL} -> {RESULTS_JSON}",

@@ -31,21 +31,39 @@ class EpochLoop:
 
     def run_epoch(self, epoch: int) -> None:
         """Train epoch `epoch` and measure it, or stop at a step where the run diverged."""
-        budget, counters = self.budget, self.parts.progress
-        started = time.perf_counter()
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        started = self.start_epoch()
         losses = []
-        steps = budget.epoch_steps(epoch)
-        bar = tqdm(steps, desc=f"epoch {epoch + 1}/{budget.epochs}", disable=not self.progress, leave=False)
+        steps = self.budget.epoch_steps(epoch)
+        bar = tqdm(steps, desc=f"epoch {epoch + 1}/{self.budget.epochs}", disable=not self.progress, leave=False)
         for step in bar:
-            result = self._step(step, epoch)
-            if counters.diverged is not None:
+            sequences, lr, tokens = self.next_step(step)
+            result = self.record_step(step, epoch, self.engine.train_step(sequences, lr), lr, tokens)
+            if self.parts.progress.diverged is not None:
                 bar.close()
                 return  # no step, and no measurement, after the decision
             losses.append(result.loss)
             bar.set_postfix(loss=f"{result.loss:.4f}")
-        elapsed = time.perf_counter() - started
+        self.end_epoch(epoch, losses, time.perf_counter() - started)
+
+    def start_epoch(self) -> float:
+        """The epoch's start on the clock its tokens/s is measured by."""
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return time.perf_counter()
+
+    def next_step(self, step: int) -> tuple[torch.Tensor, float, int]:
+        """The step's batch (an epoch's last step may be shortened), learning rate and tokens after it."""
+        tokens = self.budget.tokens_after(step + 1)
+        return (
+            self.parts.data.next_batch(),
+            learning_rate(tokens, self.budget.total_tokens, self.recipe.optimizer),
+            tokens,
+        )
+
+    def end_epoch(self, epoch: int, losses: list[float], elapsed: float) -> None:
+        """Measure the epoch just trained on the validation subset and record it."""
+        budget, counters = self.budget, self.parts.progress
+        steps = budget.epoch_steps(epoch)
         counters.epoch = epoch + 1
         evaluation_model = self.engine.evaluation_model()  # the whole model on the main process only
         subset = (
@@ -95,13 +113,9 @@ class EpochLoop:
             f"val loss {val_loss:.4f} acc {100 * val_accuracy:.2f}% | lr {record['lr']:.3e}{extra}"
         )
 
-    def _step(self, step: int, epoch: int) -> StepResult:
-        """One optimizer step and its record; the divergence decision when a rule fires at it."""
+    def record_step(self, step: int, epoch: int, result: StepResult, lr: float, tokens: int) -> StepResult:
+        """The records of one optimizer step; the divergence decision when a rule fires at it."""
         budget, counters = self.budget, self.parts.progress
-        sequences = self.parts.data.next_batch()  # an epoch's last step may be shortened
-        tokens = budget.tokens_after(step + 1)
-        lr = learning_rate(tokens, budget.total_tokens, self.recipe.optimizer)
-        result = self.engine.train_step(sequences, lr)
         if result.skipped:
             counters.skipped_steps += 1
             self.output.write(f"step {step + 1}: non-finite gradient norm ({result.grad_norm}); step skipped")

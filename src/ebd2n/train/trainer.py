@@ -31,12 +31,12 @@ from ebd2n.train.branch import branch_run
 from ebd2n.train.budget import Budget, budget_of
 from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Stateful
 from ebd2n.train.engine import build_engine, configure_torch
-from ebd2n.train.epoch_loop import EpochLoop
 from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
 from ebd2n.train.retention import Retention
-from ebd2n.train.run_records import log_header, run_record, write_best, write_run_record, write_slice_record
+from ebd2n.train.run_records import write_slice_record
 from ebd2n.train.run_state import read_checkpoint_ledger, run_directory
+from ebd2n.train.slice_run import SliceRun
 from ebd2n.train.state import DataPosition, Progress, RandomState
 
 
@@ -86,7 +86,7 @@ def train(
         start, notes = checkpoints.load(context, named)
         notes = [branched, *notes] if branched else notes  # the branch is this job's work: train.log says it
         reached = start is not None and start.epoch >= end_epoch and not branched
-        if reached and _reached(run_dir, end_epoch, budget.epochs, context):
+        if reached and reached_already(run_dir, end_epoch, budget.epochs, context):
             if context.is_main:
                 checkpoints.let_go(start.epoch)
             return False  # reached already: nothing to train, train.log and metrics.jsonl untouched
@@ -112,7 +112,7 @@ def train(
     return True
 
 
-def _reached(run_dir: Path, end_epoch: int, epochs: int, context: Context) -> bool:
+def reached_already(run_dir: Path, end_epoch: int, epochs: int, context: Context) -> bool:
     """Whether a job ending at `end_epoch`, whose state is saved already, has nothing left to do.
     A slice's only record is written here if it is missing; the end of the budget needs best.json
     and run.json, which only a trainer with its parts restored can write."""
@@ -131,7 +131,7 @@ def _parts_builder(recipe: Recipe, budget: Budget, cache: Cache, context: Contex
     engine = build_engine(recipe, budget, context.device, context)
     block_len = recipe.model.context_length + 1
     data = DataPosition(BlockReader(cache, "train", block_len), budget, recipe.runtime.seed, context.device)
-    eval_blocks = _eval_subset(recipe, cache)
+    eval_blocks = eval_subset(recipe, cache)
 
     def parts_of(metrics: Stateful) -> tuple[Parts, torch.Tensor]:
         return Parts(engine, data, Progress(), RandomState(), metrics), eval_blocks
@@ -158,64 +158,18 @@ def _train_job(job: Slice, parts_of, start: Saved | None, notes: list[str], prog
 def _run_slice(
     job: Slice, parts: Parts, output: RunOutput | SilentOutput, eval_blocks: torch.Tensor, progress: bool
 ) -> None:
-    """The slice's epochs, its checkpoints and what it leaves: the slice record or, at the end of
-    the budget, the run's final records; then the checkpoints its retention lets go."""
-    budget, retention = job.budget, job.retention
-    log_header(output, job)
-
-    def save(epoch: int) -> None:
-        tokens = budget.tokens_after(parts.data.step)
-        relative, digest = job.checkpoints.save(epoch, parts.stateful(), tokens, output.writes)
-        output.write(f"checkpoint {relative} written, sha256 {digest}")
-
-    def tell() -> None:
-        if job.on_record is not None and output.writes:
-            job.on_record(run_record(job, parts))
-
-    loop = EpochLoop(job, parts, output, eval_blocks, progress)
-    if job.resume is None and retention.writes(0, job.end_epoch):  # the initial weights (policy all)
-        save(0)
-    tell()
+    """The slice's epochs, its checkpoints and what it leaves (ebd2n.train.slice_run)."""
+    run = SliceRun(job, parts, output, eval_blocks, progress)
+    run.begin()
     for epoch in range(job.start_epoch, job.end_epoch):
-        if parts.progress.diverged is not None:
+        if run.diverged:
             break
-        loop.run_epoch(epoch)
-        if parts.progress.diverged is not None:
-            save(budget.epochs)  # final.pt: the weights at the decision (a skipped step's update was never applied)
-        elif retention.writes(epoch + 1, job.end_epoch):
-            save(epoch + 1)
-        tell()
-    if parts.progress.diverged is not None:
-        _end_diverged(job, parts, output)
-        return
-    if job.start_epoch == job.end_epoch:
-        output.write(f"epoch {job.end_epoch} reached already ({job.resume}): its records written")
-    if not output.writes:
-        return
-    if job.end_epoch == budget.epochs:
-        write_best(job, parts.progress, output)
-        write_run_record(job, parts, output)
-    else:
-        write_slice_record(job.run_dir, job.end_epoch, budget.epochs)
-    job.checkpoints.let_go(job.end_epoch)
-    output.write(f"slice done: epochs {job.start_epoch}..{job.end_epoch} of {budget.epochs}")
+        run.loop.run_epoch(epoch)
+        run.after_epoch(epoch)
+    run.finish()
 
 
-def _end_diverged(job: Slice, parts: Parts, output: RunOutput | SilentOutput) -> None:
-    """What a diverged run leaves besides final.pt: the record of every slice end still ahead, then
-    best.json and run.json, as a run at the end of its budget does; nothing is trained after it."""
-    if not output.writes:
-        return
-    epochs = job.budget.epochs
-    for end in sorted({*(end for end in job.slice_ends if job.end_epoch <= end < epochs), job.end_epoch} - {epochs}):
-        write_slice_record(job.run_dir, end, epochs)
-    write_best(job, parts.progress, output)
-    write_run_record(job, parts, output)
-    job.checkpoints.let_go(epochs)
-    output.write(f"slice done: epochs {job.start_epoch}..{job.end_epoch} of {epochs}, stopped: the run diverged")
-
-
-def _eval_subset(recipe: Recipe, cache: Cache) -> torch.Tensor:
+def eval_subset(recipe: Recipe, cache: Cache) -> torch.Tensor:
     """The fixed validation subset every epoch is measured on (read before the run starts)."""
     validation = BlockReader(cache, "validation", recipe.model.context_length + 1)
     subset = eval_subset_indices(validation.num_blocks, recipe.evaluation.subset_blocks, recipe.evaluation.seed)

@@ -1,0 +1,188 @@
+"""`ebd2n train-pack`: real runs of the demo model trained as one pack, each in its own directory,
+against the same runs trained alone (`ebd2n.train.train`): the same files, per-step and subset
+losses within the rounding of batched kernels, a solo-layout final.pt; the pack again, and the pack
+in two slices, bitwise equal to itself; a diverging member stops while the others finish; the job's
+time split among its runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ebd2n.config import load_recipe, save_recipe
+from ebd2n.faults import KILL_AT
+from ebd2n.job_time import recorded_jobs
+from ebd2n.layout import RunPaths, slice_checkpoint
+from ebd2n.report.jobs import train_job, train_pack_job
+from ebd2n.train.checkpoint import load_checkpoint
+from ebd2n.train.runlog import read_metrics
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+MEMBERS = [("1e-3", "0.95", 1), ("3e-3", "0.99", 2), ("1e-2", "0.999", 3)]
+DIVERGING = ("30", "0.95", 4)
+"""A learning rate far past the edge: the run the sweep is there to find."""
+TOLERANCE = 1e-5
+"""Relative, on every per-step and subset loss: measured ~2e-7 over the demo budget (FP32, CPU)."""
+TIMINGS = {"tokens_per_s", "batches_per_s", "wall_s", "memory"}
+
+
+def _runs(cache: Path, root: Path, members=MEMBERS, *extra: str) -> list[Path]:
+    """Resolved run directories (their recipe.yaml written, as `ebd2n resolve` leaves them)."""
+    run_dirs = []
+    for index, (lr, beta2, seed) in enumerate(members):
+        run_dir = root / f"run{index}"
+        recipe = load_recipe(
+            "demo",
+            [
+                f"data.cache_dir={cache}",
+                f"runtime.output_dir={run_dir}",
+                "training.max_tokens=16384",
+                "training.epoch_tokens=4096",
+                f"optimizer.lr={lr}",
+                f"optimizer.beta2={beta2}",
+                f"runtime.seed={seed}",
+                *extra,
+            ],
+        )
+        run_dir.mkdir(parents=True)
+        save_recipe(recipe, RunPaths(run_dir).recipe)
+        run_dirs.append(run_dir)
+    return run_dirs
+
+
+def _records(run_dir: Path, kind: str, key: str) -> list[float]:
+    return [record[key] for record in read_metrics(run_dir) if record["type"] == kind]
+
+
+def _untimed(run_dir: Path) -> list[dict]:
+    return [{k: v for k, v in record.items() if k not in TIMINGS} for record in read_metrics(run_dir)]
+
+
+def _weights(run_dir: Path) -> dict:
+    return load_checkpoint(RunPaths(run_dir).final)["engine"]
+
+
+def _relative(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b) > 0
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def campaign(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    root = tmp_path_factory.mktemp("train-pack")
+    packed = _runs(demo_cache, root / "packed")
+    train_pack_job(packed)
+    again = _runs(demo_cache, root / "again")
+    train_pack_job(again)
+    sliced = _runs(demo_cache, root / "sliced")
+    train_pack_job(sliced, until_epoch=2)
+    train_pack_job(sliced)
+    solo = _runs(demo_cache, root / "solo")
+    for run_dir in solo:
+        train_job(str(RunPaths(run_dir).recipe), [])
+    return {"packed": packed, "again": again, "sliced": sliced, "solo": solo}
+
+
+def test_a_packed_run_writes_what_its_solo_run_writes(campaign) -> None:
+    names = [sorted(path.name for path in run_dir.iterdir()) for run_dir in campaign["packed"]]
+    assert names == [sorted(path.name for path in run_dir.iterdir()) for run_dir in campaign["solo"]]
+
+
+def test_packed_runs_losses_follow_their_solo_runs(campaign) -> None:
+    steps = [
+        _relative(_records(p, "step", "loss"), _records(s, "step", "loss"))
+        for p, s in zip(campaign["packed"], campaign["solo"], strict=True)
+    ]
+    subset = [
+        _relative(_records(p, "epoch", "val_loss"), _records(s, "epoch", "val_loss"))
+        for p, s in zip(campaign["packed"], campaign["solo"], strict=True)
+    ]
+    assert max(steps + subset) < TOLERANCE
+
+
+def test_a_packed_runs_final_checkpoint_has_the_solo_layout(campaign) -> None:
+    for packed, solo in zip(campaign["packed"], campaign["solo"], strict=True):
+        mine, theirs = _weights(packed), _weights(solo)
+        assert mine["model"].keys() == theirs["model"].keys()
+        assert mine["optimizer"]["param_groups"] == theirs["optimizer"]["param_groups"]
+        assert max(float((mine["model"][n] - theirs["model"][n]).abs().max()) for n in theirs["model"]) < 1e-4
+
+
+@pytest.mark.parametrize("other", ["again", "sliced"])
+def test_the_same_pack_again_or_in_slices_is_bitwise_the_same(campaign, other: str) -> None:
+    for packed, run_dir in zip(campaign["packed"], campaign[other], strict=True):
+        mine, theirs = _weights(packed)["model"], _weights(run_dir)["model"]
+        assert all(torch.equal(mine[name], theirs[name]) for name in theirs)
+        assert _untimed(packed) == _untimed(run_dir)
+
+
+def test_each_packed_run_records_its_share_of_the_jobs_time(campaign) -> None:
+    jobs = [recorded_jobs(run_dir) for run_dir in campaign["packed"]]
+    assert [[(job["pack"], job["job"]) for job in records] for records in jobs] == [[(3, jobs[0][0]["job"])]] * 3
+    seconds = [records[0]["seconds"] for records in jobs]
+    assert max(seconds) - min(seconds) < 0.5  # each a third of the job's time, taken as each is recorded
+
+
+def test_a_diverging_member_stops_while_the_others_finish(demo_cache: Path, tmp_path: Path) -> None:
+    run_dirs = _runs(demo_cache, tmp_path, [MEMBERS[0], DIVERGING, MEMBERS[2]])
+    train_pack_job(run_dirs)
+    steps = [len(_records(run_dir, "step", "loss")) for run_dir in run_dirs]
+    diverged = [bool(_records(run_dir, "diverged", "step")) for run_dir in run_dirs]
+    finals = [RunPaths(run_dir).final.is_file() for run_dir in run_dirs]
+    assert (diverged, finals, steps[0], steps[2], steps[1] < steps[0]) == (
+        [False, True, False],
+        [True] * 3,
+        16,
+        16,
+        True,
+    )
+
+
+def test_a_kill_between_two_members_checkpoints_then_the_same_command_gives_the_same_bits(
+    demo_cache: Path, tmp_path: Path
+) -> None:
+    """Killed right after the second member's epoch-2 checkpoint: the third is an epoch behind. The
+    same command again takes the first two back to epoch 1 and trains on: the uninterrupted pack's bits."""
+    policy = "training.checkpoint_policy=epoch"
+    reference = _runs(demo_cache, tmp_path / "reference", MEMBERS, policy)
+    train_pack_job(reference)
+    run_dirs = _runs(demo_cache, tmp_path / "killed", MEMBERS, policy)
+    command = [sys.executable, "-m", "ebd2n", "train-pack", *map(str, run_dirs)]
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    killed = subprocess.run(
+        command, env={**env, KILL_AT: f"after:*/killed/run1/{slice_checkpoint(2)}"}, capture_output=True, timeout=300
+    )
+    behind = [(run_dir / slice_checkpoint(2)).is_file() for run_dir in run_dirs]
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert (killed.returncode, behind, again.returncode) == (-9, [True, True, False], 0)
+    for mine, theirs in zip(run_dirs, reference, strict=True):
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(_weights(mine)["model"].values(), _weights(theirs)["model"].values(), strict=True)
+        )
+        assert _untimed(mine) == _untimed(theirs)
+    assert f"goes back from epoch 2 to {slice_checkpoint(1)}" in RunPaths(run_dirs[0]).train_log.read_text()
+
+
+def test_runs_that_do_not_pack_are_refused_with_one_line(demo_cache: Path, tmp_path: Path) -> None:
+    run_dirs = _runs(demo_cache, tmp_path, MEMBERS[:2])
+    recipe = load_recipe(RunPaths(run_dirs[1]).recipe, ["model.width=128"])
+    save_recipe(recipe, RunPaths(run_dirs[1]).recipe)
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    command = [sys.executable, "-m", "ebd2n", "train-pack", *map(str, run_dirs)]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    left = sorted(path.name for run_dir in run_dirs for path in run_dir.iterdir())
+    assert (completed.returncode, completed.stderr.count("\n"), "model.width" in completed.stderr) == (2, 1, True)
+    assert left == ["recipe.yaml", "recipe.yaml"]
+
+
+def test_the_pack_record_is_in_each_runs_train_log(campaign) -> None:
+    logs = [RunPaths(run_dir).train_log.read_text() for run_dir in campaign["packed"]]
+    assert all("trained in a pack of 3 runs" in log and "run0, run1, run2" in log for log in logs)
+    assert json.loads(RunPaths(campaign["packed"][0]).record.read_text())
