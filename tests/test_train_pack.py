@@ -10,12 +10,15 @@ import json
 import os
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import torch
 
 from ebd2n.config import load_recipe, save_recipe
+from ebd2n.errors import UserError
 from ebd2n.faults import KILL_AT
 from ebd2n.job_time import recorded_jobs
 from ebd2n.layout import RunPaths, slice_checkpoint
@@ -77,7 +80,9 @@ def _relative(a: list[float], b: list[float]) -> float:
 def campaign(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     root = tmp_path_factory.mktemp("train-pack")
     packed = _runs(demo_cache, root / "packed")
+    before = time.time()
     train_pack_job(packed)
+    after = time.time()
     again = _runs(demo_cache, root / "again")
     train_pack_job(again)
     sliced = _runs(demo_cache, root / "sliced")
@@ -86,12 +91,25 @@ def campaign(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     solo = _runs(demo_cache, root / "solo")
     for run_dir in solo:
         train_job(str(RunPaths(run_dir).recipe), [])
-    return {"packed": packed, "again": again, "sliced": sliced, "solo": solo}
+    alone = _runs(demo_cache, root / "alone")  # packed to epoch 2, then each run on its own
+    train_pack_job(alone, until_epoch=2)
+    for run_dir in alone:
+        train_job(str(RunPaths(run_dir).recipe), [])
+    return {"packed": packed, "again": again, "sliced": sliced, "solo": solo, "alone": alone, "timed": [before, after]}
 
 
 def test_a_packed_run_writes_what_its_solo_run_writes(campaign) -> None:
     names = [sorted(path.name for path in run_dir.iterdir()) for run_dir in campaign["packed"]]
     assert names == [sorted(path.name for path in run_dir.iterdir()) for run_dir in campaign["solo"]]
+
+
+def test_a_run_packed_for_a_slice_goes_on_alone_as_its_solo_run(campaign) -> None:
+    """The pack's epoch-2 checkpoint holds the solo engine's state: `ebd2n train` resumes from it."""
+    worst = [
+        _relative(_records(a, "step", "loss"), _records(s, "step", "loss"))
+        for a, s in zip(campaign["alone"], campaign["solo"], strict=True)
+    ]
+    assert max(worst) < TOLERANCE and all(RunPaths(run_dir).final.is_file() for run_dir in campaign["alone"])
 
 
 def test_packed_runs_losses_follow_their_solo_runs(campaign) -> None:
@@ -123,10 +141,13 @@ def test_the_same_pack_again_or_in_slices_is_bitwise_the_same(campaign, other: s
 
 
 def test_each_packed_run_records_its_share_of_the_jobs_time(campaign) -> None:
+    """Each run's line holds a third of the job's seconds: start + seconds x pack is when the job
+    recorded it, within the call that trained the pack."""
     jobs = [recorded_jobs(run_dir) for run_dir in campaign["packed"]]
     assert [[(job["pack"], job["job"]) for job in records] for records in jobs] == [[(3, jobs[0][0]["job"])]] * 3
-    seconds = [records[0]["seconds"] for records in jobs]
-    assert max(seconds) - min(seconds) < 0.5  # each a third of the job's time, taken as each is recorded
+    before, after = campaign["timed"]
+    ends = [datetime.fromisoformat(r[0]["started"]).timestamp() + r[0]["seconds"] * r[0]["pack"] for r in jobs]
+    assert all(before - 0.01 <= end <= after + 0.01 for end in ends)
 
 
 def test_a_diverging_member_stops_while_the_others_finish(demo_cache: Path, tmp_path: Path) -> None:
@@ -168,6 +189,31 @@ def test_a_kill_between_two_members_checkpoints_then_the_same_command_gives_the_
         )
         assert _untimed(mine) == _untimed(theirs)
     assert f"goes back from epoch 2 to {slice_checkpoint(1)}" in RunPaths(run_dirs[0]).train_log.read_text()
+
+
+def test_a_pack_whose_every_member_diverges_ends_with_their_records(demo_cache: Path, tmp_path: Path) -> None:
+    run_dirs = _runs(demo_cache, tmp_path, [DIVERGING, ("50", "0.99", 5)])
+    train_pack_job(run_dirs)
+    diverged = [bool(_records(run_dir, "diverged", "step")) for run_dir in run_dirs]
+    records = [RunPaths(run_dir).record.is_file() and RunPaths(run_dir).final.is_file() for run_dir in run_dirs]
+    assert (diverged, records) == ([True, True], [True, True])
+
+
+def test_a_run_that_finished_a_slice_past_the_others_is_refused(demo_cache: Path, tmp_path: Path) -> None:
+    """Adding a fresh run to runs trained to epoch 2 would retrain them: refused, nothing trained."""
+    trained = _runs(demo_cache, tmp_path / "trained", MEMBERS[:2])
+    train_pack_job(trained, until_epoch=2)
+    fresh = _runs(demo_cache, tmp_path / "fresh", MEMBERS[2:])
+    before = [read_metrics(run_dir) for run_dir in trained]
+    with pytest.raises(UserError, match="trained to epoch 2, the pack's other runs stand at epoch 0"):
+        train_pack_job([*trained, *fresh])
+    assert [read_metrics(run_dir) for run_dir in trained] == before
+
+
+def test_a_run_named_twice_is_refused(demo_cache: Path, tmp_path: Path) -> None:
+    run_dirs = _runs(demo_cache, tmp_path, MEMBERS[:1])
+    with pytest.raises(UserError, match="named twice"):
+        train_pack_job([run_dirs[0], run_dirs[0]], wait=True)
 
 
 def test_runs_that_do_not_pack_are_refused_with_one_line(demo_cache: Path, tmp_path: Path) -> None:

@@ -77,8 +77,9 @@ def mix_(tensors: list[torch.Tensor], topology: Topology, step: int, gamma: floa
 
 
 @torch.no_grad()
-def clip_per_replica_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Clip each replica's gradients to a global norm of max_norm, like clip_grad_norm_ per replica.
+def clip_per_replica_(grads: list[torch.Tensor], max_norm: float | torch.Tensor) -> torch.Tensor:
+    """Clip each replica's gradients to a global norm of max_norm (one for all, or a (K,) tensor of
+    one per replica), like clip_grad_norm_ per replica.
 
     grads are stacked (K, ...) tensors. Replica i's norm is taken over its slice of every tensor;
     its slices are scaled by min(1, max_norm / (norm_i + 1e-6)). Returns the K pre-clip norms (FP32).

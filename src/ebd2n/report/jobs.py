@@ -81,39 +81,51 @@ def train_job(
 def train_pack_job(
     run_dirs: list[Path], until_epoch: int | None = None, wait: bool = False, plan: Path | None = None
 ) -> list[str]:
-    """Train resolved runs (each directory's recipe) as one pack (ebd2n.train.pack_trainer): each run
-    that trained records its share of the job's time, each run this job completed gets its
-    dashboard; one line per run on what the job left, then the job's usage."""
+    """Train resolved runs (each directory's recipe) as one pack (ebd2n.train.pack_trainer), each
+    with its live page as `ebd2n train` keeps it: each run that trained records its share of the
+    job's time, each run this job completed gets its dashboard; one line per run on what the job
+    left, then the job's usage."""
     from ebd2n.config import load_recipe
     from ebd2n.job_time import record_job
     from ebd2n.layout import RunPaths
     from ebd2n.provenance import job_usage
     from ebd2n.report.dashboard import write_dashboard
+    from ebd2n.report.live_dashboard import LiveDashboard, remove_live_page
     from ebd2n.train.pack_trainer import train_pack
     from ebd2n.train.plan import read_slice_plan
     from ebd2n.train.runlog import append_to_train_log
 
+    run_dirs = [Path(run_dir) for run_dir in run_dirs]
     recipes = []
     for run_dir in run_dirs:
         path = RunPaths(run_dir).recipe
         if not path.is_file():
             raise UserError(f"{path}: no such file; a packed run is a resolved run directory (ebd2n resolve)")
         recipes.append(load_recipe(path))
-        if Path(recipes[-1].runtime.output_dir).resolve() != Path(run_dir).resolve():
+        if Path(recipes[-1].runtime.output_dir).resolve() != run_dir.resolve():
             raise UserError(f"{path}: runtime.output_dir is {recipes[-1].runtime.output_dir}, not this directory")
     slice_plan = None if plan is None else read_slice_plan(plan)
     if plan is not None and slice_plan is None:
         raise UserError(f"--plan {plan}: no such file")
-    trained = train_pack(recipes, until_epoch, slice_plan.ends if slice_plan else (), wait)
+    lives = [LiveDashboard(run_dir) for run_dir in run_dirs]
+    try:
+        trained = train_pack(recipes, until_epoch, slice_plan.ends if slice_plan else (), wait, on_records=lives)
+    except Exception as error:
+        for live in lives:
+            live.failed(error)
+        raise
     lines = []
-    for run_dir, did in zip(map(Path, run_dirs), trained, strict=True):
+    for run_dir, did, live in zip(run_dirs, trained, lives, strict=True):
         if did:
             record_job(run_dir, "train", until_epoch, pack=sum(trained))
         if (run_dir / FINAL).is_file() and (did or not (run_dir / DASHBOARD).is_file()):
             append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
+            remove_live_page(run_dir)
+        elif did and (page := live.write(f"trained to epoch {until_epoch}, where this slice ended")):
+            append_to_train_log(run_dir, f"dashboard {page}")
         lines.append(_train_summary(run_dir, did, until_epoch))
     usage = job_usage()
-    for run_dir, did in zip(map(Path, run_dirs), trained, strict=True):
+    for run_dir, did in zip(run_dirs, trained, strict=True):
         if did:
             append_to_train_log(run_dir, usage)
     return [*lines, usage]

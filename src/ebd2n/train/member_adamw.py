@@ -4,8 +4,9 @@ A packed trial (ebd2n.train.trial_engine) holds K runs of one shape as one Packe
 elementwise, so one optimizer can step them all when every hyperparameter is a per-member value
 broadcast over the member's slice: learning rate, betas, eps, weight decay, and a step count of its
 own (a member whose gradient was not finite skips its step, as the solo run does). The arithmetic is
-that of torch's foreach AdamW (decoupled weight decay, bias corrections in double precision), so a
-member moves as its solo run would, up to the rounding of batched kernels.
+that of torch's foreach AdamW, the solo run's on the CPU (decoupled weight decay, bias corrections in
+double precision; the CUDA path's fused AdamW rounds alike within FP32), so a member moves as its
+solo run would, up to the rounding of batched kernels.
 """
 
 from __future__ import annotations

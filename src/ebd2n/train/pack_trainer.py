@@ -6,23 +6,28 @@ The members step together: one batched forward and backward per micro-batch, one
 then each member's records, divergence decision and subset validation. A member that diverges writes
 its final records at once and leaves the pack (its slice of the batched kernels computes nothing it
 keeps); the others train on. Resuming is per run: each member restores its own newest checkpoint,
-and the pack goes on from the epoch they share.
+and the pack goes on from the epoch they share (ebd2n.train.pack_trainer._common_start).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ebd2n.config import Recipe, recipe_identity
-from ebd2n.data import BlockReader, open_verified_cache
+from ebd2n.data import BlockReader, Cache, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.job_time import job_id
+from ebd2n.layout import RunPaths
 from ebd2n.parallel import distributed
+from ebd2n.parallel.distributed import Context
 from ebd2n.provenance import source_hash
 from ebd2n.train.budget import budget_of
-from ebd2n.train.checkpoint import CheckpointManager, Provenance
+from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, claim_run_dir
@@ -48,14 +53,37 @@ class MemberRandomState(RandomState):
         self.state = dict(state)
 
 
+@dataclass
+class Member:
+    """One run of the pack: its recipe, checkpoints, where it starts and what its live view is told."""
+
+    recipe: Recipe
+    checkpoints: CheckpointManager
+    on_record: Callable[[dict[str, Any]], None] | None
+    start: Saved | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def epoch(self) -> int:
+        return 0 if self.start is None else self.start.epoch
+
+
 def train_pack(
-    recipes: Sequence[Recipe], until_epoch: int | None = None, slice_ends: tuple[int, ...] = (), wait: bool = False
+    recipes: Sequence[Recipe],
+    until_epoch: int | None = None,
+    slice_ends: tuple[int, ...] = (),
+    wait: bool = False,
+    on_records: Sequence[Callable[[dict[str, Any]], None] | None] | None = None,
 ) -> list[bool]:
     """Train each run to `until_epoch` (default: the end of the budget) as one pack; per run, False
-    when it was there already. Every run resumes from its own newest valid checkpoint."""
+    when it was there already. Every run resumes from its own newest valid checkpoint. `on_records`:
+    per run, what is given its record at the slice's start and after every epoch (ebd2n.train.job.Slice)."""
     refusal = pack_refusal(recipes)
     if refusal is not None:
         raise UserError(f"these runs do not pack: {refusal}")
+    directories = [run_directory(recipe).resolve() for recipe in recipes]
+    if len(set(directories)) < len(directories):
+        raise UserError("a run directory is named twice: each run of a pack trains once")
     budget = budget_of(recipes[0])
     end_epoch = budget.epochs if until_epoch is None else until_epoch
     if not 1 <= end_epoch <= budget.epochs:
@@ -64,44 +92,39 @@ def train_pack(
         )
     cache = open_verified_cache(recipes[0].data.cache_dir, recipes[0].model.vocab_size)
     source = source_hash()
-    managers = [
-        CheckpointManager(
-            run_directory(recipe),
-            Provenance(recipe_identity(recipe, cache.identity), cache.identity, source),
-            Retention.of(recipe, budget.epochs),
+    members = [
+        Member(
+            recipe,
+            CheckpointManager(
+                run_directory(recipe),
+                Provenance(recipe_identity(recipe, cache.identity), cache.identity, source),
+                Retention.of(recipe, budget.epochs),
+            ),
+            None if on_records is None else on_records[i],
         )
-        for recipe in recipes
+        for i, recipe in enumerate(recipes)
     ]
     configure_torch(recipes[0])
     context = distributed.init(recipes[0])
     eval_blocks = eval_subset(recipes[0], cache)
     leases = []
     try:
-        for recipe, manager in zip(recipes, managers, strict=True):
-            leases.append(claim_run_dir(recipe, manager.provenance, context, wait))
-        starts = [manager.load(context) for manager in managers]
-        trained = [
-            not (
-                start is not None
-                and start.epoch >= end_epoch
-                and reached_already(manager.run_dir, end_epoch, budget.epochs, context)
+        for member in sorted(
+            members, key=lambda m: str(m.checkpoints.run_dir.resolve())
+        ):  # one order: no two packs deadlock
+            leases.append(claim_run_dir(member.recipe, member.checkpoints.provenance, context, wait))
+        trained = []
+        for member in members:
+            member.start, member.notes = member.checkpoints.load(context)
+            reached = member.start is not None and member.epoch >= end_epoch
+            trained.append(
+                not (reached and reached_already(member.checkpoints.run_dir, end_epoch, budget.epochs, context))
             )
-            for (start, _), manager in zip(starts, managers, strict=True)
-        ]
-        chosen = [i for i, go in enumerate(trained) if go]
-        for i in set(range(len(recipes))) - set(chosen):
-            managers[i].let_go(starts[i][0].epoch)
-        if chosen:
-            _train_members(
-                [recipes[i] for i in chosen],
-                [managers[i] for i in chosen],
-                [starts[i] for i in chosen],
-                cache,
-                eval_blocks,
-                context,
-                end_epoch,
-                slice_ends,
-            )
+            if not trained[-1]:
+                member.checkpoints.let_go(member.epoch)
+        working = [member for member, go in zip(members, trained, strict=True) if go]
+        if working:
+            _train_members(working, cache, eval_blocks, context, end_epoch, slice_ends)
     finally:
         try:
             context.close()
@@ -113,35 +136,49 @@ def train_pack(
 
 
 def _train_members(
-    recipes, managers, starts, cache, eval_blocks, context, end_epoch: int, slice_ends: tuple[int, ...]
+    members: list[Member],
+    cache: Cache,
+    eval_blocks: torch.Tensor,
+    context: Context,
+    end_epoch: int,
+    slice_ends: tuple[int, ...],
 ) -> None:
     """The pack of the members that have work: restored, trained in step, their records written."""
-    start_epoch, starts = _common_start(managers, starts, end_epoch)
+    start_epoch = _common_start(members, end_epoch)
+    recipes = [member.recipe for member in members]
     budget = budget_of(recipes[0])
     pack = TrialPack(recipes, budget, context.device)
     reader = BlockReader(cache, "train", recipes[0].model.context_length + 1)
     this_job = job_id()
-    outputs = [RunOutput.open(manager.run_dir, this_job, context) for manager in managers]
+    outputs = [RunOutput.open(member.checkpoints.run_dir, this_job, context) for member in members]
     try:
         runs = []
-        for i, (recipe, manager, (start, notes), output) in enumerate(
-            zip(recipes, managers, starts, outputs, strict=True)
-        ):
-            for note in notes:
+        for i, (member, output) in enumerate(zip(members, outputs, strict=True)):
+            for note in member.notes:
                 output.write(note)
-            data = DataPosition(reader, budget, recipe.runtime.seed, context.device)
+            data = DataPosition(reader, budget, member.recipe.runtime.seed, context.device)
             parts = Parts(pack.members[i], data, Progress(), MemberRandomState(pack.rng_states[i]), output.metrics)
-            if start is not None:
-                manager.restore(parts.stateful(), start)
+            if member.start is not None:
+                member.checkpoints.restore(parts.stateful(), member.start)
             parts.progress.job_ids.append(this_job)
+            resume = member.start and member.start.relative
             job = Slice(
-                recipe, budget, manager, context, None, start and start.relative, start_epoch, end_epoch, slice_ends
+                member.recipe,
+                budget,
+                member.checkpoints,
+                context,
+                None,
+                resume,
+                start_epoch,
+                end_epoch,
+                slice_ends,
+                member.on_record,
             )
             runs.append(SliceRun(job, parts, output, eval_blocks, progress=False))
-        others = ", ".join(run.job.run_dir.name for run in runs)
+        names = ", ".join(run.job.run_dir.name for run in runs)
         for run in runs:
-            run.output.write(f"trained in a pack of {len(runs)} runs (one process, one batched model): {others}")
             run.begin()
+            run.output.write(f"trained in a pack of {len(runs)} runs (one process, one batched model): {names}")
             if run.diverged:  # restored from where it diverged: only its final records are left to write
                 run.finish()
         for epoch in range(start_epoch, end_epoch):
@@ -156,30 +193,32 @@ def _train_members(
             output.close()
 
 
-def _common_start(managers: list[CheckpointManager], starts: list, end_epoch: int) -> tuple[int, list]:
-    """The epoch the members go on from together, and each one's start there. A kill between two
-    members' checkpoint writes leaves some a checkpoint ahead: they go back to their checkpoint at
-    the epoch the others reached (or to the beginning), and train that stretch again with them."""
-
-    def epoch_of(start) -> int:
-        return 0 if start is None else min(start.epoch, end_epoch)
-
-    common = min(epoch_of(start) for start, _ in starts)
-    aligned = []
-    for manager, (start, notes) in zip(managers, starts, strict=True):
-        if epoch_of(start) == common:
-            aligned.append((start, notes))
+def _common_start(members: list[Member], end_epoch: int) -> int:
+    """The epoch the members go on from together; a member ahead of it is set back to it. Only a
+    kill between two members' checkpoint writes leaves one ahead: its checkpoints past that epoch
+    were written by a job that never finished its slice, so none has its slice record. A member that
+    finished a slice past it is refused: runs pack from the epoch they stand at."""
+    common = min(min(member.epoch, end_epoch) for member in members)
+    for member in members:
+        if min(member.epoch, end_epoch) == common:
             continue
-        back = "the beginning" if common == 0 else manager.retention.checkpoint(common)
-        note = f"goes back from epoch {start.epoch} to {back}, where the other runs of its pack are"
+        run_dir = member.checkpoints.run_dir
+        finished = [e for e in range(common + 1, member.epoch + 1) if RunPaths(run_dir).slice_record(e).is_file()]
+        if finished:
+            raise UserError(
+                f"{run_dir}: trained to epoch {finished[-1]}, the pack's other runs stand at epoch {common}; "
+                "pack runs that stand at the same epoch"
+            )
+        back = "the beginning" if common == 0 else member.checkpoints.retention.checkpoint(common)
+        member.notes.append(f"goes back from epoch {member.epoch} to {back}, where the other runs of its pack are")
         if common == 0:
-            aligned.append((None, [*notes, note]))
+            member.start = None
             continue
-        path = manager.run_dir / back
+        path = run_dir / back
         if not path.is_file():
-            raise UserError(f"{path}: missing; its pack's other runs resume from epoch {common}, so train it alone")
-        aligned.append((manager.named(path), [*notes, note]))
-    return common, aligned
+            raise UserError(f"{path}: missing; the pack's other runs resume from epoch {common}")
+        member.start = member.checkpoints.named(path)
+    return common
 
 
 def _pack_epoch(pack: TrialPack, runs: list[SliceRun], epoch: int) -> None:
@@ -188,6 +227,8 @@ def _pack_epoch(pack: TrialPack, runs: list[SliceRun], epoch: int) -> None:
     started = [run.loop.start_epoch() for run in runs]
     losses: list[list[float]] = [[] for _ in runs]
     for step in runs[0].job.budget.epoch_steps(epoch):
+        if all(run.diverged for run in runs):
+            break  # the last member still training diverged at the step before
         planned = [run.loop.next_step(step) if not run.diverged else None for run in runs]
         results = pack.train_step([p and p[0] for p in planned], [p[1] if p else 0.0 for p in planned])
         for run, plan, result, kept in zip(runs, planned, results, losses, strict=True):

@@ -39,29 +39,31 @@ def pack_refusal(recipes: Sequence[Recipe]) -> str | None:
         return "only synchronous runs of a model trained from scratch pack"
     if first.training.init_from or first.parallel.lora is not None or first.parallel.freeze_prefix:
         return "runs that start from other weights or train adapters do not pack"
+    if first.parallel.pipeline_stages > 1 or first.parallel.data_parallel > 1:
+        return "runs over several devices (parallel.pipeline_stages, parallel.data_parallel) do not pack"
     if first.optimizer.accum_iter != 1:
         return "optimizer.accum_iter above 1 does not pack"
     shared = _shared(first)
     for recipe in recipes[1:]:
         other = _shared(recipe)
-        differing = sorted(
-            f"{section}.{key}"
-            for section in shared
-            for key in shared[section]
-            if shared[section][key] != other[section].get(key)
-        )
+        differing = sorted(key for key in shared.keys() | other.keys() if shared.get(key) != other.get(key))
         if differing:
             return f"{recipe.runtime.output_dir} differs from {first.runtime.output_dir} in {', '.join(differing)}"
     return None
 
 
-def _shared(recipe: Recipe) -> dict[str, dict]:
-    dump = recipe.model_dump()
-    return {
-        section: {key: value for key, value in values.items() if key not in MEMBER_FIELDS.get(section, ())}
-        for section, values in dump.items()
-        if isinstance(values, dict)
-    }
+def _shared(recipe: Recipe) -> dict[str, object]:
+    """Every setting of the recipe by its dotted key (a section left out as None is one key), but
+    those MEMBER_FIELDS lets differ."""
+    flat = {}
+    for section, values in recipe.model_dump().items():
+        if not isinstance(values, dict):
+            flat[section] = values
+            continue
+        for key, value in values.items():
+            if key not in MEMBER_FIELDS.get(section, ()):
+                flat[f"{section}.{key}"] = value
+    return flat
 
 
 class TrialPack:
@@ -129,7 +131,8 @@ class TrialPack:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.model.parameters()]
         norms = clip_per_replica_(grads, self.max_norms).tolist()
         finite = [math.isfinite(norm) for norm in norms]
-        stepping = [here and ok for here, ok in zip(present, finite, strict=True)]
+        # A member without a counted target in the step has no gradient: its solo AdamW skips it.
+        stepping = [here and ok and sum(rows) > 0 for here, ok, rows in zip(present, finite, counts, strict=True)]
         self.optimizer.step(lrs, stepping)
         self.optimizer.zero_grad()
         for i, here in enumerate(present):
