@@ -18,7 +18,7 @@ from ebd2n.campaign.grid import Grid, grid_from_record
 from ebd2n.campaign.history import read_history, record_grid
 from ebd2n.campaign.runs import BASE
 from ebd2n.campaign.search import Search
-from ebd2n.campaign.workflow import WorkflowPlan, job_settings
+from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 
@@ -244,10 +244,7 @@ def test_job_settings_differ_per_run_through_its_wildcards(in_tmp: Path) -> None
         resources={"packed-4": {"cpus": 4}},
     )
     plan = WorkflowPlan(campaign_from_dict(raw))
-    resources, threads = job_settings(
-        [plan.resources("synchronous-lr0.001-beta20.95-seed42"), plan.resources("packed-4-lr0.002-beta20.95-seed42")],
-        plan.resources,
-    )
+    resources, threads = plan.run_job_resources()
     result = (
         resources,
         threads(SimpleNamespace(run="packed-4-lr0.002-beta20.95-seed42")),

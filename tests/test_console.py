@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from workflow_support import REPO, copy_repo
 
-from ebd2n.layout import campaign_of_log
+from ebd2n.layout import campaign_of_job_file
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 GOOD, BAD = "synchronous-lr0.001-beta20.95-seed1", "synchronous-lr0.001-beta20.95-seed2"
@@ -247,10 +247,11 @@ def test_dry_run_warns_of_a_null_slurm_account(tmp_path: Path) -> None:
         ("results/sweep/logs/runs/r1/final.log", "sweep"),
         ("results/sweep/logs/audit.log", "sweep"),
         ("results/logs/caches/tinystories-gpt2.log", None),  # the shared token cache's job: no campaign
-        ("results/sweep/runs/r1/train.log", None),
+        ("results/sweep/runs/r1/final.pt", "sweep"),  # a packed run's own job: its outputs only
+        ("results/sweep/report/index.html", None),
         ("logs/sweep/x.log", None),
     ],
 )
-def test_console_reads_a_jobs_campaign_from_its_log(log: str, campaign: str | None) -> None:
-    """The workflow has no campaign wildcard: a job's log path, under results/<campaign>/logs/, names it."""
-    assert campaign_of_log(log) == campaign
+def test_console_reads_a_jobs_campaign_from_its_files(log: str, campaign: str | None) -> None:
+    """The workflow has no campaign wildcard: a job's log or run output, under results/<campaign>/, names it."""
+    assert campaign_of_job_file(log) == campaign

@@ -17,6 +17,7 @@ NAMES = (
     f"{layout.TENSORBOARD}/",
     layout.JOB_RECORDS,
     layout.LIVE_DASHBOARD,
+    layout.PACKS,
     layout.CAMPAIGN_JSON,
     layout.RUNS_CSV,
     layout.AUDIT_JSON,

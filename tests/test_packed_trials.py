@@ -16,9 +16,10 @@ from ebd2n.config import load_recipe
 from ebd2n.data import BlockReader, open_verified_cache
 from ebd2n.train.budget import budget_of
 from ebd2n.train.engine import SynchronousEngine
+from ebd2n.train.pack_rules import pack_refusal
 from ebd2n.train.schedule import learning_rate
 from ebd2n.train.state import DataPosition
-from ebd2n.train.trial_engine import TrialPack, pack_refusal
+from ebd2n.train.trial_engine import TrialPack
 
 MEMBERS = [  # learning rate, beta2, seed, and every other per-member optimizer setting: a sweep's points
     ("1e-3", "0.95", 1, ["optimizer.beta1=0.8", "optimizer.eps=1e-6", "optimizer.weight_decay=0.0"]),

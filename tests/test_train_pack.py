@@ -21,9 +21,10 @@ from ebd2n.config import load_recipe, save_recipe
 from ebd2n.errors import UserError
 from ebd2n.faults import KILL_AT
 from ebd2n.job_time import recorded_jobs
-from ebd2n.layout import RunPaths, slice_checkpoint
+from ebd2n.layout import PACKS, RunPaths, slice_checkpoint
 from ebd2n.report.jobs import train_job, train_pack_job
 from ebd2n.train.checkpoint import load_checkpoint
+from ebd2n.train.pack_record import read_packs
 from ebd2n.train.runlog import read_metrics
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -98,9 +99,11 @@ def campaign(demo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     return {"packed": packed, "again": again, "sliced": sliced, "solo": solo, "alone": alone, "timed": [before, after]}
 
 
-def test_a_packed_run_writes_what_its_solo_run_writes(campaign) -> None:
+def test_a_packed_run_writes_what_its_solo_run_writes_and_its_packs(campaign) -> None:
     names = [sorted(path.name for path in run_dir.iterdir()) for run_dir in campaign["packed"]]
-    assert names == [sorted(path.name for path in run_dir.iterdir()) for run_dir in campaign["solo"]]
+    solo = [sorted(path.name for path in run_dir.iterdir()) for run_dir in campaign["solo"]]
+    assert names == [sorted([*files, PACKS]) for files in solo]
+    assert all(read_packs(run_dir) for run_dir in campaign["packed"])
 
 
 def test_a_run_packed_for_a_slice_goes_on_alone_as_its_solo_run(campaign) -> None:

@@ -100,7 +100,10 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_train_pack(args: argparse.Namespace) -> None:
     from ebd2n.report.jobs import train_pack_job
 
-    print("\n".join(train_pack_job(args.run_dirs, until_epoch=args.until_epoch, wait=args.wait, plan=args.plan)))
+    lines = train_pack_job(
+        args.run_dirs, until_epoch=args.until_epoch, wait=args.wait, plan=args.plan, record=args.record
+    )
+    print("\n".join(lines))
 
 
 def cmd_validate(args: argparse.Namespace) -> None:

@@ -51,6 +51,8 @@ TENSORBOARD = "tensorboard"
 JOB_RECORDS = "jobs.jsonl"
 """One line per training or validation job that did work: its start and seconds (ebd2n.job_time)."""
 LINEAGE = "lineage.json"
+PACKS = "packs.json"
+"""The packs a run trained in (`ebd2n train-pack`): each slice end -> the runs it trained with."""
 """A branched run's parent: the run, epoch and SHA-256 of the checkpoint it started from (train.branch)."""
 LEASE = "trainer.lease"
 """Held by the one trainer writing a run directory (ebd2n.train.lease); gone when it ends."""
@@ -145,6 +147,10 @@ class RunPaths:
     def lineage(self) -> Path:
         return self.directory / LINEAGE
 
+    @property
+    def packs(self) -> Path:
+        return self.directory / PACKS
+
     def checkpoint(self, epoch: int) -> Path:
         return self.directory / slice_checkpoint(epoch)
 
@@ -189,6 +195,9 @@ EXTENSIONS = "extensions"
 campaign file as it was before extension n + 1)."""
 EXTENSION_HISTORY = "history.json"
 SEARCH = "search"
+PACK_RECORDS = "packs"
+"""packs/<base>/slice-<epoch>-<digest>.json: one packed-trials job's record (its members), named by
+them (ebd2n.campaign.packs), written when the job ends."""
 """search/<bracket>/rung-<epoch>-<digest>.json: one rung decision of a successive-halving campaign
 (ebd2n.campaign.search), named by the runs and share it was decided from, written once."""
 SIGNATURES = "signatures"
@@ -397,6 +406,14 @@ class CampaignPaths:
         return self.search / bracket / f"rung-{epoch}-{digest}.json"
 
     @property
+    def pack_records(self) -> Path:
+        return self.directory / PACK_RECORDS
+
+    def pack_record(self, base: str, epoch: int | str, digest: str) -> Path:
+        """The record of the packed job training base `base`'s runs that `digest` names to `epoch`."""
+        return self.pack_records / base / f"slice-{epoch}-{digest}.json"
+
+    @property
     def extension_history(self) -> Path:
         return self.directory / EXTENSIONS / EXTENSION_HISTORY
 
@@ -410,11 +427,12 @@ def named_campaign(name: str) -> CampaignPaths:
     return CampaignPaths(RESULTS / name)
 
 
-def campaign_of_log(path: str | Path) -> str | None:
-    """The campaign whose logs/ holds a job's log (results/<campaign>/logs/...), None for another log
-    (the shared cache's): how the console names a job's campaign, which no wildcard carries."""
+def campaign_of_job_file(path: str | Path) -> str | None:
+    """The campaign whose logs/ or runs/ holds a job's log or output (results/<campaign>/logs/...),
+    None for another file (the shared cache's): how the console names a job's campaign, which no
+    wildcard carries (a packed run's own job has no log, only its outputs)."""
     parts = Path(path).parts
-    if len(parts) > 3 and parts[0] == RESULTS.name and parts[2] == LOGS:
+    if len(parts) > 3 and parts[0] == RESULTS.name and parts[2] in (LOGS, RUNS):
         return parts[1]
     return None
 

@@ -1,6 +1,6 @@
 """Warm start: the local training and validation jobs fork from a server that has imported torch.
 
-`python -m ebd2n.warm train|validate ...` hands its arguments, directory, environment and standard
+`python -m ebd2n.warm train|train-pack|validate ...` hands its arguments, directory, environment and standard
 streams to a per-user server (started on first use, gone after EBD2N_WARM_IDLE, 60, seconds without
 jobs) that forks a child per job and returns its exit status (signal N: 128 + N), saving each job
 over a second of importing torch. A job starts cold, in this process, with EBD2N_WARM=0, in a SLURM
@@ -38,7 +38,7 @@ _status: int | None = None
 
 def main(argv: list[str]) -> int:
     """Run an `ebd2n` command line, forked from the warm server when allowed, else in this process."""
-    warm = os.environ.get("EBD2N_WARM") != "0" and argv[:1] in (["train"], ["validate"])
+    warm = os.environ.get("EBD2N_WARM") != "0" and argv[:1] in (["train"], ["train-pack"], ["validate"])
     local = not {"SLURM_JOB_ID", "LOCAL_RANK"} & os.environ.keys()  # a torchrun worker's launcher paid the start-up
     try:
         code = _forward(argv) if warm and local else None

@@ -32,6 +32,9 @@ _TABLE_ONLY = {Quietness.RULES, Quietness.PROGRESS}
 """Snakemake's quiet setting under which a dry run ends after its job table, listing no job."""
 _SAID = {"Nothing to be done (all requested files are present and up to date)."}
 """Plain INFO messages still worth a line."""
+_PACKED_OUTPUTS = "Warning: the following output files of rule pack_member"
+"""What Snakemake warns of every packed run's own job (workflow/rules/train.smk): its outputs are its
+pack job's work, made after the plan was; expected, so not shown."""
 CLOSING = "ebd2n_closing"
 """The attribute (`logger.info(..., extra={CLOSING: True})`) marking the workflow's closing line."""
 _STOPPED_BY_SIGINT = ("exit status 130", "<Signals.SIGINT: 2>")
@@ -136,7 +139,7 @@ class LogHandler(LogHandlerBase):
         elif event is None and (
             record.levelno >= logging.WARNING or record.getMessage() in _SAID or getattr(record, CLOSING, False)
         ):
-            return record.getMessage()
+            return None if record.getMessage().startswith(_PACKED_OUTPUTS) else record.getMessage()
         return None
 
     def interrupted_line(self) -> str | None:
@@ -176,12 +179,13 @@ class LogHandler(LogHandlerBase):
 
 
 def job_campaign(record: logging.LogRecord) -> str | None:
-    """The campaign a job works for, read from its log's path (ebd2n.layout); None without the package."""
+    """The campaign a job works for, read from its log's or outputs' path (ebd2n.layout); None without the package."""
     try:
-        from ebd2n.layout import campaign_of_log
+        from ebd2n.layout import campaign_of_job_file
     except ImportError:
         return None
-    return next(filter(None, map(campaign_of_log, getattr(record, "log", None) or ())), None)
+    files = [*(getattr(record, "log", None) or ()), *(getattr(record, "output", None) or ())]
+    return next(filter(None, map(campaign_of_job_file, files)), None)
 
 
 def job_label(rule: str, campaign: str | None, wildcards: dict[str, Any] | None) -> str:

@@ -14,12 +14,13 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ebd2n.layout import RESULTS_JSON
+from ebd2n.layout import RECIPE, RESULTS_JSON
 from snakemake_logger_plugin_ebd2n import job_campaign
 
 SHOWN = 5
 """Run names listed per line before "and M more"."""
-TRAIN_RULES = ("train_slice", "train_final")
+TRAIN_RULES = ("train_slice", "train_final", "pack_member", "pack_member_final")
+PACK_RULE = "train_pack"
 VALIDATE_RULES = ("validate_run",)
 COLLECT_RULE = "collect_runs"
 DECIDE_RULE = "decide_rung"
@@ -45,6 +46,8 @@ class DryRun:
     """A training job's resources ('nodes=2 gres=gpu:4 ...') -> its runs and their jobs."""
     rungs: list[str] = field(default_factory=list)
     """The rung decisions that would run: 'synchronous at epoch 1'."""
+    packs: list[str] = field(default_factory=list)
+    """The pack jobs that would run (execution.pack): 'to epoch 1: run, run, ...'."""
 
     def add(self, record: logging.LogRecord) -> None:
         """Count one JOB_INFO record."""
@@ -65,6 +68,9 @@ class DryRun:
             runs[str(wildcards["run"])] = runs.get(str(wildcards["run"]), 0) + 1
         if rule == DECIDE_RULE and {"bracket", "epoch"} <= wildcards.keys():
             self.rungs.append(f"{wildcards['bracket']} at epoch {wildcards['epoch']}")
+        if rule == PACK_RULE:
+            members = [Path(path).parent.name for path in record.input or [] if Path(path).name == RECIPE]
+            self.packs.append(f"to epoch {wildcards.get('epoch')}: {', '.join(members)}")
         if rule == COLLECT_RULE:
             self.collected = [Path(path).parent.name for path in record.input or [] if Path(path).name == RESULTS_JSON]
 
@@ -85,6 +91,12 @@ class DryRun:
                         f"  {_count(sum(runs.values()), 'training job')} asking {request or 'defaults'}", list(runs)
                     )
                 )
+        if self.packs:
+            more = f"; and {len(self.packs) - SHOWN} more" if len(self.packs) > SHOWN else ""
+            lines.append(
+                f"  in {_count(len(self.packs), 'pack job')} (execution.pack), each training its runs' slice as one "
+                f"model: {'; '.join(self.packs[:SHOWN])}{more}"
+            )
         lines.append(_listed("would validate", self._runs(VALIDATE_RULES)))
         if self.collected is not None:
             touched = {run for runs in self.runs.values() for run in runs}

@@ -76,6 +76,7 @@ MAX_JOBS = workflow.resource_settings.nodes or workflow.resource_settings.cores
 # Resources come from the campaign file (ebd2n.campaign.resources), set here only.
 RUN_RESOURCES, RUN_THREADS = PLAN.run_job_resources()
 PREPARE_RESOURCES, PREPARE_THREADS = PLAN.prepare_job_resources()
+PACK_RESOURCES, PACK_THREADS = PLAN.pack_job_resources()
 
 
 # When jobs are about to run (not while parsing, not in a dry run): what `ebd2n status` expects.
@@ -215,3 +216,26 @@ def get_launcher(wildcards):
 @workflow_errors
 def get_validation_launcher(wildcards):
     return PLAN.validation_launcher(wildcards.run)
+
+
+@workflow_errors
+def get_pack_inputs(wildcards):
+    """A pack job's members' recipes and previous slices, ancient() as a solo job's are."""
+    inputs = PLAN.pack_inputs(wildcards.base, int(wildcards.epoch), wildcards.digest, read=decided)
+    return {name: [ancient(path) for path in paths] for name, paths in inputs.items()}
+
+
+@workflow_errors
+def get_pack_run_dirs(wildcards):
+    return PLAN.pack_run_dirs(wildcards.base, int(wildcards.epoch), wildcards.digest, read=decided)
+
+
+def get_pack_launcher(wildcards):
+    return PLAN.pack_launcher(wildcards.base)
+
+
+@workflow_errors
+def get_member_pack(wildcards):
+    """The pack job that trains a synchronous run's slice under execution.pack."""
+    epoch = int(wildcards.epoch) if "epoch" in wildcards.keys() else None
+    return ancient(PLAN.member_pack(wildcards.run, epoch, read=decided))

@@ -92,7 +92,8 @@ checkpoint decide_rung:
 
 # Every input is ancient(): checked by content instead (every checkpoint records the recipe and
 # cache identities, the trainer refuses a mismatch; it resumes from what the run directory holds),
-# so a newer time (a copy, a touch) never retrains a run.
+# so a newer time (a copy, a touch) never retrains a run. Under execution.pack the synchronous runs
+# train in packs instead (below).
 rule train_slice:
     input:
         recipe=ancient(str(R.recipe)),
@@ -105,6 +106,8 @@ rule train_slice:
         log_of(R.slice_record("{epoch}")),
     benchmark:
         benchmark_of(R.slice_record("{epoch}"))
+    wildcard_constraints:
+        **PLAN.solo_runs(),
     conda:
         CONDA_ENV
     threads: RUN_THREADS
@@ -130,7 +133,59 @@ use rule train_slice as train_final with:
         log_of(R.final),
     benchmark:
         benchmark_of(R.final)
+    wildcard_constraints:
+        **PLAN.solo_runs(),
     params:
         launcher=get_launcher,
         until="",
         branch="",
+
+
+# Packed trials (campaign `execution.pack`, ebd2n.campaign.packs): one job trains the slice of up to
+# K synchronous runs of a base recipe as one packed model, each into its own run directory; its
+# record is named by its members. Each member's slice record (final.pt and best.json for the last)
+# is then the output of a rule that runs nothing: the pack job wrote it, and Snakemake checks it is
+# there. (A rule that runs a command would have Snakemake copy final.pt aside before it, a Python
+# run: block would parse this workflow again, once per member.)
+if PLAN.packing:
+
+    rule train_pack:
+        input:
+            unpack(get_pack_inputs),
+            cache=ancient(str(CACHE)),
+            plan=ancient(str(C.slice_plan("{base}"))),
+        output:
+            update(str(C.pack_record("{base}", "{epoch}", "{digest}"))),
+        log:
+            log_of(C.pack_record("{base}", "{epoch}", "{digest}")),
+        benchmark:
+            benchmark_of(C.pack_record("{base}", "{epoch}", "{digest}"))
+        conda:
+            CONDA_ENV
+        threads: PACK_THREADS
+        resources:
+            **PACK_RESOURCES,
+        params:
+            launcher=get_pack_launcher,
+            runs=get_pack_run_dirs,
+        shell:
+            LAUNCHED_TRAINER
+            + " train-pack {params.runs} --until-epoch {wildcards.epoch} --plan {input.plan} --record {output}"
+            " --wait > {log} 2>&1"
+
+    rule pack_member:
+        input:
+            get_member_pack,
+        output:
+            update(str(R.slice_record("{epoch}"))),
+        wildcard_constraints:
+            **PLAN.packed_runs(),
+
+    rule pack_member_final:
+        input:
+            get_member_pack,
+        output:
+            final=update(str(R.final)),
+            best=update(str(R.best)),
+        wildcard_constraints:
+            **PLAN.packed_runs(),

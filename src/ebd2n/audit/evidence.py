@@ -107,7 +107,8 @@ def ledger_jobs(
 
 def campaign_artifacts(paths: CampaignPaths, settled: list[RunView], memory: HashMemory) -> dict[str, str]:
     """SHA-256 of every finished or stopped run's files, the frozen records, base recipes and slice
-    plans, campaign.json and runs.csv, keyed by their path relative to the campaign."""
+    plans, rung decisions, pack jobs' records, campaign.json and runs.csv, keyed by their path
+    relative to the campaign."""
 
     runs = paths.runs.name
     artifacts = {f"{runs}/{view.id}/{name}": digest for view in settled for name, digest in view.hashes.items()}
@@ -118,6 +119,7 @@ def campaign_artifacts(paths: CampaignPaths, settled: list[RunView], memory: Has
         *sorted(paths.frozen_recipes.glob("*.yaml")),
         *sorted(paths.slice_plans.glob("*.json")),
         *sorted(paths.search.rglob("*.json")),
+        *sorted(paths.pack_records.rglob("*.json")),
     ]
     for path in [*frozen, paths.campaign_json, paths.runs_csv]:
         if path.is_file():

@@ -22,6 +22,7 @@ from ebd2n.layout import (
     JOB_RECORDS,
     LINEAGE,
     LIVE_DASHBOARD,
+    PACKS,
     RESULTS_JSON,
     RUN_ARTIFACTS,
     TENSORBOARD,
@@ -180,6 +181,7 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
             JOB_RECORDS,
             LIVE_DASHBOARD,
             LINEAGE,
+            PACKS,
             *kept,
             *slice_records(plans.get(view.run.base)),
         }

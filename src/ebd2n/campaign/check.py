@@ -18,12 +18,13 @@ from ebd2n.campaign.horizons import check_branch_in_mode, check_horizons, check_
 from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.resources import DEFAULT, PREPARE, scope_name
-from ebd2n.campaign.runs import BASE, Run, packed_models, split_base
+from ebd2n.campaign.runs import BASE, SYNCHRONOUS, Run, packed_models, split_base
 from ebd2n.campaign.search import check_search
 from ebd2n.config import Recipe
 from ebd2n.config.checkpoint_policy import DEFAULT_CHECKPOINT_POLICY
 from ebd2n.errors import UserError
 from ebd2n.train.budget import budget_of
+from ebd2n.train.pack_rules import pack_refusal
 from ebd2n.yamlio import read_yaml_mapping
 
 
@@ -51,6 +52,7 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         resources={scope: dict(values) for scope, values in raw.get("resources", {}).items()},
         cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
         signing_key=raw.get("signing_key"),
+        pack=raw.get("execution", {}).get("pack", 1),
     )
     _check_campaign(campaign)
     return campaign
@@ -106,6 +108,11 @@ def _check_campaign(campaign: Campaign) -> None:
         raise UserError(
             f"{where}: the presets use different data caches ({', '.join(sorted(caches))}); set data.cache_dir"
         )
+    if campaign.pack > 1 and grid.horizons:
+        raise UserError(
+            f"{where}: execution.pack: runs that branch from a shorter horizon's trunk (grid.horizons) do not pack; "
+            "remove one of the two"
+        )
     check_horizons(grid, bases, campaign.checkpoint_policy, where)
     for base, recipe in bases.items():
         epochs = budget_of(recipe).epochs
@@ -126,6 +133,8 @@ def _check_campaign(campaign: Campaign) -> None:
                     "set training.max_tokens and training.epoch_tokens"
                 )
             _check_resources(campaign, base, mode, recipe, where)
+            if campaign.pack > 1 and mode == SYNCHRONOUS and (refusal := pack_refusal([probed])) is not None:
+                raise UserError(f"{where}: execution.pack {campaign.pack}: {base}'s synchronous runs: {refusal}")
     check_search(grid.search, campaign_plans(campaign), grid.brackets(), where)
 
 

@@ -54,6 +54,8 @@ class Campaign:
     """Price of a GPU-hour; the report turns GPU-hours into money with it."""
     signing_key: str | None = None
     """Private key the passing audit signs with (EBD2N_SIGNING_KEY overrides it; ebd2n.signing)."""
+    pack: int = 1
+    """`execution.pack`: synchronous runs of one base recipe train up to this many in one job."""
 
     @property
     def paths(self) -> CampaignPaths:

@@ -25,6 +25,7 @@ from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
 from ebd2n.train.lease import live_holder
+from ebd2n.train.pack_record import read_packs
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
@@ -39,10 +40,12 @@ RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     "source_hash": pl.String,
     "job_ids": pl.String,
     "diverged_step": pl.Int64,
+    "packed": pl.Int64,
 }
 """Columns of the runs table (runs.csv); `directory` is relative to the campaign, `job_ids`
 space-separated, `preset` empty outside scaling campaigns, `diverged_step` the step a diverged
-run stopped at. `status`: complete, diverged, failed (a job of it left a log and no result),
+run stopped at, `packed` the most runs it trained a slice with in one pack (`execution.pack`;
+empty: it trained alone). `status`: complete, diverged, failed (a job of it left a log and no result),
 incomplete (not finished yet), stopped (successive halving) or retired (no longer in the grid)."""
 LOG_LINES = 8
 """How many of a failed job's last log lines the report shows."""
@@ -197,22 +200,29 @@ def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, unfinish
             "preset": preset,
             "directory": directory,
             "job_ids": "",
+            "packed": _packed(run_dir),
         }
     missing = [key for key in ("mode", "lr", "beta2", "seed", "status") if key not in results]
     if missing:
         raise UserError(
             f"{run_paths(run_dir).results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`"
         )
-    row = {key: results.get(key) for key in RUN_COLUMNS if key not in ("preset", "directory", "job_ids")}
+    row = {key: results.get(key) for key in RUN_COLUMNS if key not in ("preset", "directory", "job_ids", "packed")}
     row["run"] = str(results.get("run") or run_dir.name)
     row["preset"] = preset
     row["directory"] = directory
     row["job_ids"] = " ".join(str(job) for job in results.get("job_ids") or [])
     diverged = results.get("diverged")
     row["diverged_step"] = diverged.get("step") if isinstance(diverged, dict) else None
+    row["packed"] = _packed(run_dir)
     if unfinished == "retired":
         row["status"] = "retired"
     return row
+
+
+def _packed(run_dir: Path) -> int | None:
+    """The most runs a run trained a slice with in one pack (ebd2n.train.pack_record); None: alone."""
+    return max(map(len, read_packs(run_dir).values()), default=None)
 
 
 def job_failure(paths: CampaignPaths, run_id: str) -> tuple[Path, list[str]] | None:

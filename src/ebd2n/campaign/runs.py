@@ -23,6 +23,8 @@ _RUN_ID = re.compile(
     rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})(?:-tpp(?P<horizon>{_NUMBER}))?-seed(?P<seed>[0-9]+)$"
 )
 _HORIZON_SUFFIX = "-tpp"
+SYNCHRONOUS = "synchronous"
+"""The mode whose runs pack (`execution.pack`): one model each, so K of them make one packed model."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,15 @@ def unknown_mode(mode: str) -> str:
 
 def packed_models(mode: str) -> int | None:
     """K of `packed-K`; None for synchronous."""
-    return None if mode == "synchronous" else int(mode.removeprefix("packed-"))
+    return None if mode == SYNCHRONOUS else int(mode.removeprefix("packed-"))
+
+
+def run_id_pattern(synchronous: bool) -> str:
+    """A regular expression of the ids of synchronous runs, or of every other mode's: the workflow
+    trains the first in packs under `execution.pack` and the others alone (the mode is followed by
+    `-lr`, so no id matches both)."""
+    mode = SYNCHRONOUS if synchronous else "packed-[0-9]+"
+    return rf"(?:[A-Za-z0-9][A-Za-z0-9._]*-)?{mode}-lr[^/]+"
 
 
 def parse_run_id(run_id: str) -> Run:

@@ -18,9 +18,10 @@ from ebd2n.campaign.fates import Read, bracket_records, finished_runs, run_fates
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.horizons import parent_base, parent_run
+from ebd2n.campaign.packs import Packing
 from ebd2n.campaign.plans import campaign_plans, grid_search
 from ebd2n.campaign.resources import Resources
-from ebd2n.campaign.runs import Run, parse_run_id
+from ebd2n.campaign.runs import SYNCHRONOUS, Run, parse_run_id, run_id_pattern
 from ebd2n.campaign.search import Bracket
 from ebd2n.errors import UserError
 from ebd2n.train.plan import SlicePlan
@@ -35,6 +36,9 @@ class WorkflowPlan:
         self.plans = campaign_plans(campaign)
         self.halving = grid_search(campaign.paths, campaign.grid, self.plans)
         self.cache = Path(next(iter(campaign.current_bases.values())).data.cache_dir)
+        self.packing = (
+            Packing(self.paths, campaign.grid, self.plans, self.halving, campaign.pack) if campaign.pack > 1 else None
+        )
 
     @property
     def headline(self) -> str:
@@ -178,6 +182,47 @@ class WorkflowPlan:
         run = self.run(run_id)
         return self.campaign.job_resources(run.base, run.mode)
 
+    def solo_runs(self) -> dict[str, str]:
+        """The `run` wildcard of the jobs that train a run alone: every run, or under `execution.pack`
+        those not synchronous (a rule's wildcard_constraints; `run` is a keyword there)."""
+        return {"run": r"[^/]+" if self.packing is None else run_id_pattern(synchronous=False)}
+
+    def packed_runs(self) -> dict[str, str]:
+        """The `run` wildcard of the runs the workflow trains in packs (`execution.pack`): the synchronous ones."""
+        return {"run": run_id_pattern(synchronous=True)}
+
+    def member_pack(self, run_id: str, epoch: int | None, read: Read) -> str:
+        """The record of the pack job that trains a run's slice to `epoch` (None: its last)."""
+        run = self.run(run_id)
+        end = self.plans[run.base].epochs if epoch is None else epoch
+        return str(self.packing.record_path(self.packing.pack_of(run, end, read)))
+
+    def pack_members(self, base: str, epoch: int, digest: str, read: Read) -> list[str]:
+        """The runs a pack job trains (its name says which: see ebd2n.campaign.packs)."""
+        return list(self.packing.pack(base, epoch, digest, read).members)
+
+    def pack_inputs(self, base: str, epoch: int, digest: str, read: Read) -> dict[str, list[str]]:
+        """A pack job's inputs: its members' recipes and the records of the slices before."""
+        members = self.pack_members(base, epoch, digest, read)
+        previous = [self.previous_slice(run_id, epoch, read) for run_id in members]
+        return {
+            "recipes": [str(self.paths.run(run_id).recipe) for run_id in members],
+            "previous": [path for path in previous if path is not None],
+        }
+
+    def pack_run_dirs(self, base: str, epoch: int, digest: str, read: Read) -> str:
+        """The members' run directories, as `ebd2n train-pack` takes them."""
+        return " ".join(
+            str(self.paths.run(run_id).directory) for run_id in self.pack_members(base, epoch, digest, read)
+        )
+
+    def pack_launcher(self, base: str) -> str:
+        """`-m ebd2n.launch` of a pack job: one process on the GPU slots of its base's synchronous runs."""
+        return f"-m ebd2n.launch --gpus {self._pack_resources(base).job_gpus} --processes 1 --nodes 1"
+
+    def _pack_resources(self, base: str) -> Resources:
+        return self.campaign.job_resources(base, SYNCHRONOUS)
+
     def launcher(self, run_id: str) -> str:
         """`-m ebd2n.launch`: the run's local GPU slots, then its S x D processes (torchrun, or srun +
         torchrun over the job's nodes) or the warm-start launcher for one."""
@@ -195,11 +240,16 @@ class WorkflowPlan:
         """Training and validation jobs' SLURM resources and threads (see `job_settings`)."""
         grid = self.campaign.grid
         scopes = [self.campaign.job_resources(scope, mode) for scope in grid.scopes for mode in grid.modes]
-        return job_settings(scopes, self.resources)
+        return job_settings(scopes, lambda wildcards: self.resources(wildcards.run))
+
+    def pack_job_resources(self) -> tuple[dict[str, Any], Any]:
+        """A pack job's: its base's synchronous runs' (one job, one GPU at most, for K runs)."""
+        scopes = [self._pack_resources(scope) for scope in self.campaign.grid.scopes]
+        return job_settings(scopes, lambda wildcards: self._pack_resources(wildcards.base))
 
     def prepare_job_resources(self) -> tuple[dict[str, Any], Any]:
         """The data-cache job's SLURM resources and threads."""
-        return job_settings([self.campaign.job_resources(self.campaign.grid.bases[0], None)], self.resources)
+        return job_settings([self.campaign.job_resources(self.campaign.grid.bases[0], None)], None)
 
 
 def asked_candidates(
@@ -217,27 +267,27 @@ def asked_candidates(
     return points
 
 
-def job_settings(scopes: Iterable[Resources], of_run: Callable[[str], Resources]) -> tuple[dict[str, Any], Any]:
+def job_settings(scopes: Iterable[Resources], of_job: Callable[[Any], Resources] | None) -> tuple[dict[str, Any], Any]:
     """SLURM resources in the plugin's names, and threads: each a constant when every job of the
     scopes asks the same (Snakemake then evaluates nothing per job, which keeps planning 324 runs
-    quick), else a function of the job's wildcards that asks `of_run(wildcards.run)`."""
+    quick), else a function of the job's wildcards that asks `of_job(wildcards)`."""
     scopes = list(scopes)
     names = {name: None for scope in scopes for name in scope.slurm}
     resources = {
-        name: _constant_or_per_run(
-            [scope.slurm.get(name) for scope in scopes], lambda r, name=name: r.slurm.get(name), of_run
+        name: _constant_or_per_job(
+            [scope.slurm.get(name) for scope in scopes], lambda r, name=name: r.slurm.get(name), of_job
         )
         for name in names
     }
-    threads = _constant_or_per_run([scope.cpus for scope in scopes], lambda r: r.cpus, of_run)
+    threads = _constant_or_per_job([scope.cpus for scope in scopes], lambda r: r.cpus, of_job)
     return resources, threads
 
 
-def _constant_or_per_run(values: list, field: Callable[[Resources], Any], of_run: Callable[[str], Resources]):
-    if len(set(values)) == 1:
+def _constant_or_per_job(values: list, field: Callable[[Resources], Any], of_job: Callable[[Any], Resources] | None):
+    if len(set(values)) == 1 or of_job is None:
         return values[0]
-    return functools.partial(_per_run, field=field, of_run=of_run)
+    return functools.partial(_per_job, field=field, of_job=of_job)
 
 
-def _per_run(wildcards: Any, field: Callable[[Resources], Any], of_run: Callable[[str], Resources]) -> Any:
-    return field(of_run(wildcards.run))
+def _per_job(wildcards: Any, field: Callable[[Resources], Any], of_job: Callable[[Any], Resources]) -> Any:
+    return field(of_job(wildcards))

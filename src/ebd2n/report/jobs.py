@@ -79,18 +79,24 @@ def train_job(
 
 
 def train_pack_job(
-    run_dirs: list[Path], until_epoch: int | None = None, wait: bool = False, plan: Path | None = None
+    run_dirs: list[Path],
+    until_epoch: int | None = None,
+    wait: bool = False,
+    plan: Path | None = None,
+    record: Path | None = None,
 ) -> list[str]:
     """Train resolved runs (each directory's recipe) as one pack (ebd2n.train.pack_trainer), each
     with its live page as `ebd2n train` keeps it: each run that trained records its share of the
-    job's time, each run this job completed gets its dashboard; one line per run on what the job
-    left, then the job's usage."""
+    job's time, each run this job completed gets its dashboard, and `record` (the workflow's output)
+    names the members once all is written; one line per run on what the job left, then the job's usage."""
     from ebd2n.config import load_recipe
     from ebd2n.job_time import record_job
     from ebd2n.layout import RunPaths
     from ebd2n.provenance import job_usage
     from ebd2n.report.dashboard import write_dashboard
     from ebd2n.report.live_dashboard import LiveDashboard, remove_live_page
+    from ebd2n.train.budget import budget_of
+    from ebd2n.train.pack_record import record_pack_job
     from ebd2n.train.pack_trainer import train_pack
     from ebd2n.train.plan import read_slice_plan
     from ebd2n.train.runlog import append_to_train_log
@@ -128,6 +134,8 @@ def train_pack_job(
     for run_dir, did in zip(run_dirs, trained, strict=True):
         if did:
             append_to_train_log(run_dir, usage)
+    if record is not None:
+        record_pack_job(record, run_dirs, until_epoch or budget_of(recipes[0]).epochs)
     return [*lines, usage]
 
 

@@ -104,6 +104,7 @@ def add_run_commands(subcommands: argparse._SubParsersAction) -> None:
     p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     p.add_argument("--until-epoch", type=int, help="stop at this epoch boundary (default: the whole budget)")
     p.add_argument("--plan", type=Path, help="the runs' slice plan (frozen/plans/<base>.json)")
+    p.add_argument("--record", type=Path, help="write the pack's record here once every run is written")
     p.add_argument("--wait", action="store_true", help=wait)
 
     p = command(

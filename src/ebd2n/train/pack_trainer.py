@@ -31,12 +31,14 @@ from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, claim_run_dir
+from ebd2n.train.pack_record import record_pack
+from ebd2n.train.pack_rules import pack_refusal
 from ebd2n.train.retention import Retention
 from ebd2n.train.run_state import run_directory
 from ebd2n.train.slice_run import SliceRun
 from ebd2n.train.state import DataPosition, Progress, RandomState
 from ebd2n.train.trainer import eval_subset, reached_already
-from ebd2n.train.trial_engine import TrialPack, pack_refusal
+from ebd2n.train.trial_engine import TrialPack
 
 
 class MemberRandomState(RandomState):
@@ -123,7 +125,8 @@ def train_pack(
             if not trained[-1]:
                 member.checkpoints.let_go(member.epoch)
         working = [member for member, go in zip(members, trained, strict=True) if go]
-        if working:
+        if working:  # before anything it trains is kept: a killed pack is formed again of the same runs
+            record_pack([m.checkpoints.run_dir for m in working], end_epoch, members=directories)
             _train_members(working, cache, eval_blocks, context, end_epoch, slice_ends)
     finally:
         try:

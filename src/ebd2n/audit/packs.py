@@ -1,0 +1,51 @@
+"""Packed trials (campaign `execution.pack`): a run that trained slices in packs says so in its
+packs.json (ebd2n.train.pack_record), and each pack's job recorded the same members when it ended
+(packs/<base>/slice-<epoch>-<digest>.json, named by them). The audit holds every run's record to its
+pack job's, by content: an edited packs.json names its run, an edited job record every member.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ebd2n.audit.checks import Check
+from ebd2n.audit.runs import RunView, json_object
+from ebd2n.campaign.packs import pack_digest
+from ebd2n.errors import UserError
+from ebd2n.layout import PACKS, CampaignPaths
+from ebd2n.train.pack_record import read_packs
+
+
+def check_packs(paths: CampaignPaths, views: Mapping[str, RunView]) -> Check:
+    """Every run that trained in packs records packs their jobs recorded, each with the run in it."""
+    check = Check("runs trained in packs record the packs their jobs trained")
+    for view in views.values():
+        if PACKS not in view.files:
+            continue
+        check.examined += 1
+        check.violations += [f"{view.id}: {problem}" for problem in _problems(paths, view)]
+    if not check.examined:
+        check.reason = "no run trained in a pack"
+    return check
+
+
+def _problems(paths: CampaignPaths, view: RunView) -> Iterable[str]:
+    try:
+        packs = read_packs(view.paths.directory)
+    except UserError:
+        yield f"{PACKS}: not a record of slice ends and the runs each trained with"
+        return
+    for end, members in sorted(packs.items()):
+        if view.id not in members:
+            yield f"{PACKS}: its slice to epoch {end} trained in a pack without it ({', '.join(members)})"
+            continue
+        path = paths.pack_record(view.run.base, end, pack_digest(members))
+        record, problem = json_object(path) if path.is_file() else (None, "missing")
+        job = paths.relative(path)
+        if record is None:
+            yield (
+                f"{PACKS}: trained to epoch {end} with {', '.join(members)}; "
+                f"no job of that pack is recorded ({job}: {problem})"
+            )
+        elif sorted(record.get("members") or ()) != members or record.get("epoch") != end:
+            yield f"{PACKS}: trained to epoch {end} with {', '.join(members)}; {job} records another pack"

@@ -1,0 +1,122 @@
+"""Packed trials in a campaign (`execution.pack: K`): which synchronous runs train each slice
+together, as one packed model in one job (ebd2n.train.pack_trainer).
+
+A slice's packs are formed from the synchronous runs of its base recipe that train the slice (under
+successive halving, those promoted past every rung before it), K at a time in grid order. A run
+that recorded the pack it trained the slice in (packs.json, written before the pack trains) keeps
+that pack, with every member it names; only the runs without a record form new ones. So a kill and
+a second invocation train the same packs again, a grid grown since leaves the packs already formed
+as they were, and after a rung the runs promoted form new packs. A pack is named by its members
+(`pack_digest`): its job's record is packs/<base>/slice-<epoch>-<digest>.json.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ebd2n.campaign.fates import Read
+from ebd2n.campaign.grid import Grid
+from ebd2n.campaign.halving import Halving
+from ebd2n.campaign.runs import SYNCHRONOUS, Run
+from ebd2n.errors import UserError
+from ebd2n.layout import CampaignPaths
+from ebd2n.train.pack_record import read_packs
+from ebd2n.train.plan import SlicePlan
+
+
+def pack_digest(members: Sequence[str]) -> str:
+    """The name of the pack of these runs (any order)."""
+    return hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Pack:
+    """One job of packed trials: the slice to `epoch` of its members, runs of base recipe `base`."""
+
+    base: str
+    epoch: int
+    members: tuple[str, ...]
+    """Run ids, sorted."""
+
+    @property
+    def digest(self) -> str:
+        return pack_digest(self.members)
+
+
+@dataclass(frozen=True, eq=False)
+class Packing:
+    """How a campaign's synchronous runs pack, slice by slice, as its files stand."""
+
+    paths: CampaignPaths
+    grid: Grid
+    plans: dict[str, SlicePlan]
+    halving: Halving | None
+    size: int
+
+    def record_path(self, pack: Pack) -> Path:
+        return self.paths.pack_record(pack.base, pack.epoch, pack.digest)
+
+    def pack_of(self, run: Run, epoch: int, read: Read | None = None) -> Pack:
+        """The pack that trains `run`'s slice to `epoch`."""
+        pack = self._index(run.base, epoch, read).get(run.id)
+        if pack is None:
+            raise UserError(f"{run.id}: does not train the slice to epoch {epoch} (stopped by a rung before it)")
+        return pack
+
+    def pack(self, base: str, epoch: int, digest: str, read: Read | None = None) -> Pack:
+        """The pack a job's name gives; one the grid does not form now is refused."""
+        for pack in self.packs(base, epoch, read):
+            if pack.digest == digest:
+                return pack
+        raise UserError(
+            f"{self.paths.pack_record(base, epoch, digest)}: no pack of the grid has these members now "
+            "(the campaign file changed while the workflow ran: run it again)"
+        )
+
+    def packs(self, base: str, epoch: int, read: Read | None = None) -> list[Pack]:
+        """Every pack of the slice to `epoch` of base `base`'s synchronous runs (see the module)."""
+        formed: dict[tuple[str, ...], None] = {}
+        free = []
+        for run in self._slice_runs(base, epoch, read):
+            recorded = self._recorded(run.id).get(epoch)
+            if recorded is None:
+                free.append(run.id)
+            else:
+                formed[tuple(sorted(recorded))] = None
+        taken = {member for members in formed for member in members}
+        free = [run for run in free if run not in taken]
+        for start in range(0, len(free), self.size):
+            formed[tuple(sorted(free[start : start + self.size]))] = None
+        return [Pack(base, epoch, members) for members in formed]
+
+    @functools.cache  # noqa: B019 (one packing per workflow: every member's job asks for its slice's packs)
+    def _index(self, base: str, epoch: int, read: Read | None) -> dict[str, Pack]:
+        return {member: pack for pack in self.packs(base, epoch, read) for member in pack.members}
+
+    @functools.cache  # noqa: B019
+    def _recorded(self, run_id: str) -> dict[int, list[str]]:
+        return read_packs(self.paths.run(run_id).directory)
+
+    def _slice_runs(self, base: str, epoch: int, read: Read | None) -> list[Run]:
+        """The synchronous runs of `base` that train the slice to `epoch`, in grid order."""
+        runs = [run for run in self.grid.runs() if run.base == base and run.mode == SYNCHRONOUS]
+        if self.halving is None or not runs:
+            return runs
+        start = self.plans[base].previous(epoch) or 0
+        bracket = self.halving.bracket_of(runs[0])
+        later = [rung for rung in self.halving.rungs(bracket) if rung > start]
+        points = list(bracket.points)
+        for rung in self.halving.walk(bracket, read=read, before=later[0] if later else None):
+            if rung.epoch > start:
+                break
+            if rung.past is None:
+                raise UserError(
+                    f"bracket {bracket.name}: rung {rung.epoch} is not decided yet, so the slice to epoch {epoch} "
+                    "has no runs"
+                )
+            points = rung.past
+        return bracket.runs(points)

@@ -1,0 +1,52 @@
+"""The record of the packs a run trained in: packs.json in its run directory, each slice end -> the
+runs (directory names) it trained that slice with.
+
+The trainer writes it for every member before the pack trains, so a killed pack leaves the members
+it was formed from, and the campaign re-forms the same pack for them (ebd2n.campaign.packs). It is
+the run's own statement of how it was executed; the audit holds every member's to the others' and to
+the pack job's record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from ebd2n.atomic import atomic_write_text
+from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json
+from ebd2n.layout import RunPaths
+
+
+def read_packs(run_dir: Path) -> dict[int, list[str]]:
+    """Slice end -> the members of the pack the run trained that slice in ({} for a run trained alone)."""
+    path = RunPaths(run_dir).packs
+    record = read_json(path)
+    if record is None:
+        return {}
+    try:
+        packs = {int(end): members for end, members in record.items()}
+    except (AttributeError, ValueError):
+        raise UserError(f"{path}: not a record of slice ends and the runs each trained with") from None
+    if not all(isinstance(m, list) and all(isinstance(name, str) for name in m) for m in packs.values()):
+        raise UserError(f"{path}: not a record of slice ends and the runs each trained with")
+    return packs
+
+
+def record_pack(run_dirs: Sequence[Path], end_epoch: int, members: Sequence[Path]) -> None:
+    """Record in each of `run_dirs` that its slice to `end_epoch` trains in the pack of `members`."""
+    names = sorted(Path(member).name for member in members)
+    for run_dir in run_dirs:
+        packs = read_packs(run_dir)
+        if packs.get(end_epoch) == names:
+            continue
+        packs[end_epoch] = names
+        text = json.dumps({str(end): packs[end] for end in sorted(packs)}, indent=1)
+        atomic_write_text(RunPaths(run_dir).packs, text + "\n")
+
+
+def record_pack_job(path: Path, members: Sequence[Path], end_epoch: int) -> None:
+    """The record of a pack's job, once it has trained its members to `end_epoch` (the workflow's output)."""
+    record = {"epoch": end_epoch, "members": sorted(Path(member).name for member in members)}
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")

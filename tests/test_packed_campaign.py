@@ -1,0 +1,249 @@
+"""Packed trials in a campaign (`execution.pack`): the workflow trains each slice of up to K
+synchronous runs as one packed model in one job, and every run is still a run.
+
+One real campaign of the demo model is trained twice, alone and packed (pack 3: six runs make two
+packs per slice, one holding the point that diverges), and the packed runs are held to their solo
+runs within the documented tolerance (docs/training.md, "Packed trials"). The slow tests kill a pack
+mid-slice, and re-form packs after a successive-halving rung.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+from workflow_support import (
+    TINY,
+    assert_states_equal,
+    comparable_metrics,
+    copy_repo,
+    environment,
+    snakemake,
+    write_campaign,
+)
+
+from ebd2n.campaign.check import campaign_from_dict
+from ebd2n.campaign.runs import Run
+from ebd2n.campaign.workflow import WorkflowPlan
+from ebd2n.errors import UserError
+from ebd2n.layout import JOB_RECORDS, SELECTION_JSON, named_campaign, run_paths
+from ebd2n.train.pack_record import read_packs, record_pack
+from ebd2n.train.runlog import read_metrics
+
+LRS = [0.003, 0.006, 100.0]
+DIVERGING = 100.0
+SEEDS = [42, 43]
+SOLO = json.loads(json.dumps(TINY)) | {"campaign": "solo", "seeds": SEEDS}
+SOLO["overrides"] = SOLO["overrides"] | {"training.max_tokens": 16384, "training.epoch_tokens": 8192}  # 2 x 8 steps
+SOLO["grid"] = SOLO["grid"] | {"learning_rates": {"synchronous": LRS}}
+PACKED = SOLO | {"campaign": "packed", "execution": {"pack": 3}}  # 0.006 seed 43 packs with the diverging point
+TOLERANCE = 1e-5
+"""Relative, on every per-step and subset loss of a run that finishes (docs/training.md)."""
+SD_FRACTION = 1e-3
+"""Of the point's seed SD, on the full-validation loss (docs/training.md)."""
+RUNS = [Run(None, "synchronous", lr, 0.99, seed) for lr in LRS for seed in SEEDS]
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def campaigns(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A repository copy holding the solo and the packed campaign, and the packed one's dry run."""
+    repo = copy_repo(tmp_path_factory.mktemp("packed"))
+    snakemake(repo, "--configfile", write_campaign(repo, SOLO, "solo.yaml"))
+    packed = write_campaign(repo, PACKED, "packed.yaml")
+    dry = snakemake(repo, "-n", "--configfile", packed)
+    snakemake(repo, "--configfile", packed)
+    return repo, dry.stdout + dry.stderr
+
+
+def run_dir(repo: Path, campaign: str, run: Run) -> Path:
+    return repo / named_campaign(campaign).run(run.id).directory
+
+
+def losses(directory: Path) -> list[float]:
+    """Every per-step and subset loss of a run, in order."""
+    records = read_metrics(directory)
+    return [r[key] for r in records for key in ("loss", "val_loss") if r.get(key) is not None]
+
+
+def relative(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def test_a_packed_campaign_trains_every_run_as_its_solo_run_within_the_tolerance(campaigns: tuple[Path, str]) -> None:
+    """Runs that finish: every per-step and subset loss within TOLERANCE, the full-validation loss
+    within SD_FRACTION of its point's seed SD. Runs that diverge: at the same step (their losses on
+    the way, grown by orders of magnitude, carry the rounding further). The same winner."""
+    repo, _ = campaigns
+    results = {
+        (c, run.id): json.loads(run_paths(run_dir(repo, c, run)).results.read_text())
+        for c in ("packed", "solo")
+        for run in RUNS
+    }
+    worst, off_by_sd, outcomes = 0.0, 0.0, {}
+    for run in RUNS:
+        packed, solo = results["packed", run.id], results["solo", run.id]
+        outcomes[run.id] = (packed["status"], solo["status"], (packed.get("diverged") or {}).get("step"))
+        outcomes[run.id] += ((solo.get("diverged") or {}).get("step"),)
+        if solo["status"] != "complete":
+            continue
+        ours, theirs = losses(run_dir(repo, "packed", run)), losses(run_dir(repo, "solo", run))
+        assert len(ours) == len(theirs) > 0
+        worst = max([worst, *(relative(a, b) for a, b in zip(ours, theirs, strict=True))])
+        seed_sd = statistics.stdev(results["solo", Run(None, run.mode, run.lr, run.beta2, s).id]["loss"] for s in SEEDS)
+        off_by_sd = max(off_by_sd, abs(packed["loss"] - solo["loss"]) / seed_sd)
+    diverged = sorted(run_id for run_id, outcome in outcomes.items() if outcome[0] == "diverged")
+    selections = [
+        {mode: (point["lr"], point["beta2"]) for mode, point in json.loads(path.read_text()).items()}
+        for path in (repo / named_campaign(c).report / SELECTION_JSON for c in ("packed", "solo"))
+    ]
+    assert worst <= TOLERANCE and off_by_sd <= SD_FRACTION
+    assert all(
+        ours == theirs and packed_step == solo_step for ours, theirs, packed_step, solo_step in outcomes.values()
+    )
+    assert diverged == sorted(run.id for run in RUNS if run.lr == DIVERGING)
+    assert selections[0] == selections[1]
+
+
+def test_a_diverging_member_stops_while_the_others_of_its_pack_finish(campaigns: tuple[Path, str]) -> None:
+    repo, _ = campaigns
+    packs = {run.id: read_packs(run_dir(repo, "packed", run)) for run in RUNS}
+    diverging = [run for run in RUNS if run.lr == DIVERGING]
+    mates = [run for run in RUNS if run.lr != DIVERGING and run.id in packs[diverging[0].id][1]]
+    steps = {
+        run.id: len([r for r in read_metrics(run_dir(repo, "packed", run)) if r["type"] == "step"]) for run in RUNS
+    }
+    assert mates and all(steps[run.id] == 16 for run in mates)
+    assert all(steps[run.id] < 16 for run in diverging)
+
+
+def test_the_dry_run_lists_the_pack_jobs_and_their_members(campaigns: tuple[Path, str]) -> None:
+    _, dry = campaigns
+    line = next(line for line in dry.splitlines() if "pack job" in line)
+    assert line.startswith("  in 4 pack jobs (execution.pack)")
+    assert all(run.id in line for run in RUNS)
+
+
+def test_each_packed_run_records_its_packs_and_the_report_shows_them(campaigns: tuple[Path, str]) -> None:
+    repo, _ = campaigns
+    sizes = {run.id: {len(members) for members in read_packs(run_dir(repo, "packed", run)).values()} for run in RUNS}
+    table = {c: pl.read_csv(repo / named_campaign(c).runs_csv) for c in ("packed", "solo")}
+    page = (repo / named_campaign("packed").report_index).read_text()
+    shares = [
+        json.loads(line)["pack"]
+        for run in RUNS
+        for line in (run_dir(repo, "packed", run) / JOB_RECORDS).read_text().splitlines()
+        if json.loads(line)["kind"] == "train"
+    ]
+    assert list(sizes.values()) == [{3}] * len(RUNS)
+    assert table["packed"]["packed"].to_list() == [3] * len(RUNS)
+    assert table["solo"]["packed"].null_count() == len(RUNS)
+    assert page.count("in packs of 3") == len(RUNS)
+    assert shares == [3] * 2 * len(RUNS)
+
+
+def test_the_audit_passes_and_names_a_member_whose_pack_record_was_edited(
+    campaigns: tuple[Path, str], tmp_path: Path
+) -> None:
+    repo = Path(shutil.copytree(campaigns[0], tmp_path / "repo", symlinks=True))
+    audit = json.loads((repo / named_campaign("packed").audit).read_text())
+    edited = RUNS[0]
+    path = run_paths(run_dir(repo, "packed", edited)).packs
+    packs = json.loads(path.read_text())
+    packs["1"] = packs["1"][:-1] if packs["1"][-1] != edited.id else packs["1"][1:]
+    path.write_text(json.dumps(packs))
+    command = [sys.executable, "-m", "ebd2n", "audit", str(named_campaign("packed").directory)]
+    result = subprocess.run(command, cwd=repo, env=environment(), capture_output=True, text=True, timeout=300)
+    named = [line for line in result.stderr.splitlines() if "no job of that pack is recorded" in line]
+    assert audit["passed"] is True
+    assert result.returncode != 0 and len(named) == 1 and edited.id in named[0]
+
+
+@pytest.mark.slow
+def test_a_kill_mid_pack_and_the_same_command_again_give_the_packed_campaigns_bits(
+    campaigns: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A second packed campaign, killed while its first pack writes its members' checkpoints, then
+    the same command: every run bitwise as the first packed campaign trained it."""
+    repo = copy_repo(tmp_path)
+    command = ("--configfile", write_campaign(repo, PACKED, "packed.yaml"))
+    second = sorted(RUNS, key=lambda run: run.id)[1]
+    kill = {"EBD2N_KILL_AT": f"after:*/runs/{second.id}/checkpoints/epoch-1.pt", "EBD2N_KILL_TARGET": ""}
+    killed = snakemake(repo, *command, check=False, env=environment() | kill)
+    assert killed.returncode != 0 and not run_paths(run_dir(repo, "packed", second)).slice_record(1).exists()
+    snakemake(repo, *command, "--rerun-incomplete")
+    for run in RUNS:
+        ours, theirs = run_dir(repo, "packed", run), run_dir(campaigns[0], "packed", run)
+        states = [torch.load(run_paths(d).final, weights_only=True) for d in (ours, theirs)]
+        assert_states_equal(states[0]["engine"], states[1]["engine"])
+        assert comparable_metrics(ours) == comparable_metrics(theirs)
+
+
+@pytest.mark.slow
+def test_halving_re_forms_the_packs_after_a_rung(tmp_path: Path) -> None:
+    """Four points of one seed pack as one for the first slice; the rung keeps two, which pack again."""
+    raw = PACKED | {"seeds": [42], "search": {"method": "successive-halving", "keep": 0.5}, "execution": {"pack": 4}}
+    raw["grid"] = raw["grid"] | {"learning_rates": {"synchronous": [0.002, 0.004, 0.008, 0.016]}}
+    repo = copy_repo(tmp_path)
+    snakemake(repo, "--configfile", write_campaign(repo, raw, "packed.yaml"))
+    runs = [Run(None, "synchronous", lr, 0.99, 42) for lr in raw["grid"]["learning_rates"]["synchronous"]]
+    packs = {run.id: read_packs(run_dir(repo, "packed", run)) for run in runs}
+    promoted = sorted(run_id for run_id, pack in packs.items() if 2 in pack)
+    audit = json.loads((repo / named_campaign("packed").audit).read_text())
+    assert all(pack[1] == sorted(packs) for pack in packs.values())
+    assert len(promoted) == 2 and all(packs[run_id][2] == promoted for run_id in promoted)
+    assert audit["passed"] is True
+
+
+def test_packs_keep_what_their_runs_recorded_when_the_grid_grows(in_tmp: Path) -> None:
+    """Packs form K at a time in grid order; a run that recorded its pack keeps it with its members."""
+    first = WorkflowPlan(campaign_from_dict(PACKED)).packing.packs("base", 1)
+    grown = campaign_from_dict(PACKED | {"seeds": [*SEEDS, 44]})
+    recorded = [grown.paths.run(run_id).directory for run_id in first[1].members]
+    for directory in recorded:
+        directory.mkdir(parents=True)
+    record_pack(recorded, 1, members=recorded)
+    packs = WorkflowPlan(grown).packing.packs("base", 1)
+    result = ([len(p.members) for p in first], [len(p.members) for p in packs], packs[0] == first[1])
+    assert result == ([3, 3], [3, 3, 3], True)
+    assert sorted(member for pack in packs for member in pack.members) == sorted(run.id for run in grown.grid.runs())
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"grid": {**PACKED["grid"], "horizons": [0.5, 1.0]}}, "execution.pack: runs that branch"),
+        (
+            {"overrides": {**PACKED["overrides"], "optimizer.accum_iter": 2}},
+            "execution.pack 3: base's synchronous runs",
+        ),
+    ],
+)
+def test_a_campaign_whose_runs_cannot_pack_is_refused_in_one_line(in_tmp: Path, change: dict, named: str) -> None:
+    with pytest.raises(UserError, match=named):
+        campaign_from_dict(PACKED | change)
+
+
+def test_a_campaign_without_pack_plans_no_pack(in_tmp: Path) -> None:
+    plan = WorkflowPlan(campaign_from_dict(SOLO))
+    assert (plan.packing, plan.solo_runs()) == (None, {"run": r"[^/]+"})
+
+
+def test_a_pack_job_asks_for_what_one_of_its_runs_would(in_tmp: Path) -> None:
+    """One GPU per pack (as each synchronous run asks), its members' process on it."""
+    plan = WorkflowPlan(campaign_from_dict(PACKED | {"resources": {"default": {"gpus": 1, "minutes": 9}}}))
+    result = (plan.pack_job_resources(), plan.pack_launcher("base"))
+    assert result == (plan.run_job_resources(), "-m ebd2n.launch --gpus 1 --processes 1 --nodes 1")
+    assert plan.pack_job_resources()[0]["gpu"] == 1
