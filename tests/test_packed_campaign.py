@@ -10,6 +10,7 @@ mid-slice, and re-form packs after a successive-halving rung.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -29,12 +30,14 @@ from workflow_support import (
     write_campaign,
 )
 
-from ebd2n.campaign.check import campaign_from_dict
+from ebd2n.campaign.check import campaign_from_dict, campaign_warnings
+from ebd2n.campaign.results import job_failure
 from ebd2n.campaign.runs import Run
+from ebd2n.campaign.status import campaign_status
 from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.errors import UserError
 from ebd2n.layout import JOB_RECORDS, SELECTION_JSON, named_campaign, run_paths
-from ebd2n.train.pack_record import read_packs, record_pack
+from ebd2n.train.pack_record import pack_digest, read_packs, record_pack
 from ebd2n.train.runlog import read_metrics
 
 LRS = [0.003, 0.006, 100.0]
@@ -154,21 +157,48 @@ def test_each_packed_run_records_its_packs_and_the_report_shows_them(campaigns: 
     assert shares == [3] * 2 * len(RUNS)
 
 
-def test_the_audit_passes_and_names_a_member_whose_pack_record_was_edited(
+def test_the_audit_passes_and_names_a_member_whose_pack_record_was_edited_or_removed(
     campaigns: tuple[Path, str], tmp_path: Path
 ) -> None:
     repo = Path(shutil.copytree(campaigns[0], tmp_path / "repo", symlinks=True))
     audit = json.loads((repo / named_campaign("packed").audit).read_text())
-    edited = RUNS[0]
+    edited, removed = RUNS[0], RUNS[-1]
     path = run_paths(run_dir(repo, "packed", edited)).packs
     packs = json.loads(path.read_text())
     packs["1"] = packs["1"][:-1] if packs["1"][-1] != edited.id else packs["1"][1:]
     path.write_text(json.dumps(packs))
+    run_paths(run_dir(repo, "packed", removed)).packs.unlink()
     command = [sys.executable, "-m", "ebd2n", "audit", str(named_campaign("packed").directory)]
     result = subprocess.run(command, cwd=repo, env=environment(), capture_output=True, text=True, timeout=300)
-    named = [line for line in result.stderr.splitlines() if "no job of that pack is recorded" in line]
+    lines = result.stderr.splitlines()
+    named = [line for line in lines if "no job of that pack is recorded" in line]
+    unrecorded = [line for line in lines if "does not record that pack" in line]
     assert audit["passed"] is True
     assert result.returncode != 0 and len(named) == 1 and edited.id in named[0]
+    assert len(unrecorded) == 2 and all(removed.id in line for line in unrecorded)  # both its slices
+
+
+def test_status_counts_each_packed_run_its_share_of_the_packs_time(campaigns: tuple[Path, str]) -> None:
+    repo, _ = campaigns
+    status = {c: campaign_status(repo / named_campaign(c).directory) for c in ("packed", "solo")}
+    wall = sum(row.wall_s for row in status["packed"].runs)
+    assert status["packed"].cpu_hours * 3600 == pytest.approx(wall / 3)  # packs of 3, one CPU each
+
+
+def test_a_failed_pack_jobs_log_is_its_runs_failure(in_tmp: Path) -> None:
+    campaign = campaign_from_dict(PACKED)
+    members = [campaign.paths.run(run.id).directory for run in RUNS[:3]]
+    for directory in members:
+        directory.mkdir(parents=True)
+    record_pack(members, 1, members=members)
+    record = campaign.paths.pack_record("base", 1, pack_digest([d.name for d in members]))
+    log = campaign.paths.logs / record.relative_to(campaign.paths.directory).with_suffix(".log")
+    log.parent.mkdir(parents=True)
+    log.write_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
+    assert job_failure(campaign.paths, RUNS[1].id) == (
+        log,
+        ["Traceback (most recent call last):", "RuntimeError: CUDA out of memory"],
+    )
 
 
 @pytest.mark.slow
@@ -193,7 +223,8 @@ def test_a_kill_mid_pack_and_the_same_command_again_give_the_packed_campaigns_bi
 
 @pytest.mark.slow
 def test_halving_re_forms_the_packs_after_a_rung(tmp_path: Path) -> None:
-    """Four points of one seed pack as one for the first slice; the rung keeps two, which pack again."""
+    """Four points of one seed pack as one for the first slice; the rung keeps two, which pack again.
+    A larger share later promotes a third, which packs alone: the audit accepts its grown packs.json."""
     raw = PACKED | {"seeds": [42], "search": {"method": "successive-halving", "keep": 0.5}, "execution": {"pack": 4}}
     raw["grid"] = raw["grid"] | {"learning_rates": {"synchronous": [0.002, 0.004, 0.008, 0.016]}}
     repo = copy_repo(tmp_path)
@@ -204,6 +235,14 @@ def test_halving_re_forms_the_packs_after_a_rung(tmp_path: Path) -> None:
     audit = json.loads((repo / named_campaign("packed").audit).read_text())
     assert all(pack[1] == sorted(packs) for pack in packs.values())
     assert len(promoted) == 2 and all(packs[run_id][2] == promoted for run_id in promoted)
+    assert audit["passed"] is True
+    snakemake(
+        repo, "--configfile", write_campaign(repo, raw | {"search": {**raw["search"], "keep": 0.75}}, "packed.yaml")
+    )
+    grown = {run.id: read_packs(run_dir(repo, "packed", run)) for run in runs}
+    third = [run_id for run_id, pack in grown.items() if 2 in pack and run_id not in promoted]
+    audit = json.loads((repo / named_campaign("packed").audit).read_text())
+    assert len(third) == 1 and grown[third[0]][2] == third
     assert audit["passed"] is True
 
 
@@ -241,9 +280,26 @@ def test_a_campaign_without_pack_plans_no_pack(in_tmp: Path) -> None:
     assert (plan.packing, plan.solo_runs()) == (None, {"run": r"[^/]+"})
 
 
-def test_a_pack_job_asks_for_what_one_of_its_runs_would(in_tmp: Path) -> None:
-    """One GPU per pack (as each synchronous run asks), its members' process on it."""
+def test_a_pack_job_asks_for_one_gpu_and_k_times_a_runs_time(in_tmp: Path) -> None:
+    """One GPU per pack (as each synchronous run asks), its members' one process on it, K times the minutes."""
     plan = WorkflowPlan(campaign_from_dict(PACKED | {"resources": {"default": {"gpus": 1, "minutes": 9}}}))
-    result = (plan.pack_job_resources(), plan.pack_launcher("base"))
-    assert result == (plan.run_job_resources(), "-m ebd2n.launch --gpus 1 --processes 1 --nodes 1")
-    assert plan.pack_job_resources()[0]["gpu"] == 1
+    (run, threads), (pack, pack_threads) = plan.run_job_resources(), plan.pack_job_resources()
+    result = (pack, pack_threads, plan.pack_launcher("base"))
+    assert result == (run | {"runtime": 27}, threads, "-m ebd2n.launch --gpus 1 --processes 1 --nodes 1")
+    assert pack["gpu"] == 1
+
+
+def test_packing_a_grid_without_synchronous_runs_is_a_warning(in_tmp: Path) -> None:
+    raw = PACKED | {"grid": {"modes": ["packed-4"], "learning_rates": {"packed-4": [0.003]}, "beta2": [0.99]}}
+    assert [line.split(": ", 1)[1] for line in campaign_warnings(campaign_from_dict(raw))] == [
+        "execution.pack 3, but grid.modes has no synchronous mode: no run packs (packed-K runs train alone)"
+    ]
+
+
+@pytest.mark.parametrize("preset", [None, "20m", "1.41b"])
+def test_the_workflow_trains_synchronous_runs_in_packs_and_the_others_alone(in_tmp: Path, preset: str | None) -> None:
+    plan = WorkflowPlan(campaign_from_dict(PACKED))
+    ids = [Run(preset, mode, 0.001, 0.95, 42).id for mode in ("synchronous", "packed-4", "packed-12")]
+    packed, solo = plan.packed_runs()["run"], plan.solo_runs()["run"]
+    result = [(bool(re.fullmatch(packed, run_id)), bool(re.fullmatch(solo, run_id))) for run_id in ids]
+    assert result == [(True, False), (False, True), (False, True)]

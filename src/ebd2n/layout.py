@@ -51,9 +51,9 @@ TENSORBOARD = "tensorboard"
 JOB_RECORDS = "jobs.jsonl"
 """One line per training or validation job that did work: its start and seconds (ebd2n.job_time)."""
 LINEAGE = "lineage.json"
+"""A branched run's parent: the run, epoch and SHA-256 of the checkpoint it started from (train.branch)."""
 PACKS = "packs.json"
 """The packs a run trained in (`ebd2n train-pack`): each slice end -> the runs it trained with."""
-"""A branched run's parent: the run, epoch and SHA-256 of the checkpoint it started from (train.branch)."""
 LEASE = "trainer.lease"
 """Held by the one trainer writing a run directory (ebd2n.train.lease); gone when it ends."""
 
@@ -195,11 +195,11 @@ EXTENSIONS = "extensions"
 campaign file as it was before extension n + 1)."""
 EXTENSION_HISTORY = "history.json"
 SEARCH = "search"
-PACK_RECORDS = "packs"
-"""packs/<base>/slice-<epoch>-<digest>.json: one packed-trials job's record (its members), named by
-them (ebd2n.campaign.packs), written when the job ends."""
 """search/<bracket>/rung-<epoch>-<digest>.json: one rung decision of a successive-halving campaign
 (ebd2n.campaign.search), named by the runs and share it was decided from, written once."""
+PACK_RECORDS = "packs"
+"""packs/<base>/slice-<epoch>-<digest>.json: one packed-trials job's record (its members), named by
+them (ebd2n.train.pack_record.pack_digest), written when the job ends."""
 SIGNATURES = "signatures"
 """signatures/<n>.dsse.json: the signed statement of each signed audit, n = 1, 2, ..., each naming
 the SHA-256 of the one before (ebd2n.signing)."""

@@ -230,6 +230,7 @@ def get_pack_run_dirs(wildcards):
     return PLAN.pack_run_dirs(wildcards.base, int(wildcards.epoch), wildcards.digest, read=decided)
 
 
+@workflow_errors
 def get_pack_launcher(wildcards):
     return PLAN.pack_launcher(wildcards.base)
 
@@ -238,4 +239,4 @@ def get_pack_launcher(wildcards):
 def get_member_pack(wildcards):
     """The pack job that trains a synchronous run's slice under execution.pack."""
     epoch = int(wildcards.epoch) if "epoch" in wildcards.keys() else None
-    return ancient(PLAN.member_pack(wildcards.run, epoch, read=decided))
+    return [ancient(path) for path in PLAN.member_pack(wildcards.run, epoch, read=decided)]

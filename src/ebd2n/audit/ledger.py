@@ -30,6 +30,8 @@ from ebd2n.layout import (
     JOB_RECORDS,
     LIVE_DASHBOARD,
     METRICS,
+    PACK_RECORDS,
+    PACKS,
     RUNS,
     SEARCH,
     TRAIN_LOG,
@@ -39,15 +41,16 @@ from ebd2n.provenance import timestamp
 
 FORMAT = 1
 
-CONTINUED = (METRICS, TRAIN_LOG, JOB_RECORDS, LIVE_DASHBOARD, CHECKPOINT_LEDGER, f"{CHECKPOINT_DIR}/")
-"""What a stopped run changes when a later decision promotes it: it appends to its histories and
-job records, rewrites its live page, records its next checkpoints and lets go of the one it continued from."""
+CONTINUED = (METRICS, TRAIN_LOG, JOB_RECORDS, LIVE_DASHBOARD, CHECKPOINT_LEDGER, PACKS, f"{CHECKPOINT_DIR}/")
+"""What a stopped run changes when a later decision promotes it: it appends to its histories, job
+records and packs, rewrites its live page, records its next checkpoints and lets go of the one it
+continued from."""
 
 
 def protected(relative: str) -> bool:
     """Whether an artifact must stay byte-identical once audited (run and frozen files; campaign.json,
     runs.csv and the report are derived and verified by recomputation instead)."""
-    return relative.startswith((f"{RUNS}/", f"{FROZEN}/", f"{SEARCH}/"))
+    return relative.startswith((f"{RUNS}/", f"{FROZEN}/", f"{SEARCH}/", f"{PACK_RECORDS}/"))
 
 
 @dataclass

@@ -1,40 +1,59 @@
 """Packed trials (campaign `execution.pack`): a run that trained slices in packs says so in its
 packs.json (ebd2n.train.pack_record), and each pack's job recorded the same members when it ended
 (packs/<base>/slice-<epoch>-<digest>.json, named by them). The audit holds every run's record to its
-pack job's, by content: an edited packs.json names its run, an edited job record every member.
+pack job's, and every job's members to their own records, by content: an edited or removed
+packs.json names its run, an edited job record every member.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object
-from ebd2n.campaign.packs import pack_digest
 from ebd2n.errors import UserError
 from ebd2n.layout import PACKS, CampaignPaths
-from ebd2n.train.pack_record import read_packs
+from ebd2n.train.pack_record import pack_digest, read_packs
 
 
 def check_packs(paths: CampaignPaths, views: Mapping[str, RunView]) -> Check:
-    """Every run that trained in packs records packs their jobs recorded, each with the run in it."""
+    """Every run that trained in packs records packs their jobs recorded, each with the run in it, and
+    every member a pack job recorded says it trained there."""
     check = Check("runs trained in packs record the packs their jobs trained")
+    jobs = _job_members(paths, views)
     for view in views.values():
-        if PACKS not in view.files:
+        if PACKS not in view.files and view.id not in jobs:
             continue
         check.examined += 1
-        check.violations += [f"{view.id}: {problem}" for problem in _problems(paths, view)]
+        check.violations += [f"{view.id}: {problem}" for problem in _problems(paths, view, jobs.get(view.id, {}))]
     if not check.examined:
         check.reason = "no run trained in a pack"
     return check
 
 
-def _problems(paths: CampaignPaths, view: RunView) -> Iterable[str]:
+def _job_members(paths: CampaignPaths, views: Mapping[str, RunView]) -> dict[str, dict[int, Path]]:
+    """Run -> slice end -> the record of the pack job that names it, for every readable job record."""
+    named: dict[str, dict[int, Path]] = {}
+    for path in sorted(paths.pack_records.glob("*/*.json")):
+        record, _ = json_object(path)
+        members, end = (record or {}).get("members"), (record or {}).get("epoch")
+        if isinstance(members, list) and isinstance(end, int):
+            for member in members:
+                if member in views:
+                    named.setdefault(member, {})[end] = path
+    return named
+
+
+def _problems(paths: CampaignPaths, view: RunView, jobs: Mapping[int, Path]) -> Iterable[str]:
     try:
         packs = read_packs(view.paths.directory)
     except UserError:
         yield f"{PACKS}: not a record of slice ends and the runs each trained with"
         return
+    for end, job in sorted(jobs.items()):
+        if end not in packs:
+            yield f"{paths.relative(job)} trained it to epoch {end}, but its {PACKS} does not record that pack"
     for end, members in sorted(packs.items()):
         if view.id not in members:
             yield f"{PACKS}: its slice to epoch {end} trained in a pack without it ({', '.join(members)})"
@@ -47,5 +66,5 @@ def _problems(paths: CampaignPaths, view: RunView) -> Iterable[str]:
                 f"{PACKS}: trained to epoch {end} with {', '.join(members)}; "
                 f"no job of that pack is recorded ({job}: {problem})"
             )
-        elif sorted(record.get("members") or ()) != members or record.get("epoch") != end:
+        elif sorted(record.get("members") or ()) != sorted(members) or record.get("epoch") != end:
             yield f"{PACKS}: trained to epoch {end} with {', '.join(members)}; {job} records another pack"

@@ -139,15 +139,21 @@ def _check_campaign(campaign: Campaign) -> None:
 
 
 def campaign_warnings(campaign: Campaign) -> list[str]:
-    """What a campaign file may mean to set but leaves empty: one line each, for the workflow to print
-    before it plans (dry runs included). A scope that names `account: null` is written for SLURM,
+    """What a campaign file may mean to set but leaves empty or has no effect: one line each, for the
+    workflow to print before it plans (dry runs included). A scope that names `account: null` is written for SLURM,
     where many clusters refuse a job without an account, and a dry run cannot tell."""
-    return [
+    warnings = [
         f"{campaign.source}: resources.{scope}.account is null, so its SLURM jobs go to your default account; "
         f"a cluster that requires an account refuses them at submission: set it (sbatch --account) or remove the key"
         for scope, fields in campaign.resources.items()
         if "account" in fields and fields["account"] is None
     ]
+    if campaign.pack > 1 and SYNCHRONOUS not in campaign.grid.modes:
+        warnings.append(
+            f"{campaign.source}: execution.pack {campaign.pack}, but grid.modes has no synchronous mode: no run packs "
+            "(packed-K runs train alone)"
+        )
+    return warnings
 
 
 def _check_frozen(campaign: Campaign) -> None:

@@ -4,17 +4,16 @@ together, as one packed model in one job (ebd2n.train.pack_trainer).
 A slice's packs are formed from the synchronous runs of its base recipe that train the slice (under
 successive halving, those promoted past every rung before it), K at a time in grid order. A run
 that recorded the pack it trained the slice in (packs.json, written before the pack trains) keeps
-that pack, with every member it names; only the runs without a record form new ones. So a kill and
-a second invocation train the same packs again, a grid grown since leaves the packs already formed
-as they were, and after a rung the runs promoted form new packs. A pack is named by its members
+that pack, with every member it names; a run that has the slice's outputs and no such record
+trained it alone (before the campaign packed) and joins no pack; only the others form new ones.
+So a kill and a second invocation train the same packs again, a grid grown since leaves the packs
+already formed as they were, and after a rung the runs promoted form new packs. A pack is named by its members
 (`pack_digest`): its job's record is packs/<base>/slice-<epoch>-<digest>.json.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +23,8 @@ from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.runs import SYNCHRONOUS, Run
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths
-from ebd2n.train.pack_record import read_packs
+from ebd2n.train.pack_record import pack_digest, read_packs
 from ebd2n.train.plan import SlicePlan
-
-
-def pack_digest(members: Sequence[str]) -> str:
-    """The name of the pack of these runs (any order)."""
-    return hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -60,42 +54,54 @@ class Packing:
     def record_path(self, pack: Pack) -> Path:
         return self.paths.pack_record(pack.base, pack.epoch, pack.digest)
 
-    def pack_of(self, run: Run, epoch: int, read: Read | None = None) -> Pack:
-        """The pack that trains `run`'s slice to `epoch`."""
+    def pack_of(self, run: Run, epoch: int, read: Read | None = None) -> Pack | None:
+        """The pack that trains `run`'s slice to `epoch`; None when the run trained it alone."""
         pack = self._index(run.base, epoch, read).get(run.id)
-        if pack is None:
+        if pack is None and not self._trained_alone(run, epoch):
             raise UserError(f"{run.id}: does not train the slice to epoch {epoch} (stopped by a rung before it)")
         return pack
 
     def pack(self, base: str, epoch: int, digest: str, read: Read | None = None) -> Pack:
         """The pack a job's name gives; one the grid does not form now is refused."""
-        for pack in self.packs(base, epoch, read):
-            if pack.digest == digest:
-                return pack
-        raise UserError(
-            f"{self.paths.pack_record(base, epoch, digest)}: no pack of the grid has these members now "
-            "(the campaign file changed while the workflow ran: run it again)"
-        )
+        pack = self._digests(base, epoch, read).get(digest)
+        if pack is None:
+            raise UserError(
+                f"{self.paths.pack_record(base, epoch, digest)}: no pack of the grid has these members now "
+                "(the campaign file changed while the workflow ran: run it again)"
+            )
+        return pack
 
-    def packs(self, base: str, epoch: int, read: Read | None = None) -> list[Pack]:
-        """Every pack of the slice to `epoch` of base `base`'s synchronous runs (see the module)."""
+    @functools.cache  # noqa: B019 (one packing per workflow: formed once, then every job asks)
+    def packs(self, base: str, epoch: int, read: Read | None = None) -> tuple[Pack, ...]:
+        """Every pack of the slice to `epoch` of base `base`'s synchronous runs (see the module),
+        formed once per process: the files it reads change as the packs train."""
         formed: dict[tuple[str, ...], None] = {}
         free = []
         for run in self._slice_runs(base, epoch, read):
             recorded = self._recorded(run.id).get(epoch)
-            if recorded is None:
-                free.append(run.id)
-            else:
+            if recorded is not None:
                 formed[tuple(sorted(recorded))] = None
+            elif not self._trained_alone(run, epoch):
+                free.append(run.id)
         taken = {member for members in formed for member in members}
         free = [run for run in free if run not in taken]
         for start in range(0, len(free), self.size):
             formed[tuple(sorted(free[start : start + self.size]))] = None
-        return [Pack(base, epoch, members) for members in formed]
+        return tuple(Pack(base, epoch, members) for members in formed)
 
-    @functools.cache  # noqa: B019 (one packing per workflow: every member's job asks for its slice's packs)
+    @functools.cache  # noqa: B019 (every member's job asks)
     def _index(self, base: str, epoch: int, read: Read | None) -> dict[str, Pack]:
         return {member: pack for pack in self.packs(base, epoch, read) for member in pack.members}
+
+    @functools.cache  # noqa: B019 (every pack job asks twice: its inputs and its members' directories)
+    def _digests(self, base: str, epoch: int, read: Read | None) -> dict[str, Pack]:
+        return {pack.digest: pack for pack in self.packs(base, epoch, read)}
+
+    def _trained_alone(self, run: Run, epoch: int) -> bool:
+        """Whether a run without a record of its pack has the slice's outputs: it trained the slice
+        alone (before the campaign packed), and packs with nobody for it."""
+        paths = self.paths.run(run.id)
+        return (paths.final if epoch == self.plans[run.base].epochs else paths.slice_record(epoch)).is_file()
 
     @functools.cache  # noqa: B019
     def _recorded(self, run_id: str) -> dict[int, list[str]]:

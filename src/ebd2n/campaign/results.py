@@ -25,7 +25,7 @@ from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
 from ebd2n.train.lease import live_holder
-from ebd2n.train.pack_record import read_packs
+from ebd2n.train.pack_record import pack_digest, read_packs
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
@@ -226,11 +226,13 @@ def _packed(run_dir: Path) -> int | None:
 
 
 def job_failure(paths: CampaignPaths, run_id: str) -> tuple[Path, list[str]] | None:
-    """Where and how a run's last job failed: its newest log under logs/runs/<run>/ and that log's
+    """Where and how a run's last job failed: its newest log under logs/runs/<run>/ (or of a pack job
+    it trained in, logs/packs/...) and that log's
     last lines, when that job left no output (Snakemake removes a failed job's; a log is named
     after its job's output) and no job works on the run now (a live lease); else None. A killed job
     (out of memory, a lost node) fails with an empty log."""
-    logs = sorted((paths.logs / paths.runs.name / run_id).rglob("*.log"), key=lambda path: path.stat().st_mtime)
+    logs = [*(paths.logs / paths.runs.name / run_id).rglob("*.log"), *_pack_logs(paths, run_id)]
+    logs = sorted(logs, key=lambda path: path.stat().st_mtime)
     if not logs or live_holder(paths.run(run_id).directory) is not None:
         return None
     output = paths.directory / logs[-1].relative_to(paths.logs).with_suffix("")
@@ -238,6 +240,17 @@ def job_failure(paths: CampaignPaths, run_id: str) -> tuple[Path, list[str]] | N
         return None
     lines = [line for line in logs[-1].read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
     return logs[-1], lines[-LOG_LINES:] or [EMPTY_LOG]
+
+
+def _pack_logs(paths: CampaignPaths, run_id: str) -> list[Path]:
+    """The logs of the pack jobs a run was recorded in (`execution.pack`), those that exist."""
+    base = parse_run_id(run_id).base
+    records = [
+        paths.pack_record(base, end, pack_digest(members))
+        for end, members in read_packs(paths.run(run_id).directory).items()
+    ]
+    logs = [paths.logs / record.relative_to(paths.directory).with_suffix(".log") for record in records]
+    return [log for log in logs if log.is_file()]
 
 
 EMPTY_LOG = "(the log is empty: the job ended without a word, as a killed one does, e.g. out of memory)"

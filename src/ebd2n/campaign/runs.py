@@ -17,14 +17,16 @@ from ebd2n.errors import UserError
 BASE = "base"
 """Name of the single base recipe of a campaign without a presets axis (frozen/recipes/base.yaml)."""
 
+SYNCHRONOUS = "synchronous"
+"""The mode whose runs pack (`execution.pack`): one model each, so K of them make one packed model."""
 _NUMBER = r"[0-9][0-9.e+-]*?"
+_PRESET = r"[A-Za-z0-9][A-Za-z0-9._]*"
+_PACKED_MODE = r"packed-[0-9]+"
 _RUN_ID = re.compile(
-    rf"^(?:(?P<preset>[A-Za-z0-9][A-Za-z0-9._]*)-)?(?P<mode>synchronous|packed-[0-9]+)"
+    rf"^(?:(?P<preset>{_PRESET})-)?(?P<mode>{SYNCHRONOUS}|{_PACKED_MODE})"
     rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})(?:-tpp(?P<horizon>{_NUMBER}))?-seed(?P<seed>[0-9]+)$"
 )
 _HORIZON_SUFFIX = "-tpp"
-SYNCHRONOUS = "synchronous"
-"""The mode whose runs pack (`execution.pack`): one model each, so K of them make one packed model."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,7 @@ def run_id_pattern(synchronous: bool) -> str:
     """A regular expression of the ids of synchronous runs, or of every other mode's: the workflow
     trains the first in packs under `execution.pack` and the others alone (the mode is followed by
     `-lr`, so no id matches both)."""
-    mode = SYNCHRONOUS if synchronous else "packed-[0-9]+"
-    return rf"(?:[A-Za-z0-9][A-Za-z0-9._]*-)?{mode}-lr[^/]+"
+    return rf"(?:{_PRESET}-)?{SYNCHRONOUS if synchronous else _PACKED_MODE}-lr[^/]+"
 
 
 def parse_run_id(run_id: str) -> Run:

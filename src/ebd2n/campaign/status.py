@@ -9,10 +9,11 @@ SLURM cluster, and it can run as often as wanted.
 
 A run's time so far is the training time the trainer recorded for its finished slices (epoch
 `wall_s`; validation and job start-up excluded) plus how long its running job has run; hours are
-that time the job's GPUs or CPUs. A run that branched from a shorter horizon's trunk counts from
-its branch on: the trunk's epochs are its parent's time. The ETA is the remaining jobs (slices and validations) times
-the mean duration of the finished ones (the trainer's slice times, validation's recorded time),
-divided by the number of jobs running now (at least one).
+that time the job's GPUs or CPUs, a packed run's (`execution.pack`) divided among its pack's runs.
+A run that branched from a shorter horizon's trunk counts from its branch on: the trunk's epochs
+are its parent's time. The ETA is the remaining jobs (slices and validations) times the mean
+duration of the finished ones (the trainer's slice times, validation's recorded time), divided by
+the number of jobs running now (at least one).
 
 Under successive halving the plan also holds the campaign's search: each bracket's rung decisions
 (search/<bracket>/, walked by `ebd2n.campaign.halving`) say which runs stopped at a rung. A
@@ -45,6 +46,7 @@ from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import METRICS, CampaignPaths
 from ebd2n.train.lease import live_holder
+from ebd2n.train.pack_record import read_packs
 from ebd2n.train.plan import SlicePlan, parse_plan
 
 STATES = ("done", "running", "failed", "pending")
@@ -77,6 +79,8 @@ class RunStatus:
     full_loss: float | None = None
     """Full-validation loss (results.json), the one the report ranks by; a done run's only."""
     wall_s: float = 0.0
+    charged_s: float = 0.0
+    """Its share of `wall_s`: a packed run's time is its pack's, split among the pack's runs."""
     gpus: int = 0
     cpus: int = 1
     slice_seconds: list[float] = field(default_factory=list)
@@ -139,8 +143,8 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
         campaign=plan["campaign"],
         runs=rows,
         counts=counts,
-        gpu_hours=sum(row.wall_s * row.gpus for row in rows) / 3600,
-        cpu_hours=sum(row.wall_s * row.cpus for row in rows) / 3600,
+        gpu_hours=sum(row.charged_s * row.gpus for row in rows) / 3600,
+        cpu_hours=sum(row.charged_s * row.cpus for row in rows) / 3600,
         eta_s=_eta(rows, counts["running"]),
         brackets=_bracket_lines(halving, rows) if halving else [],
         retired=sorted({path.name for path in paths.runs.glob("*") if path.is_dir()} - {row.run for row in rows}),
@@ -226,6 +230,13 @@ def _run_status(
     done_epochs = len(epochs)
     ends = list(plan.ends)
     slices_done = sum(end <= done_epochs for end in ends)
+    packs = read_packs(files.directory)
+
+    def shared(epoch: Any) -> int:
+        """How many runs trained `epoch` (1-based) in one pack with this one (1: alone)."""
+        end = next((end for end in ends if isinstance(epoch, int) and end >= epoch), None)
+        return len(packs.get(end, ())) or 1
+
     row = RunStatus(
         run=run,
         state="pending",
@@ -241,6 +252,7 @@ def _run_status(
         row.loss, row.accuracy = epochs[-1].get("val_loss"), epochs[-1].get("val_accuracy")
         row.loss_epoch = epochs[-1].get("epoch", done_epochs)
         row.wall_s = sum(record.get("wall_s", 0.0) for record in epochs[trunk:])
+        row.charged_s = sum(record.get("wall_s", 0.0) / shared(record.get("epoch")) for record in epochs[trunk:])
         for start, end in itertools.pairwise([trunk, *ends] if not trunk else ends):
             if end <= done_epochs:
                 row.slice_seconds.append(sum(record.get("wall_s", 0.0) for record in epochs[start:end]))
@@ -248,7 +260,8 @@ def _run_status(
     holder = live_holder(files.directory)
     if diverged is not None and files.final.is_file():  # the trainer's decision, recorded with its final records
         row.state, row.detail = DIVERGED, f"diverged at step {diverged.get('step')} ({diverged.get('rule')})"
-        row.wall_s += _stopped_epoch_seconds(epochs, diverged, files.record)
+        row.wall_s += (stopped_s := _stopped_epoch_seconds(epochs, diverged, files.record))
+        row.charged_s += stopped_s / shared(diverged.get("epoch"))
     elif isinstance(results, dict):
         row.state = "done"
         row.full_loss = results.get("loss")
@@ -257,6 +270,8 @@ def _run_status(
         finished = ends[slices_done - 1] if slices_done else 0
         own = epochs[trunk:finished]
         row.wall_s = sum(record.get("wall_s", 0.0) for record in own) + max(0.0, now - holder.started)
+        row.charged_s = sum(record.get("wall_s", 0.0) / shared(record.get("epoch")) for record in own)
+        row.charged_s += max(0.0, now - holder.started) / shared(finished + 1)
         validating = files.final.is_file() and files.best.is_file()
         row.state = "validating" if validating else "training"
         row.curve = _step_losses(files.metrics)

@@ -9,6 +9,7 @@ turns them into Snakemake's WorkflowError.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -191,11 +192,13 @@ class WorkflowPlan:
         """The `run` wildcard of the runs the workflow trains in packs (`execution.pack`): the synchronous ones."""
         return {"run": run_id_pattern(synchronous=True)}
 
-    def member_pack(self, run_id: str, epoch: int | None, read: Read) -> str:
-        """The record of the pack job that trains a run's slice to `epoch` (None: its last)."""
+    def member_pack(self, run_id: str, epoch: int | None, read: Read) -> list[str]:
+        """The record of the pack job that trains a run's slice to `epoch` (None: its last); none
+        when the run trained the slice alone (before the campaign packed)."""
         run = self.run(run_id)
         end = self.plans[run.base].epochs if epoch is None else epoch
-        return str(self.packing.record_path(self.packing.pack_of(run, end, read)))
+        pack = self.packing.pack_of(run, end, read)
+        return [] if pack is None else [str(self.packing.record_path(pack))]
 
     def pack_members(self, base: str, epoch: int, digest: str, read: Read) -> list[str]:
         """The runs a pack job trains (its name says which: see ebd2n.campaign.packs)."""
@@ -221,7 +224,10 @@ class WorkflowPlan:
         return f"-m ebd2n.launch --gpus {self._pack_resources(base).job_gpus} --processes 1 --nodes 1"
 
     def _pack_resources(self, base: str) -> Resources:
-        return self.campaign.job_resources(base, SYNCHRONOUS)
+        """Its runs' scope's, with K times their time limit (a pack trains K runs' slices in one job;
+        on a CPU about K times as long, on a GPU less): one GPU, one run's memory and CPUs."""
+        resources = self.campaign.job_resources(base, SYNCHRONOUS)
+        return dataclasses.replace(resources, minutes=resources.minutes * self.campaign.pack)
 
     def launcher(self, run_id: str) -> str:
         """`-m ebd2n.launch`: the run's local GPU slots, then its S x D processes (torchrun, or srun +
@@ -243,7 +249,7 @@ class WorkflowPlan:
         return job_settings(scopes, lambda wildcards: self.resources(wildcards.run))
 
     def pack_job_resources(self) -> tuple[dict[str, Any], Any]:
-        """A pack job's: its base's synchronous runs' (one job, one GPU at most, for K runs)."""
+        """A pack job's SLURM resources and threads (see `_pack_resources`)."""
         scopes = [self._pack_resources(scope) for scope in self.campaign.grid.scopes]
         return job_settings(scopes, lambda wildcards: self._pack_resources(wildcards.base))
 

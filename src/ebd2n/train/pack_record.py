@@ -9,6 +9,7 @@ the pack job's record.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,11 @@ from ebd2n.atomic import atomic_write_text
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import RunPaths
+
+
+def pack_digest(members: Sequence[str]) -> str:
+    """The name of the pack of these runs (any order): its job's record is named by it."""
+    return hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:16]
 
 
 def read_packs(run_dir: Path) -> dict[int, list[str]]:

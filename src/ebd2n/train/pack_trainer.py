@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -125,9 +126,8 @@ def train_pack(
             if not trained[-1]:
                 member.checkpoints.let_go(member.epoch)
         working = [member for member, go in zip(members, trained, strict=True) if go]
-        if working:  # before anything it trains is kept: a killed pack is formed again of the same runs
-            record_pack([m.checkpoints.run_dir for m in working], end_epoch, members=directories)
-            _train_members(working, cache, eval_blocks, context, end_epoch, slice_ends)
+        if working:
+            _train_members(working, directories, cache, eval_blocks, context, end_epoch, slice_ends)
     finally:
         try:
             context.close()
@@ -140,14 +140,17 @@ def train_pack(
 
 def _train_members(
     members: list[Member],
+    pack: list[Path],
     cache: Cache,
     eval_blocks: torch.Tensor,
     context: Context,
     end_epoch: int,
     slice_ends: tuple[int, ...],
 ) -> None:
-    """The pack of the members that have work: restored, trained in step, their records written."""
+    """The members of `pack` that have work: restored, trained in step, their records written."""
     start_epoch = _common_start(members, end_epoch)
+    # before anything it trains is kept: a killed pack is formed again of the same runs
+    record_pack([member.checkpoints.run_dir for member in members], end_epoch, members=pack)
     recipes = [member.recipe for member in members]
     budget = budget_of(recipes[0])
     pack = TrialPack(recipes, budget, context.device)
