@@ -4,8 +4,9 @@ together, as one packed model in one job (ebd2n.train.pack_trainer).
 A slice's packs are formed from the synchronous runs of its base recipe that train the slice (under
 successive halving, those promoted past every rung before it), K at a time in grid order. A run
 that recorded the pack it trained the slice in (packs.json, written before the pack trains) keeps
-that pack, with every member it names; a run that has the slice's outputs and no such record
-trained it alone (before the campaign packed) and joins no pack; only the others form new ones.
+that pack, with every member it names; a run that has the slice's outputs and no record of a pack
+for it or an earlier slice trained it alone (before the campaign packed) and joins no pack; only
+the others form new ones.
 So a kill and a second invocation train the same packs again, a grid grown since leaves the packs
 already formed as they were, and after a rung the runs promoted form new packs. A pack is named by its members
 (`pack_digest`): its job's record is packs/<base>/slice-<epoch>-<digest>.json.
@@ -98,10 +99,15 @@ class Packing:
         return {pack.digest: pack for pack in self.packs(base, epoch, read)}
 
     def _trained_alone(self, run: Run, epoch: int) -> bool:
-        """Whether a run without a record of its pack has the slice's outputs: it trained the slice
-        alone (before the campaign packed), and packs with nobody for it."""
+        """Whether a run has the slice's outputs and no record of a pack for it or any slice before:
+        it trained alone, before the campaign packed, and packs with nobody for it. (A run that left a
+        pack by diverging has the outputs of the slices after too, and stays in their packs: every
+        process forms the same packs.)"""
+        if any(end <= epoch for end in self._recorded(run.id)):
+            return False
         paths = self.paths.run(run.id)
-        return (paths.final if epoch == self.plans[run.base].epochs else paths.slice_record(epoch)).is_file()
+        outputs = [paths.final, paths.best] if epoch == self.plans[run.base].epochs else [paths.slice_record(epoch)]
+        return all(path.is_file() for path in outputs)
 
     @functools.cache  # noqa: B019
     def _recorded(self, run_id: str) -> dict[int, list[str]]:

@@ -43,6 +43,7 @@ from ebd2n.campaign.plans import grid_search
 from ebd2n.campaign.results import job_failure
 from ebd2n.campaign.status_plan import planned_runs, read_plan
 from ebd2n.errors import UserError
+from ebd2n.job_time import recorded_jobs
 from ebd2n.jsonio import read_json
 from ebd2n.layout import METRICS, CampaignPaths
 from ebd2n.train.lease import live_holder
@@ -230,12 +231,12 @@ def _run_status(
     done_epochs = len(epochs)
     ends = list(plan.ends)
     slices_done = sum(end <= done_epochs for end in ends)
-    packs = read_packs(files.directory)
+    shares = _pack_shares(files.directory)
 
     def shared(epoch: Any) -> int:
-        """How many runs trained `epoch` (1-based) in one pack with this one (1: alone)."""
+        """How many runs trained `epoch` (1-based) in one job with this one (1: alone)."""
         end = next((end for end in ends if isinstance(epoch, int) and end >= epoch), None)
-        return len(packs.get(end, ())) or 1
+        return shares.get(end, 1)
 
     row = RunStatus(
         run=run,
@@ -285,6 +286,19 @@ def _run_status(
     elif slices_done:
         row.detail = f"{slices_done} of {len(ends)} slices done"
     return row
+
+
+def _pack_shares(run_dir: Path) -> dict[int, int]:
+    """Slice end -> how many runs trained it in one job with this one: what its finished job recorded
+    (jobs.jsonl `pack`, the runs that trained), else for a running one its pack's members (packs.json)."""
+    try:
+        shares = {end: len(members) for end, members in read_packs(run_dir).items()}
+    except UserError:  # a damaged record: the audit names it; the row counts the run's time as its own
+        shares = {}
+    for job in recorded_jobs(run_dir):
+        if job.get("kind") == "train" and isinstance(job.get("epoch"), int):
+            shares[job["epoch"]] = job.get("pack", 1)
+    return shares
 
 
 _READ: dict[Path, tuple[tuple[int, int], tuple[list[dict[str, Any]], dict[str, Any] | None]]] = {}

@@ -128,6 +128,8 @@ def train_pack(
         working = [member for member, go in zip(members, trained, strict=True) if go]
         if working:
             _train_members(working, directories, cache, eval_blocks, context, end_epoch, slice_ends)
+        else:  # each was there already (one that diverged in a slice before): still the pack's members
+            record_pack(directories, end_epoch, members=directories)
     finally:
         try:
             context.close()
@@ -140,17 +142,18 @@ def train_pack(
 
 def _train_members(
     members: list[Member],
-    pack: list[Path],
+    pack_dirs: list[Path],
     cache: Cache,
     eval_blocks: torch.Tensor,
     context: Context,
     end_epoch: int,
     slice_ends: tuple[int, ...],
 ) -> None:
-    """The members of `pack` that have work: restored, trained in step, their records written."""
+    """The members of the pack of `pack_dirs` that have work: restored, trained in step, their
+    records written. Every member records the pack before anything it trains is kept, so a killed
+    pack is formed again of the same runs."""
     start_epoch = _common_start(members, end_epoch)
-    # before anything it trains is kept: a killed pack is formed again of the same runs
-    record_pack([member.checkpoints.run_dir for member in members], end_epoch, members=pack)
+    record_pack(pack_dirs, end_epoch, members=pack_dirs)
     recipes = [member.recipe for member in members]
     budget = budget_of(recipes[0])
     pack = TrialPack(recipes, budget, context.device)
