@@ -47,8 +47,8 @@ SOLO = json.loads(json.dumps(TINY)) | {"campaign": "solo", "seeds": SEEDS}
 SOLO["overrides"] = SOLO["overrides"] | {"training.max_tokens": 24576, "training.epoch_tokens": 8192}  # 3 x 8 steps
 SOLO["grid"] = SOLO["grid"] | {"learning_rates": {"synchronous": LRS}}
 PACKED = SOLO | {"campaign": "packed", "execution": {"pack": 3}}  # 0.006 seed 43 packs with the diverging point
-TOLERANCE = 1e-5
-"""Relative, on every per-step and subset loss of a run that finishes (docs/training.md)."""
+TOLERANCE = 1e-4
+"""Relative, on every per-step and subset loss of a run that finishes, over 24 steps (docs/training.md)."""
 SD_FRACTION = 1e-3
 """Of the point's seed SD, on the full-validation loss (docs/training.md)."""
 RUNS = [Run(None, "synchronous", lr, 0.99, seed) for lr in LRS for seed in SEEDS]
