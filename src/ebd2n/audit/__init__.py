@@ -47,7 +47,7 @@ from ebd2n.audit.evidence import (
 from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read_ledger
 from ebd2n.audit.lineage import check_lineage
 from ebd2n.audit.outcomes import check_outcomes
-from ebd2n.audit.packs import check_packs
+from ebd2n.audit.packs import check_packs, trained_packed
 from ebd2n.audit.positions import check_positions, checkpoint_metadata
 from ebd2n.audit.report_check import check_report, early_rebuild
 from ebd2n.audit.run_history import check_history
@@ -155,7 +155,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory,
         check_outcomes(run_list, metadata, memory),
         run_checks.check_retention(run_list, plans),
         *([check_lineage(views, history.grid, plans)] if history.grid.horizons else []),
-        check_packs(paths, views),
+        *([check_packs(paths, views)] if trained_packed(paths, views) else []),
         run_checks.check_best(run_list),
         check_collected(paths, info, recomputed, finished),
     ]

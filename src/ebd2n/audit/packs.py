@@ -17,6 +17,12 @@ from ebd2n.layout import PACKS, CampaignPaths
 from ebd2n.train.pack_record import pack_digest, read_packs
 
 
+def trained_packed(paths: CampaignPaths, views: Mapping[str, RunView]) -> bool:
+    """Whether any run of the campaign trained in a pack (only then is there a check to make: a
+    campaign without packs audits as it always did; deleting every record is the ledger's to name)."""
+    return paths.pack_records.is_dir() or any(PACKS in view.files for view in views.values())
+
+
 def check_packs(paths: CampaignPaths, views: Mapping[str, RunView]) -> Check:
     """Every run that trained in packs records packs their jobs recorded, each with the run in it, and
     every member a pack job recorded says it trained there."""
