@@ -552,6 +552,19 @@ def test_execution_record_has_concurrency_limits_and_versions() -> None:
     assert result == expected
 
 
+def test_execution_record_gives_pack_jobs_k_times_the_minutes() -> None:
+    """A pack job trains K runs' slices: the record says K and the pack scope's time limit."""
+    resources = {"default": {"gpus": 0, "minutes": 5}, "synchronous": {"minutes": 7}}
+    solo = campaign_from_dict(tiny(resources=resources)).execution_record(max_jobs=None)
+    packed = campaign_from_dict(tiny(resources=resources, execution={"pack": 4})).execution_record(max_jobs=None)
+    limits = {scope: job["time_limit_minutes"] for scope, job in packed["jobs"].items()}
+    assert (solo["runs_per_pack"], "synchronous pack" in solo["jobs"]) == (1, False)
+    assert (packed["runs_per_pack"], limits) == (
+        4,
+        {"prepare": 5, "synchronous": 7, "packed-4": 5, "synchronous pack": 28},
+    )
+
+
 def test_scaling_campaign_is_the_seeds() -> None:
     campaign = load_campaign(CAMPAIGNS / "scaling-minipile.yaml")
     plans = campaign_plans(campaign)

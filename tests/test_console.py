@@ -15,6 +15,7 @@ import pytest
 from workflow_support import REPO, copy_repo
 
 from ebd2n.layout import campaign_of_job_file
+from snakemake_logger_plugin_ebd2n import job_label
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 GOOD, BAD = "synchronous-lr0.001-beta20.95-seed1", "synchronous-lr0.001-beta20.95-seed2"
@@ -255,3 +256,15 @@ def test_dry_run_warns_of_a_null_slurm_account(tmp_path: Path) -> None:
 def test_console_reads_a_jobs_campaign_from_its_files(log: str, campaign: str | None) -> None:
     """The workflow has no campaign wildcard: a job's log or run output, under results/<campaign>/, names it."""
     assert campaign_of_job_file(log) == campaign
+
+
+@pytest.mark.parametrize(
+    ("rule", "wildcards", "label"),
+    [
+        ("train_final", {"run": "synchronous-lr0.003", "epoch": "2"}, "train_final demo/synchronous-lr0.003 epoch 2"),
+        ("train_pack", {"base": "base", "epoch": "1", "digest": "ab12"}, "train_pack demo/base epoch 1 digest ab12"),
+        ("all", {}, "all demo"),
+    ],
+)
+def test_a_jobs_label_says_where_it_works_then_the_rest(rule: str, wildcards: dict, label: str) -> None:
+    assert job_label(rule, "demo", wildcards) == label

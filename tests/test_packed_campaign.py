@@ -31,7 +31,7 @@ from workflow_support import (
 )
 
 from ebd2n.campaign.check import campaign_from_dict, campaign_warnings
-from ebd2n.campaign.results import job_failure
+from ebd2n.campaign.results import JobFailures
 from ebd2n.campaign.runs import Run
 from ebd2n.campaign.status import campaign_status
 from ebd2n.campaign.workflow import WorkflowPlan
@@ -155,6 +155,11 @@ def test_each_packed_run_records_its_packs_and_the_report_shows_them(campaigns: 
     assert table["solo"]["packed"].null_count() == len(RUNS)
     assert page.count("in packs of 3") == len(RUNS)
     assert sorted(shares) == [1] + [3] * 15  # the diverged pair trained nothing of the last slice
+    for run in RUNS:  # each run's own page names its pack mates
+        mates = set(read_packs(run_dir(repo, "packed", run))[1]) - {run.id}
+        dashboards = [run_paths(run_dir(repo, c, run)).dashboard.read_text() for c in ("packed", "solo")]
+        assert "Trained in packs" in dashboards[0] and all(mate in dashboards[0] for mate in mates)
+        assert "Trained in packs" not in dashboards[1]
 
 
 def test_the_audit_passes_and_names_a_member_whose_pack_record_was_edited_or_removed(
@@ -201,10 +206,31 @@ def test_a_failed_pack_jobs_log_is_its_runs_failure(in_tmp: Path) -> None:
     log = campaign.paths.logs / record.relative_to(campaign.paths.directory).with_suffix(".log")
     log.parent.mkdir(parents=True)
     log.write_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
-    assert job_failure(campaign.paths, RUNS[1].id) == (
+    assert JobFailures(campaign.paths).of(RUNS[1].id) == (
         log,
         ["Traceback (most recent call last):", "RuntimeError: CUDA out of memory"],
     )
+
+
+def test_a_pack_job_failing_before_it_records_its_members_is_still_their_failure(in_tmp: Path) -> None:
+    """`ebd2n train-pack` names its members first: its log is theirs though no packs.json names it."""
+    campaign = campaign_from_dict(PACKED)
+    members = [campaign.paths.run(run.id).directory for run in RUNS[:3]]
+    for directory in members:
+        directory.mkdir(parents=True)
+    record = campaign.paths.pack_record("base", 1, pack_digest([d.name for d in members]))
+    log = campaign.paths.logs / record.relative_to(campaign.paths.directory).with_suffix(".log")
+    log.parent.mkdir(parents=True)
+    command = [sys.executable, "-m", "ebd2n", "train-pack", *map(str, members), "--until-epoch", "1"]
+    with log.open("w") as out:
+        returncode = subprocess.run(
+            [*command, "--record", str(record)], stdout=out, stderr=subprocess.STDOUT
+        ).returncode
+    failures = JobFailures(campaign.paths)
+    found = {run.id: failures.of(run.id) for run in RUNS}
+    assert (returncode, record.exists()) == (2, False)
+    assert all(found[run.id][0] == log for run in RUNS[:3]) and not any(found[run.id] for run in RUNS[3:])
+    assert "a packed run is a resolved run directory" in found[RUNS[0].id][1][-1]
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from workflow_support import REPO, TIMEOUT, assert_states_equal, copy_repo, envi
 
 from ebd2n.errors import UserError
 from ebd2n.train.lease import LEASE, take_lease
+from ebd2n.train.runlog import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -332,6 +333,17 @@ def test_slurm_without_accounting_killed_controller_and_its_orphaned_job(
     _assert_complete_like_local(repo, local, RUNS[:1])
 
 
+def _assert_audit_passes(repo: Path) -> None:
+    audit = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"],
+        cwd=repo,
+        env=environment() | {"PYTHONPATH": str(repo / "src")},
+        capture_output=True,
+        text=True,
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
 def _assert_complete_like_local(repo: Path, local: Path, runs: list[str]) -> None:
     """No slice checkpoint or lease left, one trainer at a time in every run directory, the audit
     passes, no job started warm, weights bitwise the local run's."""
@@ -350,14 +362,7 @@ def _assert_complete_like_local(repo: Path, local: Path, runs: list[str]) -> Non
         assert all(
             earlier[-1] <= later[0] for earlier, later in itertools.pairwise(spans)
         )  # blocks never overlap in time
-    audit = subprocess.run(
-        [sys.executable, "-m", "ebd2n", "audit", "results/slurm-tiny"],
-        cwd=repo,
-        env=environment() | {"PYTHONPATH": str(repo / "src")},
-        capture_output=True,
-        text=True,
-    )
-    assert audit.returncode == 0, audit.stdout + audit.stderr
+    _assert_audit_passes(repo)
     assert (repo / "results/slurm-tiny/report/index.html").is_file()
     assert not (repo / "tmp" / f"ebd2n-warm-{os.getuid()}").exists()  # no job under SLURM started warm
     for name in runs:
@@ -413,3 +418,34 @@ def test_slurm_successive_halving_decides_on_the_controller_and_submits_the_prom
     assert audit["passed"] and "successive-halving decisions recomputed from the runs' subset losses" in {
         check["name"] for check in audit["checks"] if check["status"] == "passed"
     }
+
+
+def test_slurm_packed_campaign_trains_each_slice_of_a_pack_in_one_job(
+    cluster: None, local: Path, tmp_path: Path
+) -> None:
+    """`execution: {pack: 2}` by the README's command: each slice of the two runs is one SLURM job
+    asking one run's CPUs and memory for twice its minutes; both runs' train.log name those jobs;
+    every per-step and subset loss within the documented 1e-4 (docs/training.md) of the local solo
+    runs'; the audit passes."""
+    repo, env = _campaign_repo(tmp_path)
+    campaign = yaml.safe_load((repo / CAMPAIGN).read_text())
+    (repo / CAMPAIGN).write_text(yaml.safe_dump(campaign | {"execution": {"pack": 2}}, sort_keys=False))
+    _snakemake(repo, env, COMMAND)
+    runs = [repo / "results/slurm-tiny/runs" / name for name in RUNS]
+    trained = [_job_ids(run_dir) for run_dir in runs]
+    jobs = {
+        record["job"]: record["kind"]
+        for run_dir in runs
+        for record in map(json.loads, (run_dir / "jobs.jsonl").read_text().splitlines())
+    }
+    asked = {job: fields.split("|") for job, fields in _sacct(*jobs, fields="State,Timelimit").items()}
+    assert trained[0] == trained[1] == [job for job, kind in jobs.items() if kind == "train"] and len(trained[0]) == 2
+    assert asked == {job: ["COMPLETED", "00:20:00" if kind == "train" else "00:10:00"] for job, kind in jobs.items()}
+    for name, run_dir in zip(RUNS, runs, strict=True):
+        ours, theirs = (
+            [r[key] for r in read_metrics(d) for key in ("loss", "val_loss") if r.get(key) is not None]
+            for d in (run_dir, local / "results/slurm-tiny/runs" / name)
+        )
+        assert len(ours) == len(theirs) > 0
+        assert max(abs(a - b) / abs(b) for a, b in zip(ours, theirs, strict=True)) <= 1e-4
+    _assert_audit_passes(repo)

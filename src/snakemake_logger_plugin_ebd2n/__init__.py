@@ -189,9 +189,9 @@ def job_campaign(record: logging.LogRecord) -> str | None:
 
 
 def job_label(rule: str, campaign: str | None, wildcards: dict[str, Any] | None) -> str:
-    """'train_final demo/packed-4-lr0.001-beta20.95-seed42 epoch 2': rule, campaign/run, the rest."""
+    """'train_final demo/packed-4-lr0.001-beta20.95-seed42 epoch 2': rule, campaign/run (or base recipe), the rest."""
     wildcards = dict(wildcards or {})
-    where = "/".join(filter(None, (campaign, wildcards.pop("run", None))))
+    where = "/".join(filter(None, (campaign, wildcards.pop("run", None) or wildcards.pop("base", None))))
     rest = " ".join(f"{key} {value}" for key, value in wildcards.items())
     return " ".join(part for part in (rule, where, rest) if part)
 

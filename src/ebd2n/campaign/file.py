@@ -8,6 +8,7 @@ the same one-line message.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from typing import Any
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.horizons import horizon_overrides
 from ebd2n.campaign.resources import PREPARE, Resources, scope_name, scope_resources
-from ebd2n.campaign.runs import BASE, split_base, unknown_mode
+from ebd2n.campaign.runs import BASE, SYNCHRONOUS, split_base, unknown_mode
 from ebd2n.config import INT_RANGE, Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths, named_campaign
@@ -91,15 +92,25 @@ class Campaign:
             return self.epochs_per_slice
         return self.epochs_per_slice[split_base(base)[0]]
 
+    def pack_job_resources(self, base: str) -> Resources:
+        """A pack job's: its runs' scope's, with K times their time limit (a pack trains K runs'
+        slices in one job; on a CPU about K times as long, on a GPU less): one GPU, one run's memory."""
+        resources = self.job_resources(base, SYNCHRONOUS)
+        return dataclasses.replace(resources, minutes=resources.minutes * self.pack)
+
     def execution_record(self, max_jobs: int | None) -> dict[str, Any]:
         """How the campaign's jobs ran, for its results record: at most `max_jobs` at once (the
-        profile's `jobs`), each job scope's time limit, partition and account, and the software."""
+        profile's `jobs`), runs per pack, each job scope's time limit, partition and account (a
+        pack job's as `<scope> pack`), and the software."""
         scopes = {PREPARE: self.job_resources(BASE, None)}
         for scope in self.grid.scopes:
             for mode in self.grid.modes:
                 scopes[scope_name(scope, mode)] = self.job_resources(scope, mode)
+            if self.pack > 1 and SYNCHRONOUS in self.grid.modes:
+                scopes[f"{scope_name(scope, SYNCHRONOUS)} pack"] = self.pack_job_resources(scope)
         return {
             "max_concurrent_jobs": max_jobs,
+            "runs_per_pack": self.pack,
             "jobs": {
                 scope: {
                     "gpus": r.job_gpus,

@@ -25,7 +25,7 @@ from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
 from ebd2n.train.lease import live_holder
-from ebd2n.train.pack_record import pack_digest, read_packs
+from ebd2n.train.pack_record import pack_digest, pack_log_members, read_packs
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
@@ -113,10 +113,10 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
     results = {p.relative_to(directory).as_posix(): read_json(run_paths(p).results) for p in run_dirs}
     stopped = ((info or {}).get("search") or {}).get("stopped") or {}  # successive halving: run id -> its rung
     retired = set((info or {}).get("retired") or [])  # runs the campaign file no longer declares
-    failures = {}
+    failures, job_failures = {}, JobFailures(paths)
     for run_dir in run_dirs:
         key = run_dir.relative_to(directory).as_posix()
-        if results[key] is None and run_dir.name not in stopped and (failure := job_failure(paths, run_dir.name)):
+        if results[key] is None and run_dir.name not in stopped and (failure := job_failures.of(run_dir.name)):
             failures[key] = [f"{paths.relative(failure[0])}:", *failure[1]]
     rows = [
         _row(
@@ -225,32 +225,52 @@ def _packed(run_dir: Path) -> int | None:
     return max(map(len, read_packs(run_dir).values()), default=None)
 
 
-def job_failure(paths: CampaignPaths, run_id: str) -> tuple[Path, list[str]] | None:
-    """Where and how a run's last job failed: its newest log under logs/runs/<run>/ (or of a pack job
-    it trained in, logs/packs/...) and that log's
-    last lines, when that job left no output (Snakemake removes a failed job's; a log is named
-    after its job's output) and no job works on the run now (a live lease); else None. A killed job
-    (out of memory, a lost node) fails with an empty log."""
-    logs = [*(paths.logs / paths.runs.name / run_id).rglob("*.log"), *_pack_logs(paths, run_id)]
-    logs = sorted(logs, key=lambda path: path.stat().st_mtime)
-    if not logs or live_holder(paths.run(run_id).directory) is not None:
-        return None
-    output = paths.directory / logs[-1].relative_to(paths.logs).with_suffix("")
-    if any(output.parent.glob(f"{output.name}.*")):
-        return None
-    lines = [line for line in logs[-1].read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-    return logs[-1], lines[-LOG_LINES:] or [EMPTY_LOG]
+class JobFailures:
+    """Where and how runs' last jobs failed (`of`); made once per reading of a campaign, as it reads
+    the logs of pack jobs that left no record once for all runs."""
+
+    def __init__(self, paths: CampaignPaths) -> None:
+        self.paths = paths
+        self._unrecorded: dict[str, list[Path]] | None = None
+
+    def of(self, run_id: str) -> tuple[Path, list[str]] | None:
+        """A run's newest log under logs/runs/<run>/ (or of a pack job it trained in, logs/packs/...)
+        and that log's last lines, when that job left no output (Snakemake removes a failed job's; a
+        log is named after its job's output) and no job works on the run now (a live lease); else
+        None. A killed job (out of memory, a lost node) fails with an empty log."""
+        paths = self.paths
+        logs = {*(paths.logs / paths.runs.name / run_id).rglob("*.log"), *self._pack_logs(run_id)}
+        logs = sorted(logs, key=lambda path: path.stat().st_mtime)
+        if not logs or live_holder(paths.run(run_id).directory) is not None:
+            return None
+        if _has_output(paths, logs[-1]):
+            return None
+        lines = [line for line in logs[-1].read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        return logs[-1], lines[-LOG_LINES:] or [EMPTY_LOG]
+
+    def _pack_logs(self, run_id: str) -> list[Path]:
+        """The logs of the pack jobs a run was recorded in (`execution.pack`) and of those that failed
+        before recording it but name it in their first line (ebd2n.train.pack_record.pack_log_header)."""
+        paths = self.paths
+        base = parse_run_id(run_id).base
+        records = [
+            paths.pack_record(base, end, pack_digest(members))
+            for end, members in read_packs(paths.run(run_id).directory).items()
+        ]
+        logs = [paths.logs / record.relative_to(paths.directory).with_suffix(".log") for record in records]
+        if self._unrecorded is None:
+            self._unrecorded = {}
+            for log in (paths.logs / paths.pack_records.name).rglob("*.log"):
+                if not _has_output(paths, log):
+                    for member in pack_log_members(log):
+                        self._unrecorded.setdefault(member, []).append(log)
+        return [log for log in logs if log.is_file()] + self._unrecorded.get(run_id, [])
 
 
-def _pack_logs(paths: CampaignPaths, run_id: str) -> list[Path]:
-    """The logs of the pack jobs a run was recorded in (`execution.pack`), those that exist."""
-    base = parse_run_id(run_id).base
-    records = [
-        paths.pack_record(base, end, pack_digest(members))
-        for end, members in read_packs(paths.run(run_id).directory).items()
-    ]
-    logs = [paths.logs / record.relative_to(paths.directory).with_suffix(".log") for record in records]
-    return [log for log in logs if log.is_file()]
+def _has_output(paths: CampaignPaths, log: Path) -> bool:
+    """Whether the job that wrote `log` (logs/<output>.log) left its output."""
+    output = paths.directory / log.relative_to(paths.logs).with_suffix("")
+    return any(output.parent.glob(f"{output.name}.*"))
 
 
 EMPTY_LOG = "(the log is empty: the job ended without a word, as a killed one does, e.g. out of memory)"

@@ -40,7 +40,7 @@ from typing import Any
 from ebd2n.campaign.grid import grid_from_record
 from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.plans import grid_search
-from ebd2n.campaign.results import job_failure
+from ebd2n.campaign.results import JobFailures
 from ebd2n.campaign.status_plan import planned_runs, read_plan
 from ebd2n.errors import UserError
 from ebd2n.job_time import recorded_jobs
@@ -130,8 +130,9 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
     slices = {base: parse_plan(raw, str(paths.status_plan)) for base, raw in plan["slices"].items()}
     halving = grid_search(paths, grid, slices)
     stopped = _stopped_notes(halving) if halving else {}
+    failures = JobFailures(paths)
     rows = [
-        _run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, stopped.get(run.id))
+        _run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, failures, stopped.get(run.id))
         for run, gpus, cpus in planned_runs(plan)
     ]
     states = (
@@ -222,7 +223,14 @@ def _eta(rows: list[RunStatus], running: int) -> float | None:
 
 
 def _run_status(
-    campaign_dir: Path, run: str, gpus: int, cpus: int, plan: SlicePlan, now: float, stopped: str | None = None
+    campaign_dir: Path,
+    run: str,
+    gpus: int,
+    cpus: int,
+    plan: SlicePlan,
+    now: float,
+    failures: JobFailures,
+    stopped: str | None = None,
 ) -> RunStatus:
     """One run's row; `stopped`: why a rung stopped it (successive halving), None if none did."""
     files = CampaignPaths(Path(campaign_dir)).run(run)
@@ -279,7 +287,7 @@ def _run_status(
         row.detail = "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}"
     elif stopped is not None:  # its rung's decision: an earlier job's failure log is history
         row.state, row.detail = STOPPED, stopped
-    elif (failure := _failure(campaign_dir, run)) is not None:
+    elif (failure := _failure(campaign_dir, run, failures)) is not None:
         row.state, row.detail = "failed", failure
     elif files.final.is_file():
         row.detail = "trained, waiting for validation"
@@ -369,9 +377,9 @@ def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: dict[str, Any
     return max(0.0, (ended - started).total_seconds(), last - started.timestamp())
 
 
-def _failure(campaign_dir: Path, run: str) -> str | None:
-    """The error of the run's last job, if that job failed: its log and last line (`job_failure`)."""
-    failure = job_failure(CampaignPaths(Path(campaign_dir)), run)
+def _failure(campaign_dir: Path, run: str, failures: JobFailures) -> str | None:
+    """The error of the run's last job, if that job failed: its log and last line (`JobFailures`)."""
+    failure = failures.of(run)
     if failure is None:
         return None
     log, lines = failure

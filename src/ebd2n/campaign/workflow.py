@@ -9,7 +9,6 @@ turns them into Snakemake's WorkflowError.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,7 +21,7 @@ from ebd2n.campaign.horizons import parent_base, parent_run
 from ebd2n.campaign.packs import Packing
 from ebd2n.campaign.plans import campaign_plans, grid_search
 from ebd2n.campaign.resources import Resources
-from ebd2n.campaign.runs import SYNCHRONOUS, Run, parse_run_id, run_id_pattern
+from ebd2n.campaign.runs import Run, parse_run_id, run_id_pattern
 from ebd2n.campaign.search import Bracket
 from ebd2n.errors import UserError
 from ebd2n.train.plan import SlicePlan
@@ -221,13 +220,7 @@ class WorkflowPlan:
 
     def pack_launcher(self, base: str) -> str:
         """`-m ebd2n.launch` of a pack job: one process on the GPU slots of its base's synchronous runs."""
-        return f"-m ebd2n.launch --gpus {self._pack_resources(base).job_gpus} --processes 1 --nodes 1"
-
-    def _pack_resources(self, base: str) -> Resources:
-        """Its runs' scope's, with K times their time limit (a pack trains K runs' slices in one job;
-        on a CPU about K times as long, on a GPU less): one GPU, one run's memory and CPUs."""
-        resources = self.campaign.job_resources(base, SYNCHRONOUS)
-        return dataclasses.replace(resources, minutes=resources.minutes * self.campaign.pack)
+        return f"-m ebd2n.launch --gpus {self.campaign.pack_job_resources(base).job_gpus} --processes 1 --nodes 1"
 
     def launcher(self, run_id: str) -> str:
         """`-m ebd2n.launch`: the run's local GPU slots, then its S x D processes (torchrun, or srun +
@@ -249,9 +242,9 @@ class WorkflowPlan:
         return job_settings(scopes, lambda wildcards: self.resources(wildcards.run))
 
     def pack_job_resources(self) -> tuple[dict[str, Any], Any]:
-        """A pack job's SLURM resources and threads (see `_pack_resources`)."""
-        scopes = [self._pack_resources(scope) for scope in self.campaign.grid.scopes]
-        return job_settings(scopes, lambda wildcards: self._pack_resources(wildcards.base))
+        """A pack job's SLURM resources and threads (see `Campaign.pack_job_resources`)."""
+        scopes = [self.campaign.pack_job_resources(scope) for scope in self.campaign.grid.scopes]
+        return job_settings(scopes, lambda wildcards: self.campaign.pack_job_resources(wildcards.base))
 
     def prepare_job_resources(self) -> tuple[dict[str, Any], Any]:
         """The data-cache job's SLURM resources and threads."""

@@ -34,6 +34,7 @@ from ebd2n.report.dashboard_figures import run_figures
 from ebd2n.report.dashboard_settings import identity_rows, settings_groups
 from ebd2n.report.html import DASH, fixed, percent, scientific
 from ebd2n.report.plotly_embed import plotly_tag
+from ebd2n.train.pack_record import read_packs
 
 _SLURM_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 STATE_CLASSES = {FROZEN_PREFIX: "frozen-prefix", FROZEN_BASE: "frozen-base", LORA: "lora", FULL_RANK: "full-rank"}
@@ -60,7 +61,8 @@ def write_dashboard(
     back = os.path.relpath(campaign.report_index.absolute(), path.absolute().parent) if campaign else None
     back = Path(back).as_posix() if back else None
     results = read_json(run_dir / RESULTS_JSON)
-    page = render_dashboard(run, recipe, read_jsonl(run_dir / METRICS), plotly, results, back)
+    packs = read_packs(run_dir)
+    page = render_dashboard(run, recipe, read_jsonl(run_dir / METRICS), plotly, results, back, packs)
     atomic_write_text(path, page)
     return path
 
@@ -72,15 +74,17 @@ def render_dashboard(
     plotly: Markup,
     results: dict[str, Any] | None = None,
     campaign_page: str | None = None,
+    packs: dict[int, list[str]] | None = None,
 ) -> str:
     """The page's HTML for a run record, its recipe and its metrics records; `plotly` loads plotly.js.
-    `results` (the run's full validation, once done) gives the headline loss; `campaign_page` links back."""
+    `results` (the run's full validation, once done) gives the headline loss; `campaign_page` links back;
+    `packs` (packs.json) names the runs it trained with in packs."""
     steps = [record for record in records if record["type"] == "step"]
     epochs = [record for record in records if record["type"] == "epoch"]
     memory = _memory(epochs)
     context = {
         "run": run,
-        "identity": identity_rows(run),
+        "identity": identity_rows(run, packs),
         "cards": _cards(run, epochs, memory, _full_validation(results)),
         "full_validation": _full_validation(results),
         "campaign_page": campaign_page,

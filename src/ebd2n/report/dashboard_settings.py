@@ -6,6 +6,7 @@ Every value comes back as text; the page's template escapes it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -15,8 +16,9 @@ from ebd2n.report.html import DASH
 from ebd2n.train.schedule import describe_schedule
 
 
-def identity_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
-    """Who, what and where: every value as text (the template escapes it)."""
+def identity_rows(run: dict[str, Any], packs: Mapping[int, list[str]] | None = None) -> list[tuple[str, str]]:
+    """Who, what and where: every value as text (the template escapes it). `packs`: slice end -> the
+    runs of the pack it trained that slice in (packs.json), for a run of packed trials."""
     return [
         ("Purpose", run["purpose"] or DASH),
         ("Run id", run["run_id"]),
@@ -26,6 +28,7 @@ def identity_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
         ("Cache identity", run["cache_identity"]),
         ("Trainer source hash", run["source_hash"]),
         *_model_identity(run.get("model")),
+        *([("Trained in packs", _packs(run["run_id"], packs))] if packs else []),
         ("Host", run["host"]),
         ("Devices", _devices(run)),
         ("GPU slots (CUDA_VISIBLE_DEVICES)", run.get("visible_devices") or DASH),
@@ -38,6 +41,14 @@ def identity_rows(run: dict[str, Any]) -> list[tuple[str, str]]:
             f"{_time(run['ended'])} ({_duration(run['started'], run['ended'])})",
         ),
     ]
+
+
+def _packs(run_id: str, packs: Mapping[int, list[str]]) -> str:
+    """'to epoch 1 with lr0.003-..., lr0.006-...; to epoch 2 with ...': each slice's pack mates."""
+    return "; ".join(
+        f"to epoch {end} with {', '.join(m for m in members if m != run_id) or 'none left (trained alone)'}"
+        for end, members in sorted(packs.items())
+    )
 
 
 def _model_identity(model: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -19,6 +19,8 @@ from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import RunPaths
 
+PACK_LOG_HEADER = "training a pack of runs:"
+
 
 def pack_digest(members: Sequence[str]) -> str:
     """The name of the pack of these runs (any order): its job's record is named by it."""
@@ -50,6 +52,19 @@ def record_pack(run_dirs: Sequence[Path], end_epoch: int, members: Sequence[Path
         packs[end_epoch] = names
         text = json.dumps({str(end): packs[end] for end in sorted(packs)}, indent=1)
         atomic_write_text(RunPaths(run_dir).packs, text + "\n")
+
+
+def pack_log_header(run_dirs: Sequence[Path]) -> str:
+    """The first line of a pack job's log: its members, so that a job failing before it records
+    them (a broken cache, a bad recipe) is still their failure (ebd2n.campaign.results)."""
+    return " ".join([PACK_LOG_HEADER, *(Path(run_dir).name for run_dir in run_dirs)])
+
+
+def pack_log_members(log: Path) -> list[str]:
+    """The runs a pack job's log names in its first line ([] for a log without the header)."""
+    with open(log, encoding="utf-8", errors="replace") as file:
+        words = file.readline().split()
+    return words[len(PACK_LOG_HEADER.split()) :] if " ".join(words).startswith(PACK_LOG_HEADER) else []
 
 
 def record_pack_job(path: Path, members: Sequence[Path], end_epoch: int) -> None:
