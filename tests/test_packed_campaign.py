@@ -31,13 +31,13 @@ from workflow_support import (
 )
 
 from ebd2n.campaign.check import campaign_from_dict, campaign_warnings
-from ebd2n.campaign.results import JobFailures
+from ebd2n.campaign.results import EMPTY_LOG, JobFailures
 from ebd2n.campaign.runs import Run
 from ebd2n.campaign.status import campaign_status
 from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.errors import UserError
 from ebd2n.layout import JOB_RECORDS, SELECTION_JSON, named_campaign, run_paths
-from ebd2n.train.pack_record import pack_digest, read_packs, record_pack
+from ebd2n.train.pack_record import pack_digest, pack_log_header, read_packs, record_pack
 from ebd2n.train.runlog import read_metrics
 
 LRS = [0.003, 0.006, 100.0]
@@ -212,25 +212,23 @@ def test_a_failed_pack_jobs_log_is_its_runs_failure(in_tmp: Path) -> None:
     )
 
 
-def test_a_pack_job_failing_before_it_records_its_members_is_still_their_failure(in_tmp: Path) -> None:
-    """`ebd2n train-pack` names its members first: its log is theirs though no packs.json names it."""
-    campaign = campaign_from_dict(PACKED)
-    members = [campaign.paths.run(run.id).directory for run in RUNS[:3]]
-    for directory in members:
-        directory.mkdir(parents=True)
-    record = campaign.paths.pack_record("base", 1, pack_digest([d.name for d in members]))
-    log = campaign.paths.logs / record.relative_to(campaign.paths.directory).with_suffix(".log")
-    log.parent.mkdir(parents=True)
-    command = [sys.executable, "-m", "ebd2n", "train-pack", *map(str, members), "--until-epoch", "1"]
-    with log.open("w") as out:
-        returncode = subprocess.run(
-            [*command, "--record", str(record)], stdout=out, stderr=subprocess.STDOUT
-        ).returncode
-    failures = JobFailures(campaign.paths)
-    found = {run.id: failures.of(run.id) for run in RUNS}
-    assert (returncode, record.exists()) == (2, False)
-    assert all(found[run.id][0] == log for run in RUNS[:3]) and not any(found[run.id] for run in RUNS[3:])
-    assert "a packed run is a resolved run directory" in found[RUNS[0].id][1][-1]
+def test_a_pack_job_killed_before_it_records_its_members_is_still_their_failure(tmp_path: Path) -> None:
+    """The workflow names a pack job's members at the head of its log: killed before any packs.json,
+    the job is each member's failure in status, with the killed job's empty-log hint."""
+    repo = copy_repo(tmp_path)
+    raw = PACKED | {"seeds": [42], "grid": {**PACKED["grid"], "learning_rates": {"synchronous": LRS[:2]}}}
+    command = ("--configfile", write_campaign(repo, raw, "packed.yaml"))
+    kill = {"EBD2N_KILL_AT": "before:*/runs/*/packs.json", "EBD2N_KILL_TARGET": ""}
+    killed = snakemake(repo, *command, check=False, env=environment() | kill)
+    directory = repo / named_campaign("packed").directory
+    members = sorted(run.id for run in RUNS if run.seed == 42 and run.lr in LRS[:2])
+    (log,) = (directory / "logs" / "packs").rglob("*.log")
+    rows = {row.run: row for row in campaign_status(directory).runs}
+    assert killed.returncode != 0 and not list(directory.rglob("packs.json")) and not list(directory.glob("packs/*/*"))
+    assert log.read_text().split() == [*pack_log_header([]).split(), *members]
+    assert {run: (row.state, row.detail) for run, row in rows.items()} == {
+        run: ("failed", f"{log.relative_to(directory).as_posix()}: {EMPTY_LOG[:160]}") for run in members
+    }
 
 
 @pytest.mark.slow

@@ -438,9 +438,11 @@ def test_slurm_packed_campaign_trains_each_slice_of_a_pack_in_one_job(
         for run_dir in runs
         for record in map(json.loads, (run_dir / "jobs.jsonl").read_text().splitlines())
     }
-    asked = {job: fields.split("|") for job, fields in _sacct(*jobs, fields="State,Timelimit").items()}
+    asked = {job: fields.split("|") for job, fields in _sacct(*jobs, fields="State,ReqCPUS,ReqMem,Timelimit").items()}
     assert trained[0] == trained[1] == [job for job, kind in jobs.items() if kind == "train"] and len(trained[0]) == 2
-    assert asked == {job: ["COMPLETED", "00:20:00" if kind == "train" else "00:10:00"] for job, kind in jobs.items()}
+    assert asked == {
+        job: ["COMPLETED", "1", "1500M", "00:20:00" if kind == "train" else "00:10:00"] for job, kind in jobs.items()
+    }
     for name, run_dir in zip(RUNS, runs, strict=True):
         ours, theirs = (
             [r[key] for r in read_metrics(d) for key in ("loss", "val_loss") if r.get(key) is not None]

@@ -99,9 +99,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_train_pack(args: argparse.Namespace) -> None:
     from ebd2n.report.jobs import train_pack_job
-    from ebd2n.train.pack_record import pack_log_header
 
-    print(pack_log_header(args.run_dirs), flush=True)
     lines = train_pack_job(
         args.run_dirs, until_epoch=args.until_epoch, wait=args.wait, plan=args.plan, record=args.record
     )

@@ -231,6 +231,11 @@ def get_pack_run_dirs(wildcards):
 
 
 @workflow_errors
+def get_pack_log_header(wildcards):
+    return PLAN.pack_log_header(wildcards.base, int(wildcards.epoch), wildcards.digest, read=decided)
+
+
+@workflow_errors
 def get_pack_launcher(wildcards):
     return PLAN.pack_launcher(wildcards.base)
 

@@ -168,10 +168,12 @@ if PLAN.packing:
         params:
             launcher=get_pack_launcher,
             runs=get_pack_run_dirs,
+            header=get_pack_log_header,
         shell:
-            LAUNCHED_TRAINER
+            "echo {params.header:q} > {log}; "
+            + LAUNCHED_TRAINER
             + " train-pack {params.runs} --until-epoch {wildcards.epoch} --plan {input.plan} --record {output}"
-            " --wait > {log} 2>&1"
+            " --wait >> {log} 2>&1"
 
     rule pack_member:
         input:

@@ -94,7 +94,7 @@ class Campaign:
 
     def pack_job_resources(self, base: str) -> Resources:
         """A pack job's: its runs' scope's, with K times their time limit (a pack trains K runs'
-        slices in one job; on a CPU about K times as long, on a GPU less): one GPU, one run's memory."""
+        slices in one job; on a CPU about K times as long, on a GPU less): one GPU, one run's memory and CPUs."""
         resources = self.job_resources(base, SYNCHRONOUS)
         return dataclasses.replace(resources, minutes=resources.minutes * self.pack)
 

@@ -25,7 +25,7 @@ from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json, read_jsonl
 from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
 from ebd2n.train.lease import live_holder
-from ebd2n.train.pack_record import pack_digest, pack_log_members, read_packs
+from ebd2n.train.pack_record import PACK_LOG_HEADER, pack_digest, pack_log_members, read_packs
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
@@ -245,7 +245,8 @@ class JobFailures:
             return None
         if _has_output(paths, logs[-1]):
             return None
-        lines = [line for line in logs[-1].read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        text = logs[-1].read_text(encoding="utf-8", errors="replace")
+        lines = [line for line in text.splitlines() if line.strip() and not line.startswith(PACK_LOG_HEADER)]
         return logs[-1], lines[-LOG_LINES:] or [EMPTY_LOG]
 
     def _pack_logs(self, run_id: str) -> list[Path]:

@@ -24,6 +24,7 @@ from ebd2n.campaign.resources import Resources
 from ebd2n.campaign.runs import Run, parse_run_id, run_id_pattern
 from ebd2n.campaign.search import Bracket
 from ebd2n.errors import UserError
+from ebd2n.train.pack_record import pack_log_header
 from ebd2n.train.plan import SlicePlan
 
 
@@ -217,6 +218,10 @@ class WorkflowPlan:
         return " ".join(
             str(self.paths.run(run_id).directory) for run_id in self.pack_members(base, epoch, digest, read)
         )
+
+    def pack_log_header(self, base: str, epoch: int, digest: str, read: Read) -> str:
+        """The first line of the pack job's log (ebd2n.train.pack_record.pack_log_header)."""
+        return pack_log_header(self.pack_members(base, epoch, digest, read))
 
     def pack_launcher(self, base: str) -> str:
         """`-m ebd2n.launch` of a pack job: one process on the GPU slots of its base's synchronous runs."""

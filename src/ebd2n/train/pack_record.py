@@ -54,10 +54,11 @@ def record_pack(run_dirs: Sequence[Path], end_epoch: int, members: Sequence[Path
         atomic_write_text(RunPaths(run_dir).packs, text + "\n")
 
 
-def pack_log_header(run_dirs: Sequence[Path]) -> str:
-    """The first line of a pack job's log: its members, so that a job failing before it records
-    them (a broken cache, a bad recipe) is still their failure (ebd2n.campaign.results)."""
-    return " ".join([PACK_LOG_HEADER, *(Path(run_dir).name for run_dir in run_dirs)])
+def pack_log_header(members: Sequence[str]) -> str:
+    """The first line of a pack job's log, written by the workflow before the job starts: its
+    members, so that a job failing before it records them (a launcher's error, a broken cache, a
+    kill) is still their failure (ebd2n.campaign.results)."""
+    return " ".join([PACK_LOG_HEADER, *members])
 
 
 def pack_log_members(log: Path) -> list[str]:
