@@ -94,7 +94,7 @@ class Packing:
     def _index(self, base: str, epoch: int, read: Read | None) -> dict[str, Pack]:
         return {member: pack for pack in self.packs(base, epoch, read) for member in pack.members}
 
-    @functools.cache  # noqa: B019 (every pack job asks twice: its inputs and its members' directories)
+    @functools.cache  # noqa: B019 (every pack job asks thrice: its inputs, its members' directories, its log's first line)
     def _digests(self, base: str, epoch: int, read: Read | None) -> dict[str, Pack]:
         return {pack.digest: pack for pack in self.packs(base, epoch, read)}
 
