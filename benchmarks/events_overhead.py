@@ -29,7 +29,7 @@ from ebd2n.data import prepare_cache
 from ebd2n.layout import RUN_RECORD
 from ebd2n.report.live_dashboard import LiveDashboard
 from ebd2n.train import output, train
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 
 class NoEvents:

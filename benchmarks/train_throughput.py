@@ -25,7 +25,7 @@ from ebd2n.evaluate import validate_run
 from ebd2n.model import GPT
 from ebd2n.train import train
 from ebd2n.train.budget import budget_of
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 from ebd2n.train.schedule import learning_rate
 
 

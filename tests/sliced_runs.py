@@ -9,7 +9,7 @@ from pathlib import Path
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.train import train
 from ebd2n.train.checkpoint import load_checkpoint
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 
 def short_demo(cache_dir: Path, run_dir: Path, *overrides: str) -> Recipe:

@@ -13,7 +13,7 @@ from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.train import train
 from ebd2n.train.accum_adamw import AccumAdamW
 from ebd2n.train.checkpoint import load_checkpoint
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 LR, BETAS, EPS, DECAY = 0.01, (0.9, 0.95), 1e-8, 0.1
 

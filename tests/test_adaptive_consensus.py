@@ -14,7 +14,7 @@ from ebd2n.errors import UserError
 from ebd2n.model.gossip import mix_, mixing_matrix
 from ebd2n.train import train
 from ebd2n.train.budget import budget_of
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 from ebd2n.train.schedule import consensus_schedule, learning_rate
 
 PACKED = ("decentralized.num_models=4", "training.max_tokens=16384", "training.epoch_tokens=4096")

@@ -17,7 +17,7 @@ from ebd2n.config import load_recipe
 from ebd2n.report.dashboard import write_dashboard
 from ebd2n.report.plotly_embed import plotly_asset_name
 from ebd2n.train import train
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 SHORT = ["training.max_tokens=8192", "training.epoch_tokens=4096"]
 PURPOSE = f"dashboard probe {HOSTILE}"

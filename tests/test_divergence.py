@@ -29,7 +29,7 @@ from ebd2n.fileidentity import load_memory
 from ebd2n.layout import RunPaths, slice_record
 from ebd2n.train import train
 from ebd2n.train.plan import plan_slices
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 DIVERGING = "synchronous-lr1000.0-beta20.99-seed42"
 CONVERGING = "synchronous-lr0.003-beta20.99-seed42"

@@ -25,6 +25,7 @@ LAYERS = (
         "faults",
         "quantities",
         "slots",
+        "outcomes",
     },
     {"signing"},
     {"config"},

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from offline_browser import MARKS, launch, open_offline
 
+from ebd2n.commands import train_job
 from ebd2n.layout import BEST, DASHBOARD, FINAL, LIVE_DASHBOARD
-from ebd2n.report.jobs import train_job
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 pytestmark = MARKS
 

@@ -181,7 +181,7 @@ def test_the_interactive_figure_keeps_a_band_past_the_grid_in_view() -> None:
     """The 95 % band of an optimum beyond the largest tested LR lies inside the x-axis range."""
     from ebd2n.campaign.analysis import select
     from ebd2n.campaign.optimum import optimum_panels
-    from ebd2n.report.plotly_embed import lr_optimum_figure
+    from ebd2n.report.plotly_figures import lr_optimum_figure
 
     below = GRID[:4]
     runs = _runs(_curve(below, seeds=3, sd=0.0005, generator=3, optimum=0.01))

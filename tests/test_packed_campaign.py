@@ -31,14 +31,14 @@ from workflow_support import (
 )
 
 from ebd2n.campaign.check import campaign_from_dict, campaign_warnings
-from ebd2n.campaign.results import EMPTY_LOG, JobFailures
+from ebd2n.campaign.job_logs import EMPTY_LOG, JobLogs
 from ebd2n.campaign.runs import Run
 from ebd2n.campaign.status import campaign_status
 from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.errors import UserError
 from ebd2n.layout import JOB_RECORDS, SELECTION_JSON, named_campaign, run_paths
 from ebd2n.train.pack_record import pack_digest, pack_log_header, read_packs, record_pack
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import log_lines, read_metrics
 
 LRS = [0.003, 0.006, 100.0]
 DIVERGING = 100.0
@@ -206,7 +206,7 @@ def test_a_failed_pack_jobs_log_is_its_runs_failure(in_tmp: Path) -> None:
     log = campaign.paths.logs / record.relative_to(campaign.paths.directory).with_suffix(".log")
     log.parent.mkdir(parents=True)
     log.write_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
-    assert JobFailures(campaign.paths).of(RUNS[1].id) == (
+    assert JobLogs(campaign.paths).failure(RUNS[1].id) == (
         log,
         ["Traceback (most recent call last):", "RuntimeError: CUDA out of memory"],
     )
@@ -225,7 +225,7 @@ def test_a_pack_job_killed_before_it_records_its_members_is_still_their_failure(
     (log,) = (directory / "logs" / "packs").rglob("*.log")
     rows = {row.run: row for row in campaign_status(directory).runs}
     assert killed.returncode != 0 and not list(directory.rglob("packs.json")) and not list(directory.glob("packs/*/*"))
-    assert log.read_text().split() == [*pack_log_header([]).split(), *members]
+    assert log_lines(log)[0].split() == [*pack_log_header([]).split(), *members]
     assert {run: (row.state, row.detail) for run, row in rows.items()} == {
         run: ("failed", f"{log.relative_to(directory).as_posix()}: {EMPTY_LOG[:160]}") for run in members
     }

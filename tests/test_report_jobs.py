@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from workflow_support import assert_states_equal
 
+from ebd2n.commands import train_job, validate_job
 from ebd2n.errors import UserError
 from ebd2n.layout import DASHBOARD, FINAL, LIVE_DASHBOARD, RESULTS_JSON, TRAIN_LOG
-from ebd2n.report.jobs import train_job, validate_job
 from ebd2n.train.checkpoint import load_checkpoint
 
 SRC = Path(__file__).resolve().parents[1] / "src"

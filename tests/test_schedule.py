@@ -12,7 +12,7 @@ from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.errors import UserError
 from ebd2n.train import train
 from ebd2n.train.budget import budget_of
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 from ebd2n.train.schedule import describe_schedule, learning_rate
 
 PEAK = 0.001

@@ -412,7 +412,7 @@ def test_supervised_run_resumes_bitwise_and_validates_completions(
     from ebd2n.evaluate import validate_run
     from ebd2n.train import train
     from ebd2n.train.checkpoint import load_checkpoint
-    from ebd2n.train.runlog import read_metrics
+    from ebd2n.train.records import read_metrics
 
     recipe = _sft_recipe(tmp_path, model_dir, packing)
     prepare_cache(recipe.data, recipe.model.vocab_size, progress=False, context_length=recipe.model.context_length)

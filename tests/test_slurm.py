@@ -30,7 +30,7 @@ from workflow_support import REPO, TIMEOUT, assert_states_equal, copy_repo, envi
 
 from ebd2n.errors import UserError
 from ebd2n.train.lease import LEASE, take_lease
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 pytestmark = pytest.mark.slow
 

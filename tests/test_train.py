@@ -24,7 +24,7 @@ from ebd2n.train import train
 from ebd2n.train.budget import budget_of
 from ebd2n.train.checkpoint import load_checkpoint, save_checkpoint
 from ebd2n.train.engine import build_engine, configure_torch
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 from ebd2n.train.schedule import learning_rate
 
 SRC = Path(__file__).resolve().parents[1] / "src"

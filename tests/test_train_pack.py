@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from ebd2n.commands import train_job, train_pack_job
 from ebd2n.config import load_recipe, save_recipe
 from ebd2n.errors import UserError
 from ebd2n.faults import KILL_AT
 from ebd2n.job_time import recorded_jobs
 from ebd2n.layout import PACKS, RunPaths, slice_checkpoint
-from ebd2n.report.jobs import train_job, train_pack_job
 from ebd2n.train.checkpoint import load_checkpoint
 from ebd2n.train.pack_record import read_packs
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MEMBERS = [("1e-3", "0.95", 1), ("3e-3", "0.99", 2), ("1e-2", "0.999", 3)]

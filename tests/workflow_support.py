@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from ebd2n.train.runlog import read_metrics
+from ebd2n.train.records import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 COPIED = ("workflow", "config", "profiles", "slurm", "src", "environment.yml")

@@ -17,6 +17,7 @@ import re
 import sys
 
 from ebd2n.errors import AuditFailed, RunFailed, UserError
+from ebd2n.faults import slow_start
 from ebd2n.subcommands.campaigns import add_campaign_commands
 from ebd2n.subcommands.results import add_result_commands
 from ebd2n.subcommands.runs import add_run_commands
@@ -56,6 +57,7 @@ def split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    slow_start()
     own, passed = split_passthrough(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser()
     args = parser.parse_args(own)

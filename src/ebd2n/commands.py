@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ebd2n.errors import AuditFailed, UserError
-from ebd2n.layout import GROUPS_CSV, SELECTION_JSON
+from ebd2n.layout import DASHBOARD, FINAL, GROUPS_CSV, RUN_RECORD, SELECTION_JSON
+from ebd2n.outcomes import CheckStatus
 
 if TYPE_CHECKING:
     from ebd2n.campaign.locate import Located
@@ -81,8 +83,6 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from ebd2n.report.jobs import train_job
-
     summary = train_job(
         args.recipe,
         args.overrides,
@@ -98,8 +98,6 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_train_pack(args: argparse.Namespace) -> None:
-    from ebd2n.report.jobs import train_pack_job
-
     lines = train_pack_job(
         args.run_dirs, until_epoch=args.until_epoch, wait=args.wait, plan=args.plan, record=args.record
     )
@@ -107,9 +105,50 @@ def cmd_train_pack(args: argparse.Namespace) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
-    from ebd2n.report.jobs import validate_job
-
     print("\n".join(validate_job(args.run_dir, device=args.device, wait=args.wait)))
+
+
+def train_job(recipe: str, overrides: list[str], **options: Any) -> str | None:
+    """`ebd2n train`'s job: ebd2n.train.jobs.train_job (the same options) keeping the run's dashboards."""
+    from ebd2n.report.run_pages import RunDashboards
+    from ebd2n.train import jobs
+
+    return jobs.train_job(recipe, overrides, pages=RunDashboards(), **options)
+
+
+def train_pack_job(run_dirs: list[Path], **options: Any) -> list[str]:
+    """`ebd2n train-pack`'s job: ebd2n.train.jobs.train_pack_job (the same options) keeping each run's dashboards."""
+    from ebd2n.report.run_pages import RunDashboards
+    from ebd2n.train import jobs
+
+    return jobs.train_pack_job(run_dirs, pages=RunDashboards(), **options)
+
+
+def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -> list[str]:
+    """Fully validate a run's final model (writing its dashboard first if its training job was killed
+    just before); return the lines the job prints: the result, then the job's usage."""
+    from ebd2n.evaluate import validate_run
+    from ebd2n.provenance import job_usage
+    from ebd2n.report.run_pages import RunDashboards
+
+    pages = RunDashboards()
+    run_dir = Path(run_dir)
+    trained = all((run_dir / name).is_file() for name in (FINAL, RUN_RECORD))
+    if trained and not (run_dir / DASHBOARD).is_file():
+        pages.final(run_dir)
+    if trained:
+        pages.remove_live(run_dir)  # a killed training job's, left beside the finished run's page
+    from ebd2n.outcomes import Outcome
+    from ebd2n.train.records import DIVERGENCE, Divergence
+
+    results = validate_run(run_dir, device=device, wait=wait)
+    if results["status"] == Outcome.DIVERGED:
+        outcome = f"{run_dir}: {Divergence.of(results[DIVERGENCE]).describe()}; full validation {results['validation']}"
+    elif results["status"] == Outcome.FAILED:  # recorded in results.json, which the report and the audit show
+        outcome = f"{run_dir}: failed run: {results['reason']}"
+    else:
+        outcome = f"{run_dir}: full-validation loss {results['loss']:.6f} nats over {results['targets']:,} targets"
+    return [outcome, job_usage()]  # the job's log: results.json holds only what the checkpoint determines
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -239,7 +278,7 @@ def cmd_audit(args: argparse.Namespace) -> None:
     record = audit_campaign(
         directory, stage=args.stage, accept=args.accept, full=args.full, rehash_after_days=args.rehash_after
     )
-    marks = {"passed": "ok  ", "failed": "FAIL", "not applicable": "n/a "}
+    marks = {CheckStatus.PASSED: "ok  ", CheckStatus.FAILED: "FAIL", CheckStatus.NOT_APPLICABLE: "n/a "}
     for check in record["checks"]:
         print(f"{marks[check['status']]} {check['name']} ({check['scope']})")
         for note in check.get("notes", []):

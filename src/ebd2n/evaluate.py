@@ -18,12 +18,14 @@ from ebd2n.data import Cache, iter_full_validation, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.job_time import record_job
 from ebd2n.layout import FINAL, TRAINING_ARTIFACTS, RunPaths
+from ebd2n.outcomes import RESULTS, Outcome
 from ebd2n.parallel.distributed import resolve_device
 from ebd2n.provenance import environment, source_hash, timestamp
 from ebd2n.train.budget import budget_of, position_problem
 from ebd2n.train.checkpoint import Provenance, load_checkpoint
 from ebd2n.train.engine import configure_torch
 from ebd2n.train.lease import take_lease
+from ebd2n.train.records import DIVERGENCE
 from ebd2n.train.step import bf16_autocast
 from ebd2n.train.validation import evaluate_sequences
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
@@ -68,7 +70,7 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     if previous is not None:
         atomic_write_text(paths.results, previous)
         return json.loads(previous)
-    diverged = state.get("progress", {}).get("diverged")
+    diverged = state.get("progress", {}).get(DIVERGENCE)
     if diverged is not None:  # the weights of a run that stopped learning: not worth a full pass
         return _write_results(
             paths,
@@ -77,11 +79,11 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
             state,
             started,
             {
-                "status": "diverged",
+                "status": Outcome.DIVERGED.value,
                 "loss": None,
                 "perplexity": None,
                 "accuracy": None,
-                "diverged": diverged,
+                DIVERGENCE: diverged,
                 "validation": "not run: the run diverged",
             },
         )
@@ -93,7 +95,7 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     if targets != cache.validation_targets:
         raise UserError(f"{run_dir}: evaluated {targets} targets, the cache has {cache.validation_targets}")
     outcome = {
-        "status": "complete",
+        "status": Outcome.COMPLETE.value,
         "loss": loss,
         "perplexity": math.exp(loss),
         "accuracy": accuracy,
@@ -101,7 +103,7 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
     }
     if not math.isfinite(loss):  # non-finite weights the trainer did not stop at: a failed run, never a missing one
         outcome |= {
-            "status": "failed",
+            "status": Outcome.FAILED.value,
             "reason": f"non-finite full-validation loss ({loss})",
             "loss": None,
             "perplexity": None,
@@ -150,4 +152,4 @@ def _unchanged_results(paths: RunPaths, provenance: Provenance) -> str | None:
         provenance.recipe_identity,
         provenance.cache_identity,
     )
-    return text if unchanged and same and previous.get("status") in ("complete", "diverged") else None
+    return text if unchanged and same and previous.get("status") in RESULTS else None

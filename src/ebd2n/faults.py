@@ -11,6 +11,10 @@ controller and jobs), `parent` (the process that started this one, e.g. a warm-s
 nothing; `term:<pid>` instead sends SIGTERM to that process (the controller) and carries on, and
 `int:<pgid>` sends SIGINT to that process group, as Ctrl-C at a terminal does, and carries on.
 Outside tests the variable is unset and `at` only reads it.
+
+`EBD2N_SLOW_START=<seconds>` makes every command line wait that long before it starts (`slow_start`),
+as a job on a busy machine or a slow file system does while it imports torch: a job that has not
+said a word yet is still a starting job.
 """
 
 from __future__ import annotations
@@ -18,13 +22,22 @@ from __future__ import annotations
 import fnmatch
 import os
 import signal
+import time
 from pathlib import Path
 
 from ebd2n.errors import UserError
 
+SLOW_START = "EBD2N_SLOW_START"
 KILL_AT = "EBD2N_KILL_AT"
 KILL_TARGET = "EBD2N_KILL_TARGET"
 MOMENTS = ("before", "after", "removing", "removed")
+
+
+def slow_start() -> None:
+    """Wait EBD2N_SLOW_START seconds, when set (a test's slow start-up)."""
+    seconds = os.environ.get(SLOW_START)
+    if seconds:
+        time.sleep(float(seconds))
 
 
 def at(when: str, path: str | os.PathLike) -> None:

@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from ebd2n.faults import slow_start
 from ebd2n.job_time import STARTED, job_started
 from ebd2n.provenance import PACKAGE_DIR, source_hash
 
@@ -38,6 +39,7 @@ _status: int | None = None
 
 def main(argv: list[str]) -> int:
     """Run an `ebd2n` command line, forked from the warm server when allowed, else in this process."""
+    slow_start()
     warm = os.environ.get("EBD2N_WARM") != "0" and argv[:1] in (["train"], ["train-pack"], ["validate"])
     local = not {"SLURM_JOB_ID", "LOCAL_RANK"} & os.environ.keys()  # a torchrun worker's launcher paid the start-up
     try:

@@ -18,4 +18,4 @@ rule audit_runs:
     conda:
         CONDA_ENV
     shell:
-        EBD2N + " audit " + CAMPAIGN_DIR + " --stage runs > {log} 2>&1"
+        JOB_START + EBD2N + " audit " + CAMPAIGN_DIR + " --stage runs >> {log} 2>&1"

@@ -1,7 +1,6 @@
 # All workflow Python: validate the campaign, then the input functions get_<thing>(wildcards), each
-# a call of the package's WorkflowPlan (ebd2n.campaign.workflow). Nothing else happens while the
+# one call of the package's WorkflowInputs (ebd2n.campaign.workflow). Nothing else happens while the
 # Snakefile is parsed: no file written or deleted, no process started, no Snakemake record read.
-import functools
 import shlex
 import sys
 from pathlib import Path
@@ -12,10 +11,11 @@ from snakemake.utils import validate
 from ebd2n.campaign.check import campaign_from_dict, campaign_warnings
 from ebd2n.campaign.file import SCHEMA_PATH
 from ebd2n.campaign.rung_decision import read_decision
-from ebd2n.campaign.workflow import WorkflowPlan
+from ebd2n.campaign.workflow import WorkflowInputs, WorkflowPlan
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS
 from ebd2n.slots import machine_pool, pool_warnings
+from ebd2n.train.records import JOB_START_SHELL
 from ebd2n.yamlio import read_yaml_mapping
 
 
@@ -66,6 +66,8 @@ CAMPAIGN, CACHE = PLAN.campaign, PLAN.cache
 # train, validate): the trainer is passed by path, never as an input.
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"{PYTHON} -m ebd2n"
+# Every job's log begins with its start record (who runs it), before its Python starts: ebd2n.train.records.
+JOB_START = f"{JOB_START_SHELL} > {{log}}; "
 FROZEN_SRC = CAMPAIGN.paths.frozen_src
 TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} -m ebd2n"
 LAUNCHED_TRAINER = f"PYTHONPATH={FROZEN_SRC} {PYTHON} {{params.launcher}}"
@@ -93,16 +95,8 @@ C = CAMPAIGN.paths
 R = C.run("{run}")
 RUN_DIR = str(C.run("{wildcards.run}").directory)
 CAMPAIGN_DIR = str(CAMPAIGN.directory)
-
-
-def log_of(path):
-    """The log of the job writing `path`: the same path under the campaign's logs/, ending .log."""
-    return str(C.logs / Path(path).relative_to(C.directory).with_suffix(".log"))
-
-
-def benchmark_of(path):
-    """The benchmark file of the job writing `path`, under the campaign's benchmarks/."""
-    return str(C.benchmarks / Path(path).relative_to(C.directory).with_suffix(".tsv"))
+# A job's log and benchmark file: its output's path under the campaign's logs/ and benchmarks/.
+log_of, benchmark_of = PLAN.log_of, PLAN.benchmark_of
 
 
 wildcard_constraints:
@@ -111,19 +105,6 @@ wildcard_constraints:
     base=r"[^/]+",
     bracket=r"[^/]+",
     digest=r"[0-9a-f]{16}",
-
-
-def workflow_errors(function):
-    """The package's one-line UserError as Snakemake's WorkflowError."""
-
-    @functools.wraps(function)
-    def call(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except UserError as error:
-            raise WorkflowError(str(error)) from None
-
-    return call
 
 
 def decided(bracket, epoch, path):
@@ -135,113 +116,80 @@ def decided(bracket, epoch, path):
     return read_decision(Path(path))
 
 
-@workflow_errors
+# Every input and params function of the rules is one call of the plan with this reader of decisions,
+# with the job's wildcards (ancient() and Snakemake's error passed in: the package imports no Snakemake).
+INPUTS = WorkflowInputs(PLAN, read=decided, ancient=ancient, error=WorkflowError)
+# The inputs of `all` that wait for decisions: one function per bracket (none for the full grid).
+BRACKET_OUTPUTS = INPUTS.bracket_outputs()
+
+
 def get_final_output(wildcards):
-    return PLAN.final_output()
+    return INPUTS.final_output(wildcards)
 
 
-@workflow_errors
-def get_bracket_output(wildcards, bracket):
-    return PLAN.bracket_output(bracket, read=decided)
-
-
-# The inputs of `all` that wait for decisions, one function per bracket (none for the full grid), so
-# that a rung waits only for its own bracket: Snakemake asks for every bracket's next decision at once.
-BRACKET_OUTPUTS = {
-    f"bracket_{index}": functools.partial(get_bracket_output, bracket=name) for index, name in enumerate(PLAN.brackets)
-}
-
-
-@workflow_errors
 def get_run_results(wildcards):
-    return PLAN.run_results(read=decided)
+    return INPUTS.run_results(wildcards)
 
 
-@workflow_errors
 def get_rung_slices(wildcards):
-    """Not ancient(): Snakemake passes a needed rerun on to `all` through files that are not ancient."""
-    return PLAN.rung_slices(wildcards.bracket, int(wildcards.epoch), wildcards.digest, read=decided)
+    return INPUTS.rung_slices(wildcards)
 
 
-@workflow_errors
 def get_frozen_base(wildcards):
-    return PLAN.frozen_base(wildcards.run)
+    return INPUTS.frozen_base(wildcards)
 
 
-@workflow_errors
 def get_plan_file(wildcards):
-    """The frozen trainer's confirmation of the slice chain (written once; its time never retrains)."""
-    return ancient(PLAN.slice_plan(wildcards.run))
+    return INPUTS.plan_file(wildcards)
 
 
 def get_slice_epochs(wildcards):
-    return CAMPAIGN.slice_epochs(wildcards.base)
+    return INPUTS.slice_epochs(wildcards)
 
 
 def get_expected_ends(wildcards):
-    return PLAN.expected_ends(wildcards.base)
+    return INPUTS.expected_ends(wildcards)
 
 
 def get_plan_parent(wildcards):
-    """The frozen base recipe of the next shorter horizon, whose trunk the base's runs continue."""
-    parent = PLAN.plan_parent(wildcards.base)
-    return [] if parent is None else [parent]
+    return INPUTS.plan_parent(wildcards)
 
 
 def get_plan_parent_option(wildcards):
-    parent = PLAN.plan_parent(wildcards.base)
-    return "" if parent is None else f"--parent {parent}"
+    return INPUTS.plan_parent_option(wildcards)
 
 
-@workflow_errors
 def get_branch(wildcards):
-    epoch = int(wildcards.epoch) if "epoch" in wildcards.keys() else None
-    return PLAN.branch_option(wildcards.run, epoch)
+    return INPUTS.branch(wildcards)
 
 
-@workflow_errors
 def get_previous_slice(wildcards):
-    """The slice before; a rung's decision orders the slice after it through the checkpoint, never as
-    an input (an extension's new decision must not make the slice look changed)."""
-    epoch = int(wildcards.epoch) if "epoch" in wildcards.keys() else None
-    previous = PLAN.previous_slice(wildcards.run, epoch, read=decided)
-    return [] if previous is None else [ancient(previous)]
+    return INPUTS.previous_slice(wildcards)
 
 
-@workflow_errors
 def get_launcher(wildcards):
-    return PLAN.launcher(wildcards.run)
+    return INPUTS.launcher(wildcards)
 
 
-@workflow_errors
 def get_validation_launcher(wildcards):
-    return PLAN.validation_launcher(wildcards.run)
+    return INPUTS.validation_launcher(wildcards)
 
 
-@workflow_errors
 def get_pack_inputs(wildcards):
-    """A pack job's members' recipes and previous slices, ancient() as a solo job's are."""
-    inputs = PLAN.pack_inputs(wildcards.base, int(wildcards.epoch), wildcards.digest, read=decided)
-    return {name: [ancient(path) for path in paths] for name, paths in inputs.items()}
+    return INPUTS.pack_inputs(wildcards)
 
 
-@workflow_errors
 def get_pack_run_dirs(wildcards):
-    return PLAN.pack_run_dirs(wildcards.base, int(wildcards.epoch), wildcards.digest, read=decided)
+    return INPUTS.pack_run_dirs(wildcards)
 
 
-@workflow_errors
 def get_pack_log_header(wildcards):
-    return PLAN.pack_log_header(wildcards.base, int(wildcards.epoch), wildcards.digest, read=decided)
+    return INPUTS.pack_log_header(wildcards)
 
 
-@workflow_errors
 def get_pack_launcher(wildcards):
-    return PLAN.pack_launcher(wildcards.base)
+    return INPUTS.pack_launcher(wildcards)
 
 
-@workflow_errors
 def get_member_pack(wildcards):
-    """The pack job that trains a synchronous run's slice under execution.pack."""
-    epoch = int(wildcards.epoch) if "epoch" in wildcards.keys() else None
-    return [ancient(path) for path in PLAN.member_pack(wildcards.run, epoch, read=decided)]
+    return INPUTS.member_pack(wildcards)

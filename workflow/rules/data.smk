@@ -19,4 +19,4 @@ rule prepare_cache:
     params:
         campaign=CAMPAIGN_FILE,
     shell:
-        EBD2N + " campaign prepare {params.campaign:q} > {log} 2>&1"
+        JOB_START + EBD2N + " campaign prepare {params.campaign:q} >> {log} 2>&1"

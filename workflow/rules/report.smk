@@ -14,4 +14,4 @@ rule report_campaign:
     conda:
         CONDA_ENV
     shell:
-        EBD2N + " report " + CAMPAIGN_DIR + " > {log} 2>&1"
+        JOB_START + EBD2N + " report " + CAMPAIGN_DIR + " >> {log} 2>&1"

@@ -17,7 +17,7 @@ rule freeze_trainer:
     params:
         campaign=CAMPAIGN_FILE,
     shell:
-        EBD2N + " freeze {params.campaign:q} > {log} 2>&1"
+        JOB_START + EBD2N + " freeze {params.campaign:q} >> {log} 2>&1"
 
 
 rule freeze_recipe:
@@ -30,7 +30,7 @@ rule freeze_recipe:
     params:
         campaign=CAMPAIGN_FILE,
     shell:
-        EBD2N + " freeze {params.campaign:q} --base {wildcards.base} > {log} 2>&1"
+        JOB_START + EBD2N + " freeze {params.campaign:q} --base {wildcards.base} >> {log} 2>&1"
 
 
 # The slice chain of a base recipe's runs, written by the frozen trainer (the code the jobs run).
@@ -52,8 +52,10 @@ rule plan_slices:
         expect=get_expected_ends,
         parent=get_plan_parent_option,
     shell:
-        TRAINER + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
-        " {params.parent} --output {output} > {log} 2>&1"
+        JOB_START
+        + TRAINER
+        + " plan {input.recipe} --epochs-per-slice {params.epochs_per_slice} --expect {params.expect}"
+        " {params.parent} --output {output} >> {log} 2>&1"
 
 
 rule resolve_recipe:
@@ -67,7 +69,7 @@ rule resolve_recipe:
     conda:
         CONDA_ENV
     shell:
-        TRAINER + " resolve " + RUN_DIR + " > {log} 2>&1"
+        JOB_START + TRAINER + " resolve " + RUN_DIR + " >> {log} 2>&1"
 
 
 # Successive halving (campaign `search`, ebd2n.campaign.search): after each rung the bracket's runs
@@ -86,8 +88,8 @@ checkpoint decide_rung:
     params:
         campaign=CAMPAIGN_FILE,
     shell:
-        EBD2N + " decide {params.campaign:q} --bracket {wildcards.bracket} --epoch {wildcards.epoch}"
-        " --digest {wildcards.digest} > {log} 2>&1"
+        JOB_START + EBD2N + " decide {params.campaign:q} --bracket {wildcards.bracket} --epoch {wildcards.epoch}"
+        " --digest {wildcards.digest} >> {log} 2>&1"
 
 
 # Every input is ancient(): checked by content instead (every checkpoint records the recipe and
@@ -118,9 +120,10 @@ rule train_slice:
         until="--until-epoch {epoch}",
         branch=get_branch,
     shell:
-        LAUNCHED_TRAINER
+        JOB_START
+        + LAUNCHED_TRAINER
         + " train --config {input.recipe} {params.until} --plan {input.plan} {params.branch} --wait --quiet"
-        " > {log} 2>&1"
+        " >> {log} 2>&1"
 
 
 # The last slice: the same job to the end of the budget. metrics.jsonl is no output: every slice
@@ -170,7 +173,8 @@ if PLAN.packing:
             runs=get_pack_run_dirs,
             header=get_pack_log_header,
         shell:
-            "echo {params.header:q} > {log}; "
+            JOB_START
+            + "echo {params.header:q} >> {log}; "
             + LAUNCHED_TRAINER
             + " train-pack {params.runs} --until-epoch {wildcards.epoch} --plan {input.plan} --record {output}"
             " --wait >> {log} 2>&1"

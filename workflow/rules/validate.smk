@@ -20,7 +20,7 @@ rule validate_run:
     params:
         launcher=get_validation_launcher,
     shell:
-        LAUNCHED_TRAINER + " validate " + RUN_DIR + " --wait > {log} 2>&1"
+        JOB_START + LAUNCHED_TRAINER + " validate " + RUN_DIR + " --wait >> {log} 2>&1"
 
 
 rule collect_runs:
@@ -37,4 +37,4 @@ rule collect_runs:
         campaign=CAMPAIGN_FILE,
         max_jobs=MAX_JOBS,
     shell:
-        EBD2N + " collect {params.campaign:q} --max-jobs {params.max_jobs} > {log} 2>&1"
+        JOB_START + EBD2N + " collect {params.campaign:q} --max-jobs {params.max_jobs} >> {log} 2>&1"

@@ -56,11 +56,14 @@ from ebd2n.audit.search import check_search, readable
 from ebd2n.campaign.fates import finished_runs
 from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.history import GridHistory, read_history
+from ebd2n.campaign.job_logs import JobLogs, classify_run
 from ebd2n.campaign.plans import recorded_search
 from ebd2n.errors import UserError
 from ebd2n.fileidentity import REHASH_AFTER_DAYS, HashMemory, load_memory
 from ebd2n.layout import AUDIT_JSON, AUDIT_LEDGER, CampaignPaths
+from ebd2n.outcomes import CheckStatus
 from ebd2n.provenance import timestamp
+from ebd2n.train.records import RunRecord
 
 Stage = Literal["runs", "full"]
 
@@ -169,7 +172,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory,
         current.update(published)
     for check in result:  # records name paths relative to the repository, however the campaign was reached
         check.violations = [checks.repository_relative(paths, violation) for violation in check.violations]
-    passed = all(check.status != "failed" for check in result)
+    passed = all(check.status != CheckStatus.FAILED for check in result)
     earlier = ledger.digest is not None or bool((previous_audit or {}).get("ledger_sha256"))
     record = {
         "campaign": history.name,
@@ -178,6 +181,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory,
         "passed": passed,
         "compared_with_earlier_audit": earlier,
         "runs": len(finished),
+        "outcomes": _outcomes(paths, views, stopped, {run.id for run in history.retired()}),
         "checks": [check.record() for check in result],
         "ledger_sha256": (previous_audit or {}).get("ledger_sha256"),
     }
@@ -231,6 +235,21 @@ def _same_audit(previous: dict | None, record: dict) -> bool:
     return isinstance(previous, dict) and {**previous, **aside} == {**record, **aside}
 
 
+def _outcomes(
+    paths: CampaignPaths, views: dict[str, RunView], stopped: dict[str, int | None], retired: set[str]
+) -> dict[str, list[str]]:
+    """Outcome -> the run directories audited with it, classified as status and the report do
+    (ebd2n.campaign.job_logs.classify_run)."""
+    logs, outcomes = JobLogs(paths), {}
+    for view in views.values():
+        if view.paths.directory.is_dir():
+            outcome, _ = classify_run(
+                RunRecord(view.paths.directory), logs, stopped=view.id in stopped, retired=view.id in retired
+            )
+            outcomes.setdefault(outcome.value, []).append(view.id)
+    return dict(sorted(outcomes.items()))
+
+
 def _same_runs_audit(previous: dict | None, record: dict) -> bool:
     """Whether the runs stage found what its record (audit-runs.json, which the report shows) says:
     the same runs, checks, outcomes, violations and notes, as `check_runs_record` compares them.
@@ -243,7 +262,11 @@ def _same_runs_audit(previous: dict | None, record: dict) -> bool:
         return False
     ledger = record["checks"][-1]["name"]
     for before, now in zip(previous["checks"], record["checks"], strict=True):
-        grown = now["name"] == ledger and before.get("status") == "not applicable" and now["status"] == "passed"
+        grown = (
+            now["name"] == ledger
+            and before.get("status") == CheckStatus.NOT_APPLICABLE
+            and now["status"] == CheckStatus.PASSED
+        )
         outcome = ("name", "status", "violations", "notes")
         if [before.get(key) for key in outcome] != [now[key] for key in outcome] and not (grown and not now["notes"]):
             return False
@@ -260,8 +283,8 @@ def summary(record: dict) -> str:
     """The audit's one summary line: passed or failed, how many checks examined something and how
     many had nothing to examine yet (not a failure), and whether an earlier audit was compared."""
     checks_ = record["checks"]
-    failed = [check for check in checks_ if check["status"] == "failed"]
-    idle = [check["name"] for check in checks_ if check["status"] == "not applicable"]
+    failed = [check for check in checks_ if check["status"] == CheckStatus.FAILED]
+    idle = [check["name"] for check in checks_ if check["status"] == CheckStatus.NOT_APPLICABLE]
     if failed:
         line = f"audit failed: {len(failed)} of {len(checks_)} checks found violations"
     else:

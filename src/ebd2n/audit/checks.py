@@ -21,6 +21,7 @@ from ebd2n.data import verify_cache
 from ebd2n.errors import UserError
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import SOURCE_HASH, CampaignPaths
+from ebd2n.outcomes import CheckStatus
 from ebd2n.provenance import source_hash
 from ebd2n.train.plan import plan_json
 
@@ -41,8 +42,8 @@ class Check:
     @property
     def status(self) -> str:
         if self.violations:
-            return "failed"
-        return "passed" if self.examined else "not applicable"
+            return CheckStatus.FAILED
+        return CheckStatus.PASSED if self.examined else CheckStatus.NOT_APPLICABLE
 
     @property
     def scope(self) -> str:
@@ -54,7 +55,7 @@ class Check:
             "scope": self.scope,
             "examined": self.examined,
             "status": self.status,
-            "passed": self.status != "failed",
+            "passed": self.status != CheckStatus.FAILED,
             "violations": self.violations,
             "notes": self.notes,
         }

@@ -10,6 +10,7 @@ from ebd2n.audit.runs import RunView, json_object
 from ebd2n.campaign.history import GridHistory
 from ebd2n.errors import UserError
 from ebd2n.layout import CAMPAIGN_JSON, FROZEN, RUNS_CSV, CampaignPaths
+from ebd2n.outcomes import CheckStatus
 
 
 def recomputed_campaign(paths: CampaignPaths, info: dict | None, history: GridHistory) -> dict | str:
@@ -89,7 +90,10 @@ def check_runs_record(paths: CampaignPaths, now: list[Check]) -> Check:
         if entry is None:
             check.violations.append(f"{paths.audit_runs.name}: lacks the check {current.name!r}")
             continue
-        grown = current.name == ledger and (entry.get("status"), current.status) == ("not applicable", "passed")
+        grown = current.name == ledger and (entry.get("status"), current.status) == (
+            CheckStatus.NOT_APPLICABLE,
+            CheckStatus.PASSED,
+        )
         found = [repository_relative(paths, violation) for violation in current.violations]
         if not grown and (entry.get("status"), entry.get("violations")) != (current.status, found):
             check.violations.append(

@@ -37,6 +37,7 @@ from ebd2n.layout import (
     TRAIN_LOG,
     CampaignPaths,
 )
+from ebd2n.outcomes import STOPPED
 from ebd2n.provenance import timestamp
 
 FORMAT = 1
@@ -81,7 +82,7 @@ def read_ledger(paths: CampaignPaths) -> Ledger:
             list(raw.get("history") or []),
             sha256_bytes(data),
             dict(raw.get("jobs") or {}),
-            dict(raw.get("stopped") or {}),
+            dict(raw.get(STOPPED) or {}),
         )
     except (UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"{paths.ledger.name}: not a ledger ({error})") from None
@@ -98,7 +99,7 @@ def ledger_json(
         "jobs": dict(sorted(jobs.items())),
     }
     if stopped:
-        record["stopped"] = dict(sorted(stopped.items()))
+        record[STOPPED] = dict(sorted(stopped.items()))
     return json.dumps(record, indent=2) + "\n"
 
 

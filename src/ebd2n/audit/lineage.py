@@ -17,6 +17,7 @@ from ebd2n.campaign.horizons import parent_run
 from ebd2n.campaign.runs import Run
 from ebd2n.layout import LINEAGE, slice_checkpoint
 from ebd2n.train.plan import SlicePlan
+from ebd2n.train.records import DIVERGENCE, Divergence
 
 
 def check_lineage(views: Mapping[str, RunView], grid: Grid, plans: Mapping[str, SlicePlan | None]) -> Check:
@@ -37,8 +38,8 @@ def check_lineage(views: Mapping[str, RunView], grid: Grid, plans: Mapping[str, 
 
 def _problems(view: RunView, parent: Run, parent_view: RunView | None, epoch: int) -> Iterable[str]:
     if LINEAGE not in view.files:
-        diverged = ((parent_view.results or {}).get("diverged") or {}) if parent_view else {}
-        if isinstance(diverged.get("epoch"), int) and diverged["epoch"] <= epoch:
+        diverged = Divergence.of((parent_view.results or {}).get(DIVERGENCE)) if parent_view else None
+        if diverged is not None and diverged.epoch <= epoch:
             return  # the parent diverged before its trunk's end: the run trained from the start
         yield f"{LINEAGE} missing: its plan branches it from {parent.id} at epoch {epoch}"
         return

@@ -19,8 +19,10 @@ from ebd2n.audit.run_memo import remembered
 from ebd2n.audit.runs import RunView, metric_records
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import FINAL, METRICS, RESULTS_JSON
+from ebd2n.outcomes import Outcome
 from ebd2n.train.budget import budget_of
-from ebd2n.train.divergence import RECORD_TYPE, Rules, replay
+from ebd2n.train.divergence import Rules, replay
+from ebd2n.train.records import DIVERGENCE, Divergence, Metrics, RecordType
 
 
 def check_outcomes(
@@ -40,36 +42,33 @@ def check_outcomes(
 
 
 def _judge(view: RunView, metadata: dict[tuple[str, str], dict[str, Any] | None]) -> tuple[bool, list[str]]:
-    records, bad = metric_records(view.paths.metrics)
-    claims = _claims(view, records, metadata.get((view.id, FINAL)))
-    if bad or not (view.finished or claims):
+    metrics = metric_records(view.paths.metrics)
+    claims = _claims(view, metrics, metadata.get((view.id, FINAL)))
+    if metrics.problem or not (view.finished or claims):
         return False, []  # unreadable metrics: the history check names it; not finished and no claim: nothing claimed
-    return True, list(_problems(view, records, claims))
+    return True, list(_problems(view, metrics, claims))
 
 
-def _claims(
-    view: RunView, records: list[dict[str, Any]], final: dict[str, Any] | None
-) -> dict[str, dict[str, Any] | None]:
-    """Where the run says it diverged, and what each place says."""
-    claims: dict[str, dict[str, Any] | None] = {}
-    last = records[-1] if records else {}
-    if last.get("type") == RECORD_TYPE:
-        claims[METRICS] = last
-    elif any(record.get("type") == RECORD_TYPE for record in records):
+def _claims(view: RunView, metrics: Metrics, final: dict[str, Any] | None) -> dict[str, Divergence | None]:
+    """Where the run says it diverged, and what each place says (None: a claim of no readable decision)."""
+    claims: dict[str, Divergence | None] = {}
+    if metrics.divergence_is_last:
+        claims[METRICS] = Divergence.of(metrics.records[-1])
+    elif metrics.of_type(RecordType.DIVERGED):
         claims[METRICS] = None  # a decision that is not the last record: steps followed it
     results = view.results or {}
-    if results.get("status") == RECORD_TYPE:
-        claims[RESULTS_JSON] = results.get("diverged") if isinstance(results.get("diverged"), dict) else None
+    if results.get("status") == Outcome.DIVERGED:
+        claims[RESULTS_JSON] = Divergence.of(results.get(DIVERGENCE))
     progress = (final or {}).get("progress")  # final.pt's metadata; unreadable: the final check names it
-    diverged = progress.get("diverged") if isinstance(progress, dict) else None
+    diverged = progress.get(DIVERGENCE) if isinstance(progress, dict) else None
     if isinstance(diverged, dict):
-        claims[FINAL] = diverged
+        claims[FINAL] = Divergence.of(diverged)
     return claims
 
 
-def _problems(view: RunView, records: list[dict[str, Any]], claims: dict[str, dict[str, Any] | None]) -> Iterable[str]:
+def _problems(view: RunView, metrics: Metrics, claims: dict[str, Divergence | None]) -> Iterable[str]:
     budget = budget_of(view.recipe)
-    steps = [record for record in records if record.get("type") == "step" and isinstance(record.get("step"), int)]
+    steps = metrics.steps
     fired = replay(Rules.of(view.recipe, budget), steps, budget.tokens_after)
     places = ", ".join(sorted(claims))
     if fired is None:
@@ -91,9 +90,9 @@ def _problems(view: RunView, records: list[dict[str, Any]], claims: dict[str, di
         claim = claims.get(place)
         if claim is None:
             yield f"diverged at step {step} (rule {rule}), but {place} records no such decision as its last"
-        elif (claim.get("step"), claim.get("rule")) != (step, rule):
+        elif (claim.step, claim.rule) != (step, rule):
             yield (
-                f"{place} records divergence at step {claim.get('step')} (rule {claim.get('rule')}), "
+                f"{place} records divergence at step {claim.step} (rule {claim.rule}), "
                 f"the rules fire at step {step} (rule {rule})"
             )
     if steps and steps[-1]["step"] != step:

@@ -18,6 +18,7 @@ from ebd2n.audit.checks import Check
 from ebd2n.audit.runs import RunView, json_object
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import FINAL, RESULTS_JSON, RUN_RECORD, checkpoint_epoch, slice_record_epoch
+from ebd2n.outcomes import Outcome
 from ebd2n.train.budget import budget_of, position_problem
 
 _BULK = ("engine", "rng", "metrics")
@@ -94,7 +95,7 @@ def _problems(view: RunView, metadata: dict[tuple[str, str], dict[str, Any] | No
             record, unreadable = json_object(view.paths / name)
             if unreadable or record != {"epoch": epoch, "epochs": budget.epochs}:
                 yield f"{name} says {unreadable or record}, not epoch {epoch} of the budget's {budget.epochs}"
-    if (view.results or {}).get("status") != "complete":
+    if (view.results or {}).get("status") != Outcome.COMPLETE:
         return  # unfinished, or a failed run: the validation check names it
     for name, record in ((RESULTS_JSON, view.results), (RUN_RECORD, view.record)):
         if isinstance(record, dict) and record.get("tokens") != budget.total_tokens:

@@ -32,8 +32,10 @@ from ebd2n.layout import (
     named_campaign,
     slice_record,
 )
+from ebd2n.outcomes import Outcome
 from ebd2n.train.budget import budget_of
 from ebd2n.train.plan import SlicePlan
+from ebd2n.train.records import DIVERGENCE, Divergence
 from ebd2n.train.retention import Retention
 
 GRID_AXES = {
@@ -52,11 +54,13 @@ def check_files(views: list[RunView]) -> Check:
 def check_validation(views: list[RunView], cache_identity: str | None, targets: int | None) -> Check:
     def problem(view: RunView) -> Iterable[str]:
         results = view.results
-        if results.get("status") == "diverged":  # an outcome, not validated (ebd2n.audit.outcomes checks the claim)
+        if (
+            results.get("status") == Outcome.DIVERGED
+        ):  # an outcome, not validated (ebd2n.audit.outcomes checks the claim)
             if cache_identity is None or results.get("cache_identity") != cache_identity:
                 yield f"cache identity {str(results.get('cache_identity'))[:12]}… is not the campaign's cache"
             return
-        if results.get("status") != "complete":
+        if results.get("status") != Outcome.COMPLETE:
             reason = results.get("reason")
             yield f"full validation {results.get('status', 'missing')}" + (f" ({reason})" if reason else "")
             return
@@ -188,7 +192,8 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
         stray = [name for name in view.files if name not in allowed and not name.startswith(f"{TENSORBOARD}/")]
         if stray:
             yield f"unexpected file(s) {', '.join(stray)} (policy {retention.policy})"
-        stopped = ((view.results or {}).get("diverged") or {}).get("epoch")  # a diverged run wrote none from there on
+        diverged = Divergence.of((view.results or {}).get(DIVERGENCE))  # a diverged run wrote none from there on
+        stopped = None if diverged is None else diverged.epoch
         missing = [
             name
             for name in kept
@@ -210,7 +215,7 @@ def check_retention(views: list[RunView], plans: Mapping[str, SlicePlan | None])
 
 def check_best(views: list[RunView]) -> Check:
     def problem(view: RunView) -> Iterable[str]:
-        if view.best is None or view.recipe is None or view.best.get("epoch") is None and "diverged" in view.results:
+        if view.best is None or view.recipe is None or view.best.get("epoch") is None and DIVERGENCE in view.results:
             return  # a run that diverged in its first epoch has no best epoch
         weights = view.best.get("weights")
         retention = retention_of(view.recipe)

@@ -13,6 +13,7 @@ from ebd2n.campaign.horizons import parent_run
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import METRICS, TRAIN_LOG, RunPaths
 from ebd2n.train.budget import budget_of
+from ebd2n.train.records import RecordType
 from ebd2n.train.runlog import CLOSING_LINES
 
 _JOB_HEADER = "########## job "
@@ -35,15 +36,16 @@ def _problems(view: RunView, grid: Grid) -> Iterable[str]:
     """The run's history problems (its metrics.jsonl and train.log read in full)."""
     if METRICS not in view.hashes or view.recipe is None:
         return
-    records, bad = metric_records(view.paths.metrics)
-    if bad:
-        yield f"{METRICS}: {bad}"
-    steps = [r.get("step") for r in records if r.get("type") == "step"]
-    epochs = [r.get("epoch") for r in records if r.get("type") == "epoch"]
+    metrics = metric_records(view.paths.metrics)
+    records = metrics.records
+    if metrics.problem:
+        yield f"{METRICS}: {metrics.problem}"
+    steps = [r.get("step") for r in metrics.of_type(RecordType.STEP)]
+    epochs = [r.get("epoch") for r in metrics.of_type(RecordType.EPOCH)]
     if steps != list(range(1, len(steps) + 1)):
         yield f"{METRICS}: steps are not 1..N once each in order (two trainers, or an edit)"
     budget = budget_of(view.recipe)
-    diverged = records[-1] if records and records[-1].get("type") == "diverged" else {}  # the run stopped there
+    diverged = records[-1] if metrics.divergence_is_last else {}  # the run stopped there
     last_epoch, last_step = diverged.get("epoch", budget.epochs + 1) - 1, diverged.get("step", budget.total_steps)
     if epochs != list(range(1, last_epoch + 1)):
         yield f"{METRICS}: epoch records {_span(epochs)}, expected 1..{last_epoch} once each"

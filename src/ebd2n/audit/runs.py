@@ -18,6 +18,7 @@ from ebd2n.errors import UserError
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import BEST, CHECKPOINT_LEDGER, RESULTS_JSON, RUN_ARTIFACTS, RUN_RECORD, RunPaths
 from ebd2n.train.budget import budget_of
+from ebd2n.train.records import Metrics
 
 
 @dataclass
@@ -109,15 +110,6 @@ def json_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     return (value, None) if isinstance(value, dict) else (None, "not a JSON object")
 
 
-def metric_records(path: Path) -> tuple[list[dict[str, Any]], str | None]:
-    """The records of a metrics.jsonl, or the first unreadable line."""
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return records, f"line {number} is not a JSON record"
-        if not isinstance(record, dict):
-            return records, f"line {number} is not a JSON object"
-        records.append(record)
-    return records, None
+def metric_records(path: Path) -> Metrics:
+    """A metrics.jsonl read in full, as every reader reads it (ebd2n.train.records)."""
+    return Metrics(path)

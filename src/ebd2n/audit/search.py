@@ -42,7 +42,7 @@ from ebd2n.layout import (
     slice_record,
     slice_record_epoch,
 )
-from ebd2n.train.divergence import diverged_record
+from ebd2n.train.records import metrics
 
 _COMPARED = ("ranking", "promoted", "carried", "continuing")
 
@@ -194,7 +194,9 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
             ),
             None,
         )
-        if losses[run.id] is None and diverged_record(paths.run(run.id).metrics) is None:  # diverged: none, ranks last
+        if (
+            losses[run.id] is None and metrics(paths.run(run.id).metrics).divergence is None
+        ):  # diverged: none, ranks last
             problems.append(
                 f"{where}: rung {epoch}: {run.id} has no subset-validation loss at epoch {epoch} in its {METRICS}"
             )
@@ -211,7 +213,7 @@ def _decision_problems(halving: Halving, path: Path, grids: dict) -> list[str]:
             problems.append(f"{where}: rung {epoch}: names the earlier decision {name}, which is gone or unreadable")
     if problems:
         return problems
-    diverged = frozenset(run.id for run in runs if diverged_record(paths.run(run.id).metrics) is not None)
+    diverged = frozenset(run.id for run in runs if metrics(paths.run(run.id).metrics).divergence is not None)
     recomputed = decide(
         bracket, epoch, candidates, keep, losses, earlier, decision.get("drawn_from") or [], seeds, seed_noise, diverged
     )
@@ -240,7 +242,7 @@ def _stopped_problems(halving: Halving, view: RunView | None, rung: int) -> list
     where = f"stopped at rung {rung}"
     if view is None:
         return [f"{where}, but its run directory is missing"]
-    if diverged_record(view.paths.metrics) is not None:
+    if metrics(view.paths.metrics).divergence is not None:
         return []  # it diverged: its final records stand (ebd2n.audit.outcomes checks that it stopped there)
     problems = []
     on = [

@@ -19,6 +19,7 @@ from scipy import stats
 from ebd2n.atomic import atomic_write_text
 from ebd2n.errors import UserError
 from ebd2n.layout import GROUPS_CSV, SELECTION_JSON
+from ebd2n.outcomes import DIVERGED, POINT_PRECEDENCE, STOPPED, Outcome, PointOutcome
 from ebd2n.quantities import loss_decimals
 
 RUN_FIELDS: dict[str, type[pl.DataType]] = {
@@ -41,12 +42,8 @@ _GROUP_COLUMNS = [
     "rank",
     "outcome",
     "diverged_step",
-    "diverged",
+    DIVERGED,
 ]
-DIVERGED = "diverged"
-"""A run's status when training stopped because it diverged: a result, never counted as a loss."""
-RETIRED = "retired"
-"""A run on disk whose grid point or seed the campaign file no longer declares: kept, never selected."""
 _SELECTION_KEYS = ["lr", "beta2", "mean_loss", "std_loss", "seeds_completed"]
 _ALPHA = 0.05  # Welch t-test level below which a margin is called more than seed noise
 _NOT_ESTABLISHED = "the ranking alone does not establish a reliable improvement"
@@ -78,9 +75,10 @@ def failed_runs(runs: pl.DataFrame) -> dict[str, str]:
     """Run -> why it does not count: failed, diverged, or marked complete without a finite loss (never
     dropped silently)."""
     finite = pl.col("loss").is_not_null() & pl.col("loss").is_finite()
-    failed = runs.filter(pl.col("status").is_in(["failed", DIVERGED]) | ((pl.col("status") == "complete") & ~finite))
+    complete = pl.col("status") == Outcome.COMPLETE
+    failed = runs.filter(pl.col("status").is_in([Outcome.FAILED, Outcome.DIVERGED]) | (complete & ~finite))
     return {
-        row["run"]: row["status"] if row["status"] != "complete" else f"complete with loss {row['loss']}"
+        row["run"]: row["status"] if row["status"] != Outcome.COMPLETE else f"complete with loss {row['loss']}"
         for row in failed.iter_rows(named=True)
     }
 
@@ -95,7 +93,7 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
     diverged. Rank orders eligible points first, by mean loss, then lower LR, then lower beta2;
     incomplete points follow, then diverged ones, each in the same order.
     """
-    runs = runs.filter(pl.col("status") != RETIRED)
+    runs = runs.filter(pl.col("status") != Outcome.RETIRED)
     expected = sorted(set(seeds) if seeds is not None else set(runs["seed"].to_list()))
     done = completed_runs(runs, seeds)
     summary = done.group_by(_POINT).agg(
@@ -105,11 +103,13 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
     )
     step = pl.col("diverged_step") if "diverged_step" in runs.columns else pl.lit(None)
     diverged = (
-        runs.filter(pl.col("status") == DIVERGED)
+        runs.filter(pl.col("status") == Outcome.DIVERGED)
         .group_by(_POINT)
-        .agg(diverged_step=step.cast(pl.Int64).min(), diverged=pl.lit(True))
+        .agg(diverged_step=step.cast(pl.Int64).min(), **{DIVERGED: pl.lit(True)})
     )
-    stopped = runs.filter(pl.col("status") == "stopped").select(_POINT).unique().with_columns(stopped=pl.lit(True))
+    stopped = (
+        runs.filter(pl.col("status") == Outcome.STOPPED).select(_POINT).unique().with_columns(**{STOPPED: pl.lit(True)})
+    )
     modes = pl.Enum(runs["mode"].unique(maintain_order=True).to_list())
     groups = (
         runs.select(_POINT)
@@ -117,22 +117,14 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
         .join(summary, on=_POINT, how="left")
         .join(diverged, on=_POINT, how="left")
         .join(stopped, on=_POINT, how="left")
-        .with_columns(pl.col("seeds_completed").fill_null(0), pl.col("diverged", "stopped").fill_null(False))
+        .with_columns(pl.col("seeds_completed").fill_null(0), pl.col(DIVERGED, STOPPED).fill_null(False))
         .with_columns(
-            eligible=(pl.col("seeds_completed") == len(expected)) & (len(expected) > 0) & ~pl.col("diverged"),
+            eligible=(pl.col("seeds_completed") == len(expected)) & (len(expected) > 0) & ~pl.col(DIVERGED),
             mode=pl.col("mode").cast(modes),
         )
-        .with_columns(
-            outcome=pl.when("diverged")
-            .then(pl.lit(DIVERGED))
-            .when("eligible")
-            .then(pl.lit("converged"))
-            .when("stopped")
-            .then(pl.lit("stopped"))
-            .otherwise(pl.lit("incomplete"))
-        )
+        .with_columns(outcome=_point_outcomes())
         .sort(
-            ["mode", "eligible", "diverged", "mean_loss", "lr", "beta2"],
+            ["mode", "eligible", DIVERGED, "mean_loss", "lr", "beta2"],
             descending=[False, True, False, False, False, False],
             nulls_last=True,
         )
@@ -141,16 +133,24 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
         .with_columns(pl.col("mode").cast(pl.String))
         .select(_GROUP_COLUMNS)
     )
-    diverged_columns = ["diverged"] if groups["diverged"].any() else ["diverged", "diverged_step"]
+    diverged_columns = [DIVERGED] if groups[DIVERGED].any() else [DIVERGED, "diverged_step"]
     return groups.drop(diverged_columns)  # diverged_step only where a point diverged: a CSV column of numbers
+
+
+def _point_outcomes() -> pl.Expr:
+    """groups.csv's `outcome` column: ebd2n.outcomes.POINT_PRECEDENCE over the point's fact columns."""
+    expression = pl.lit(PointOutcome.INCOMPLETE.value)
+    for fact, outcome in reversed(POINT_PRECEDENCE):
+        expression = pl.when(fact).then(pl.lit(outcome.value)).otherwise(expression)
+    return expression
 
 
 def outcome_text(point: dict[str, Any]) -> str:
     """How a grid point ended, in the words every table and sentence uses: "diverged at step k"."""
-    if point.get("outcome") != DIVERGED:
+    if point.get("outcome") != PointOutcome.DIVERGED:
         return str(point.get("outcome") or "")
     step = point.get("diverged_step")
-    return f"diverged at step {step}" if step is not None else DIVERGED
+    return f"diverged at step {step}" if step is not None else PointOutcome.DIVERGED.value
 
 
 def select(groups: pl.DataFrame) -> dict[str, dict]:
@@ -203,7 +203,7 @@ def diverged_above(winner: dict[str, Any], points: pl.DataFrame) -> dict[str, An
     """The point at the next tested LR above the winner (at its beta2) when that point diverged: the
     evidence that bounds the optimum from above. None when the next LR converged or there is none."""
     above = points.filter((pl.col("beta2") == winner["beta2"]) & (pl.col("lr") > winner["lr"])).sort("lr")
-    if above.is_empty() or above["outcome"][0] != DIVERGED:
+    if above.is_empty() or above["outcome"][0] != PointOutcome.DIVERGED:
         return None
     return {key: above.row(0, named=True)[key] for key in ("lr", "beta2", "diverged_step")}
 
@@ -263,7 +263,7 @@ def _cast(table: pl.DataFrame, path: Path, name: str, dtype: type[pl.DataType]) 
 
 def completed_runs(runs: pl.DataFrame, seeds: list[int] | None) -> pl.DataFrame:
     """Runs that count: complete, finite loss, an expected seed, at most one per point and seed."""
-    done = runs.filter((pl.col("status") == "complete") & pl.col("loss").is_finite())
+    done = runs.filter((pl.col("status") == Outcome.COMPLETE) & pl.col("loss").is_finite())
     if seeds is not None:
         done = done.filter(pl.col("seed").is_in(list(seeds)))
     twice = done.filter(pl.struct([*_POINT, "seed"]).is_duplicated())
@@ -303,7 +303,7 @@ def _notes(ranked: pl.DataFrame, points: pl.DataFrame, done: pl.DataFrame) -> di
         "p_value": _welch_p(_losses(done, winner), _losses(done, runner)) if runner else None,
         "next_lrs": _next_lrs(edge, lrs),
         "diverged_above": diverged_above(winner, points),
-        "unfinished": points.filter(pl.col("outcome") == "incomplete").select("lr", "beta2").to_dicts(),
+        "unfinished": points.filter(pl.col("outcome") == PointOutcome.INCOMPLETE).select("lr", "beta2").to_dicts(),
     }
     notes["verdict"] = _verdict(winner, runner, notes)
     return notes
@@ -354,8 +354,8 @@ def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[
     if notes["diverged_above"]:
         above = notes["diverged_above"]
         text += (
-            f" The next LR, {above['lr']:g}, {outcome_text({'outcome': DIVERGED, **above})}, so divergence bounds"
-            " the optimum from above: the grid is bracketed by divergence."
+            f" The next LR, {above['lr']:g}, {outcome_text({'outcome': PointOutcome.DIVERGED, **above})}, so "
+            "divergence bounds the optimum from above: the grid is bracketed by divergence."
         )
     if notes["unfinished"]:
         count = len(notes["unfinished"])

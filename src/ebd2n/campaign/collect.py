@@ -18,6 +18,7 @@ from ebd2n.campaign.status_plan import campaign_plan
 from ebd2n.config import load_recipe, recipe_identity
 from ebd2n.jsonio import read_json
 from ebd2n.layout import RESULTS_JSON, CampaignPaths
+from ebd2n.outcomes import Outcome
 from ebd2n.signing.keys import signing_record
 
 
@@ -67,7 +68,9 @@ def campaign_record(paths: CampaignPaths, history: GridHistory) -> dict:
         "base_recipes": {base: _base_record(paths, base, cache) for base in grid.bases},
         "created": freeze.get("created"),
         **({"search": halving.record()} if halving else {}),  # successive halving: each rung's decision
-        **({"retired": [run.id for run in retired]} if (retired := history.retired()) else {}),  # kept, not selected
+        **(
+            {Outcome.RETIRED: [run.id for run in retired]} if (retired := history.retired()) else {}
+        ),  # kept, not selected
     }
 
 

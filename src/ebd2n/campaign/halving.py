@@ -21,8 +21,9 @@ from ebd2n.campaign.runs import Run
 from ebd2n.campaign.search import Bracket, Search, point_id
 from ebd2n.errors import UserError
 from ebd2n.layout import METRICS, CampaignPaths
-from ebd2n.train.divergence import diverged_record
+from ebd2n.outcomes import STOPPED
 from ebd2n.train.plan import SlicePlan
+from ebd2n.train.records import metrics
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ class Halving:
             "brackets": groups,
             "runs_stopped": len(stopped),
             "runs_training_to_the_end": list(fates.values()).count(None),
-            "stopped": stopped,
+            STOPPED: stopped,
         }
 
     def decide(self, bracket: Bracket, epoch: int) -> tuple[Path, bool]:
@@ -171,7 +172,7 @@ class Halving:
         missing = [
             run_id
             for run_id, loss in losses.items()  # a diverged run has no loss there: it ranks last
-            if loss is None and diverged_record(self.paths.run(run_id).metrics) is None
+            if loss is None and metrics(self.paths.run(run_id).metrics).divergence is None
         ]
         if missing:
             raise UserError(
@@ -191,7 +192,9 @@ class Halving:
             if before
             else []
         )
-        diverged = frozenset(run_id for run_id in losses if diverged_record(self.paths.run(run_id).metrics) is not None)
+        diverged = frozenset(
+            run_id for run_id in losses if metrics(self.paths.run(run_id).metrics).divergence is not None
+        )
         text = decision_json(
             decide(
                 bracket,

@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from ebd2n.campaign.optimum import LEVEL, RESAMPLES, RESAMPLING_SEED, fit_optimum, fitted_minima, resampled_means
+from ebd2n.outcomes import Outcome
 
 TERMS = ("ln N", "ln D")
 
@@ -114,7 +115,7 @@ def cells_from_runs(
     tokens trained, its learning rates with every seed's final loss (ordered by seed);
     `parameters` maps each preset ("" outside scaling campaigns) to its model's N."""
     done = runs.filter(
-        (pl.col("status") == "complete")
+        (pl.col("status") == Outcome.COMPLETE)
         & pl.col("loss").is_finite()
         & (pl.col("mode") == mode)
         & (pl.col("beta2") == beta2)

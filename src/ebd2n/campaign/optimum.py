@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ebd2n.campaign.analysis import DIVERGED, Edge, completed_runs, diverged_above, lr_edge, outcome_text
+from ebd2n.campaign.analysis import Edge, completed_runs, diverged_above, lr_edge, outcome_text
+from ebd2n.outcomes import DIVERGED, PointOutcome
 
 RESAMPLES = 2000
 RESAMPLING_SEED = 0
@@ -79,7 +80,8 @@ def optimum_lines(optima: dict[str, dict[str, Any]]) -> list[str]:
             text += f"; the winner is at the {entry['edge']} edge of the grid"
         if entry["diverged_above"]:
             above = entry["diverged_above"]
-            text += f"; bracketed by divergence: LR {above['lr']:g} {outcome_text({'outcome': DIVERGED, **above})}"
+            diverged = outcome_text({"outcome": PointOutcome.DIVERGED, **above})
+            text += f"; bracketed by divergence: LR {above['lr']:g} {diverged}"
         lines.append(text)
     return lines
 
@@ -214,8 +216,8 @@ def optimum_panels(
     for mode, winner in selection.items():
         beta2, fit = winner["beta2"], optima[mode]["lr_optimum"]
         at = groups.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2))
-        diverged = at.filter(pl.col("outcome") == DIVERGED).sort("lr")
-        points = at.filter(pl.col("mean_loss").is_not_null() & (pl.col("outcome") != DIVERGED))
+        diverged = at.filter(pl.col("outcome") == PointOutcome.DIVERGED).sort("lr")
+        points = at.filter(pl.col("mean_loss").is_not_null() & (pl.col("outcome") != PointOutcome.DIVERGED))
         seeded = done.filter(
             (pl.col("mode") == mode) & (pl.col("beta2") == beta2) & ~pl.col("lr").is_in(diverged["lr"].to_list())
         ).sort(["lr", "seed"])
@@ -230,7 +232,7 @@ def optimum_panels(
                 },
                 "points": points.select("lr", "mean_loss", "std_loss", "eligible").sort("lr").to_dicts(),
                 "curve": _curve(fit["points_used"], points),
-                "diverged": [
+                DIVERGED: [
                     {"lr": row["lr"], "step": row.get("diverged_step")} for row in diverged.iter_rows(named=True)
                 ],
                 **{key: fit[key] for key in ("estimate", "low", "high", "open", "reason")},

@@ -18,14 +18,16 @@ import polars as pl
 
 from ebd2n.campaign.analysis import RUN_FIELDS
 from ebd2n.campaign.grid import grid_from_dict
+from ebd2n.campaign.job_logs import JobLogs, classify_run
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.data.cache import MANIFEST
 from ebd2n.errors import UserError
-from ebd2n.jsonio import read_json, read_jsonl
+from ebd2n.jsonio import read_json
 from ebd2n.layout import RESULTS_JSON, CampaignPaths, run_paths
-from ebd2n.train.lease import live_holder
-from ebd2n.train.pack_record import PACK_LOG_HEADER, pack_digest, pack_log_members, read_packs
+from ebd2n.outcomes import STOPPED, Outcome
+from ebd2n.train.pack_record import read_packs
+from ebd2n.train.records import DIVERGENCE, Divergence, RunRecord, metrics
 
 RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     **RUN_FIELDS,
@@ -45,10 +47,7 @@ RUN_COLUMNS: dict[str, type[pl.DataType]] = {
 """Columns of the runs table (runs.csv); `directory` is relative to the campaign, `job_ids`
 space-separated, `preset` empty outside scaling campaigns, `diverged_step` the step a diverged
 run stopped at, `packed` the most runs it trained a slice with in one pack (`execution.pack`;
-empty: it trained alone). `status`: complete, diverged, failed (a job of it left a log and no result),
-incomplete (not finished yet), stopped (successive halving) or retired (no longer in the grid)."""
-LOG_LINES = 8
-"""How many of a failed job's last log lines the report shows."""
+empty: it trained alone). `status`: the run's outcome (ebd2n.outcomes.Outcome, `run_outcome`)."""
 
 
 @dataclass(frozen=True)
@@ -110,36 +109,24 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         raise UserError(
             f"{paths.campaign_json}: not a campaign record (grid or seeds of the wrong shape); collect it again"
         )
-    results = {p.relative_to(directory).as_posix(): read_json(run_paths(p).results) for p in run_dirs}
-    stopped = ((info or {}).get("search") or {}).get("stopped") or {}  # successive halving: run id -> its rung
-    retired = set((info or {}).get("retired") or [])  # runs the campaign file no longer declares
-    failures, job_failures = {}, JobFailures(paths)
-    for run_dir in run_dirs:
-        key = run_dir.relative_to(directory).as_posix()
-        if results[key] is None and run_dir.name not in stopped and (failure := job_failures.of(run_dir.name)):
-            failures[key] = [f"{paths.relative(failure[0])}:", *failure[1]]
-    rows = [
-        _row(
-            directory,
-            p,
-            results[key := p.relative_to(directory).as_posix()],
-            "retired"
-            if p.name in retired
-            else "stopped"
-            if p.name in stopped
-            else "failed"
-            if key in failures
-            else "incomplete",
-        )
-        for p in run_dirs
-    ]
+    records = {p.relative_to(directory).as_posix(): RunRecord(p) for p in run_dirs}
+    results = {key: read_json(record.paths.results) for key, record in records.items()}
+    stopped = ((info or {}).get("search") or {}).get(STOPPED) or {}  # successive halving: run id -> its rung
+    retired = set((info or {}).get(Outcome.RETIRED) or [])  # runs the campaign file no longer declares
+    failures, logs = {}, JobLogs(paths)
+    rows = []
+    for key, record in records.items():
+        outcome, job = classify_run(record, logs, stopped=record.id in stopped, retired=record.id in retired)
+        if outcome == Outcome.FAILED and job is not None:
+            failures[key] = [f"{paths.relative(job.log)}:", *job.lines]
+        rows.append(_row(directory, record, results[key], outcome))
     complete = {key: value for key, value in results.items() if value is not None}
     try:  # typed first: everything below may trust the values
         table = pl.DataFrame(rows, schema=RUN_COLUMNS)
     except (pl.exceptions.PolarsError, TypeError, ValueError) as error:
         first = str(error).strip().splitlines()[0]
         raise UserError(f"{paths.runs}: a {RESULTS_JSON} holds a value of the wrong type ({first})") from None
-    modes, learning_rates, beta2 = _grid(info, [row for row in table.to_dicts() if row["status"] != "retired"])
+    modes, learning_rates, beta2 = _grid(info, [row for row in table.to_dicts() if row["status"] != Outcome.RETIRED])
     order = {mode: index for index, mode in enumerate(modes)}
     runs = table.sort([pl.col("mode").replace_strict(order, return_dtype=pl.Int64), "lr", "beta2", "seed", "run"])
     seeds = sorted(info["seeds"]) if info and info.get("seeds") else sorted(set(runs["seed"].to_list()))
@@ -179,102 +166,46 @@ def _mode_key(mode: str) -> tuple[int, int, str]:
     return (1, int(match[1]), mode) if match else (2, 0, mode)
 
 
-def _row(campaign: Path, run_dir: Path, results: dict[str, Any] | None, unfinished: str) -> dict[str, Any]:
-    """runs.csv row; a run without results.json is listed from its recipe with the status
-    `unfinished` says (incomplete, failed, stopped or retired); a retired run is retired whatever
-    its results say."""
+def _row(campaign: Path, record: RunRecord, results: dict[str, Any] | None, outcome: Outcome) -> dict[str, Any]:
+    """runs.csv row, its status the run's `outcome`; a run without results.json is listed from its
+    recipe (and its divergence decision, when it diverged)."""
+    run_dir = record.directory
     directory = run_dir.relative_to(campaign).as_posix()
     preset = _preset(run_dir.name) or ""
     if results is None:
-        recipe = _recipe(run_paths(run_dir).recipe)
-        point = {
+        recipe = _recipe(record.paths.recipe)
+        divergence = record.divergence if outcome == Outcome.DIVERGED else None
+        return {
+            "run": run_dir.name,
             "mode": recipe.mode,
             "lr": recipe.optimizer.lr,
             "beta2": recipe.optimizer.beta2,
             "seed": recipe.runtime.seed,
-        }
-        return {
-            "run": run_dir.name,
-            **point,
-            "status": unfinished,
+            "status": outcome.value,
             "preset": preset,
             "directory": directory,
             "job_ids": "",
-            "packed": _packed(run_dir),
+            "diverged_step": None if divergence is None else divergence.step,
+            "packed": _packed(record),
         }
     missing = [key for key in ("mode", "lr", "beta2", "seed", "status") if key not in results]
     if missing:
-        raise UserError(
-            f"{run_paths(run_dir).results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`"
-        )
+        raise UserError(f"{record.paths.results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`")
     row = {key: results.get(key) for key in RUN_COLUMNS if key not in ("preset", "directory", "job_ids", "packed")}
     row["run"] = str(results.get("run") or run_dir.name)
+    row["status"] = outcome.value
     row["preset"] = preset
     row["directory"] = directory
     row["job_ids"] = " ".join(str(job) for job in results.get("job_ids") or [])
-    diverged = results.get("diverged")
-    row["diverged_step"] = diverged.get("step") if isinstance(diverged, dict) else None
-    row["packed"] = _packed(run_dir)
-    if unfinished == "retired":
-        row["status"] = "retired"
+    divergence = Divergence.of(results.get(DIVERGENCE))
+    row["diverged_step"] = None if divergence is None else divergence.step
+    row["packed"] = _packed(record)
     return row
 
 
-def _packed(run_dir: Path) -> int | None:
+def _packed(record: RunRecord) -> int | None:
     """The most runs a run trained a slice with in one pack (ebd2n.train.pack_record); None: alone."""
-    return max(map(len, read_packs(run_dir).values()), default=None)
-
-
-class JobFailures:
-    """Where and how runs' last jobs failed (`of`); made once per reading of a campaign, as it reads
-    the logs of pack jobs that left no record once for all runs."""
-
-    def __init__(self, paths: CampaignPaths) -> None:
-        self.paths = paths
-        self._unrecorded: dict[str, list[Path]] | None = None
-
-    def of(self, run_id: str) -> tuple[Path, list[str]] | None:
-        """A run's newest log under logs/runs/<run>/ (or of a pack job it trained in, logs/packs/...)
-        and that log's last lines, when that job left no output (Snakemake removes a failed job's; a
-        log is named after its job's output) and no job works on the run now (a live lease); else
-        None. A killed job (out of memory, a lost node) fails with an empty log."""
-        paths = self.paths
-        logs = {*(paths.logs / paths.runs.name / run_id).rglob("*.log"), *self._pack_logs(run_id)}
-        logs = sorted(logs, key=lambda path: path.stat().st_mtime)
-        if not logs or live_holder(paths.run(run_id).directory) is not None:
-            return None
-        if _has_output(paths, logs[-1]):
-            return None
-        text = logs[-1].read_text(encoding="utf-8", errors="replace")
-        lines = [line for line in text.splitlines() if line.strip() and not line.startswith(PACK_LOG_HEADER)]
-        return logs[-1], lines[-LOG_LINES:] or [EMPTY_LOG]
-
-    def _pack_logs(self, run_id: str) -> list[Path]:
-        """The logs of the pack jobs a run was recorded in (`execution.pack`) and of those that failed
-        before recording it but name it in their first line (ebd2n.train.pack_record.pack_log_header)."""
-        paths = self.paths
-        base = parse_run_id(run_id).base
-        records = [
-            paths.pack_record(base, end, pack_digest(members))
-            for end, members in read_packs(paths.run(run_id).directory).items()
-        ]
-        logs = [paths.logs / record.relative_to(paths.directory).with_suffix(".log") for record in records]
-        if self._unrecorded is None:
-            self._unrecorded = {}
-            for log in (paths.logs / paths.pack_records.name).rglob("*.log"):
-                if not _has_output(paths, log):
-                    for member in pack_log_members(log):
-                        self._unrecorded.setdefault(member, []).append(log)
-        return [log for log in logs if log.is_file()] + self._unrecorded.get(run_id, [])
-
-
-def _has_output(paths: CampaignPaths, log: Path) -> bool:
-    """Whether the job that wrote `log` (logs/<output>.log) left its output."""
-    output = paths.directory / log.relative_to(paths.logs).with_suffix("")
-    return any(output.parent.glob(f"{output.name}.*"))
-
-
-EMPTY_LOG = "(the log is empty: the job ended without a word, as a killed one does, e.g. out of memory)"
+    return max(map(len, read_packs(record.directory).values()), default=None)
 
 
 def _missing(info: dict[str, Any] | None, present: set[str]) -> list[str]:
@@ -343,5 +274,4 @@ def _recipe(path: Path) -> Recipe:
 
 
 def _epoch_records(path: Path) -> list[dict[str, Any]]:
-    records = [record for record in read_jsonl(path) if record.get("type") == "epoch"]
-    return sorted(records, key=lambda record: record["epoch"])
+    return metrics(path).epochs

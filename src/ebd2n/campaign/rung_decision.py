@@ -14,7 +14,8 @@ from typing import Any
 from ebd2n.campaign.search import Bracket, is_number, point_id
 from ebd2n.campaign.seed_noise import within_noise
 from ebd2n.errors import UserError
-from ebd2n.jsonio import read_json, read_jsonl
+from ebd2n.jsonio import read_json
+from ebd2n.train.records import metrics as run_metrics
 
 
 def promoted_count(keep: float, candidates: int) -> int:
@@ -40,8 +41,8 @@ def decision_rule(decision: Mapping[str, Any]) -> float | None:
 
 def epoch_loss(metrics: Path, epoch: int) -> float | None:
     """The subset-validation loss a run's metrics.jsonl records at epoch boundary `epoch`."""
-    for record in read_jsonl(metrics):
-        if isinstance(record, dict) and record.get("type") == "epoch" and record.get("epoch") == epoch:
+    for record in run_metrics(metrics).epochs:
+        if record["epoch"] == epoch:
             loss = record.get("val_loss")
             return float(loss) if isinstance(loss, (int, float)) and not isinstance(loss, bool) else None
     return None
@@ -49,11 +50,7 @@ def epoch_loss(metrics: Path, epoch: int) -> float | None:
 
 def recorded_epochs(metrics: Path) -> list[int]:
     """Every epoch boundary a run's metrics.jsonl records."""
-    return [
-        record["epoch"]
-        for record in read_jsonl(metrics)
-        if isinstance(record, dict) and record.get("type") == "epoch" and isinstance(record.get("epoch"), int)
-    ]
+    return [record["epoch"] for record in run_metrics(metrics).epochs]
 
 
 def decide(

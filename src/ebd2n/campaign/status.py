@@ -28,9 +28,7 @@ status are ebd2n.campaign.status_display's.
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,25 +37,21 @@ from typing import Any
 
 from ebd2n.campaign.grid import grid_from_record
 from ebd2n.campaign.halving import Halving
+from ebd2n.campaign.job_logs import JobLogs, classify_run
 from ebd2n.campaign.plans import grid_search
-from ebd2n.campaign.results import JobFailures
 from ebd2n.campaign.status_plan import planned_runs, read_plan
 from ebd2n.errors import UserError
-from ebd2n.job_time import recorded_jobs
-from ebd2n.jsonio import read_json
-from ebd2n.layout import METRICS, CampaignPaths
+from ebd2n.layout import CampaignPaths
+from ebd2n.outcomes import RUNNING, LiveState, Outcome, status_word
 from ebd2n.train.lease import live_holder
-from ebd2n.train.pack_record import read_packs
 from ebd2n.train.plan import SlicePlan, parse_plan
+from ebd2n.train.records import Divergence, RunRecord
 
-STATES = ("done", "running", "failed", "pending")
-"""The campaign line's counts; a run that trains or validates counts as running."""
-STOPPED = "stopped"
-"""A run successive halving stopped at a rung: counted apart, under halving only."""
-DIVERGED = "diverged"
-"""A run the trainer stopped because it diverged (ebd2n.train.divergence): an outcome, counted apart."""
-_RECORD = re.compile(rb'"type": ?"(epoch|diverged)"')
-_STEP = re.compile(rb'"type": ?"step"')
+DONE = status_word(Outcome.COMPLETE)
+STATES = (DONE, RUNNING, Outcome.FAILED.value, LiveState.PENDING.value)
+"""The campaign line's counts; a run that trains or validates counts as running. A stopped run
+(successive halving) and a diverged one are counted apart."""
+LIVE = frozenset({LiveState.TRAINING, LiveState.VALIDATING})
 CURVE_POINTS = 100
 
 
@@ -67,7 +61,7 @@ class RunStatus:
 
     run: str
     state: str
-    """pending, training, validating, done, diverged, failed or stopped (at a rung, successive halving)."""
+    """Its outcome or, unfinished, its live state, in status's words (ebd2n.outcomes.status_word)."""
     detail: str
     epochs_done: int
     epochs: int
@@ -94,7 +88,7 @@ class RunStatus:
     @property
     def counted(self) -> str:
         """The campaign line's bucket."""
-        return "running" if self.state in ("training", "validating") else self.state
+        return RUNNING if self.state in LIVE else self.state
 
 
 @dataclass
@@ -130,15 +124,15 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
     slices = {base: parse_plan(raw, str(paths.status_plan)) for base, raw in plan["slices"].items()}
     halving = grid_search(paths, grid, slices)
     stopped = _stopped_notes(halving) if halving else {}
-    failures = JobFailures(paths)
+    logs = JobLogs(paths)
     rows = [
-        _run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, failures, stopped.get(run.id))
+        _run_status(campaign_dir, run.id, gpus, cpus, slices[run.base], now, logs, stopped.get(run.id))
         for run, gpus, cpus in planned_runs(plan)
     ]
     states = (
         *STATES,
-        *([DIVERGED] if any(row.state == DIVERGED for row in rows) else []),
-        *([STOPPED] if halving else []),
+        *([Outcome.DIVERGED.value] if any(row.state == Outcome.DIVERGED for row in rows) else []),
+        *([Outcome.STOPPED.value] if halving else []),
     )
     counts = {state: sum(row.counted == state for row in rows) for state in states}
     return CampaignStatus(
@@ -193,7 +187,7 @@ def _bracket_lines(halving: Halving, rows: list[RunStatus]) -> list[str]:
                 runs = bracket.runs(rung.candidates)
                 there = [reached[run.id] for run in runs if reached[run.id].epochs_done >= epoch]
                 for row in there:
-                    if row.state == "pending":
+                    if row.state == LiveState.PENDING:
                         row.detail = f"{row.detail}, waiting for rung {decided + 1}'s decision"
                 waiting = f"waiting for rung {decided + 1} ({len(there)} of {len(runs)} runs at epoch {epoch})"
                 break
@@ -209,7 +203,7 @@ def _bracket_lines(halving: Halving, rows: list[RunStatus]) -> list[str]:
 
 def _eta(rows: list[RunStatus], running: int) -> float | None:
     """Seconds until every run that has not failed nor stopped is validated; None before any job finished."""
-    left = [row for row in rows if row.state not in ("failed", "done", DIVERGED, STOPPED)]
+    left = [row for row in rows if row.state not in (Outcome.FAILED, DONE, Outcome.DIVERGED, Outcome.STOPPED)]
     slices = sum(row.slices - row.slices_done for row in left)
     validations = len(left)
     trained = [seconds for row in rows for seconds in row.slice_seconds]
@@ -229,17 +223,19 @@ def _run_status(
     cpus: int,
     plan: SlicePlan,
     now: float,
-    failures: JobFailures,
+    logs: JobLogs,
     stopped: str | None = None,
 ) -> RunStatus:
-    """One run's row; `stopped`: why a rung stopped it (successive halving), None if none did."""
+    """One run's row, classified by ebd2n.outcomes.run_outcome; `stopped`: why a rung stopped it
+    (successive halving), None if none did."""
     files = CampaignPaths(Path(campaign_dir)).run(run)
-    epochs, diverged = _epoch_records(files.metrics)
+    record = RunRecord(files.directory)
+    epochs, divergence = record.metrics.epochs, record.divergence
     trunk = plan.branch if plan.branch and files.lineage.is_file() else 0  # the parent's epochs, timed there
     done_epochs = len(epochs)
     ends = list(plan.ends)
     slices_done = sum(end <= done_epochs for end in ends)
-    shares = _pack_shares(files.directory)
+    shares = _pack_shares(record)
 
     def shared(epoch: Any) -> int:
         """How many runs trained `epoch` (1-based) in one job with this one (1: alone)."""
@@ -248,7 +244,7 @@ def _run_status(
 
     row = RunStatus(
         run=run,
-        state="pending",
+        state=LiveState.PENDING.value,
         detail="",
         epochs_done=done_epochs,
         epochs=ends[-1],
@@ -265,93 +261,63 @@ def _run_status(
         for start, end in itertools.pairwise([trunk, *ends] if not trunk else ends):
             if end <= done_epochs:
                 row.slice_seconds.append(sum(record.get("wall_s", 0.0) for record in epochs[start:end]))
-    results = read_json(files.results) if files.results.is_file() else None
+    results = record.results
     holder = live_holder(files.directory)
-    if diverged is not None and files.final.is_file():  # the trainer's decision, recorded with its final records
-        row.state, row.detail = DIVERGED, f"diverged at step {diverged.get('step')} ({diverged.get('rule')})"
-        row.wall_s += (stopped_s := _stopped_epoch_seconds(epochs, diverged, files.record))
-        row.charged_s += stopped_s / shared(diverged.get("epoch"))
-    elif isinstance(results, dict):
-        row.state = "done"
+    outcome, job = classify_run(record, logs, stopped=stopped is not None, leased=holder is not None)
+    if outcome == Outcome.DIVERGED:
+        row.state, row.detail = outcome.value, divergence.describe()
+        row.wall_s += (stopped_s := _stopped_epoch_seconds(epochs, divergence, record))
+        row.charged_s += stopped_s / shared(divergence.epoch)
+    elif outcome == Outcome.COMPLETE:
+        row.state = DONE
         row.full_loss = results.get("loss")
         row.validation_seconds = results.get("wall_seconds")
-    elif holder is not None:  # the running job's epochs so far are in its elapsed time
+    elif outcome == Outcome.FAILED and results is not None:  # validation measured it: a non-finite loss
+        row.state, row.detail = outcome.value, str(results.get("reason") or "")
+    elif holder is not None or (job is not None and job.running):  # the running job's epochs so far are in its time
+        started = holder.started if holder is not None else job.started
         finished = ends[slices_done - 1] if slices_done else 0
         own = epochs[trunk:finished]
-        row.wall_s = sum(record.get("wall_s", 0.0) for record in own) + max(0.0, now - holder.started)
+        elapsed = max(0.0, now - started) if started is not None else 0.0
+        row.wall_s = sum(record.get("wall_s", 0.0) for record in own) + elapsed
         row.charged_s = sum(record.get("wall_s", 0.0) / shared(record.get("epoch")) for record in own)
-        row.charged_s += max(0.0, now - holder.started) / shared(finished + 1)
-        validating = files.final.is_file() and files.best.is_file()
-        row.state = "validating" if validating else "training"
-        row.curve = _step_losses(files.metrics)
-        row.detail = "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}"
-    elif stopped is not None:  # its rung's decision: an earlier job's failure log is history
-        row.state, row.detail = STOPPED, stopped
-    elif (failure := _failure(campaign_dir, run, failures)) is not None:
-        row.state, row.detail = "failed", failure
-    elif files.final.is_file():
+        row.charged_s += elapsed / shared(finished + 1)
+        validating = (record.has_final and record.has_best) or (job is not None and job.validating)
+        row.state = (LiveState.VALIDATING if validating else LiveState.TRAINING).value
+        row.curve = _curve(record.metrics.step_losses())
+        starting = "" if holder is not None or validating else ", starting"
+        row.detail = (
+            "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}{starting}"
+        )
+    elif outcome == Outcome.STOPPED:  # its rung's decision: an earlier job's failure log is history
+        row.state, row.detail = outcome.value, stopped
+    elif outcome == Outcome.FAILED:
+        row.state, row.detail = (
+            outcome.value,
+            f"{job.log.relative_to(campaign_dir).as_posix()}: {job.lines[-1].strip()[:160]}",
+        )
+    elif record.has_final:
         row.detail = "trained, waiting for validation"
     elif slices_done:
         row.detail = f"{slices_done} of {len(ends)} slices done"
     return row
 
 
-def _pack_shares(run_dir: Path) -> dict[int, int]:
+def _pack_shares(record: RunRecord) -> dict[int, int]:
     """Slice end -> how many runs trained it in one job with this one: what its finished job recorded
-    (jobs.jsonl `pack`, the runs that trained), else for a running one its pack's members (packs.json)."""
-    try:
-        shares = {end: len(members) for end, members in read_packs(run_dir).items()}
-    except UserError:  # a damaged record: the audit names it; the row counts the run's time as its own
-        shares = {}
-    for job in recorded_jobs(run_dir):
+    (jobs.jsonl `pack`, the runs that trained), else for a running one its pack's members (packs.json;
+    a damaged one, which the audit names, counts the run's time as its own)."""
+    shares = {end: len(members) for end, members in record.packs.items()}
+    for job in record.jobs:
         if job.get("kind") == "train" and isinstance(job.get("epoch"), int):
             shares[job["epoch"]] = job.get("pack", 1)
     return shares
 
 
-_READ: dict[Path, tuple[tuple[int, int], tuple[list[dict[str, Any]], dict[str, Any] | None]]] = {}
-"""Epoch records by file, with the (mtime, size) they were read at: a process that asks again
-(Snakemake's console, rewriting status pages) reads only the files that changed."""
-
-
-def _epoch_records(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """metrics.jsonl's epoch records and its divergence decision (None: none), without parsing its
-    many step records; a line being written (no newline yet) is left out."""
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return [], None
-    key = (stat.st_mtime_ns, stat.st_size)
-    if path in _READ and _READ[path][0] == key:
-        return _READ[path][1]
-    records = []
-    for line in path.read_bytes().splitlines(keepends=True):
-        if line.endswith(b"\n") and _RECORD.search(line):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    epochs = [record for record in records if record.get("type") == "epoch"]
-    diverged = next((record for record in reversed(records) if record.get("type") == DIVERGED), None)
-    _READ[path] = (key, (epochs, diverged))
-    return epochs, diverged
-
-
-def _step_losses(path: Path) -> list[float]:
-    """The finite training losses of metrics.jsonl's step records, averaged into CURVE_POINTS buckets
-    of consecutive steps (all of them when fewer): a curve's shape for a cell of the page."""
-    try:
-        lines = [line for line in path.read_bytes().splitlines() if _STEP.search(line)]
-    except FileNotFoundError:
-        return []
-    losses = []
-    for line in lines:
-        try:
-            loss = json.loads(line).get("loss")
-        except json.JSONDecodeError:  # a line being written
-            continue
-        if isinstance(loss, int | float) and math.isfinite(loss):
-            losses.append(float(loss))
+def _curve(losses: list[float]) -> list[float]:
+    """The finite training losses, averaged into CURVE_POINTS buckets of consecutive steps (all of
+    them when fewer): a curve's shape for a cell of the page."""
+    losses = [loss for loss in losses if math.isfinite(loss)]
     count = min(len(losses), CURVE_POINTS)
     if not count:
         return []
@@ -359,28 +325,21 @@ def _step_losses(path: Path) -> list[float]:
     return [sum(losses[a:b]) / (b - a) for a, b in itertools.pairwise(bounds)]
 
 
-def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: dict[str, Any], run_record: Path) -> float:
+def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: Divergence, record: RunRecord) -> float:
     """The training time of a diverged run's last, unfinished epoch, which no epoch record holds: its
     tokens at the mean rate of the finished epochs, or (none finished) run.json's start to its end or
     to metrics.jsonl's last write, whichever is later (run.json counts whole seconds)."""
     rates = [record["tokens_per_s"] for record in epochs if record.get("tokens_per_s")]
     if rates:
         done = epochs[-1].get("tokens", 0) if epochs else 0
-        return max(0.0, (diverged.get("tokens", done) - done) / (sum(rates) / len(rates)))
-    record = read_json(run_record) if run_record.is_file() else None
+        tokens = done if diverged.tokens is None else diverged.tokens
+        return max(0.0, (tokens - done) / (sum(rates) / len(rates)))
     try:
-        ended, started = (datetime.strptime(record[key], "%Y-%m-%dT%H:%M:%S%z") for key in ("ended", "started"))
+        ended, started = (
+            datetime.strptime(record.run_json[key], "%Y-%m-%dT%H:%M:%S%z") for key in ("ended", "started")
+        )
     except (KeyError, TypeError, ValueError):
         return 0.0
-    metrics = run_record.with_name(METRICS)
+    metrics = record.paths.metrics
     last = metrics.stat().st_mtime if metrics.is_file() else 0.0
     return max(0.0, (ended - started).total_seconds(), last - started.timestamp())
-
-
-def _failure(campaign_dir: Path, run: str, failures: JobFailures) -> str | None:
-    """The error of the run's last job, if that job failed: its log and last line (`JobFailures`)."""
-    failure = failures.of(run)
-    if failure is None:
-        return None
-    log, lines = failure
-    return f"{log.relative_to(campaign_dir).as_posix()}: {lines[-1].strip()[:160]}"

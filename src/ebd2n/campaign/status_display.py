@@ -9,8 +9,9 @@ from pathlib import Path
 
 from ebd2n.atomic import atomic_write_text
 from ebd2n.campaign.runs import run_label
-from ebd2n.campaign.status import DIVERGED, STOPPED, CampaignStatus, RunStatus
+from ebd2n.campaign.status import DONE, CampaignStatus, RunStatus
 from ebd2n.layout import CampaignPaths
+from ebd2n.outcomes import RUNNING, LiveState, Outcome
 from ebd2n.quantities import format_amount, format_duration
 
 REFRESH_S = 30
@@ -26,13 +27,13 @@ CURVE = "training loss"
 """The page's last column: each running run's loss by step, drawn (live, as the page reloads)."""
 CURVE_SIZE = (120, 28)
 _COLOURS = {
-    "done": "32",
-    "training": "36",
-    "validating": "36",
-    "failed": "31",
-    "pending": "2",
-    STOPPED: "33",
-    DIVERGED: "33",
+    DONE: "32",
+    LiveState.TRAINING: "36",
+    LiveState.VALIDATING: "36",
+    Outcome.FAILED: "31",
+    LiveState.PENDING: "2",
+    Outcome.STOPPED: "33",
+    Outcome.DIVERGED: "33",
 }
 
 
@@ -62,11 +63,11 @@ def campaign_line(status: CampaignStatus) -> str:
         eta = "none (nothing is training, validating or waiting)"
     else:
         eta = "unknown (no slice finished yet)" if status.eta_s is None else format_duration(status.eta_s)
-    stopped = f"{counts[STOPPED]} stopped, " if STOPPED in counts else ""
-    stopped += f"{counts[DIVERGED]} diverged, " if counts.get(DIVERGED) else ""
+    stopped = f"{counts[Outcome.STOPPED]} {Outcome.STOPPED}, " if Outcome.STOPPED in counts else ""
+    stopped += f"{counts[Outcome.DIVERGED]} {Outcome.DIVERGED}, " if counts.get(Outcome.DIVERGED) else ""
     return (
-        f"campaign {status.campaign}: {len(status.runs)} runs: {counts['done']} done, {counts['running']} running, "
-        f"{stopped}{counts['failed']} failed, {counts['pending']} pending; "
+        f"campaign {status.campaign}: {len(status.runs)} runs: {counts[DONE]} {DONE}, {counts[RUNNING]} {RUNNING}, "
+        f"{stopped}{counts[Outcome.FAILED]} {Outcome.FAILED}, {counts[LiveState.PENDING]} {LiveState.PENDING}; "
         f"{format_amount(status.gpu_hours)} GPU-hours, "
         f"{format_amount(status.cpu_hours)} CPU-hours so far; ETA {eta}"
     )
@@ -75,11 +76,11 @@ def campaign_line(status: CampaignStatus) -> str:
 def finished(status: CampaignStatus) -> bool:
     """Whether no run trains, validates or waits any more (a stopped run waits for nothing): the
     page has nothing left to follow."""
-    return status.counts["running"] == status.counts["pending"] == 0
+    return status.counts[RUNNING] == status.counts[LiveState.PENDING] == 0
 
 
 def _cells(row: RunStatus) -> list[str]:
-    training = row.state == "training"
+    training = row.state == LiveState.TRAINING
     return [
         row.run,
         f"training {row.detail}" if training else row.state,

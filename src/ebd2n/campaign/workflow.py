@@ -1,10 +1,12 @@
 """What the Snakemake workflow asks of a campaign, answered by the package so that it can be tested.
 
-`workflow/rules/common.smk` builds one `WorkflowPlan` after validating the campaign file and each of
-its `get_<thing>(wildcards)` input functions is one call here. Nothing here reads a job's output
-but the rung decisions, which reach it through `read` (the workflow's asks Snakemake's checkpoint
-first, so a decision not made yet becomes a job). Problems are one-line UserErrors; the workflow
-turns them into Snakemake's WorkflowError.
+`workflow/rules/common.smk` builds one `WorkflowPlan` after validating the campaign file, then one
+`WorkflowInputs` of it with the workflow's reader of rung decisions; each of its
+`get_<thing>(wildcards)` input functions is one call of that, with the job's wildcards. Nothing here
+reads a job's output but the rung decisions, which reach it through `read` (the workflow's asks
+Snakemake's checkpoint first, so a decision not made yet becomes a job). Problems are one-line
+UserErrors; `WorkflowInputs` raises them as the error class it is given (Snakemake's WorkflowError).
+Nothing here imports Snakemake.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ class WorkflowPlan:
     def headline(self) -> str:
         """What the workflow plans, said first: the campaign, the file it was read from, where it goes."""
         return f"campaign {self.campaign.name} from {self.campaign.source} -> {self.campaign.directory}"
+
+    def log_of(self, path: str | Path) -> str:
+        """The log of the job writing `path`: the same path under the campaign's logs/, ending .log."""
+        return str(self.paths.logs / Path(path).relative_to(self.paths.directory).with_suffix(".log"))
+
+    def benchmark_of(self, path: str | Path) -> str:
+        """The benchmark file of the job writing `path`, under the campaign's benchmarks/."""
+        return str(self.paths.benchmarks / Path(path).relative_to(self.paths.directory).with_suffix(".tsv"))
 
     @property
     def brackets(self) -> list[str]:
@@ -254,6 +264,140 @@ class WorkflowPlan:
     def prepare_job_resources(self) -> tuple[dict[str, Any], Any]:
         """The data-cache job's SLURM resources and threads."""
         return job_settings([self.campaign.job_resources(self.campaign.grid.bases[0], None)], None)
+
+
+def _as_workflow_error(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A UserError of the plan as the workflow's error class (one line, not a traceback)."""
+
+    @functools.wraps(method)
+    def call(self: WorkflowInputs, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except UserError as error:
+            raise self.error(str(error)) from None
+
+    return call
+
+
+class WorkflowInputs:
+    """The workflow's input and params functions: a plan with the workflow's reader of rung decisions,
+    each method taking a job's wildcards as Snakemake hands them (any object with their names as
+    attributes), so that each `get_<thing>(wildcards)` of common.smk is one call. `ancient` is
+    Snakemake's marker of an input whose time never reruns its job, and `error` the class a
+    UserError is raised as (its WorkflowError): both passed in, so that the package imports nothing
+    of Snakemake (the defaults leave paths as they are and errors as UserErrors)."""
+
+    def __init__(
+        self,
+        plan: WorkflowPlan,
+        read: Read | None,
+        ancient: Callable[[str], Any] = str,
+        error: Callable[[str], Exception] = UserError,
+    ) -> None:
+        self.plan, self.read, self.ancient, self.error = plan, read, ancient, error
+
+    @_as_workflow_error
+    def final_output(self, wildcards: Any) -> list[str]:
+        return self.plan.final_output()
+
+    def bracket_outputs(self) -> dict[str, Callable[[Any], list[str]]]:
+        """The inputs of `all` that wait for decisions, one function per bracket (none for the full grid),
+        so that a rung waits only for its own bracket: Snakemake asks for every bracket's next decision
+        at once."""
+        return {
+            f"bracket_{index}": functools.partial(self.bracket_output, bracket=name)
+            for index, name in enumerate(self.plan.brackets)
+        }
+
+    @_as_workflow_error
+    def bracket_output(self, wildcards: Any, bracket: str) -> list[str]:
+        """One bracket's runs as far as their fates take them, and its decisions."""
+        return self.plan.bracket_output(bracket, read=self.read)
+
+    @_as_workflow_error
+    def run_results(self, wildcards: Any) -> list[str]:
+        return self.plan.run_results(read=self.read)
+
+    @_as_workflow_error
+    def rung_slices(self, wildcards: Any) -> list[str]:
+        """Not ancient(): Snakemake passes a needed rerun on to `all` through files that are not ancient."""
+        return self.plan.rung_slices(wildcards.bracket, int(wildcards.epoch), wildcards.digest, read=self.read)
+
+    @_as_workflow_error
+    def frozen_base(self, wildcards: Any) -> str:
+        return self.plan.frozen_base(wildcards.run)
+
+    @_as_workflow_error
+    def plan_file(self, wildcards: Any) -> Any:
+        """The frozen trainer's confirmation of the slice chain (written once; its time never retrains)."""
+        return self.ancient(self.plan.slice_plan(wildcards.run))
+
+    @_as_workflow_error
+    def slice_epochs(self, wildcards: Any) -> int:
+        return self.plan.campaign.slice_epochs(wildcards.base)
+
+    @_as_workflow_error
+    def expected_ends(self, wildcards: Any) -> str:
+        return self.plan.expected_ends(wildcards.base)
+
+    @_as_workflow_error
+    def plan_parent(self, wildcards: Any) -> list[str]:
+        """The frozen base recipe of the next shorter horizon, whose trunk the base's runs continue."""
+        parent = self.plan.plan_parent(wildcards.base)
+        return [] if parent is None else [parent]
+
+    @_as_workflow_error
+    def plan_parent_option(self, wildcards: Any) -> str:
+        parent = self.plan.plan_parent(wildcards.base)
+        return "" if parent is None else f"--parent {parent}"
+
+    @_as_workflow_error
+    def branch(self, wildcards: Any) -> str:
+        return self.plan.branch_option(wildcards.run, _epoch(wildcards))
+
+    @_as_workflow_error
+    def previous_slice(self, wildcards: Any) -> list[Any]:
+        """The slice before; a rung's decision orders the slice after it through the checkpoint, never
+        as an input (an extension's new decision must not make the slice look changed)."""
+        previous = self.plan.previous_slice(wildcards.run, _epoch(wildcards), read=self.read)
+        return [] if previous is None else [self.ancient(previous)]
+
+    @_as_workflow_error
+    def launcher(self, wildcards: Any) -> str:
+        return self.plan.launcher(wildcards.run)
+
+    @_as_workflow_error
+    def validation_launcher(self, wildcards: Any) -> str:
+        return self.plan.validation_launcher(wildcards.run)
+
+    @_as_workflow_error
+    def pack_inputs(self, wildcards: Any) -> dict[str, list[Any]]:
+        """A pack job's members' recipes and previous slices, ancient() as a solo job's are."""
+        inputs = self.plan.pack_inputs(wildcards.base, int(wildcards.epoch), wildcards.digest, read=self.read)
+        return {name: [self.ancient(path) for path in paths] for name, paths in inputs.items()}
+
+    @_as_workflow_error
+    def pack_run_dirs(self, wildcards: Any) -> str:
+        return self.plan.pack_run_dirs(wildcards.base, int(wildcards.epoch), wildcards.digest, read=self.read)
+
+    @_as_workflow_error
+    def pack_log_header(self, wildcards: Any) -> str:
+        return self.plan.pack_log_header(wildcards.base, int(wildcards.epoch), wildcards.digest, read=self.read)
+
+    @_as_workflow_error
+    def pack_launcher(self, wildcards: Any) -> str:
+        return self.plan.pack_launcher(wildcards.base)
+
+    @_as_workflow_error
+    def member_pack(self, wildcards: Any) -> list[Any]:
+        """The pack job that trains a synchronous run's slice under execution.pack."""
+        return [self.ancient(path) for path in self.plan.member_pack(wildcards.run, _epoch(wildcards), read=self.read)]
+
+
+def _epoch(wildcards: Any) -> int | None:
+    """A job's `epoch` wildcard; None for a rule without one (the final slice)."""
+    epoch = getattr(wildcards, "epoch", None)
+    return None if epoch is None else int(epoch)
 
 
 def asked_candidates(

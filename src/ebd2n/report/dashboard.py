@@ -35,6 +35,7 @@ from ebd2n.report.dashboard_settings import identity_rows, settings_groups
 from ebd2n.report.html import DASH, fixed, percent, scientific
 from ebd2n.report.plotly_embed import plotly_tag
 from ebd2n.train.pack_record import read_packs
+from ebd2n.train.records import TYPE, RecordType
 
 _SLURM_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 STATE_CLASSES = {FROZEN_PREFIX: "frozen-prefix", FROZEN_BASE: "frozen-base", LORA: "lora", FULL_RANK: "full-rank"}
@@ -79,8 +80,8 @@ def render_dashboard(
     """The page's HTML for a run record, its recipe and its metrics records; `plotly` loads plotly.js.
     `results` (the run's full validation, once done) gives the headline loss; `campaign_page` links back;
     `packs` (packs.json) names the runs it trained with in packs."""
-    steps = [record for record in records if record["type"] == "step"]
-    epochs = [record for record in records if record["type"] == "epoch"]
+    steps = [record for record in records if record[TYPE] == RecordType.STEP]
+    epochs = [record for record in records if record[TYPE] == RecordType.EPOCH]
     memory = _memory(epochs)
     context = {
         "run": run,

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import EngFormatter, MaxNLocator, NullLocator
 
-from ebd2n.campaign.analysis import DIVERGED
-from ebd2n.report.plotly_embed import PALETTE, halving_series, series_label
+from ebd2n.outcomes import DIVERGED
+from ebd2n.report.plotly_figures import PALETTE, halving_series, series_label
 
 _CMAP = colormaps["viridis_r"].with_extremes(bad="white")  # low loss bright; untested cells blank
 _METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None, "Creator": None}}
@@ -106,7 +106,7 @@ def _heatmap_panel(
                 ax.text(
                     j,
                     i,
-                    "diverged" + (f"\nstep {step}" if step is not None else ""),
+                    DIVERGED + (f"\nstep {step}" if step is not None else ""),
                     ha="center",
                     va="center",
                     fontsize=7,
@@ -200,8 +200,8 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
             ax.axvline(
                 panel["estimate"], color=color, linestyle="--", linewidth=1.2, label=f"optimum {panel['estimate']:.3g}"
             )
-        if panel["diverged"]:
-            crossed = [d["lr"] for d in panel["diverged"]]
+        if panel[DIVERGED]:
+            crossed = [d["lr"] for d in panel[DIVERGED]]
             ax.scatter(
                 crossed,
                 [0.97] * len(crossed),
@@ -209,12 +209,12 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
                 s=40,
                 color=_DIVERGED_LINE,
                 transform=ax.get_xaxis_transform(),
-                label="diverged",
+                label=DIVERGED,
                 clip_on=False,
             )
             left, right = min(left, min(crossed) / 1.5), max(right, max(crossed) * 1.5)
         ax.set_xlim(left, right)
-        ticks = sorted([p["lr"] for p in points] + [d["lr"] for d in panel["diverged"]])
+        ticks = sorted([p["lr"] for p in points] + [d["lr"] for d in panel[DIVERGED]])
         ax.set_xticks(ticks, [f"{lr:g}" for lr in ticks], rotation=45, fontsize=7)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("peak learning rate (log scale; ticks at the tested LRs)")

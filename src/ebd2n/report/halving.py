@@ -20,8 +20,9 @@ from ebd2n.campaign.plans import recorded_search
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.campaign.search import Bracket, point_id
 from ebd2n.layout import RUNS, CampaignPaths
+from ebd2n.outcomes import LiveState
 
-FINISHED, TRAINING = "finished", "training"
+FINISHED, TRAINING = "finished", LiveState.TRAINING.value
 """A point's outcome besides stopping at a rung: every seed trained to the end, or still under way
 (promoted at every rung decided so far)."""
 BRACKET_COLUMNS: dict[str, type[pl.DataType]] = {

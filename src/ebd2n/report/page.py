@@ -24,12 +24,14 @@ from ebd2n.layout import (
     SELECTION_JSON,
     CampaignPaths,
 )
+from ebd2n.outcomes import STOPPED, Outcome
 from ebd2n.quantities import format_amount, format_duration, loss_decimals
 from ebd2n.report import html
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.html import DASH, percent
 from ebd2n.report.page_grid import grid_section
-from ebd2n.report.plotly_embed import figure_json, halving_figure, plotly_tag
+from ebd2n.report.plotly_embed import figure_json, plotly_tag
+from ebd2n.report.plotly_figures import halving_figure
 from ebd2n.report.tables import settings_rows, split_rows
 
 
@@ -97,7 +99,7 @@ def _halving(outputs: dict[str, Any]) -> dict[str, Any]:
                     "beta2": f"{point['beta2']:g}",
                     "outcome": point["outcome"],
                     "cells": cells,
-                    "stopped": point["stopped_at"] is not None,
+                    STOPPED: point["stopped_at"] is not None,
                 }
             )
         brackets.append(
@@ -108,14 +110,14 @@ def _halving(outputs: dict[str, Any]) -> dict[str, Any]:
                 "rungs": [{"epoch": rung["epoch"], "candidates": rung["candidates"]} for rung in bracket["rungs"]],
                 "rows": rows,
                 "hours": _hours_text(bracket["hours"]),
-                "stopped": sum(row["stopped"] for row in rows),
+                STOPPED: sum(row[STOPPED] for row in rows),
                 "points": len(rows),
                 "epochs": bracket["epochs"],
             }
         )
     return {
         "keep": f"{outputs['keep']:g}",
-        "stopped": len(outputs["stopped_runs"]),
+        STOPPED: len(outputs["stopped_runs"]),
         "brackets": brackets,
         "hours": _hours_text(hours),
         "several": len(brackets) > 1,
@@ -242,7 +244,7 @@ def _run_row(
     dashboard = f"{row['directory']}/{DASHBOARD}"
     return {
         **row,
-        "status": "stopped" if row["run"] in stopped else row["status"],
+        "status": Outcome.STOPPED.value if row["run"] in stopped else row["status"],
         "stopped_at": stopped.get(row["run"]),
         "gpu_hours": format_amount(hours["gpu_hours"]),
         "cpu_hours": format_amount(hours["cpu_hours"]),

@@ -7,11 +7,13 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.campaign.analysis import DIVERGED, lr_response, outcome_text
+from ebd2n.campaign.analysis import lr_response, outcome_text
 from ebd2n.campaign.results import CampaignResults
+from ebd2n.outcomes import DIVERGED, STOPPED, Outcome
 from ebd2n.quantities import loss_decimals
 from ebd2n.report.html import DASH, percent
-from ebd2n.report.plotly_embed import curves_figure, figure_json, heatmap_figure, lr_optimum_figure
+from ebd2n.report.plotly_embed import figure_json
+from ebd2n.report.plotly_figures import curves_figure, heatmap_figure, lr_optimum_figure
 from ebd2n.report.tables import point_runs
 
 
@@ -98,7 +100,7 @@ def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
     ]
     rows += [
         {"lr": d["lr"], "mean": outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}), "seeds": ""}
-        for d in panel["diverged"]
+        for d in panel[DIVERGED]
     ]
     return {
         "id": f"optimum-{index}",
@@ -180,10 +182,10 @@ def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame, stopped: dict[st
                 "count": len(lrs),
                 "beta2": ", ".join(f"{b:g}" for b in campaign.beta2),
                 "points": groups.filter(pl.col("mode") == mode).height,
-                "complete": runs.filter(pl.col("status") == "complete").height,
-                "diverged": runs.filter(pl.col("status") == DIVERGED).height,
+                Outcome.COMPLETE.value: runs.filter(pl.col("status") == Outcome.COMPLETE).height,
+                DIVERGED: runs.filter(pl.col("status") == Outcome.DIVERGED).height,
                 "expected": len(lrs) * len(campaign.beta2) * len(campaign.seeds) - halted,
-                "stopped": halted,
+                STOPPED: halted,
             }
         )
     return rows
@@ -238,7 +240,7 @@ def _heatmap(
             cell = cells.get((lr, b))
             if (why := _point_text(cell)) is not None:
                 diverged = cell is not None and cell["outcome"] == DIVERGED
-                texts.append({"mean": why, "sd": "", "winner": False, "diverged": diverged})
+                texts.append({"mean": why, "sd": "", "winner": False, DIVERGED: diverged})
                 continue
             sd = f"± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
             seeds = "" if cell["eligible"] else f" ({cell['seeds_completed']} seeds)"
@@ -246,7 +248,7 @@ def _heatmap(
                 {
                     "mean": f"{cell['mean_loss']:.4f}",
                     "sd": sd + seeds,
-                    "diverged": False,
+                    DIVERGED: False,
                     "winner": winner is not None and (winner["lr"], winner["beta2"]) == (lr, b),
                 }
             )

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 
 from ebd2n.atomic import atomic_write_bytes, fsync_dir
 from ebd2n.campaign.results import CampaignResults
-from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import METRICS_STORE, RUNS_PARQUET, run_paths
+from ebd2n.train.records import read_metrics
 
 STORE_FILE = "part-0.parquet"
 _WRITE = {"compression": "zstd", "compression_level": 3, "use_dictionary": True, "write_statistics": True}
@@ -65,19 +65,6 @@ def write_store(campaign: CampaignResults, out: Path) -> dict[str, pa.Table]:
     fsync_dir(out)
     atomic_write_bytes(out / RUNS_PARQUET, _parquet(campaign.runs.to_arrow()))
     return tables
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl records ([] when absent), parsed in one call (a long run has tens of
-    thousands of lines); a corrupt line is reported by jsonio's line-by-line reader."""
-    if not path.is_file():
-        return []
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line]
-    try:
-        records = json.loads(f"[{','.join(lines)}]")
-    except json.JSONDecodeError:
-        records = None
-    return records if isinstance(records, list) and len(records) == len(lines) else read_jsonl(path)
 
 
 def partition(mode: str, run_id: str) -> str:

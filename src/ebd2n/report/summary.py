@@ -8,10 +8,10 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.campaign.analysis import DIVERGED, RETIRED
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.config import Recipe
 from ebd2n.layout import FIRST_AUDIT, CampaignPaths
+from ebd2n.outcomes import RESULTS, CheckStatus, Outcome
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.tables import data_facts, point_runs, settings
 
@@ -30,9 +30,9 @@ def campaign_summary(
     stopped = stopped_at(halving)
     runs = campaign.runs
     halted = pl.col("run").is_in(pl.Series(list(stopped), dtype=pl.String))
-    counted = runs.filter(~halted & (pl.col("status") != RETIRED))
-    complete = counted.filter(pl.col("status") == "complete")
-    ended = counted.filter(pl.col("status").is_in(["complete", DIVERGED]))  # a diverged run is a result
+    counted = runs.filter(~halted & (pl.col("status") != Outcome.RETIRED))
+    complete = counted.filter(pl.col("status") == Outcome.COMPLETE)
+    ended = counted.filter(pl.col("status").is_in(list(RESULTS)))  # a diverged run is a result
     results = list(campaign.results.values())
     info = campaign.info or {}
     points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
@@ -47,7 +47,9 @@ def campaign_summary(
         "directory": campaign_path(campaign),
         "kind": "scaling" if campaign.presets else "grid",
         "measured_date": campaign.measured_date,
-        "status": "complete" if ended.height == counted.height and ended.height >= expected else "incomplete",
+        "status": Outcome.COMPLETE
+        if ended.height == counted.height and ended.height >= expected
+        else Outcome.INCOMPLETE,
         "runs": runs.height,
         "completed_runs": complete.height,
         "expected_runs": expected,
@@ -83,16 +85,16 @@ def run_outcomes(campaign: CampaignResults) -> dict[str, list[dict[str, Any]]]:
     """The runs that did not converge, by outcome: diverged (with the step), failed (with the last
     lines of the job's log), incomplete (not finished yet), missing (no run directory) and retired."""
     rows = campaign.runs.iter_rows(named=True)
-    names = (DIVERGED, "failed", "incomplete", "missing", RETIRED)
-    outcomes: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    names = (Outcome.DIVERGED, Outcome.FAILED, Outcome.INCOMPLETE, Outcome.MISSING, Outcome.RETIRED)
+    outcomes: dict[str, list[dict[str, Any]]] = {name.value: [] for name in names}
     for row in rows:
-        if row["status"] == DIVERGED:
-            outcomes[DIVERGED].append({"run": row["run"], "step": row["diverged_step"]})
-        elif row["status"] == "failed":
-            outcomes["failed"].append({"run": row["run"], "log": campaign.failures.get(row["directory"], [])})
-        elif row["status"] in ("incomplete", RETIRED):
+        if row["status"] == Outcome.DIVERGED:
+            outcomes[Outcome.DIVERGED].append({"run": row["run"], "step": row["diverged_step"]})
+        elif row["status"] == Outcome.FAILED:
+            outcomes[Outcome.FAILED].append({"run": row["run"], "log": campaign.failures.get(row["directory"], [])})
+        elif row["status"] in (Outcome.INCOMPLETE, Outcome.RETIRED):
             outcomes[row["status"]].append({"run": row["run"]})
-    outcomes["missing"] = [{"run": run} for run in campaign.missing]
+    outcomes[Outcome.MISSING] = [{"run": run} for run in campaign.missing]
     return outcomes
 
 
@@ -161,10 +163,10 @@ def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
     apart), `compared` whether an earlier audit was compared."""
     if audit is None:
         return {
-            "status": "not audited",
+            "status": CheckStatus.NOT_AUDITED.value,
             "checks": 0,
-            "passed": 0,
-            "failed": [],
+            CheckStatus.PASSED.value: 0,
+            CheckStatus.FAILED.value: [],
             "not_applicable": [],
             "compared": False,
         }
@@ -173,21 +175,21 @@ def _audit(audit: dict[str, Any] | None) -> dict[str, Any]:
     idle = [
         f"{check.get('name')}: {check.get('scope')}" if check.get("scope") else str(check.get("name"))
         for check in checks
-        if check.get("status") == "not applicable"
+        if check.get("status") == CheckStatus.NOT_APPLICABLE
         and (compared or check.get("scope") != FIRST_AUDIT)  # a first audit is said once, in plain words
     ]
-    first = sum(check.get("status") == "not applicable" for check in checks) - len(idle)
+    first = sum(check.get("status") == CheckStatus.NOT_APPLICABLE for check in checks) - len(idle)
     failed = [
         {"name": check.get("name"), "scope": check.get("scope"), "violations": list(check.get("violations") or [])}
         for check in checks
         if not check.get("passed")
     ]
-    status = "passed" if audit.get("passed") and not failed else "failed"
+    status = CheckStatus.PASSED if audit.get(CheckStatus.PASSED) and not failed else CheckStatus.FAILED
     return {
-        "status": status,
+        "status": status.value,
         "checks": len(checks),
-        "passed": len(checks) - len(idle) - first - len(failed),
-        "failed": failed,
+        CheckStatus.PASSED.value: len(checks) - len(idle) - first - len(failed),
+        CheckStatus.FAILED.value: failed,
         "not_applicable": idle,
         "compared": compared,
     }

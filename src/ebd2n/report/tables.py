@@ -16,6 +16,7 @@ from ebd2n.config import Recipe, count_parameters
 from ebd2n.config.checkpoint_policy import policy_label
 from ebd2n.jsonio import read_json
 from ebd2n.layout import run_paths
+from ebd2n.outcomes import Outcome
 from ebd2n.train.schedule import describe_schedule
 
 CURVE_COLUMNS: dict[str, type[pl.DataType]] = {
@@ -43,7 +44,7 @@ def point_runs(campaign: CampaignResults, point: dict[str, Any]) -> pl.DataFrame
         (pl.col("mode") == point["mode"])
         & (pl.col("lr") == point["lr"])
         & (pl.col("beta2") == point["beta2"])
-        & (pl.col("status") == "complete")
+        & (pl.col("status") == Outcome.COMPLETE)
         & pl.col("seed").is_in(campaign.seeds)
     ).sort("seed")
 

@@ -21,7 +21,8 @@ from typing import Any
 from ebd2n.campaign.results import read_results
 from ebd2n.errors import UserError
 from ebd2n.layout import run_paths
-from ebd2n.report.store import read_metrics
+from ebd2n.outcomes import Outcome
+from ebd2n.train.records import TYPE, RecordType, read_metrics
 
 STEP_METRICS = ("loss", "accuracy", "lr", "grad_norm")
 EPOCH_METRICS = {
@@ -85,7 +86,7 @@ def _export_run(client: Any, experiment: str, run_dir: Path, row: dict[str, Any]
         client.log_batch(run, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):
         client.log_batch(run, metrics=metrics[start : start + 1000])
-    client.set_terminated(run, status="FINISHED" if row["status"] == "complete" else "KILLED")
+    client.set_terminated(run, status="FINISHED" if row["status"] == Outcome.COMPLETE else "KILLED")
 
 
 def _parameters(run_dir: Path, row: dict[str, Any]) -> dict[str, str]:
@@ -116,7 +117,7 @@ def _metrics(records: list[dict[str, Any]], row: dict[str, Any], metric: Any) ->
     for record in records:
         step = int(record.get("step") or 0)
         last = max(last, step)
-        names = {key: key for key in STEP_METRICS} if record.get("type") == "step" else EPOCH_METRICS
+        names = {key: key for key in STEP_METRICS} if record.get(TYPE) == RecordType.STEP else EPOCH_METRICS
         out += [
             metric(name, float(record[key]), 0, step)
             for key, name in names.items()

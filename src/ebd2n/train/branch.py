@@ -22,7 +22,7 @@ from ebd2n.errors import UserError
 from ebd2n.layout import RunPaths, slice_checkpoint
 from ebd2n.train.budget import budget_of, position_problem
 from ebd2n.train.checkpoint import Provenance, load_checkpoint, save_checkpoint
-from ebd2n.train.divergence import diverged_record
+from ebd2n.train.records import metrics
 from ebd2n.train.run_state import read_checkpoint_ledger
 from ebd2n.train.trunk import branch_epoch
 
@@ -45,11 +45,10 @@ def branch_run(
         )
     relative = slice_checkpoint(epoch)
     if not (parent_dir / relative).is_file():  # read the parent's history only when its checkpoint is not there
-        diverged = diverged_record(RunPaths(parent_dir).metrics)
-        if diverged is not None and diverged.get("epoch", 0) <= epoch:
+        diverged = metrics(RunPaths(parent_dir).metrics).divergence
+        if diverged is not None and diverged.epoch <= epoch:
             return (
-                f"{parent_dir.name} diverged in epoch {diverged['epoch']}, before its trunk's end: "
-                "trains from the start"
+                f"{parent_dir.name} diverged in epoch {diverged.epoch}, before its trunk's end: trains from the start"
             )
     parent_provenance = Provenance(
         recipe_identity(parent_recipe, provenance.cache_identity), provenance.cache_identity, provenance.source_hash

@@ -23,6 +23,7 @@ from typing import Any
 
 from ebd2n.config import Recipe, count_parameters
 from ebd2n.errors import UserError
+from ebd2n.train.records import DIVERGENCE
 
 MAX_EPOCHS = 100_000
 """The most epochs a budget may have: each epoch is a subset validation, a metrics record and a
@@ -179,7 +180,7 @@ def position_problem(state: Mapping[str, Any], budget: Budget, epoch: int) -> st
     data = state.get("data") if isinstance(state.get("data"), Mapping) else {}
     steps = budget.step_boundaries[epoch - 1] if epoch else 0
     expected = {"epoch": epoch, "step": steps, "tokens": budget.tokens_after(steps)}
-    diverged = progress.get("diverged")
+    diverged = progress.get(DIVERGENCE)
     if epoch == budget.epochs and isinstance(diverged, Mapping):
         # a diverged run's final.pt: the step of its decision, in the epoch it did not finish (ebd2n.train.divergence)
         decided = diverged.get("epoch")

@@ -7,7 +7,7 @@ Two rules, each set in the recipe's `training` section (docs/outcomes.md):
   ln(vocab_size) + `divergence_margin`: worse than predicting every token uniformly at random.
 The trainer applies them step by step (`Watch`) and stops at the first step either fires; the
 audit replays the same rules over the run's step records (`replay`). The decision is the last
-record of metrics.jsonl (`diverged_record` reads it back).
+record of metrics.jsonl (ebd2n.train.records.Divergence).
 """
 
 from __future__ import annotations
@@ -15,18 +15,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ebd2n.config import Recipe
-from ebd2n.jsonio import read_jsonl
 from ebd2n.train.budget import Budget
 from ebd2n.train.schedule import warmup_tokens
 
 NON_FINITE = "non-finite"
 LOSS_BOUND = "loss-bound"
 RULES = (NON_FINITE, LOSS_BOUND)
-RECORD_TYPE = "diverged"
 
 
 @dataclass(frozen=True)
@@ -91,12 +88,3 @@ def replay(rules: Rules, steps: Iterable[Mapping[str, Any]], tokens_after) -> tu
         if fired is not None:
             return int(record["step"]), fired[0]
     return None
-
-
-def diverged_record(metrics: Path) -> dict[str, Any] | None:
-    """The run's divergence decision from its metrics.jsonl (its last record), None when it has none."""
-    found = None
-    for record in read_jsonl(metrics):
-        if isinstance(record, dict) and record.get("type") == RECORD_TYPE:
-            found = record
-    return found

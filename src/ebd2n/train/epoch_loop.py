@@ -10,9 +10,10 @@ from tqdm import tqdm
 
 from ebd2n.layout import FINAL
 from ebd2n.parallel import distributed
-from ebd2n.train.divergence import RECORD_TYPE, Rules, observe
+from ebd2n.train.divergence import Rules, observe
 from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, SilentOutput
+from ebd2n.train.records import TYPE, Divergence, RecordType
 from ebd2n.train.runlog import format_memory
 from ebd2n.train.schedule import learning_rate
 from ebd2n.train.step import StepResult
@@ -82,7 +83,7 @@ class EpochLoop:
         val_loss, val_accuracy, _ = subset
         step = self.parts.data.step
         record = {
-            "type": "epoch",
+            TYPE: RecordType.EPOCH.value,
             "epoch": epoch + 1,
             "step": step,
             "tokens": budget.tokens_after(step),
@@ -122,7 +123,7 @@ class EpochLoop:
         fired = observe(self.rules, counters, result.loss, result.skipped, tokens)
         self.output.append(
             {
-                "type": "step",
+                TYPE: RecordType.STEP.value,
                 "step": step + 1,
                 "loss": result.loss,
                 "accuracy": result.accuracy,
@@ -135,15 +136,14 @@ class EpochLoop:
             self.output.write(f"step {step + 1}/{budget.total_steps} | loss {result.loss:.4f} | lr {lr:.3e}")
         if fired is not None:
             rule, detail = fired
-            counters.diverged = {
-                "type": RECORD_TYPE,
-                "step": step + 1,
-                "tokens": tokens,
-                "epoch": epoch + 1,
-                "rule": rule,
-                "last_finite_loss": counters.last_finite_loss,
-                "detail": detail,
-            }
+            counters.diverged = Divergence(
+                step=step + 1,
+                tokens=tokens,
+                epoch=epoch + 1,
+                rule=rule,
+                last_finite_loss=counters.last_finite_loss,
+                detail=detail,
+            ).record()
             self.output.append(counters.diverged)
             last = "none" if counters.last_finite_loss is None else f"{counters.last_finite_loss:.4f}"
             self.output.write(

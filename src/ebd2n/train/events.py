@@ -15,10 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.layout import TENSORBOARD
+from ebd2n.train.records import TYPE, RecordType
 
 SCALARS = {
-    "step": {"loss": "train/loss", "accuracy": "train/accuracy", "lr": "train/lr", "grad_norm": "train/grad_norm"},
-    "epoch": {
+    RecordType.STEP: {
+        "loss": "train/loss",
+        "accuracy": "train/accuracy",
+        "lr": "train/lr",
+        "grad_norm": "train/grad_norm",
+    },
+    RecordType.EPOCH: {
         "val_loss": "subset_validation/loss",
         "val_accuracy": "subset_validation/accuracy",
         "train_loss": "train/epoch_loss",
@@ -40,7 +46,7 @@ class EventLog:
     def add(self, record: dict[str, Any]) -> str | None:
         """Write the record's scalars at its step (epoch records flush, for live readers); a line for
         train.log the first time no events can be written, else None."""
-        fields = SCALARS.get(record.get("type"))
+        fields = SCALARS.get(record.get(TYPE))
         if fields is None or self.unavailable:
             return None
         if self.writer is None:
@@ -54,7 +60,7 @@ class EventLog:
             value = record.get(field)
             if isinstance(value, int | float):
                 self.writer.add_scalar(tag, value, record["step"])
-        if record["type"] == "epoch":
+        if record[TYPE] == RecordType.EPOCH:
             self.writer.flush()
         return None
 

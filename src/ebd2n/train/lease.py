@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ebd2n.atomic import pid_alive, serialized
 from ebd2n.errors import UserError
+from ebd2n.job_time import process_started
 from ebd2n.layout import LEASE
 from ebd2n.provenance import timestamp
 
@@ -177,9 +178,26 @@ def _read(path: Path) -> Holder | None:
         return None
 
 
-def _gone(holder: Holder, path: Path, me: Holder) -> bool:
+def job_gone(record: dict) -> bool:
+    """Whether the job a log's start record names (ebd2n.train.records.JOB_START: the holder of its
+    shell) is provably gone, as a lease's holder would be; a record this code cannot read is gone.
+    On this host a pid that a later process took is gone too (started after the record)."""
+    try:
+        holder = Holder(**record)
+        since = holder.started
+    except (TypeError, ValueError):
+        return True
+    me = Holder.this_process()
+    if holder.host == me.host and holder.boot == me.boot:
+        started = process_started(holder.pid)
+        return started is None or started > since + 2  # the clock ticks of /proc against whole seconds
+    return _gone(holder, None, me)
+
+
+def _gone(holder: Holder, path: Path | None, me: Holder) -> bool:
     if holder.host == me.host:
-        return holder.boot != me.boot or not (_locked(path) or pid_alive(holder.pid))
+        locked = path is not None and _locked(path)
+        return holder.boot != me.boot or not (locked or pid_alive(holder.pid))
     if holder.job and holder.job == me.job:
         return holder.restarts < me.restarts  # this job, requeued: SLURM ended the earlier run first
     return bool(holder.job) and _slurm_job_ended(holder.job)

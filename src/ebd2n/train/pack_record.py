@@ -55,17 +55,19 @@ def record_pack(run_dirs: Sequence[Path], end_epoch: int, members: Sequence[Path
 
 
 def pack_log_header(members: Sequence[str]) -> str:
-    """The first line of a pack job's log, written by the workflow before the job starts: its
+    """The header of a pack job's log (after its start record), written by the workflow before the job starts: its
     members, so that a job failing before it records them (a launcher's error, a broken cache, a
     kill) is still their failure (ebd2n.campaign.results)."""
     return " ".join([PACK_LOG_HEADER, *members])
 
 
 def pack_log_members(log: Path) -> list[str]:
-    """The runs a pack job's log names in its first line ([] for a log without the header)."""
+    """The runs a pack job's log names in its header, the line after the job's start record
+    (ebd2n.train.records.JOB_START) ([] for a log without the header)."""
     with open(log, encoding="utf-8", errors="replace") as file:
-        words = file.readline().split()
-    return words[len(PACK_LOG_HEADER.split()) :] if " ".join(words).startswith(PACK_LOG_HEADER) else []
+        heads = [file.readline().split() for _ in range(2)]
+    words = next((words for words in heads if " ".join(words).startswith(PACK_LOG_HEADER)), [])
+    return words[len(PACK_LOG_HEADER.split()) :]
 
 
 def record_pack_job(path: Path, members: Sequence[Path], end_epoch: int) -> None:

@@ -13,6 +13,7 @@ from ebd2n.provenance import environment, timestamp
 from ebd2n.train.accounting import unit_table
 from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, SilentOutput
+from ebd2n.train.records import DIVERGENCE
 from ebd2n.train.state import Progress
 from ebd2n.train.step import bf16_autocast
 
@@ -89,7 +90,7 @@ def run_record(job: Slice, parts: Parts) -> dict:
         "units": units,
     }
     if counters.diverged is not None:
-        record["diverged"] = counters.diverged
+        record[DIVERGENCE] = counters.diverged
     if recipe.model.source == "huggingface":  # which model was fine-tuned, for the dashboard's identity section
         record["model"] = {"path": recipe.model.path, **hf_identity(recipe.model)}
     return record

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ebd2n.jsonio import read_jsonl
 from ebd2n.layout import METRICS, TRAIN_LOG
+from ebd2n.train.records import TYPE, RecordType
 
 
 class TrainLog:
@@ -64,7 +64,7 @@ class MetricsLog:
         """Write a record; an epoch's goes to the file at once, so live readers see every ended epoch."""
         handle = self._open()
         handle.write(json.dumps(record, separators=(",", ":")) + "\n")
-        if record.get("type") == "epoch":
+        if record.get(TYPE) == RecordType.EPOCH:
             handle.flush()
 
     def state_dict(self) -> dict[str, Any]:
@@ -89,11 +89,6 @@ class MetricsLog:
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Every record of a run's metrics.jsonl."""
-    return read_jsonl(Path(run_dir) / METRICS)
 
 
 def format_memory(memory: dict[str, dict[str, int]]) -> str:

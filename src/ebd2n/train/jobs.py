@@ -1,18 +1,39 @@
-"""A training or validation job from start to the run's dashboard: what `ebd2n train` and
-`ebd2n validate` do, in the package so the command line only parses and prints.
+"""A training job from start to the run's pages: what `ebd2n train` and `ebd2n train-pack` do, in
+the package so the command line only parses and prints.
 
-It lives in the report layer because the dashboard does: the trainer hands each training job's
-record to a live page (live.html, ebd2n.report.live_dashboard), rewritten at slice ends and when a
-job fails; the job that completed the run (or, if that job was killed first, the validation job)
-writes its final page, report.html, and removes the live one.
+The trainer hands each job's record to the run's live page, rewritten at slice ends and when a job
+fails; the job that completed the run writes its final page and removes the live one. Those pages
+are the report layer's, above this one, so the caller hands them in (`pages`, a RunPages:
+ebd2n.commands gives ebd2n.report.run_pages.RunDashboards).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Protocol
 
 from ebd2n.errors import UserError
-from ebd2n.layout import DASHBOARD, FINAL, RUN_RECORD
+from ebd2n.layout import DASHBOARD, FINAL
+
+
+class LivePage(Protocol):
+    """A run's live page, given to the trainer as its `on_record`."""
+
+    def __call__(self, record: dict[str, Any]) -> None: ...
+
+    def write(self, state: str | None = None) -> Path | None: ...
+
+    def failed(self, error: BaseException) -> None: ...
+
+
+class RunPages(Protocol):
+    """The pages a job keeps in a run directory: the live one while the run trains, the final one after."""
+
+    def live(self, run_dir: Path) -> LivePage: ...
+
+    def final(self, run_dir: Path) -> Path: ...
+
+    def remove_live(self, run_dir: Path) -> None: ...
 
 
 def train_job(
@@ -24,6 +45,8 @@ def train_job(
     wait: bool = False,
     plan: Path | None = None,
     branch_from: Path | None = None,
+    *,
+    pages: RunPages,
 ) -> str | None:
     """Train a run (or one slice of it) and, once the run is complete, write its dashboard; return
     one line on what the job left (None on a torchrun process other than the main one)."""
@@ -42,12 +65,10 @@ def train_job(
 
     from ebd2n.job_time import record_job
     from ebd2n.provenance import job_usage
-    from ebd2n.report.dashboard import write_dashboard
-    from ebd2n.report.live_dashboard import LiveDashboard, remove_live_page
     from ebd2n.train import train
     from ebd2n.train.runlog import append_to_train_log
 
-    live = LiveDashboard(run_dir)
+    live = pages.live(run_dir)
     try:
         trained = train(
             loaded,
@@ -69,8 +90,8 @@ def train_job(
         record_job(run_dir, "train", until_epoch)
     complete = (run_dir / FINAL).is_file()
     if complete and (trained or not (run_dir / DASHBOARD).is_file()):  # this job completed the run
-        append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
-        remove_live_page(run_dir)
+        append_to_train_log(run_dir, f"dashboard {pages.final(run_dir)}")
+        pages.remove_live(run_dir)
     elif trained and (page := live.write(f"trained to epoch {until_epoch}, where this slice ended")):
         append_to_train_log(run_dir, f"dashboard {page}")
     if trained:
@@ -84,6 +105,8 @@ def train_pack_job(
     wait: bool = False,
     plan: Path | None = None,
     record: Path | None = None,
+    *,
+    pages: RunPages,
 ) -> list[str]:
     """Train resolved runs (each directory's recipe) as one pack (ebd2n.train.pack_trainer), each
     with its live page as `ebd2n train` keeps it: each run that trained records its share of the
@@ -93,8 +116,6 @@ def train_pack_job(
     from ebd2n.job_time import record_job
     from ebd2n.layout import RunPaths
     from ebd2n.provenance import job_usage
-    from ebd2n.report.dashboard import write_dashboard
-    from ebd2n.report.live_dashboard import LiveDashboard, remove_live_page
     from ebd2n.train.budget import budget_of
     from ebd2n.train.pack_record import record_pack_job
     from ebd2n.train.pack_trainer import train_pack
@@ -113,7 +134,7 @@ def train_pack_job(
     slice_plan = None if plan is None else read_slice_plan(plan)
     if plan is not None and slice_plan is None:
         raise UserError(f"--plan {plan}: no such file")
-    lives = [LiveDashboard(run_dir) for run_dir in run_dirs]
+    lives = [pages.live(run_dir) for run_dir in run_dirs]
     try:
         trained = train_pack(recipes, until_epoch, slice_plan.ends if slice_plan else (), wait, on_records=lives)
     except Exception as error:
@@ -125,8 +146,8 @@ def train_pack_job(
         if did:
             record_job(run_dir, "train", until_epoch, pack=sum(trained))
         if (run_dir / FINAL).is_file() and (did or not (run_dir / DASHBOARD).is_file()):
-            append_to_train_log(run_dir, f"dashboard {write_dashboard(run_dir)}")
-            remove_live_page(run_dir)
+            append_to_train_log(run_dir, f"dashboard {pages.final(run_dir)}")
+            pages.remove_live(run_dir)
         elif did and (page := live.write(f"trained to epoch {until_epoch}, where this slice ended")):
             append_to_train_log(run_dir, f"dashboard {page}")
         lines.append(_train_summary(run_dir, did, until_epoch))
@@ -142,17 +163,14 @@ def train_pack_job(
 def _train_summary(run_dir: Path, trained: bool, until_epoch: int | None) -> str:
     """One line on what the job left: final.pt, or how far the run is (the same command goes on),
     and the last subset loss."""
-    from ebd2n.train.runlog import read_metrics
+    from ebd2n.train.records import RunRecord
 
-    records = read_metrics(run_dir)
+    metrics = RunRecord(run_dir).metrics
     done = "done" if trained else "done already (nothing trained)"
-    diverged = [record for record in records if record["type"] == "diverged"]
-    if diverged:
-        return (
-            f"{done}: the run diverged at step {diverged[-1]['step']} ({diverged[-1]['rule']}); "
-            f"{run_dir / FINAL} holds its weights there"
-        )
-    last = [record for record in records if record["type"] == "epoch"][-1]
+    diverged = metrics.divergence
+    if diverged is not None:
+        return f"{done}: the run {diverged.describe()}; {run_dir / FINAL} holds its weights there"
+    last = metrics.epochs[-1]
     loss = (
         f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_accuracy']:.2f} % "
         f"(epoch {last['epoch']} subset)"
@@ -160,32 +178,3 @@ def _train_summary(run_dir: Path, trained: bool, until_epoch: int | None) -> str
     if (run_dir / FINAL).is_file():
         return f"{done}: {run_dir / FINAL}, dashboard {run_dir / DASHBOARD}; {loss}"
     return f"slice {done}: epoch {until_epoch} of {run_dir}; `ebd2n train` without --until-epoch resumes it; {loss}"
-
-
-def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -> list[str]:
-    """Fully validate a run's final model (writing its dashboard first if its training job was killed
-    just before); return the lines the job prints: the result, then the job's usage."""
-    from ebd2n.evaluate import validate_run
-    from ebd2n.provenance import job_usage
-
-    run_dir = Path(run_dir)
-    trained = all((run_dir / name).is_file() for name in (FINAL, RUN_RECORD))
-    if trained and not (run_dir / DASHBOARD).is_file():
-        from ebd2n.report.dashboard import write_dashboard
-
-        write_dashboard(run_dir)
-    if trained:
-        from ebd2n.report.live_dashboard import remove_live_page
-
-        remove_live_page(run_dir)  # a killed training job's, left beside the finished run's page
-    results = validate_run(run_dir, device=device, wait=wait)
-    if results["status"] == "diverged":
-        outcome = (
-            f"{run_dir}: diverged at step {results['diverged']['step']} ({results['diverged']['rule']}); "
-            f"full validation {results['validation']}"
-        )
-    elif results["status"] == "failed":  # recorded in results.json, which the report and the audit show
-        outcome = f"{run_dir}: failed run: {results['reason']}"
-    else:
-        outcome = f"{run_dir}: full-validation loss {results['loss']:.6f} nats over {results['targets']:,} targets"
-    return [outcome, job_usage()]  # the job's log: results.json holds only what the checkpoint determines

@@ -1,0 +1,383 @@
+"""The campaign report's interactive figures as Plotly specs (plain dicts; ebd2n.report.plotly_embed
+puts them into a page). Apart from the embedding, which every run dashboard loads, because only the
+campaign's pages draw these: loss grids, curves, LR optima, halving rungs."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ebd2n.campaign.analysis import outcome_text
+from ebd2n.outcomes import DIVERGED
+from ebd2n.report.plotly_embed import MODEBAR_BAND
+
+if TYPE_CHECKING:
+    import polars as pl
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+"""Line colours shared by the interactive and the static figures, so a mode looks the same in both."""
+
+_FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 12}
+
+
+def heatmap_figure(
+    mode: str,
+    groups: pl.DataFrame,
+    lrs: list[float],
+    beta2: list[float],
+    winner: dict[str, Any] | None,
+    scale: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """One mode's LR x beta2 grid of mean loss, annotated; untested cells are empty (null). `scale`
+    (lowest, highest) puts every mode's heatmap on one colour scale, so colours compare across modes."""
+    cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
+    z, text, hover = [], [], []
+    for lr in lrs:
+        row_z, row_text, row_hover = [], [], []
+        for b in beta2:
+            cell = cells.get((lr, b))
+            mean = cell["mean_loss"] if cell and cell["outcome"] != DIVERGED else None
+            row_z.append(mean)
+            row_text.append("" if mean is None else f"{mean:.4f}" + ("" if cell["eligible"] else "*"))
+            row_hover.append(_hover(cell))
+        z.append(row_z)
+        text.append(row_text)
+        hover.append(row_hover)
+    diverged = [cell for cell in cells.values() if cell["outcome"] == DIVERGED]
+    shapes = []
+    if winner is not None:
+        i, j = lrs.index(winner["lr"]), beta2.index(winner["beta2"])
+        shapes.append(
+            {
+                "type": "rect",
+                "x0": j - 0.5,
+                "x1": j + 0.5,
+                "y0": i - 0.5,
+                "y1": i + 0.5,
+                "line": {"color": "#d62728", "width": 3},
+            }
+        )
+    return {
+        "data": [
+            {
+                "type": "heatmap",
+                "x": [f"{b:g}" for b in beta2],
+                "y": [f"{lr:g}" for lr in lrs],
+                "z": z,
+                "text": text,
+                "texttemplate": "%{text}",
+                "customdata": hover,
+                "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
+                "colorscale": "Viridis",
+                "reversescale": True,
+                **({"zmin": scale[0], "zmax": scale[1]} if scale else {}),
+                "hoverongaps": False,
+                "colorbar": {"title": {"text": "mean loss (nats)", "side": "right"}, "thickness": 12, "nticks": 8},
+            },
+            *(
+                [
+                    _diverged_trace(
+                        [f"{cell['beta2']:g}" for cell in diverged],
+                        [f"{cell['lr']:g}" for cell in diverged],
+                        [outcome_text(cell) for cell in diverged],
+                    )
+                ]
+                if diverged
+                else []
+            ),
+        ],
+        "layout": {
+            # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
+            "title": {"text": mode, "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
+            "xaxis": {"title": {"text": "beta2"}, "type": "category"},
+            "yaxis": {"title": {"text": "peak learning rate"}, "type": "category"},
+            "shapes": shapes,
+            # the diverged cross's entry above the plot's right end, clear of the colour bar
+            "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom"},
+            "height": max(280, 160 + 30 * len(lrs)),
+            "margin": {"l": 80, "r": 20, "t": MODEBAR_BAND + 36, "b": 50},
+            "font": _FONT,
+        },
+    }
+
+
+def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
+    """Winners' subset validation loss: a ± one-SD band (two traces, filled) and the mean line."""
+    data: list[dict[str, Any]] = []
+    for index, ((mode, lr, beta2), part) in enumerate(table.group_by(["mode", "lr", "beta2"], maintain_order=True)):
+        color = PALETTE[index % len(PALETTE)]
+        tokens = part["tokens"].to_list()
+        mean = part["mean_loss"].to_list()
+        sd = part["std_loss"].fill_null(0.0).to_list()
+        band = {
+            "x": tokens,
+            "mode": "lines",
+            "line": {"width": 0},
+            "hoverinfo": "skip",
+            "showlegend": False,
+            "legendgroup": mode,
+        }
+        data.append({**band, "type": "scatter", "y": [m - s for m, s in zip(mean, sd, strict=True)]})
+        data.append(
+            {
+                **band,
+                "type": "scatter",
+                "y": [m + s for m, s in zip(mean, sd, strict=True)],
+                "fill": "tonexty",
+                "fillcolor": _translucent(color),
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "x": tokens,
+                "y": mean,
+                "customdata": sd,
+                "name": f"{mode}: LR {lr:g}, beta2 {beta2:g}",
+                "legendgroup": mode,
+                "line": {"color": color, "width": 2},
+                "marker": {"size": 4},
+                "hovertemplate": "%{x:,} tokens<br>%{y:.4f} ± %{customdata:.4f} nats<extra>%{fullData.name}</extra>",
+            }
+        )
+    return {
+        "data": data,
+        "layout": {
+            "xaxis": {"title": {"text": "training tokens"}, "zeroline": False},
+            "yaxis": {"title": {"text": "subset validation loss (nats)"}, "zeroline": False},
+            "legend": {"orientation": "h", "y": -0.2},
+            "height": 440,
+            "margin": {"l": 70, "r": 20, "t": MODEBAR_BAND, "b": 60},
+            "font": _FONT,
+        },
+    }
+
+
+def _diverged_trace(x: list[Any], y: list[Any], texts: list[str]) -> dict[str, Any]:
+    """The diverged points as red crosses, with their own legend entry ("diverged") and the step on hover."""
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": DIVERGED,
+        "x": x,
+        "y": y,
+        "customdata": texts,
+        "marker": {"symbol": "x", "size": 14, "color": DIVERGED_COLOR},
+        "showlegend": True,
+        "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
+    }
+
+
+DIVERGED_COLOR = "#b00020"
+
+
+def _hover(cell: dict[str, Any] | None) -> str:
+    if cell is not None and cell["outcome"] == DIVERGED:
+        return outcome_text(cell)
+    if cell is None:
+        return "not tested"
+    if cell["mean_loss"] is None:
+        return "no result yet"
+    sd = f" ± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
+    return f"{cell['mean_loss']:.4f}{sd} nats, {cell['seeds_completed']} seed(s), rank {cell['rank']}"
+
+
+def _translucent(color: str, alpha: float = 0.2) -> str:
+    red, green, blue = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
+def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
+    """One mode's loss against LR (log axis): seeds, mean ± SD, the fitted parabola, the optimum
+    and its 95 % interval as a shaded band (an open end runs to the plot's edge)."""
+    color = PALETTE[index % len(PALETTE)]
+    points = panel["points"]
+    data: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "seeds",
+            "x": panel["seeds"]["lr"],
+            "y": panel["seeds"]["loss"],
+            "customdata": panel["seeds"]["seed"],
+            "marker": {"color": _translucent(color, 0.5), "size": 6},
+            "hovertemplate": "LR %{x:.4g}, seed %{customdata}<br>%{y:.4f} nats<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "mean ± SD",
+            "x": [p["lr"] for p in points],
+            "y": [p["mean_loss"] for p in points],
+            "error_y": {"type": "data", "array": [p["std_loss"] or 0.0 for p in points], "color": color},
+            "marker": {"color": color, "size": 9},
+            "hovertemplate": "LR %{x:.4g}<br>mean %{y:.4f} nats<extra></extra>",
+        },
+    ]
+    if panel["curve"]["lr"]:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "quadratic fit",
+                "x": panel["curve"]["lr"],
+                "y": panel["curve"]["loss"],
+                "line": {"color": "black", "width": 1.5},
+                "hoverinfo": "skip",
+            }
+        )
+    shapes = []
+    if panel["low"] is not None or panel["high"] is not None:
+        low, high = (
+            (panel["low"] or min(p["lr"] for p in points) / 2),
+            (panel["high"] or max(p["lr"] for p in points) * 2),
+        )
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": low,
+                "x1": high,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": _translucent(color, 0.15),
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
+    if panel["estimate"] is not None:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": panel["estimate"],
+                "x1": panel["estimate"],
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": color, "dash": "dash", "width": 2},
+            }
+        )
+    crossed = panel[DIVERGED]
+    if crossed:  # at the top of the plot: a diverged LR has no loss to draw
+        top = max([*panel["seeds"]["loss"], *(p["mean_loss"] + (p["std_loss"] or 0.0) for p in points)], default=0.0)
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": DIVERGED,
+                "x": [d["lr"] for d in crossed],
+                "y": [top] * len(crossed),
+                "customdata": [outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}) for d in crossed],
+                "marker": {"symbol": "x", "size": 12, "color": DIVERGED_COLOR},
+                "hovertemplate": "LR %{x:.4g}<br>%{customdata}<extra></extra>",
+            }
+        )
+    bounds = [bound for bound in (panel["low"], panel["high"]) if bound is not None]  # the band stays in view
+    lrs = [p["lr"] for p in points] + [d["lr"] for d in crossed] + bounds
+    return {
+        "data": data,
+        "layout": {
+            # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
+            "title": {
+                "text": f"{panel['mode']} (beta2 {panel['beta2']:g})",
+                "yref": "paper",
+                "y": 1,
+                "yanchor": "bottom",
+                "pad": {"b": 8},
+            },
+            "xaxis": {
+                "title": {"text": "peak learning rate"},
+                "type": "log",
+                "range": [math.log10(min(lrs)) - 0.1, math.log10(max(lrs)) + 0.1],
+            },
+            "yaxis": {"title": {"text": "final full-validation loss (nats)"}, "zeroline": False},
+            "shapes": shapes,
+            "legend": {"orientation": "h", "y": -0.25},
+            "height": 420,
+            "margin": {"l": 70, "r": 20, "t": MODEBAR_BAND + 36, "b": 60},
+            "font": _FONT,
+        },
+    }
+
+
+def halving_series(bracket: dict[str, Any]) -> list[tuple[dict[str, Any], float, list[dict[str, Any]]]]:
+    """(rung, beta2, the points ranked there at that beta2 in LR order), rung by rung: the lines of
+    the successive-halving figures, static and interactive alike (`bracket` as ebd2n.report.halving
+    gives it)."""
+    series = []
+    for rung in bracket["rungs"]:
+        key = str(rung["epoch"])
+        ranked = [p for p in bracket["points"] if key in p["rungs"] and p["rungs"][key]["mean_loss"] is not None]
+        for beta2 in sorted({p["beta2"] for p in ranked}):
+            series.append((rung, beta2, sorted((p for p in ranked if p["beta2"] == beta2), key=lambda p: p["lr"])))
+    return series
+
+
+def series_label(bracket: dict[str, Any], rung: dict[str, Any], beta2: float) -> str:
+    """`epoch 2`, with the beta2 when the bracket has several."""
+    several = len({p["beta2"] for p in bracket["points"]}) > 1
+    return f"epoch {rung['epoch']}" + (f", beta2 {beta2:g}" if several else "")
+
+
+def halving_figure(bracket: dict[str, Any]) -> dict[str, Any]:
+    """One bracket's rungs: mean subset loss against LR (log axis), a line per rung (and beta2);
+    a filled circle trained on, a cross stopped there."""
+    data: list[dict[str, Any]] = []
+    dashes = ("solid", "dash", "dot", "dashdot")
+    beta2s = sorted({p["beta2"] for p in bracket["points"]})
+    for rung, beta2, points in halving_series(bracket):
+        key, name = str(rung["epoch"]), series_label(bracket, rung, beta2)
+        color = PALETTE[bracket["rungs"].index(rung) % len(PALETTE)]
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": name,
+                "legendgroup": name,
+                "hoverinfo": "skip",
+                "x": [p["lr"] for p in points],
+                "y": [p["rungs"][key]["mean_loss"] for p in points],
+                "line": {"color": color, "width": 1.5, "dash": dashes[beta2s.index(beta2) % len(dashes)]},
+            }
+        )
+        for continued, symbol, outcome in ((True, "circle", "trained on"), (False, "x-thin-open", "stopped here")):
+            marked = [p for p in points if p["rungs"][key]["continued"] is continued]
+            if marked:
+                data.append(
+                    {
+                        "type": "scatter",
+                        "mode": "markers",
+                        "name": f"{name}: {outcome}",
+                        "legendgroup": name,
+                        "showlegend": False,
+                        "x": [p["lr"] for p in marked],
+                        "y": [p["rungs"][key]["mean_loss"] for p in marked],
+                        "customdata": [[p["point"], p["rungs"][key]["rank"]] for p in marked],
+                        "marker": {"color": color, "size": 9, "symbol": symbol, "line": {"color": color, "width": 2}},
+                        "hovertemplate": f"epoch {rung['epoch']}: %{{customdata[0]}}<br>"
+                        "mean %{y:.4f} nats, rank %{customdata[1]} of "
+                        f"{rung['candidates']}<br>{outcome}<extra></extra>",
+                    }
+                )
+    lrs = sorted({p["lr"] for p in bracket["points"]})
+    return {
+        "data": data,
+        "layout": {
+            "title": {"text": bracket["bracket"], "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
+            "xaxis": {
+                "title": {"text": "peak learning rate"},
+                "type": "log",
+                "tickvals": lrs,
+                "ticktext": [f"{lr:g}" for lr in lrs],
+                "range": [math.log10(lrs[0]) - 0.1, math.log10(lrs[-1]) + 0.1],
+            },
+            "yaxis": {"title": {"text": "mean subset validation loss (nats)"}, "zeroline": False},
+            "legend": {"orientation": "h", "y": -0.25},
+            "height": 420,
+            "margin": {"l": 70, "r": 20, "t": MODEBAR_BAND + 36, "b": 60},
+            "font": _FONT,
+        },
+    }
