@@ -20,7 +20,7 @@ from ebd2n.layout import RESULTS_JSON, CampaignPaths
 from ebd2n.outcomes import Outcome, run_outcome
 from ebd2n.train.lease import job_gone, live_holder
 from ebd2n.train.pack_record import PACK_LOG_HEADER, pack_digest, pack_log_members, read_packs
-from ebd2n.train.records import RunRecord, job_start, log_lines
+from ebd2n.train.records import JOB_START, RunRecord, job_start, log_lines
 
 LOG_LINES = 8
 """How many of a failed job's last log lines the report shows."""
@@ -67,8 +67,8 @@ class JobLogs:
             running = True
         elif start is not None:
             running = not job_gone(start)
-        else:  # an older workflow's log
-            running = not lines and not log.stat().st_size
+        else:  # a start record being written (no newline yet) is a job starting; else an older workflow's log
+            running = _starting(log) or (not lines and not log.stat().st_size)
         return LastJob(log, running, lines[-LOG_LINES:] or [EMPTY_LOG], _since(start))
 
     def failure(self, run_id: str) -> tuple[Path, list[str]] | None:
@@ -96,6 +96,15 @@ class JobLogs:
         return [log for log in logs if log.is_file()] + self._unrecorded.get(run_id, [])
 
 
+def _starting(log: Path) -> bool:
+    """Whether the log holds only the first part of a start record, its newline not written yet."""
+    try:
+        data = log.read_bytes()
+    except OSError:
+        return False
+    return b"\n" not in data and data.startswith(JOB_START.encode()[: len(data)])
+
+
 def _since(start: dict | None) -> float | None:
     try:
         return datetime.strptime(str(start["since"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
@@ -118,7 +127,7 @@ def classify_run(
     results = record.results
     job = logs.last(record.id) if results is None and not leased else None
     outcome = run_outcome(
-        validated=(results or {}).get("status"),
+        validated=None if results is None else results.get("status", Outcome.COMPLETE),  # the audit checks it
         diverged=record.divergence is not None and record.has_final,  # the trainer's decision, with its final records
         working=leased or (job is not None and job.running),
         failed=job is not None and not job.running,

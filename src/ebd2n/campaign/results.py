@@ -76,10 +76,17 @@ class CampaignResults:
     audit: dict[str, Any] | None
     measured_date: str | None
     """Date of the last full validation (as recorded in results.json, never a file time)."""
-    missing: list[str]
-    """Runs of the campaign's grid with no run directory yet (never resolved: their job did not run)."""
+    unresolved: dict[str, Outcome]
+    """Runs of the campaign's grid without a resolved recipe (so not in `runs`), by outcome: missing
+    (no job of theirs ran yet), incomplete (one starts or runs) or failed (one provably ended
+    without its output; its log in `failures`)."""
     failures: dict[str, list[str]]
     """The last lines of the newest job log of each failed run, keyed by `directory`."""
+
+    @property
+    def missing(self) -> list[str]:
+        """Runs of the grid no job of which has run yet."""
+        return [run for run, outcome in self.unresolved.items() if outcome == Outcome.MISSING]
 
     def recipe(self, directory: str) -> Recipe:
         """The resolved recipe of one run."""
@@ -120,6 +127,13 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         if outcome == Outcome.FAILED and job is not None:
             failures[key] = [f"{paths.relative(job.log)}:", *job.lines]
         rows.append(_row(directory, record, results[key], outcome))
+    unresolved = {}  # grid runs without a resolved recipe: missing, or a job of them starts, runs or failed
+    for run_id in _missing(info, {p.name for p in run_dirs}):
+        record = RunRecord(paths.run(run_id).directory)
+        outcome, job = classify_run(record, logs)
+        unresolved[run_id] = Outcome.MISSING if job is None else outcome
+        if outcome == Outcome.FAILED and job is not None:
+            failures[record.directory.relative_to(directory).as_posix()] = [f"{paths.relative(job.log)}:", *job.lines]
     complete = {key: value for key, value in results.items() if value is not None}
     try:  # typed first: everything below may trust the values
         table = pl.DataFrame(rows, schema=RUN_COLUMNS)
@@ -148,7 +162,7 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         manifest_path=manifest_path,
         audit=read_json(paths.audit_runs),
         measured_date=max((str(r["validated"])[:10] for r in complete.values() if r.get("validated")), default=None),
-        missing=_missing(info, {p.name for p in run_dirs}),
+        unresolved=unresolved,
         failures=failures,
     )
 

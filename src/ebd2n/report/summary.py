@@ -10,7 +10,7 @@ import polars as pl
 
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.config import Recipe
-from ebd2n.layout import FIRST_AUDIT, CampaignPaths
+from ebd2n.layout import FIRST_AUDIT, RUNS, CampaignPaths
 from ebd2n.outcomes import RESULTS, CheckStatus, Outcome
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.tables import data_facts, point_runs, settings
@@ -94,7 +94,9 @@ def run_outcomes(campaign: CampaignResults) -> dict[str, list[dict[str, Any]]]:
             outcomes[Outcome.FAILED].append({"run": row["run"], "log": campaign.failures.get(row["directory"], [])})
         elif row["status"] in (Outcome.INCOMPLETE, Outcome.RETIRED):
             outcomes[row["status"]].append({"run": row["run"]})
-    outcomes[Outcome.MISSING] = [{"run": run} for run in campaign.missing]
+    for run, outcome in campaign.unresolved.items():  # no resolved recipe: no row of the runs table
+        log = campaign.failures.get(f"{RUNS}/{run}")
+        outcomes[outcome].append({"run": run, **({"log": log} if log else {})})
     return outcomes
 
 
