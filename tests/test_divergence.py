@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -238,3 +241,28 @@ def test_audit_accepts_a_diverged_run_keeping_epoch_checkpoints(
     assert check_best([view]).violations == []
     outcome = check_outcomes([view], checkpoint_metadata([view], memory), memory)
     assert (outcome.examined, outcome.violations) == (1, [])
+
+
+def test_a_diverged_run_killed_before_its_final_records_is_finished_by_the_same_command(
+    demo_cache: Path, tmp_path: Path
+) -> None:
+    """Killed after final.pt is in the checkpoint ledger and before best.json and run.json (written
+    last): the same command resumes the run and writes them, never takes it for finished, and its
+    weights are those of the uninterrupted run."""
+    settings = [f"data.cache_dir={demo_cache}"]  # the demo: lr 1000 diverges in its first epoch
+    command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--quiet", "--until-epoch", "1"]
+    command += [f"--set={setting}" for setting in [*settings, "optimizer.lr=1000"]]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    subprocess.run([*command, f"--set=runtime.output_dir={whole}"], check=True, capture_output=True)
+    kill = {"EBD2N_KILL_AT": f"after:{killed}/checkpoints.json", "EBD2N_KILL_TARGET": ""}
+    first = subprocess.run([*command, f"--set=runtime.output_dir={killed}"], env=os.environ | kill, capture_output=True)
+    left = sorted(path.name for path in killed.iterdir() if path.name in ("final.pt", "best.json", "run.json"))
+    again = subprocess.run([*command, f"--set=runtime.output_dir={killed}"], capture_output=True, text=True)
+    weights = [torch.load(run / "final.pt", weights_only=True)["engine"]["model"] for run in (whole, killed)]
+    result = (
+        (first.returncode, left),
+        again.returncode,
+        all((killed / name).is_file() for name in ("best.json", "run.json", "report.html")),
+        all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0]),
+    )
+    assert result == ((-9, ["final.pt"]), 0, True, True), again.stderr

@@ -121,7 +121,12 @@ def train_pack(
             member.start, member.notes = member.checkpoints.load(context)
             reached = member.start is not None and member.epoch >= end_epoch
             trained.append(
-                not (reached and reached_already(member.checkpoints.run_dir, end_epoch, budget.epochs, context))
+                not (
+                    reached
+                    and reached_already(
+                        member.checkpoints.run_dir, end_epoch, budget.epochs, context, member.start.relative
+                    )
+                )
             )
             if not trained[-1]:
                 member.checkpoints.let_go(member.epoch)

@@ -317,3 +317,9 @@ class RunRecord:
     @property
     def has_best(self) -> bool:
         return self.paths.best.is_file()
+
+    @property
+    def finished(self) -> bool:
+        """The run's training is complete: its final records are written, run.json last (the one
+        completion rule of a run's training: ebd2n.train.trainer, the pack trainer, validation)."""
+        return self.has_final and self.has_best and self.paths.record.is_file()

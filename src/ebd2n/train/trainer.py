@@ -23,7 +23,7 @@ from ebd2n.config import Recipe, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.job_time import job_id
-from ebd2n.layout import RunPaths
+from ebd2n.layout import FINAL, RunPaths
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
 from ebd2n.provenance import source_hash
@@ -33,6 +33,7 @@ from ebd2n.train.checkpoint import CheckpointManager, Provenance, Saved, Statefu
 from ebd2n.train.engine import build_engine, configure_torch
 from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, SilentOutput, claim_run_dir
+from ebd2n.train.records import RunRecord
 from ebd2n.train.retention import Retention
 from ebd2n.train.run_records import write_slice_record
 from ebd2n.train.run_state import read_checkpoint_ledger, run_directory
@@ -86,7 +87,7 @@ def train(
         start, notes = checkpoints.load(context, named)
         notes = [branched, *notes] if branched else notes  # the branch is this job's work: train.log says it
         reached = start is not None and start.epoch >= end_epoch and not branched
-        if reached and reached_already(run_dir, end_epoch, budget.epochs, context):
+        if reached and reached_already(run_dir, end_epoch, budget.epochs, context, start.relative):
             if context.is_main:
                 checkpoints.let_go(start.epoch)
             return False  # reached already: nothing to train, train.log and metrics.jsonl untouched
@@ -112,13 +113,15 @@ def train(
     return True
 
 
-def reached_already(run_dir: Path, end_epoch: int, epochs: int, context: Context) -> bool:
-    """Whether a job ending at `end_epoch`, whose state is saved already, has nothing left to do.
-    A slice's only record is written here if it is missing; the end of the budget needs best.json
-    and run.json, which only a trainer with its parts restored can write."""
+def reached_already(run_dir: Path, end_epoch: int, epochs: int, context: Context, saved: str) -> bool:
+    """Whether a job ending at `end_epoch`, whose state is saved already (in `saved`), has nothing left
+    to do. A slice's only record is written here if it is missing; the end of the run (the budget's,
+    or a diverged run's final.pt at any slice) needs best.json and run.json, written last, which only
+    a trainer with its parts restored can write: a run killed before them is resumed, never taken
+    for finished."""
     paths = RunPaths(run_dir)
-    if end_epoch == epochs:
-        return paths.best.is_file() and paths.record.is_file()
+    if end_epoch == epochs or saved == FINAL:
+        return RunRecord(run_dir).finished
     if context.is_main and not paths.slice_record(end_epoch).is_file():
         write_slice_record(run_dir, end_epoch, epochs)
     return True
