@@ -266,3 +266,24 @@ def test_a_diverged_run_killed_before_its_final_records_is_finished_by_the_same_
         all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0]),
     )
     assert result == ((-9, ["final.pt"]), 0, True, True), again.stderr
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [("optimizer.lr=0.003",), ("optimizer.lr=1000", "training.max_consecutive_skips=3")],
+    ids=["converged", "diverged"],
+)
+def test_a_finished_runs_deleted_slice_record_is_written_again(
+    demo_cache: Path, tmp_path: Path, overrides: tuple[str, ...]
+) -> None:
+    """A finished run (final.pt, best.json, run.json) whose slice record was deleted: the slice's job
+    again writes it and trains nothing (its final.pt, saved last, is the run's end)."""
+    run_dir = tmp_path / "run"
+    recipe = _recipe(demo_cache, run_dir, *overrides)
+    train(recipe, until_epoch=1, progress=False)
+    train(recipe, progress=False)
+    record = run_dir / slice_record(1)
+    before = sha256_file(run_dir / "final.pt")
+    record.unlink()
+    trained = train(recipe, until_epoch=1, progress=False)
+    assert (trained, record.is_file(), sha256_file(run_dir / "final.pt")) == (False, True, before)

@@ -206,7 +206,9 @@ def test_a_failed_pack_jobs_log_is_its_runs_failure(in_tmp: Path) -> None:
     log = campaign.paths.logs / record.relative_to(campaign.paths.directory).with_suffix(".log")
     log.parent.mkdir(parents=True)
     log.write_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
-    assert JobLogs(campaign.paths).failure(RUNS[1].id) == (
+    job = JobLogs(campaign.paths).last(RUNS[1].id)
+    assert (job.running, job.log, job.lines) == (
+        False,
         log,
         ["Traceback (most recent call last):", "RuntimeError: CUDA out of memory"],
     )

@@ -109,11 +109,6 @@ POINT_PRECEDENCE: tuple[tuple[str, PointOutcome], ...] = (
 seed complete; stopped at a rung), else incomplete. groups.csv has a column for each fact."""
 
 
-def point_outcome(facts: dict[str, bool]) -> PointOutcome:
-    """A grid point's outcome from its facts (`POINT_PRECEDENCE`)."""
-    return next((outcome for fact, outcome in POINT_PRECEDENCE if facts.get(fact)), PointOutcome.INCOMPLETE)
-
-
 class CheckStatus(StrEnum):
     """How an audit check ended (audit.json's `status` of each check; ebd2n.audit.checks)."""
 

@@ -39,7 +39,7 @@ def check_lineage(views: Mapping[str, RunView], grid: Grid, plans: Mapping[str, 
 def _problems(view: RunView, parent: Run, parent_view: RunView | None, epoch: int) -> Iterable[str]:
     if LINEAGE not in view.files:
         diverged = Divergence.of((parent_view.results or {}).get(DIVERGENCE)) if parent_view else None
-        if diverged is not None and diverged.epoch <= epoch:
+        if diverged is not None and diverged.epoch is not None and diverged.epoch <= epoch:
             return  # the parent diverged before its trunk's end: the run trained from the start
         yield f"{LINEAGE} missing: its plan branches it from {parent.id} at epoch {epoch}"
         return

@@ -11,6 +11,7 @@ word, and an empty one is a job about to start.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -50,6 +51,7 @@ class JobLogs:
     def __init__(self, paths: CampaignPaths) -> None:
         self.paths = paths
         self._unrecorded: dict[str, list[Path]] | None = None
+        self._judged: dict[str, bool] = {}
 
     def last(self, run_id: str) -> LastJob | None:
         """The run's newest job log under logs/runs/<run>/ (or of a pack job it trained in,
@@ -66,16 +68,17 @@ class JobLogs:
         if live_holder(paths.run(run_id).directory) is not None:  # a trainer holds the run's lease
             running = True
         elif start is not None:
-            running = not job_gone(start)
+            running = not self._gone(start)
         else:  # a start record being written (no newline yet) is a job starting; else an older workflow's log
-            running = _starting(log) or (not lines and not log.stat().st_size)
+            running = _starting(log)
         return LastJob(log, running, lines[-LOG_LINES:] or [EMPTY_LOG], _since(start))
 
-    def failure(self, run_id: str) -> tuple[Path, list[str]] | None:
-        """The log and last lines of the run's newest job when it provably ended without its
-        outputs, else None."""
-        job = self.last(run_id)
-        return None if job is None or job.running else (job.log, job.lines)
+    def _gone(self, start: dict) -> bool:
+        """job_gone, asked once per job (a pack job's log is every member's; squeue is slow)."""
+        key = json.dumps(start, sort_keys=True)
+        if key not in self._judged:
+            self._judged[key] = job_gone(start)
+        return self._judged[key]
 
     def _pack_logs(self, run_id: str) -> list[Path]:
         """The logs of the pack jobs a run was recorded in (`execution.pack`) and of those that failed
@@ -97,7 +100,8 @@ class JobLogs:
 
 
 def _starting(log: Path) -> bool:
-    """Whether the log holds only the first part of a start record, its newline not written yet."""
+    """Whether the log holds nothing yet or only the first part of a start record, its newline not
+    written yet."""
     try:
         data = log.read_bytes()
     except OSError:

@@ -42,10 +42,10 @@ from ebd2n.campaign.plans import grid_search
 from ebd2n.campaign.status_plan import planned_runs, read_plan
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths
-from ebd2n.outcomes import RUNNING, LiveState, Outcome, status_word
+from ebd2n.outcomes import FINISHED, RUNNING, LiveState, Outcome, status_word
 from ebd2n.train.lease import live_holder
 from ebd2n.train.plan import SlicePlan, parse_plan
-from ebd2n.train.records import Divergence, RunRecord
+from ebd2n.train.records import DIVERGENCE, Divergence, RunRecord
 
 DONE = status_word(Outcome.COMPLETE)
 STATES = (DONE, RUNNING, Outcome.FAILED.value, LiveState.PENDING.value)
@@ -141,7 +141,7 @@ def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignSta
         counts=counts,
         gpu_hours=sum(row.charged_s * row.gpus for row in rows) / 3600,
         cpu_hours=sum(row.charged_s * row.cpus for row in rows) / 3600,
-        eta_s=_eta(rows, counts["running"]),
+        eta_s=_eta(rows, counts[RUNNING]),
         brackets=_bracket_lines(halving, rows) if halving else [],
         retired=sorted({path.name for path in paths.runs.glob("*") if path.is_dir()} - {row.run for row in rows}),
     )
@@ -203,7 +203,7 @@ def _bracket_lines(halving: Halving, rows: list[RunStatus]) -> list[str]:
 
 def _eta(rows: list[RunStatus], running: int) -> float | None:
     """Seconds until every run that has not failed nor stopped is validated; None before any job finished."""
-    left = [row for row in rows if row.state not in (Outcome.FAILED, DONE, Outcome.DIVERGED, Outcome.STOPPED)]
+    left = [row for row in rows if row.state not in {status_word(outcome) for outcome in FINISHED}]
     slices = sum(row.slices - row.slices_done for row in left)
     validations = len(left)
     trained = [seconds for row in rows for seconds in row.slice_seconds]
@@ -265,9 +265,11 @@ def _run_status(
     holder = live_holder(files.directory)
     outcome, job = classify_run(record, logs, stopped=stopped is not None, leased=holder is not None)
     if outcome == Outcome.DIVERGED:
-        row.state, row.detail = outcome.value, divergence.describe()
-        row.wall_s += (stopped_s := _stopped_epoch_seconds(epochs, divergence, record))
-        row.charged_s += stopped_s / shared(divergence.epoch)
+        divergence = divergence or Divergence.of((results or {}).get(DIVERGENCE))  # validation's copy of it
+        row.state, row.detail = outcome.value, divergence.describe() if divergence else outcome.value
+        if divergence is not None:
+            row.wall_s += (stopped_s := _stopped_epoch_seconds(epochs, divergence, record))
+            row.charged_s += stopped_s / shared(divergence.epoch)
     elif outcome == Outcome.COMPLETE:
         row.state = DONE
         row.full_loss = results.get("loss")

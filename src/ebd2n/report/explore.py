@@ -17,12 +17,13 @@ import pyarrow as pa
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.report.dashboard_figures import pack_rows
 from ebd2n.report.plotly_embed import figure_json
+from ebd2n.train.records import TYPE, RecordType
 
 BUCKETS = 120
 """Buckets of a per-step curve on the page: at most two points each (the bucket's min and max)."""
 METRICS = {
-    "loss": ("step", "training loss per step (nats)"),
-    "val_loss": ("epoch", "subset validation loss per epoch (nats)"),
+    "loss": (RecordType.STEP, "training loss per step (nats)"),
+    "val_loss": (RecordType.EPOCH, "subset validation loss per epoch (nats)"),
 }
 """The curves the page offers: record column -> (record type, label)."""
 AXES = ("mode", "lr", "beta2", "seed", "preset")
@@ -77,7 +78,7 @@ def _curve(records: pl.DataFrame | None, kind: str, column: str) -> list[list[fl
     """[xs, ys] of one metric: every point of a short curve, min and max per bucket of a long one."""
     if records is None or column not in records.columns:
         return [[], []]
-    part = records.filter((pl.col("type") == kind) & pl.col(column).is_not_null()).select(x="step", y=column)
+    part = records.filter((pl.col(TYPE) == kind) & pl.col(column).is_not_null()).select(x="step", y=column)
     if part.height > 2 * BUCKETS:
         bucket = (pl.int_range(pl.len()) * BUCKETS // pl.len()).alias("bucket")
         ends = (

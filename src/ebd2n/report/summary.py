@@ -32,7 +32,8 @@ def campaign_summary(
     halted = pl.col("run").is_in(pl.Series(list(stopped), dtype=pl.String))
     counted = runs.filter(~halted & (pl.col("status") != Outcome.RETIRED))
     complete = counted.filter(pl.col("status") == Outcome.COMPLETE)
-    ended = counted.filter(pl.col("status").is_in(list(RESULTS)))  # a diverged run is a result
+    validated = pl.col("directory").is_in(list(campaign.results))  # a diverged run is a result, once validated
+    ended = counted.filter(pl.col("status").is_in(list(RESULTS)) & validated)
     results = list(campaign.results.values())
     info = campaign.info or {}
     points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)

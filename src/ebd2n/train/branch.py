@@ -46,7 +46,7 @@ def branch_run(
     relative = slice_checkpoint(epoch)
     if not (parent_dir / relative).is_file():  # read the parent's history only when its checkpoint is not there
         diverged = metrics(RunPaths(parent_dir).metrics).divergence
-        if diverged is not None and diverged.epoch <= epoch:
+        if diverged is not None and (diverged.epoch or 0) <= epoch:
             return (
                 f"{parent_dir.name} diverged in epoch {diverged.epoch}, before its trunk's end: trains from the start"
             )

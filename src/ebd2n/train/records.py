@@ -51,8 +51,8 @@ class Divergence:
 
     step: int
     tokens: int | None
-    epoch: int
-    rule: str
+    epoch: int | None
+    rule: str | None
     last_finite_loss: float | None
     detail: str
 
@@ -62,12 +62,12 @@ class Divergence:
         progress), None for anything that is not one."""
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             return None
-        epoch = record.get("epoch")
+        epoch, rule = record.get("epoch"), record.get("rule")
         return cls(
             step=record["step"],
             tokens=record.get("tokens"),
-            epoch=epoch if isinstance(epoch, int) else 0,
-            rule=str(record.get("rule")),
+            epoch=epoch if isinstance(epoch, int) else None,
+            rule=rule if isinstance(rule, str) else None,
             last_finite_loss=record.get("last_finite_loss"),
             detail=str(record.get("detail") or ""),
         )
@@ -100,21 +100,22 @@ class Metrics:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    @cached_property
-    def _data(self) -> bytes:
+    def _lines(self) -> list[bytes]:
+        """The file's complete lines, read now (its bytes are never kept: a process that reads
+        many runs keeps only what it derived)."""
         try:
-            return self.path.read_bytes()
+            return complete_lines(self.path.read_bytes())
         except FileNotFoundError:
-            return b""
+            return []
 
     @cached_property
     def _parsed(self) -> tuple[list[dict[str, Any]], str | None]:
-        lines = complete_lines(self._data)
+        lines = self._lines()
         try:  # one call for the whole file (a long run has tens of thousands of lines)
             records = json.loads(b"[" + b",".join(lines) + b"]")
         except ValueError:
             records = None
-        if isinstance(records, list) and all(isinstance(record, dict) for record in records):
+        if isinstance(records, list) and len(records) == len(lines) and all(isinstance(r, dict) for r in records):
             return records, None
         records = []
         for number, line in enumerate(lines, start=1):
@@ -149,7 +150,7 @@ class Metrics:
     def _scanned(self) -> list[dict[str, Any]]:
         """The epoch and divergence records, without parsing the many step records."""
         found = []
-        for line in complete_lines(self._data):
+        for line in self._lines():
             if _SCANNED.search(line):
                 try:
                     record = json.loads(line)
@@ -179,7 +180,7 @@ class Metrics:
     def step_losses(self) -> list[float]:
         """The training losses of the step records, in order, from the step lines alone."""
         losses = []
-        for line in complete_lines(self._data):
+        for line in self._lines():
             if _STEP.search(line):
                 try:
                     loss = json.loads(line).get("loss")
@@ -223,11 +224,11 @@ JOB_START = "ebd2n job started:"
 """The first line of every job's log, written by the workflow's shell before the job's Python
 starts: who runs the job (the host, its boot, the shell's pid, the SLURM job), as a lease names
 its holder. A log that has it and no output belongs to a job that is starting or running until
-that holder is provably gone (ebd2n.campaign.outcomes)."""
+that holder is provably gone (ebd2n.campaign.job_logs)."""
 JOB_START_SHELL = (
     'printf \'%s {{"host": "%s", "boot": "%s", "pid": %s, "job": "%s", "restarts": %s, '
     '"since": "%s"}}\\n\' '
-    f'\'{JOB_START}\' "$(hostname)" "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" $$ '
+    f'\'{JOB_START}\' "$(uname -n)" "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" $$ '
     '"${{SLURM_JOB_ID:-}}" "${{SLURM_RESTART_COUNT:-0}}" "$(date +%Y-%m-%dT%H:%M:%S%z)"'
 )
 """The shell command (in Snakemake's format syntax) that prints a job's start record."""
@@ -320,6 +321,6 @@ class RunRecord:
 
     @property
     def finished(self) -> bool:
-        """The run's training is complete: its final records are written, run.json last (the one
-        completion rule of a run's training: ebd2n.train.trainer, the pack trainer, validation)."""
+        """The run's training is complete: its final records are written, run.json last (the
+        trainer and the pack trainer ask this before they take a run as finished)."""
         return self.has_final and self.has_best and self.paths.record.is_file()

@@ -120,8 +120,10 @@ def reached_already(run_dir: Path, end_epoch: int, epochs: int, context: Context
     a trainer with its parts restored can write: a run killed before them is resumed, never taken
     for finished."""
     paths = RunPaths(run_dir)
-    if end_epoch == epochs or saved == FINAL:
-        return RunRecord(run_dir).finished
+    if (end_epoch == epochs or saved == FINAL) and not RunRecord(run_dir).finished:
+        return False
+    if end_epoch == epochs:
+        return True
     if context.is_main and not paths.slice_record(end_epoch).is_file():
         write_slice_record(run_dir, end_epoch, epochs)
     return True
