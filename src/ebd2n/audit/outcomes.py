@@ -16,7 +16,7 @@ from typing import Any
 
 from ebd2n.audit.checks import Check
 from ebd2n.audit.run_memo import remembered
-from ebd2n.audit.runs import RunView, metric_records
+from ebd2n.audit.runs import RunView
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import FINAL, METRICS, RESULTS_JSON
 from ebd2n.outcomes import Outcome
@@ -42,7 +42,7 @@ def check_outcomes(
 
 
 def _judge(view: RunView, metadata: dict[tuple[str, str], dict[str, Any] | None]) -> tuple[bool, list[str]]:
-    metrics = metric_records(view.paths.metrics)
+    metrics = Metrics(view.paths.metrics)
     claims = _claims(view, metrics, metadata.get((view.id, FINAL)))
     if metrics.problem or not (view.finished or claims):
         return False, []  # unreadable metrics: the history check names it; not finished and no claim: nothing claimed

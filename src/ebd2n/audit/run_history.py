@@ -7,13 +7,13 @@ from collections.abc import Iterable
 
 from ebd2n.audit.checks import Check
 from ebd2n.audit.run_memo import remembered
-from ebd2n.audit.runs import RunView, json_object, metric_records
+from ebd2n.audit.runs import RunView, json_object
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.horizons import parent_run
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import METRICS, TRAIN_LOG, RunPaths
 from ebd2n.train.budget import budget_of
-from ebd2n.train.records import RecordType
+from ebd2n.train.records import Metrics, RecordType
 from ebd2n.train.runlog import CLOSING_LINES
 
 _JOB_HEADER = "########## job "
@@ -36,7 +36,7 @@ def _problems(view: RunView, grid: Grid) -> Iterable[str]:
     """The run's history problems (its metrics.jsonl and train.log read in full)."""
     if METRICS not in view.hashes or view.recipe is None:
         return
-    metrics = metric_records(view.paths.metrics)
+    metrics = Metrics(view.paths.metrics)
     records = metrics.records
     if metrics.problem:
         yield f"{METRICS}: {metrics.problem}"

@@ -18,7 +18,6 @@ from ebd2n.errors import UserError
 from ebd2n.fileidentity import HashMemory
 from ebd2n.layout import BEST, CHECKPOINT_LEDGER, RESULTS_JSON, RUN_ARTIFACTS, RUN_RECORD, RunPaths
 from ebd2n.train.budget import budget_of
-from ebd2n.train.records import Metrics
 
 
 @dataclass
@@ -108,8 +107,3 @@ def json_object(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     except (UnicodeDecodeError, ValueError) as error:
         return None, f"not valid JSON ({error})"
     return (value, None) if isinstance(value, dict) else (None, "not a JSON object")
-
-
-def metric_records(path: Path) -> Metrics:
-    """A metrics.jsonl read in full, as every reader reads it (ebd2n.train.records)."""
-    return Metrics(path)

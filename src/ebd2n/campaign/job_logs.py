@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.layout import RESULTS_JSON, CampaignPaths
 from ebd2n.outcomes import Outcome, run_outcome
-from ebd2n.train.lease import job_gone, live_holder
+from ebd2n.train.lease import Holder, job_gone, live_holder
 from ebd2n.train.pack_record import PACK_LOG_HEADER, pack_digest, pack_log_members, read_packs
 from ebd2n.train.records import JOB_START, RunRecord, job_start, log_lines
 
@@ -110,9 +109,10 @@ def _starting(log: Path) -> bool:
 
 
 def _since(start: dict | None) -> float | None:
+    """When the job of a start record started (as a lease's holder records it), None if unreadable."""
     try:
-        return datetime.strptime(str(start["since"]), "%Y-%m-%dT%H:%M:%S%z").timestamp()
-    except (KeyError, TypeError, ValueError):
+        return Holder(**start).started
+    except (TypeError, ValueError):
         return None
 
 
