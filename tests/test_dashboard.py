@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 from run_dir_factory import BUSIEST, HOSTILE, JOB_IDS, fabricate_run
+from workflow_support import killed_write
 
 from ebd2n.errors import UserError
 from ebd2n.report.dashboard import write_dashboard
 from ebd2n.report.dashboard_figures import MAX_POINTS, downsample
-from ebd2n.report.plotly_embed import plotly_asset_name
+from ebd2n.report.plotly_embed import plotly_asset_name, shared_plotly
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -311,3 +312,11 @@ def test_dashboard_packed_run_shows_the_spread_of_its_models(tmp_path: Path) -> 
     figure = _figure(page, "spread")
     assert (figure["data"][0]["x"], figure["data"][0]["y"]) == ([1, 2, 3], [0.5, 0.25, 0.5 / 3])
     assert "figure-spread" not in write_dashboard(fabricate_run(tmp_path / "sync")).read_text(encoding="utf-8")
+
+
+def test_the_shared_plotly_clears_what_a_killed_write_of_it_left(tmp_path: Path) -> None:
+    asset = tmp_path / "report" / "assets" / plotly_asset_name()
+    asset.parent.mkdir(parents=True)
+    leftover = killed_write(asset, b"partial")
+    assert shared_plotly(tmp_path / "report") == asset
+    assert not leftover.exists() and asset.stat().st_size > 1_000_000

@@ -35,6 +35,7 @@ from ebd2n.config import load_recipe, recipe_identity, save_recipe
 from ebd2n.errors import UserError
 from ebd2n.layout import named_campaign, run_paths
 from ebd2n.train.budget import budget_of
+from ebd2n.train.checkpoint import content_digest
 from ebd2n.train.plan import parse_plan, plan_record, recipe_plan
 from ebd2n.train.retention import Retention
 from ebd2n.train.schedule import decay_start, learning_rate, pre_decay_epoch
@@ -235,10 +236,13 @@ def test_a_branched_run_equals_the_straight_run_bitwise(campaign: Path, tmp_path
     parent = campaign / PATHS.run(SHORT.id).directory
     lineage = json.loads((branched / "lineage.json").read_text())
     ledger = json.loads((parent / "checkpoints.json").read_text())
+    trunk = torch.load(parent / "checkpoints/epoch-3.pt", weights_only=True)
     assert lineage == {
         "parent": SHORT.id,
         "checkpoint": "checkpoints/epoch-3.pt",
         "sha256": ledger["checkpoints/epoch-3.pt"],
+        "content_sha256": content_digest(trunk),
+        "jobs": trunk["progress"]["job_ids"],
         "epoch": 3,
         "step": 48,
         "tokens": 49152,
@@ -251,7 +255,7 @@ def test_a_branched_run_equals_the_straight_run_bitwise(campaign: Path, tmp_path
     assert_states_equal(ours["data"], theirs["data"])
     assert comparable_metrics(branched) == comparable_metrics(straight)
     trained = [json.loads(line) for line in (branched / "jobs.jsonl").read_text().splitlines()]
-    assert [(r["kind"], r["epoch"]) for r in trained][:5] == [("train", e) for e in (3, 4, 6, 8, None)]
+    assert [(r["kind"], r["epoch"]) for r in trained][:5] == [("train", e) for e in (3, 4, 6, 8, 9)]
 
 
 def test_the_campaign_page_and_status_count_the_trunk_once(campaign: Path) -> None:

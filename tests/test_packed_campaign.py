@@ -26,6 +26,7 @@ from workflow_support import (
     comparable_metrics,
     copy_repo,
     environment,
+    killed_write,
     snakemake,
     write_campaign,
 )
@@ -37,7 +38,7 @@ from ebd2n.campaign.status import campaign_status
 from ebd2n.campaign.workflow import WorkflowPlan
 from ebd2n.errors import UserError
 from ebd2n.layout import JOB_RECORDS, SELECTION_JSON, named_campaign, run_paths
-from ebd2n.train.pack_record import pack_digest, pack_log_header, read_packs, record_pack
+from ebd2n.train.pack_record import pack_digest, pack_log_header, read_packs, record_pack, record_pack_job
 from ebd2n.train.records import log_lines, read_metrics
 
 LRS = [0.003, 0.006, 100.0]
@@ -180,7 +181,34 @@ def test_the_audit_passes_and_names_a_member_whose_pack_record_was_edited_or_rem
     unrecorded = [line for line in lines if "does not record that pack" in line]
     assert audit["passed"] is True
     assert result.returncode != 0 and len(named) == 1 and edited.id in named[0]
-    assert len(unrecorded) == 3 and all(removed.id in line for line in unrecorded)  # each of its slices
+    assert len(unrecorded) == 2 and all(removed.id in line for line in unrecorded)  # each slice it trained in
+
+
+def test_the_audit_names_a_deleted_or_edited_job_line_resealed(campaigns: tuple[Path, str], tmp_path: Path) -> None:
+    """The cost on every page adds the runs' jobs.jsonl: a training job's line deleted, another's
+    pack raised, and the ledger re-baselined (--accept): the audit names both runs' job records."""
+    repo = Path(shutil.copytree(campaigns[0], tmp_path / "repo", symlinks=True))
+    deleted, edited = (run_paths(run_dir(repo, "packed", run)).directory / JOB_RECORDS for run in RUNS[:2])
+    lines = deleted.read_text().splitlines()
+    deleted.write_text("\n".join(line for line in lines if json.loads(line).get("epoch") != 2) + "\n")
+    records = [json.loads(line) for line in edited.read_text().splitlines()]
+    edited.write_text("".join(json.dumps(r | ({"pack": 9} if r["kind"] == "train" else {})) + "\n" for r in records))
+    command = [sys.executable, "-m", "ebd2n", "audit", str(named_campaign("packed").directory), "--accept"]
+    result = subprocess.run(command, cwd=repo, env=environment(), capture_output=True, text=True, timeout=300)
+    named = [line for line in result.stderr.splitlines() if f": {JOB_RECORDS}: " in line]
+    assert result.returncode != 0
+    assert [line for line in named if RUNS[0].id in line] == [
+        next(line for line in named if "no training job's record of the slice to epoch 2" in line)
+    ]
+    assert len([line for line in named if RUNS[1].id in line and "in a pack of 9" in line]) == 3
+
+
+def test_a_pack_job_clears_what_a_killed_write_of_its_record_left(in_tmp: Path) -> None:
+    record = in_tmp / "packs" / "base" / "slice-1-0123456789abcdef.json"
+    record.parent.mkdir(parents=True)
+    leftover = killed_write(record, b"{")
+    record_pack_job(record, [in_tmp / "runs" / "a", in_tmp / "runs" / "b"], 1)
+    assert not leftover.exists() and json.loads(record.read_text()) == {"epoch": 1, "members": ["a", "b"]}
 
 
 def test_status_counts_each_packed_run_its_share_of_the_packs_time(campaigns: tuple[Path, str]) -> None:

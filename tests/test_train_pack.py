@@ -235,3 +235,42 @@ def test_the_pack_record_is_in_each_runs_train_log(campaign) -> None:
     logs = [RunPaths(run_dir).train_log.read_text() for run_dir in campaign["packed"]]
     assert all("trained in a pack of 3 runs" in log and "run0, run1, run2" in log for log in logs)
     assert json.loads(RunPaths(campaign["packed"][0]).record.read_text())
+
+
+def _tree(run_dir: Path) -> dict[str, bytes]:
+    return {path.relative_to(run_dir).as_posix(): path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+
+
+def test_a_finished_member_is_left_byte_for_byte_as_it_was(demo_cache: Path, tmp_path: Path) -> None:
+    """`ebd2n train-pack A DONE`, DONE finished alone: A trains, DONE is reported done already and no
+    byte of it changes (no packs.json: a job writes only into the runs it trains)."""
+    fresh, done = _runs(demo_cache, tmp_path, MEMBERS[:2])
+    train_job(str(RunPaths(done).recipe), [])
+    before = _tree(done)
+    lines = train_pack_job([fresh, done], record=tmp_path / "pack.json")
+    assert _tree(done) == before and not RunPaths(done).packs.exists()
+    assert "done already (nothing trained)" in lines[1] and RunPaths(fresh).final.is_file()
+    assert read_packs(fresh) == {4: sorted([fresh.name, done.name])}
+
+
+def test_a_kill_before_a_diverged_members_run_json_then_the_same_command_gives_the_same_bits(
+    demo_cache: Path, tmp_path: Path
+) -> None:
+    """Policy epoch: the other member kept its checkpoint of the epoch the diverged one left in,
+    which the diverged one never wrote. Killed before the diverged member's run.json, the same
+    command restores it from its final.pt to write its records, the other from its own epoch."""
+    policy = "training.checkpoint_policy=epoch"
+    reference = _runs(demo_cache, tmp_path / "reference", [MEMBERS[0], DIVERGING], policy)
+    train_pack_job(reference)
+    run_dirs = _runs(demo_cache, tmp_path / "killed", [MEMBERS[0], DIVERGING], policy)
+    command = [sys.executable, "-m", "ebd2n", "train-pack", *map(str, run_dirs)]
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    killed = subprocess.run(command, env={**env, KILL_AT: "before:*/killed/run1/run.json"}, capture_output=True)
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert (killed.returncode, again.returncode) == (-9, 0), again.stderr
+    for mine, theirs in zip(run_dirs, reference, strict=True):
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(_weights(mine)["model"].values(), _weights(theirs)["model"].values(), strict=True)
+        )
+        assert _untimed(mine) == _untimed(theirs) and RunPaths(mine).record.is_file()

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from ebd2n.campaign.check import campaign_from_dict
+from ebd2n.campaign.status import closing_line
 from ebd2n.campaign.workflow import WorkflowInputs, WorkflowPlan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,3 +98,35 @@ def test_workflow_inputs_previous_slice_is_ancient_and_none_before_the_first(inp
 def test_workflow_inputs_raise_a_plan_refusal_as_the_workflow_error(inputs: WorkflowInputs) -> None:
     with pytest.raises(LookupError, match=f"{RUN}: epoch 3 is not a slice boundary"):
         inputs.previous_slice(SimpleNamespace(run=RUN, epoch="3"))
+
+
+@pytest.mark.parametrize(
+    ("present", "partial", "expected"),
+    [
+        ((), False, (False, "not finished: the audit has not passed")),
+        ((), True, (True, "stopped where asked")),
+        (("audit_passed",), False, (False, "not finished")),
+        (("audit_passed", "report_index"), False, (True, "report: results/tiny/report/index.html")),
+    ],
+)
+def test_the_closing_line_names_the_report_only_once_it_exists(
+    inputs: WorkflowInputs, present: tuple[str, ...], partial: bool, expected: tuple[bool, str]
+) -> None:
+    """Jobs that all succeeded without the audit passing are an unfinished campaign (exit 1), unless
+    the invocation asked to stop early (--until, a target)."""
+    paths = inputs.plan.paths
+    for name in present:
+        getattr(paths, name).parent.mkdir(parents=True, exist_ok=True)
+        getattr(paths, name).write_text("")
+    finished, line = closing_line(paths, partial)
+    assert (finished, line.startswith(expected[1])) == (expected[0], True)
+
+
+def test_the_final_output_asks_for_every_pack_jobs_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the audit reads a pack job's own record: `all` asks for it, so a job killed after its
+    members' records and before its own is run again."""
+    monkeypatch.chdir(tmp_path)
+    raw = TINY | {"execution": {"pack": 2}, "grid": TINY["grid"] | {"learning_rates": {"synchronous": [0.001, 0.002]}}}
+    plan = WorkflowPlan(campaign_from_dict(raw))
+    records = [path for path in plan.final_output() if "/packs/" in path]
+    assert [Path(path).name.split("-")[:2] for path in records] == [["slice", "1"], ["slice", "2"]]

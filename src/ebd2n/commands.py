@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ebd2n.errors import AuditFailed, UserError
-from ebd2n.layout import DASHBOARD, FINAL, GROUPS_CSV, RUN_RECORD, SELECTION_JSON
+from ebd2n.layout import DASHBOARD, GROUPS_CSV, SELECTION_JSON
 from ebd2n.outcomes import CheckStatus
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def cmd_validate(args: argparse.Namespace) -> None:
     print("\n".join(validate_job(args.run_dir, device=args.device, wait=args.wait)))
 
 
-def train_job(recipe: str, overrides: list[str], **options: Any) -> str | None:
+def train_job(recipe: str | list[str], overrides: list[str], **options: Any) -> str | None:
     """`ebd2n train`'s job: ebd2n.train.jobs.train_job (the same options) keeping the run's dashboards."""
     from ebd2n.report.run_pages import RunDashboards
     from ebd2n.train import jobs
@@ -130,10 +130,11 @@ def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -
     from ebd2n.evaluate import validate_run
     from ebd2n.provenance import job_usage
     from ebd2n.report.run_pages import RunDashboards
+    from ebd2n.train.records import RunRecord
 
     pages = RunDashboards()
     run_dir = Path(run_dir)
-    trained = all((run_dir / name).is_file() for name in (FINAL, RUN_RECORD))
+    trained = RunRecord(run_dir).finished
     if trained and not (run_dir / DASHBOARD).is_file():
         pages.final(run_dir)
     if trained:

@@ -64,7 +64,8 @@ def job_id() -> str:
 
 def record_job(run_dir: Path, kind: str, epoch: int | None, pack: int = 1) -> None:
     """Append this job's line to the run's jobs.jsonl: its id, kind (`train`, `validate`), the epoch
-    it trained to (None: the run's end), its start and its seconds until now, or its share of them
+    it trained to (None: a validation, or an older job's to the run's end), its start and its
+    seconds until now, or its share of them
     when it trained a pack of that many runs (recorded as `pack`), so that the costs of a pack's
     runs add up to the job's. A line cut by a kill is left alone: the next one starts on a line of
     its own, and readers pass over it."""

@@ -127,11 +127,13 @@ rule train_slice:
 
 
 # The last slice: the same job to the end of the budget. metrics.jsonl is no output: every slice
-# appends to it, and the trainer cuts it back to the checkpoint it resumes from.
+# appends to it, and the trainer cuts it back to the checkpoint it resumes from. run.json, written
+# last, is the run's completion (ebd2n.train.records.RunRecord.finished): validation waits for it.
 use rule train_slice as train_final with:
     output:
         final=update(str(R.final)),
         best=update(str(R.best)),
+        record=update(str(R.record)),
     log:
         log_of(R.final),
     benchmark:
@@ -193,5 +195,6 @@ if PLAN.packing:
         output:
             final=update(str(R.final)),
             best=update(str(R.best)),
+            record=update(str(R.record)),
         wildcard_constraints:
             **PLAN.packed_runs(),

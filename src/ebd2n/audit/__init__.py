@@ -44,6 +44,7 @@ from ebd2n.audit.evidence import (
     run_views,
     shared_cache_identity,
 )
+from ebd2n.audit.job_records import check_job_records
 from ebd2n.audit.ledger import Ledger, accepted, check_ledger, ledger_json, read_ledger
 from ebd2n.audit.lineage import check_lineage
 from ebd2n.audit.outcomes import check_outcomes
@@ -157,13 +158,14 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory,
         check_history(run_list, memory, history.grid),
         check_outcomes(run_list, metadata, memory),
         run_checks.check_retention(run_list, plans),
-        *([check_lineage(views, history.grid, plans)] if history.grid.horizons else []),
-        *([check_packs(paths, views)] if trained_packed(paths, views) else []),
+        *([check_lineage(views, history.grid, plans, memory)] if history.grid.horizons else []),
+        *([check_packs(paths, views, plans)] if trained_packed(paths, views) else []),
+        check_job_records(run_list, plans),
         run_checks.check_best(run_list),
         check_collected(paths, info, recomputed, finished),
     ]
     current = campaign_artifacts(paths, settled, memory)
-    jobs = ledger_jobs(settled, stopped, metadata)
+    jobs = ledger_jobs(settled, stopped, metadata, history.grid)
     result.append(check_ledger(paths, ledger, previous_audit, current, jobs, stopped, accept))
     if stage == "full":
         result.append(check_runs_record(paths, result))

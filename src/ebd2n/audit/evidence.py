@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.audit.checks import Check
+from ebd2n.audit.run_history import trunk_jobs
 from ebd2n.audit.runs import RunView, json_object, read_run
+from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.errors import UserError
 from ebd2n.fileidentity import HashMemory
@@ -92,9 +94,11 @@ def final_states(finished: list[RunView], metadata: dict[tuple[str, str], dict |
 
 
 def ledger_jobs(
-    settled: list[RunView], stopped: dict[str, int], metadata: dict[tuple[str, str], dict | None]
+    settled: list[RunView], stopped: dict[str, int], metadata: dict[tuple[str, str], dict | None], grid: Grid
 ) -> dict[str, list[str]]:
-    """The jobs that trained each finished run (results.json) and each stopped run (its rung checkpoint)."""
+    """The jobs that trained each finished run (results.json) and each stopped run (its rung
+    checkpoint), a branched run's trunk jobs (its parent's) left out: a branch trained again from
+    the same trunk is known as one."""
     jobs = {}
     for view in settled:
         if view.id in stopped:
@@ -102,6 +106,9 @@ def ledger_jobs(
             jobs[view.id] = list(progress.get("job_ids") or []) if isinstance(progress, dict) else []
         else:
             jobs[view.id] = list(view.results.get("job_ids") or [])
+        if grid.horizons:
+            trunk = trunk_jobs(view, grid)
+            jobs[view.id] = [job for job in jobs[view.id] if job not in trunk]
     return jobs
 
 

@@ -2,7 +2,9 @@
 packs.json (ebd2n.train.pack_record), and each pack's job recorded the same members when it ended
 (packs/<base>/slice-<epoch>-<digest>.json, named by them). The audit holds every run's record to its
 pack job's, and every job's members to their own records, by content: an edited or removed
-packs.json names its run, an edited job record every member.
+packs.json names its run, an edited job record every member. A member that had diverged before the
+pack's slice began trained nothing in it and records nothing of it (a job writes only into the runs
+it trains).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from ebd2n.audit.runs import RunView, json_object
 from ebd2n.errors import UserError
 from ebd2n.layout import PACKS, CampaignPaths
 from ebd2n.train.pack_record import pack_digest, read_packs
+from ebd2n.train.plan import SlicePlan
+from ebd2n.train.records import DIVERGENCE, Divergence
 
 
 def trained_packed(paths: CampaignPaths, views: Mapping[str, RunView]) -> bool:
@@ -23,7 +27,7 @@ def trained_packed(paths: CampaignPaths, views: Mapping[str, RunView]) -> bool:
     return paths.pack_records.is_dir() or any(PACKS in view.files for view in views.values())
 
 
-def check_packs(paths: CampaignPaths, views: Mapping[str, RunView]) -> Check:
+def check_packs(paths: CampaignPaths, views: Mapping[str, RunView], plans: Mapping[str, SlicePlan | None]) -> Check:
     """Every run that trained in packs records packs their jobs recorded, each with the run in it, and
     every member a pack job recorded says it trained there."""
     check = Check("runs trained in packs record the packs their jobs trained")
@@ -32,7 +36,8 @@ def check_packs(paths: CampaignPaths, views: Mapping[str, RunView]) -> Check:
         if PACKS not in view.files and view.id not in jobs:
             continue
         check.examined += 1
-        check.violations += [f"{view.id}: {problem}" for problem in _problems(paths, view, jobs.get(view.id, {}))]
+        problems = _problems(paths, view, jobs.get(view.id, {}), plans.get(view.run.base))
+        check.violations += [f"{view.id}: {problem}" for problem in problems]
     if not check.examined:
         check.reason = "no run trained in a pack"
     return check
@@ -51,14 +56,14 @@ def _job_members(paths: CampaignPaths, views: Mapping[str, RunView]) -> dict[str
     return named
 
 
-def _problems(paths: CampaignPaths, view: RunView, jobs: Mapping[int, Path]) -> Iterable[str]:
+def _problems(paths: CampaignPaths, view: RunView, jobs: Mapping[int, Path], plan: SlicePlan | None) -> Iterable[str]:
     try:
         packs = read_packs(view.paths.directory)
     except UserError:
         yield f"{PACKS}: not a record of slice ends and the runs each trained with"
         return
     for end, job in sorted(jobs.items()):
-        if end not in packs:
+        if end not in packs and not _ended_before(view, plan, end):
             yield f"{paths.relative(job)} trained it to epoch {end}, but its {PACKS} does not record that pack"
     for end, members in sorted(packs.items()):
         if view.id not in members:
@@ -74,3 +79,16 @@ def _problems(paths: CampaignPaths, view: RunView, jobs: Mapping[int, Path]) -> 
             )
         elif sorted(record.get("members") or ()) != sorted(members) or record.get("epoch") != end:
             yield f"{PACKS}: trained to epoch {end} with {', '.join(members)}; {job} records another pack"
+
+
+def _ended_before(view: RunView, plan: SlicePlan | None, end: int) -> bool:
+    """Whether the run had diverged, as its validated results say, before the slice to `end` began
+    (an unreadable plan is check_plans' to name)."""
+    diverged = Divergence.of((view.results or {}).get(DIVERGENCE))
+    if plan is None:
+        return False
+    try:
+        start = plan.previous(end) or 0
+    except UserError:
+        return False
+    return diverged is not None and diverged.epoch is not None and diverged.epoch <= start

@@ -11,7 +11,7 @@ from ebd2n.audit.runs import RunView, json_object
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.horizons import parent_run
 from ebd2n.fileidentity import HashMemory
-from ebd2n.layout import METRICS, TRAIN_LOG, RunPaths
+from ebd2n.layout import LINEAGE, METRICS, TRAIN_LOG, RunPaths
 from ebd2n.train.budget import budget_of
 from ebd2n.train.records import Metrics, RecordType
 from ebd2n.train.runlog import CLOSING_LINES
@@ -64,9 +64,14 @@ def _problems(view: RunView, grid: Grid) -> Iterable[str]:
 
 
 def trunk_jobs(view: RunView, grid: Grid) -> set[str]:
-    """The jobs that trained a branched run's trunk: those of the train.log of the parent its grid
-    gives it (and of that parent's own parent), followed only where each run's lineage.json names
-    that parent (ebd2n.train.branch; the lineage check holds the rest of lineage.json)."""
+    """The jobs that trained a branched run's trunk, which are its parent's, not its own: those its
+    lineage.json recorded when it branched (ebd2n.train.branch); for a branch made before it
+    recorded them, those of the train.log of the parent its grid gives it (and of that parent's own
+    parent), followed only where each run's lineage.json names that parent."""
+    lineage, _ = json_object(view.paths.lineage) if LINEAGE in view.hashes else (None, None)
+    recorded = (lineage or {}).get("jobs")
+    if isinstance(recorded, list):
+        return {str(job) for job in recorded}
     jobs: set[str] = set()
     run, paths = view.run, view.paths
     while (parent := parent_run(grid, run)) is not None:

@@ -72,6 +72,21 @@ class Packing:
             )
         return pack
 
+    def records(self, reached: dict[Run, int | None], read: Read | None = None) -> list[Path]:
+        """The records of the pack jobs that train these runs to the epochs given (None: the whole
+        budget): a pack job killed after its members' records still has its own to write, which only
+        the audit reads, so the workflow's `all` asks for it."""
+        packs: dict[Path, None] = {}
+        for run, until in reached.items():
+            if run.mode != SYNCHRONOUS:
+                continue
+            for end in self.plans[run.base].ends:
+                if until is None or end <= until:
+                    pack = self.pack_of(run, end, read)
+                    if pack is not None:
+                        packs[self.record_path(pack)] = None
+        return list(packs)
+
     @functools.cache  # noqa: B019 (one packing per workflow: formed once, then every job asks)
     def packs(self, base: str, epoch: int, read: Read | None = None) -> tuple[Pack, ...]:
         """Every pack of the slice to `epoch` of base `base`'s synchronous runs (see the module),

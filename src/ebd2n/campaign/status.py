@@ -107,6 +107,19 @@ class CampaignStatus:
     """Run directories of points the campaign file no longer declares: kept on disk, not run."""
 
 
+def closing_line(paths: CampaignPaths, partial: bool) -> tuple[bool, str]:
+    """The workflow's last console line after its jobs ran, and whether the invocation succeeded:
+    the report, once the audit passed; a run stopped where it was asked to (`partial`: --until, a
+    target, --allowed-rules) says so; any other ends unfinished, non-zero. The line names only files
+    that exist."""
+    if paths.audit_passed.is_file() and paths.report_index.is_file():
+        return True, f"report: {paths.report_index} (audit: {paths.audit})"
+    status = f"`ebd2n status {paths.directory}` lists each run's state"
+    if partial:
+        return True, f"stopped where asked (--until, a target, --allowed-rules); without it this goes on; {status}"
+    return False, f"not finished: the audit has not passed (no {paths.audit_passed}); {status}"
+
+
 def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignStatus:
     """The status of `campaign_dir` (results/<campaign>), from its files alone."""
     campaign_dir = Path(campaign_dir)

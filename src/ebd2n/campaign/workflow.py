@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ebd2n.campaign.fates import Read, bracket_records, finished_runs, run_fates, run_records
+from ebd2n.campaign.fates import UNDECIDED, Read, bracket_records, finished_runs, run_fates, run_records
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.horizons import parent_base, parent_run
@@ -99,15 +99,24 @@ class WorkflowPlan:
         ]
         for base in self.campaign.grid.bases:
             records += [paths.base_recipe(base), paths.slice_plan(base)]
+        reached = {}
         for run in self.campaign.grid.runs():
             plan = self.plans[run.base]
             until = self.campaign.grid.search.rung_epochs(plan)[0] if self.halving else None
             records += [paths.run(run.id).recipe, *run_records(paths, run, plan, until)]
-        return [str(path) for path in records]
+            reached[run] = until
+        return [str(path) for path in records + self._pack_records(reached, None)]
 
     def bracket_output(self, bracket: str, read: Read) -> list[str]:
-        """One bracket's runs as far as their fates take them, and its decisions."""
-        return [str(path) for path in bracket_records(self.paths, self.halving, self.halving.bracket(bracket), read)]
+        """One bracket's runs as far as their fates take them, their packs' records and its decisions."""
+        group = self.halving.bracket(bracket)
+        fates = self.halving.fates(group, read=read)
+        reached = {run: fates.get(run.id, UNDECIDED) for run in group.runs()}
+        records = bracket_records(self.paths, self.halving, group, read) + self._pack_records(reached, read)
+        return [str(path) for path in records]
+
+    def _pack_records(self, reached: dict[Run, int | None], read: Read | None) -> list[Path]:
+        return [] if self.packing is None else self.packing.records(reached, read)
 
     def decisions(self, read: Read) -> list[str]:
         """Every rung decision of the search (none for the full grid)."""

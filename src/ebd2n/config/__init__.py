@@ -10,8 +10,10 @@ from ebd2n.config.recipe import (
     hf_model_dir,
     load_recipe,
     parse_overrides,
+    read_recipe_files,
     recipe_from_dict,
     recipe_identity,
+    recipe_source,
     resolve_recipe_path,
     save_recipe,
 )
@@ -50,6 +52,8 @@ __all__ = [
     "parse_overrides",
     "recipe_from_dict",
     "recipe_identity",
+    "read_recipe_files",
+    "recipe_source",
     "resolve_recipe_path",
     "save_recipe",
 ]

@@ -30,12 +30,20 @@ class DecentralizedConfig(Section):
     """awc: clip, mix, then local step; atc: clip, local step, then mix."""
     adaptive_consensus: AdaptiveConsensusConfig | None = None
     """Gossip that weakens as the learning rate decays (None: every step mixes with W)."""
+    mixing_version: Literal[1, 2] = 1
+    """The peer rule (ebd2n.model.gossip): 1, the directed shift of the published 2026-09 benchmark;
+    2, the reference's current reciprocal pairs (what an imported tiny-llm recipe runs)."""
 
     @model_validator(mode="after")
-    def _exponential_needs_power_of_two(self) -> DecentralizedConfig:
+    def _peers_exist(self) -> DecentralizedConfig:
         k = self.num_models
         if self.topology == "one_peer_exponential" and k & (k - 1):
             raise ValueError(f"decentralized.topology one_peer_exponential needs num_models a power of two, got {k}")
+        if self.mixing_version == 2 and self.topology == "one_peer_ring" and k % 2 and k != 1:
+            raise ValueError(
+                f"decentralized.topology one_peer_ring with mixing_version 2 pairs the models: num_models must be "
+                f"even, got {k}"
+            )
         return self
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -84,14 +84,49 @@ def recipe_from_dict(
         raise UserError(f"{source}: {_describe(error)}") from None
 
 
-def load_recipe(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Recipe:
-    """Load a recipe file or preset and apply `--set` overrides.
+RecipeFiles = str | Path | Sequence[str | Path]
+"""One recipe file or preset, or several (a repeated --config), merged in order."""
+
+
+def recipe_source(names: RecipeFiles) -> str:
+    """What the recipe was read from, as errors and run.json name it: `a.yaml + b.yaml` for several."""
+    return " + ".join(str(resolve_recipe_path(name)) for name in _names(names))
+
+
+def read_recipe_files(names: RecipeFiles) -> dict[str, Any]:
+    """The raw recipe of one file, or of several merged as the reference merges its --config files:
+    mappings deeply, a later value over an earlier one, lists replaced whole, and an `lr_schedule`
+    naming another schedule than the earlier one replacing that section."""
+    merged: dict[str, Any] = {}
+    for name in _names(names):
+        _merge(merged, read_yaml_mapping(resolve_recipe_path(name), "recipe"))
+    return merged
+
+
+def _names(names: RecipeFiles) -> list[str | Path]:
+    return [names] if isinstance(names, str | Path) else list(names)
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> None:
+    for key, value in over.items():
+        earlier = base.get(key)
+        schedules = key == "lr_schedule" and isinstance(earlier, dict) and isinstance(value, Mapping)
+        if schedules and "name" in earlier and "name" in value and earlier["name"] != value["name"]:
+            earlier = base[key] = {}
+        if isinstance(earlier, dict) and isinstance(value, Mapping):
+            _merge(earlier, value)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+def load_recipe(name_or_path: RecipeFiles, overrides: Iterable[str] = ()) -> Recipe:
+    """Load a recipe file or preset (or several, merged: `read_recipe_files`) and apply `--set` overrides.
 
     An error names the `--set KEY=VALUE` arguments that touch the offending key, or all of them
     when the file alone is valid; otherwise it names the file.
     """
-    path = resolve_recipe_path(name_or_path)
-    raw = read_yaml_mapping(path, "recipe")
+    path = recipe_source(name_or_path)
+    raw = read_recipe_files(name_or_path)
     if is_tiny_llm(raw):
         raw = from_tiny_llm(raw, str(path))
     pairs = list(overrides)
@@ -122,7 +157,7 @@ _ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
         "accum_iter": 1,
         "warmup_tokens": None,
     },
-    "decentralized": {"adaptive_consensus": None},
+    "decentralized": {"adaptive_consensus": None, "mixing_version": 1},
     "training": {"divergence_margin": 1.0, "divergence_patience": 20, "keep_pre_decay": False},
 }
 """Fields added after recipes were first identified: left out of dumps and identities at their

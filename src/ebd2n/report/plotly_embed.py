@@ -17,7 +17,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from ebd2n.atomic import atomic_write_text
+from ebd2n.atomic import atomic_write_text, remove_temporaries
 from ebd2n.layout import REPORT_ASSETS
 
 MODEBAR_BAND = 32
@@ -53,6 +53,7 @@ def shared_plotly(report_dir: Path) -> Path:
     path = Path(report_dir) / ASSETS / plotly_asset_name()
     source = plotly_source()
     if not path.is_file() or path.stat().st_size != len(source.encode("utf-8")):
+        remove_temporaries(path.parent)  # of a killed write of it
         atomic_write_text(path, source)
     return path
 

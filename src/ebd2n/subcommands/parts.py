@@ -37,7 +37,13 @@ def recipe_args(parser: argparse.ArgumentParser, positional: bool = True) -> Non
     if positional:
         parser.add_argument("recipe", help="recipe file or preset name (demo, 20m, 254m, ...)")
     else:
-        parser.add_argument("--config", dest="recipe", required=True, help="recipe file or preset name")
+        parser.add_argument(
+            "--config",
+            dest="recipe",
+            action="append",
+            required=True,
+            help="recipe file or preset name; repeated, later files merge over earlier ones (tiny-llm's overlays)",
+        )
     parser.add_argument(
         "--set",
         dest="overrides",

@@ -21,7 +21,7 @@ from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.errors import UserError
 from ebd2n.layout import RunPaths, slice_checkpoint
 from ebd2n.train.budget import budget_of, position_problem
-from ebd2n.train.checkpoint import Provenance, load_checkpoint, save_checkpoint
+from ebd2n.train.checkpoint import Provenance, content_digest, load_checkpoint, save_checkpoint
 from ebd2n.train.records import metrics
 from ebd2n.train.run_state import read_checkpoint_ledger
 from ebd2n.train.trunk import branch_epoch
@@ -69,11 +69,15 @@ def branch_run(
 
 
 def _lineage(parent: str, relative: str, digest: str, state: dict[str, Any]) -> dict[str, Any]:
-    """lineage.json: where a branched run started."""
+    """lineage.json: where a branched run started: the parent's checkpoint by its file's SHA-256 and
+    by its content (ebd2n.train.checkpoint.content_digest: the same for a trunk trained again
+    bitwise), and the trunk's jobs (the run's own jobs are the others)."""
     return {
         "parent": parent,
         "checkpoint": relative,
         "sha256": digest,
+        "content_sha256": content_digest(state),
+        "jobs": list(state["progress"]["job_ids"]),
         "epoch": state["progress"]["epoch"],
         "step": state["data"]["step"],
         "tokens": state["tokens"],

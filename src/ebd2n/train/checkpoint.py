@@ -12,6 +12,7 @@ another recipe, cache or trainer source (resuming it would silently mix two expe
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from collections.abc import Mapping
@@ -165,11 +166,12 @@ class CheckpointManager:
         return unrecorded
 
     def _remove(self, relatives: list[str]) -> None:
-        """Delete checkpoint files (none recorded any more); an emptied checkpoints/ folder goes too."""
+        """Delete checkpoint files (none recorded any more); an empty checkpoints/ folder goes too
+        (this job's, or one a job killed between its last file and the folder left)."""
         for relative in relatives:
             remove_file(self.run_dir / relative)
         folder = self.run_dir / CHECKPOINT_DIR
-        if relatives and folder.is_dir() and not any(folder.iterdir()):
+        if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
 
     def _newest(self) -> tuple[Saved | None, list[str]]:
@@ -267,6 +269,37 @@ def _check_provenance(path: Path, state: dict[str, Any], expected: Provenance) -
                 f"checkpoint {path}: {what} {str(have)[:16]}… differs from this run's {want[:16]}…; "
                 "it belongs to another recipe, cache or trainer version"
             )
+
+
+VOLATILE = {("progress", "job_ids"), ("progress", "started"), ("metrics",)}
+"""What differs between two checkpoints of the same training: the jobs that wrote it, when they
+started, and where its metrics.jsonl (whose lines hold timings) ended."""
+
+
+def content_digest(state: Mapping[str, Any]) -> str:
+    """SHA-256 of what defines a checkpoint: every tensor (dtype, shape, bytes) and value but VOLATILE,
+    in key order. A bitwise retrain has the same digest; a file's SHA-256 differs with its job ids."""
+    digest = hashlib.sha256()
+
+    def walk(value: Any, path: tuple[str, ...]) -> None:
+        if path in VOLATILE:
+            return
+        digest.update(json.dumps(path).encode())
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().cpu().reshape(-1).contiguous()
+            digest.update(f"{flat.dtype} {tuple(value.shape)}".encode())
+            digest.update(flat.view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, Mapping):
+            for key in sorted(value, key=str):
+                walk(value[key], (*path, str(key)))
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                walk(item, (*path, str(index)))
+        else:
+            digest.update(json.dumps(value).encode())
+
+    walk(state, ())
+    return digest.hexdigest()
 
 
 def run_dir_of(path: Path) -> Path:

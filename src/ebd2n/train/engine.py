@@ -111,6 +111,7 @@ class PackedEngine(Engine):
         self.k = settings.num_models
         self.topology = settings.topology
         self.scheme = settings.scheme
+        self.mixing_version = settings.mixing_version
         self.model = PackedGPT.from_model(initial_model(recipe), self.k).to(device)
         for block in self.model.blocks[: recipe.parallel.freeze_prefix]:
             block.requires_grad_(False)
@@ -156,11 +157,11 @@ class PackedEngine(Engine):
     def _apply(self, params: list[nn.Parameter], gamma: float) -> None:
         """awc mixes before the local AdamW step, atc after it (gamma: adaptive consensus's)."""
         if self.scheme == "awc":
-            mix_([p.data for p in params], self.topology, self.mix_step, gamma)
+            mix_([p.data for p in params], self.topology, self.mix_step, gamma, self.mixing_version)
             self.optimizer.step()
         else:
             self.optimizer.step()
-            mix_([p.data for p in params], self.topology, self.mix_step, gamma)
+            mix_([p.data for p in params], self.topology, self.mix_step, gamma, self.mixing_version)
         self.mix_step += 1
 
     def evaluation_model(self) -> GPT:

@@ -26,7 +26,8 @@ class Slice:
     budget: Budget
     checkpoints: CheckpointManager
     context: Context
-    config_path: Path | None
+    config_path: str | Path | None
+    """The recipe file(s) the job read (`a.yaml + b.yaml` for several), None: a recipe given as data."""
     resume: str | None
     """The checkpoint (relative to the run directory) the slice starts from; None: the start."""
     start_epoch: int
@@ -37,6 +38,8 @@ class Slice:
     on_record: Callable[[dict[str, Any]], None] | None = None
     """Given the run's record as it stands (run.json's content) when the slice starts and after
     each epoch, on the main process: a live view's source (the report layer's dashboard)."""
+    pack: int = 1
+    """How many runs this job trains together (ebd2n.train.pack_trainer): each records that share of its time."""
 
     @property
     def run_dir(self) -> Path:

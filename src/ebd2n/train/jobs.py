@@ -37,7 +37,7 @@ class RunPages(Protocol):
 
 
 def train_job(
-    recipe: str,
+    recipe: str | list[str],
     overrides: list[str],
     resume: Path | None = None,
     until_epoch: int | None = None,
@@ -50,7 +50,7 @@ def train_job(
 ) -> str | None:
     """Train a run (or one slice of it) and, once the run is complete, write its dashboard; return
     one line on what the job left (None on a torchrun process other than the main one)."""
-    from ebd2n.config import load_recipe, resolve_recipe_path
+    from ebd2n.config import load_recipe, recipe_source
     from ebd2n.provenance import is_main_process
     from ebd2n.train.plan import read_slice_plan
     from ebd2n.train.run_state import done_already
@@ -63,7 +63,6 @@ def train_job(
     if done_already(loaded, until_epoch, resume):  # known from its records, without importing torch
         return _train_summary(run_dir, False, until_epoch) if is_main_process() else None
 
-    from ebd2n.job_time import record_job
     from ebd2n.provenance import job_usage
     from ebd2n.train import train
     from ebd2n.train.runlog import append_to_train_log
@@ -72,7 +71,7 @@ def train_job(
     try:
         trained = train(
             loaded,
-            config_path=resolve_recipe_path(recipe),
+            config_path=recipe_source(recipe),
             resume=resume,
             until_epoch=until_epoch,
             progress=progress,
@@ -86,17 +85,28 @@ def train_job(
         raise
     if not is_main_process():  # torchrun: the main process writes and speaks for the run
         return None
-    if trained:  # its time, at once: a job killed from here on has its work done and recorded
-        record_job(run_dir, "train", until_epoch)
-    complete = (run_dir / FINAL).is_file()
-    if complete and (trained or not (run_dir / DASHBOARD).is_file()):  # this job completed the run
-        append_to_train_log(run_dir, f"dashboard {pages.final(run_dir)}")
-        pages.remove_live(run_dir)
-    elif trained and (page := live.write(f"trained to epoch {until_epoch}, where this slice ended")):
-        append_to_train_log(run_dir, f"dashboard {page}")
+    _keep_pages(run_dir, trained, until_epoch, live, pages)
     if trained:
         append_to_train_log(run_dir, job_usage())
     return _train_summary(run_dir, trained, until_epoch)
+
+
+def _keep_pages(run_dir: Path, trained: bool, until_epoch: int | None, live: LivePage, pages: RunPages) -> None:
+    """The run's pages after a job: the final one once the run is complete (this job completed it, or
+    a killed job left it without), else the live one of the slice this job trained. Only a job that
+    trained writes train.log: a finished run's may be validated and hashed already (a job run again
+    beside its validation writes the missing page and nothing else)."""
+    from ebd2n.train.runlog import append_to_train_log
+
+    if (run_dir / FINAL).is_file() and (trained or not (run_dir / DASHBOARD).is_file()):
+        page = pages.final(run_dir)
+        pages.remove_live(run_dir)
+    elif trained:
+        page = live.write(f"trained to epoch {until_epoch}, where this slice ended")
+    else:
+        return
+    if trained and page is not None:
+        append_to_train_log(run_dir, f"dashboard {page}")
 
 
 def train_pack_job(
@@ -109,11 +119,11 @@ def train_pack_job(
     pages: RunPages,
 ) -> list[str]:
     """Train resolved runs (each directory's recipe) as one pack (ebd2n.train.pack_trainer), each
-    with its live page as `ebd2n train` keeps it: each run that trained records its share of the
-    job's time, each run this job completed gets its dashboard, and `record` (the workflow's output)
-    names the members once all is written; one line per run on what the job left, then the job's usage."""
+    with its live page as `ebd2n train` keeps it (each run that trained records its share of the
+    job's time as it finishes: ebd2n.train.slice_run); each run this job completed gets its
+    dashboard, and `record` (the workflow's output) names the members once all is written; one line
+    per run on what the job left, then the job's usage."""
     from ebd2n.config import load_recipe
-    from ebd2n.job_time import record_job
     from ebd2n.layout import RunPaths
     from ebd2n.provenance import job_usage
     from ebd2n.train.budget import budget_of
@@ -143,13 +153,7 @@ def train_pack_job(
         raise
     lines = []
     for run_dir, did, live in zip(run_dirs, trained, lives, strict=True):
-        if did:
-            record_job(run_dir, "train", until_epoch, pack=sum(trained))
-        if (run_dir / FINAL).is_file() and (did or not (run_dir / DASHBOARD).is_file()):
-            append_to_train_log(run_dir, f"dashboard {pages.final(run_dir)}")
-            pages.remove_live(run_dir)
-        elif did and (page := live.write(f"trained to epoch {until_epoch}, where this slice ended")):
-            append_to_train_log(run_dir, f"dashboard {page}")
+        _keep_pages(run_dir, did, until_epoch, live, pages)
         lines.append(_train_summary(run_dir, did, until_epoch))
     usage = job_usage()
     for run_dir, did in zip(run_dirs, trained, strict=True):

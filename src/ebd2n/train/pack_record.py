@@ -1,10 +1,12 @@
 """The record of the packs a run trained in: packs.json in its run directory, each slice end -> the
 runs (directory names) it trained that slice with.
 
-The trainer writes it for every member before the pack trains, so a killed pack leaves the members
-it was formed from, and the campaign re-forms the same pack for them (ebd2n.campaign.packs). It is
-the run's own statement of how it was executed; the audit holds every member's to the others' and to
-the pack job's record.
+The trainer writes it for every member it trains before the pack trains, so a killed pack leaves the
+members it was formed from, and the campaign re-forms the same pack for them (ebd2n.campaign.packs).
+A member that ended before the slice (it diverged earlier) stays in the pack, which is named by all
+its members, but records nothing of it: a job writes only into the runs it trains. It is the run's
+own statement of how it was executed; the audit holds every member's to the others' and to the pack
+job's record.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ebd2n.atomic import atomic_write_text
+from ebd2n.atomic import atomic_write_text, remove_temporaries
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.layout import RunPaths
@@ -73,4 +75,6 @@ def pack_log_members(log: Path) -> list[str]:
 def record_pack_job(path: Path, members: Sequence[Path], end_epoch: int) -> None:
     """The record of a pack's job, once it has trained its members to `end_epoch` (the workflow's output)."""
     record = {"epoch": end_epoch, "members": sorted(Path(member).name for member in members)}
+    if Path(path).parent.is_dir():
+        remove_temporaries(Path(path).parent)  # of a killed pack job's write
     atomic_write_text(path, json.dumps(record, indent=1) + "\n")

@@ -4,9 +4,10 @@ the budget's end final.pt, best.json and run.json.
 
 The members step together: one batched forward and backward per micro-batch, one AdamW step of all,
 then each member's records, divergence decision and subset validation. A member that diverges writes
-its final records at once and leaves the pack (its slice of the batched kernels computes nothing it
-keeps); the others train on. Resuming is per run: each member restores its own newest checkpoint,
-and the pack goes on from the epoch they share (ebd2n.train.pack_trainer._common_start).
+its final records at once (its share of the job's time so far first) and leaves the pack (its slice
+of the batched kernels computes nothing it keeps); the others train on. Resuming is per run: each
+member restores its own newest checkpoint, and the pack goes on from the epoch they share
+(ebd2n.train.pack_trainer._common_start).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ebd2n.config import Recipe, recipe_identity
 from ebd2n.data import BlockReader, Cache, open_verified_cache
 from ebd2n.errors import UserError
 from ebd2n.job_time import job_id
-from ebd2n.layout import RunPaths
+from ebd2n.layout import FINAL, RunPaths
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
 from ebd2n.provenance import source_hash
@@ -34,6 +35,7 @@ from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, claim_run_dir
 from ebd2n.train.pack_record import record_pack
 from ebd2n.train.pack_rules import pack_refusal
+from ebd2n.train.records import DIVERGENCE
 from ebd2n.train.retention import Retention
 from ebd2n.train.run_state import run_directory
 from ebd2n.train.slice_run import SliceRun
@@ -124,17 +126,20 @@ def train_pack(
                 not (
                     reached
                     and reached_already(
-                        member.checkpoints.run_dir, end_epoch, budget.epochs, context, member.start.relative
+                        member.checkpoints.run_dir,
+                        end_epoch,
+                        budget.epochs,
+                        context,
+                        member.start.relative,
+                        pack=len(members),
                     )
                 )
             )
             if not trained[-1]:
                 member.checkpoints.let_go(member.epoch)
         working = [member for member, go in zip(members, trained, strict=True) if go]
-        if working:
+        if working:  # a member there already (finished, or diverged in a slice before) is left as it is
             _train_members(working, directories, cache, eval_blocks, context, end_epoch, slice_ends)
-        else:  # each was there already (one that diverged in a slice before): still the pack's members
-            record_pack(directories, end_epoch, members=directories)
     finally:
         try:
             context.close()
@@ -155,10 +160,10 @@ def _train_members(
     slice_ends: tuple[int, ...],
 ) -> None:
     """The members of the pack of `pack_dirs` that have work: restored, trained in step, their
-    records written. Every member records the pack before anything it trains is kept, so a killed
-    pack is formed again of the same runs."""
+    records written. Each of them records the pack before anything it trains is kept, so a killed
+    pack is formed again of the same runs; no other run of the pack is written to."""
     start_epoch = _common_start(members, end_epoch)
-    record_pack(pack_dirs, end_epoch, members=pack_dirs)
+    record_pack([member.checkpoints.run_dir for member in members], end_epoch, members=pack_dirs)
     recipes = [member.recipe for member in members]
     budget = budget_of(recipes[0])
     pack = TrialPack(recipes, budget, context.device)
@@ -187,6 +192,7 @@ def _train_members(
                 end_epoch,
                 slice_ends,
                 member.on_record,
+                pack=len(members),
             )
             runs.append(SliceRun(job, parts, output, eval_blocks, progress=False))
         names = ", ".join(run.job.run_dir.name for run in runs)
@@ -211,9 +217,11 @@ def _common_start(members: list[Member], end_epoch: int) -> int:
     """The epoch the members go on from together; a member ahead of it is set back to it. Only a
     kill between two members' checkpoint writes leaves one ahead: its checkpoints past that epoch
     were written by a job that never finished its slice, so none has its slice record. A member that
-    finished a slice past it is refused: runs pack from the epoch they stand at."""
-    common = min(min(member.epoch, end_epoch) for member in members)
-    for member in members:
+    finished a slice past it is refused: runs pack from the epoch they stand at. A member restored
+    from the final.pt of its divergence (its records cut off by a kill) stays there: it only writes them."""
+    training = [member for member in members if not _diverged(member)]
+    common = min((min(member.epoch, end_epoch) for member in training), default=end_epoch)
+    for member in training:
         if min(member.epoch, end_epoch) == common:
             continue
         run_dir = member.checkpoints.run_dir
@@ -233,6 +241,12 @@ def _common_start(members: list[Member], end_epoch: int) -> int:
             raise UserError(f"{path}: missing; the pack's other runs resume from epoch {common}")
         member.start = member.checkpoints.named(path)
     return common
+
+
+def _diverged(member: Member) -> bool:
+    """Whether the member restored the final.pt of its divergence (its records cut off by a kill)."""
+    start = member.start
+    return start is not None and start.relative == FINAL and start.state["progress"].get(DIVERGENCE) is not None
 
 
 def _pack_epoch(pack: TrialPack, runs: list[SliceRun], epoch: int) -> None:
@@ -258,5 +272,5 @@ def _pack_epoch(pack: TrialPack, runs: list[SliceRun], epoch: int) -> None:
         if not run.diverged:
             run.loop.end_epoch(epoch, kept, ended - start)
         run.after_epoch(epoch)
-        if run.diverged:  # it leaves the pack: its final records at once
+        if run.diverged:  # it leaves the pack: its share of the job's time so far, its final records at once
             run.finish()

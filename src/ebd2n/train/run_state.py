@@ -24,6 +24,7 @@ from ebd2n.jsonio import read_json
 from ebd2n.layout import CHECKPOINT_DIR, CHECKPOINT_LEDGER, FINAL, RunPaths, checkpoint_epoch
 from ebd2n.provenance import source_hash
 from ebd2n.train.budget import budget_of
+from ebd2n.train.records import RunRecord
 from ebd2n.train.retention import Retention
 
 
@@ -54,10 +55,8 @@ def done_already(recipe: Recipe, until_epoch: int | None, resume: Path | None) -
         return False  # a torchrun job's processes decide together, in the trainer
     run_dir = run_directory(recipe)
     paths = RunPaths(run_dir)
-    needed = [paths.final, paths.best, paths.record, paths.dashboard, paths.recipe]
-    if end < epochs:
-        needed.append(paths.slice_record(end))
-    if not all(path.is_file() for path in needed) or os.path.lexists(paths.lease):
+    needed = [paths.dashboard, paths.recipe, *([paths.slice_record(end)] if end < epochs else [])]
+    if not RunRecord(run_dir).finished or not all(path.is_file() for path in needed) or os.path.lexists(paths.lease):
         return False  # a lease, live or not, is the trainer's to judge
     try:
         cache_identity = find_cache_identity(recipe.data.cache_dir)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ebd2n.job_time import record_job
 from ebd2n.train.epoch_loop import EpochLoop
 from ebd2n.train.job import Parts, Slice
 from ebd2n.train.output import RunOutput, SilentOutput
@@ -45,16 +46,18 @@ class SliceRun:
         self.tell()
 
     def finish(self) -> None:
-        """The slice's records: its slice record or, at the end of the budget, the run's final
-        records; then the checkpoints its retention lets go."""
+        """The slice's records: this job's line (ebd2n.job_time: what the pages count as its cost),
+        then its slice record or, at the end of the budget (a diverged run's at once), the run's
+        final records, which complete it and so come last; then the checkpoints its retention lets go."""
         job, output = self.job, self.output
         budget = job.budget
-        if self.diverged:
-            self._end_diverged()
-            return
-        if job.start_epoch == job.end_epoch:
+        if job.start_epoch == job.end_epoch and not self.diverged:
             output.write(f"epoch {job.end_epoch} reached already ({job.resume}): its records written")
         if not output.writes:
+            return
+        record_job(job.run_dir, "train", job.end_epoch, pack=job.pack)
+        if self.diverged:
+            self._end_diverged()
             return
         if job.end_epoch == budget.epochs:
             write_best(job, self.parts.progress, output)
@@ -77,8 +80,6 @@ class SliceRun:
         """What a diverged run leaves besides final.pt: the record of every slice end still ahead, then
         best.json and run.json, as a run at the end of its budget does; nothing is trained after it."""
         job, output = self.job, self.output
-        if not output.writes:
-            return
         epochs = job.budget.epochs
         for end in sorted(
             {*(end for end in job.slice_ends if job.end_epoch <= end < epochs), job.end_epoch} - {epochs}

@@ -22,7 +22,7 @@ import torch
 from ebd2n.config import Recipe, recipe_identity
 from ebd2n.data import BlockReader, Cache, eval_subset_indices, open_verified_cache
 from ebd2n.errors import UserError
-from ebd2n.job_time import job_id
+from ebd2n.job_time import job_id, record_job
 from ebd2n.layout import FINAL, RunPaths
 from ebd2n.parallel import distributed
 from ebd2n.parallel.distributed import Context
@@ -43,7 +43,7 @@ from ebd2n.train.state import DataPosition, Progress, RandomState
 
 def train(
     recipe: Recipe,
-    config_path: Path | None = None,
+    config_path: str | Path | None = None,
     resume: Path | None = None,
     until_epoch: int | None = None,
     progress: bool = True,
@@ -113,18 +113,22 @@ def train(
     return True
 
 
-def reached_already(run_dir: Path, end_epoch: int, epochs: int, context: Context, saved: str) -> bool:
+def reached_already(run_dir: Path, end_epoch: int, epochs: int, context: Context, saved: str, pack: int = 1) -> bool:
     """Whether a job ending at `end_epoch`, whose state is saved already (in `saved`), has nothing left
-    to do. A slice's only record is written here if it is missing; the end of the run (the budget's,
-    or a diverged run's final.pt at any slice) needs best.json and run.json, written last, which only
-    a trainer with its parts restored can write: a run killed before them is resumed, never taken
-    for finished."""
+    to do. A slice's only record is written here if it is missing, after this job's line (its share
+    of a job of `pack` runs) when the slice's own checkpoint is what was saved: this job completed
+    it, the killed one that trained it recorded nothing. The end of the run (the budget's, or a
+    diverged run's final.pt at any slice) needs best.json and run.json, written last, which only a
+    trainer with its parts restored can write: a run killed before them is resumed, never taken for
+    finished."""
     paths = RunPaths(run_dir)
     if (end_epoch == epochs or saved == FINAL) and not RunRecord(run_dir).finished:
         return False
     if end_epoch == epochs:
         return True
     if context.is_main and not paths.slice_record(end_epoch).is_file():
+        if saved != FINAL:  # the slice's job was killed between its checkpoint and its records
+            record_job(run_dir, "train", end_epoch, pack=pack)
         write_slice_record(run_dir, end_epoch, epochs)
     return True
 
