@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ebd2n.config import load_recipe, read_recipe_files
+from ebd2n.config import load_recipe, read_recipe_files, recipe_source
 from ebd2n.errors import UserError
 
 CURRENT = Path(__file__).resolve().parent / "reference" / "tiny_llm_current"
@@ -118,17 +118,18 @@ def test_a_key_ebd2n_cannot_mean_the_same_is_refused_in_one_line(tmp_path: Path,
 
 
 def test_ebd2n_train_takes_the_overlays_by_a_repeated_config(tmp_path: Path, demo_cache: Path) -> None:
-    """The command line as the reference's: `--config base --config overlay`; the run's recipe.yaml
-    holds the merged schedule and run.json names both files."""
+    """The command line as the reference's: `--config base --config overlay` (a budget past its 312
+    warm-up steps, one short slice of it trained); the run's recipe.yaml holds the merged schedule
+    and its train.log names both files."""
     out = tmp_path / "run"
     command = [sys.executable, "-m", "ebd2n", "train", "--config", "demo", "--config", str(WSD), "--quiet"]
     command += ["--set", f"data.cache_dir={demo_cache}", "--set", f"runtime.output_dir={out}"]
-    command += ["--set", "training.max_tokens=327680", "--set", "training.epoch_tokens=327680"]  # past 312 warm-up
+    command += ["--set", "training.max_tokens=327680", "--set", "training.epoch_tokens=8192", "--until-epoch", "1"]
     result = subprocess.run(command, env={"PYTHONPATH": str(SRC), "PATH": ""}, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     recipe = yaml.safe_load((out / "recipe.yaml").read_text())
     assert (recipe["optimizer"]["schedule"], recipe["optimizer"]["warmup_tokens"]) == ("wsd", 312 * 1024)
-    assert str(WSD) in (out / "run.json").read_text()
+    assert f"config {recipe_source(['demo', WSD])} |" in (out / "train.log").read_text()
     bad = _file(tmp_path, {"data": {"shuffle_group_size": 2}})
     refused = subprocess.run(
         [*command[:6], "--config", str(bad)], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True
