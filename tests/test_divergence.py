@@ -154,9 +154,13 @@ def _assert_diverged_soon(run_dir: Path) -> dict:
 @pytest.mark.slow
 def test_workflow_grid_with_a_diverging_lr_completes_and_its_audit_names_relabellings(tmp_path: Path) -> None:
     repo = _campaign(tmp_path, [0.003, 1000])
-    snakemake(repo, "--configfile", "config/campaigns/tiny.yaml")  # one command, exit 0
+    console = snakemake(repo, "--configfile", "config/campaigns/tiny.yaml").stderr  # one command, exit 0
     campaign = repo / "results/tiny"
     decision = _assert_diverged_soon(campaign / "runs" / DIVERGING)
+    said = [line for line in console.splitlines() if "diverged at step" in line]
+    expected = f"train_slice tiny/{DIVERGING} epoch 1: diverged at step {decision['step']} (non-finite)"
+    assert len(said) == 1 and said[0].endswith(expected)
+    assert "were not present when the DAG was created" not in console
     results = json.loads((campaign / "runs" / DIVERGING / "results.json").read_text())
     assert (results["status"], results["diverged"]) == ("diverged", decision)
     assert (campaign / "runs" / DIVERGING / "report.html").is_file()

@@ -68,8 +68,20 @@ def campaigns(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     snakemake(repo, "--configfile", write_campaign(repo, SOLO, "solo.yaml"))
     packed = write_campaign(repo, PACKED, "packed.yaml")
     dry = snakemake(repo, "-n", "--configfile", packed)
-    snakemake(repo, "--configfile", packed)
+    CONSOLE.append(snakemake(repo, "--configfile", packed).stderr)
     return repo, dry.stdout + dry.stderr
+
+
+CONSOLE: list[str] = []
+"""What the packed campaign's console said (the `campaigns` fixture's)."""
+
+
+def test_the_console_names_each_diverged_member_on_its_pack_jobs_line(campaigns: tuple[Path, str]) -> None:
+    said = [line for line in CONSOLE[0].splitlines() if "diverged at step" in line]
+    diverged = sorted(run.id for run in RUNS if run.lr == DIVERGING)
+    assert said and all(" train_pack packed/base epoch 2 digest " in line for line in said)
+    assert ["\n".join(said).count(f"{run} diverged at step") for run in diverged] == [1] * len(diverged)
+    assert "were not present when the DAG was created" not in CONSOLE[0]
 
 
 def run_dir(repo: Path, campaign: str, run: Run) -> Path:

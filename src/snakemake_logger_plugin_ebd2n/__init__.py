@@ -1,15 +1,16 @@
 """A quiet console for ebd2n campaigns: Snakemake's `--logger ebd2n` (the repository's profiles set it).
 
-One line per finished job (time, jobs done of all, rule, run), every error in full with the
-failed job's log, warnings, Snakemake's job table at the start and the workflow's closing line
-(records marked CLOSING). After a Ctrl-C (SIGINT) the jobs it stopped are no failures: one line
-says the campaign was interrupted and how to resume, and no error follows it. A dry run (`-n`) shows the
-table once, then the plan (dryrun.py): the runs that would train or validate, those reused, and
-with -p each rule's first command. The full record stays in Snakemake's own log file. As jobs
-finish it also rewrites each campaign's status page (`ebd2n status`), at most every
-STATUS_EVERY_S seconds. Snakemake finds this module by its name
-(snakemake_logger_plugin_<name>), so it is a top-level package of its own; it imports ebd2n only
-to name a job's campaign (ebd2n.layout), to write status pages and in a dry run.
+One line per finished job (time, jobs done of all, rule, run; a training job whose run diverged
+adds `: diverged at step 16 (non-finite)`), every error in full with the failed job's log,
+warnings, Snakemake's job table at the start and the workflow's closing line (records marked
+CLOSING). After a Ctrl-C (SIGINT) the jobs it stopped are no failures: one line says the campaign
+was interrupted and how to resume, and no error follows it. A dry run (`-n`) shows the table once,
+then the plan (dryrun.py): the runs that would train or validate, those reused, and with -p each
+rule's first command. The full record stays in Snakemake's own log file. As jobs finish it also
+rewrites each campaign's status page (`ebd2n status`), at most every STATUS_EVERY_S seconds.
+Snakemake finds this module by its name (snakemake_logger_plugin_<name>), so it is a top-level
+package of its own; it imports ebd2n only to name a job's campaign (ebd2n.layout), to read a
+finished training job's divergence, to write status pages and in a dry run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from snakemake.settings.enums import Quietness
@@ -32,9 +34,16 @@ _TABLE_ONLY = {Quietness.RULES, Quietness.PROGRESS}
 """Snakemake's quiet setting under which a dry run ends after its job table, listing no job."""
 _SAID = {"Nothing to be done (all requested files are present and up to date)."}
 """Plain INFO messages still worth a line."""
-_PACKED_OUTPUTS = "Warning: the following output files of rule pack_member"
-"""What Snakemake warns of every packed run's own job (workflow/rules/train.smk): its outputs are its
-pack job's work, made after the plan was; expected, so not shown."""
+_EARLY_OUTPUTS = (
+    "Warning: the following output files of rule pack_member",
+    "Warning: the following output files of rule train_final",
+)
+"""What Snakemake warns of every packed run's own job (workflow/rules/train.smk: its outputs are its
+pack job's work) and of a diverged run's last job (its final records were written by the slice it
+diverged in): outputs made after the plan was, on purpose, so not shown; the divergence is said on
+its job's line instead."""
+_TRAINING = {"train_slice", "train_final", "train_pack"}
+"""The rules whose finished job may have seen a run diverge."""
 CLOSING = "ebd2n_closing"
 """The attribute (`logger.info(..., extra={CLOSING: True})`) marking the workflow's closing line."""
 _STOPPED_BY_SIGINT = ("exit status 130", "<Signals.SIGINT: 2>")
@@ -48,6 +57,9 @@ class LogHandler(LogHandlerBase):
 
     def __post_init__(self) -> None:
         self.jobs: dict[int, str] = {}
+        self.runs: dict[int, tuple[str, list[str] | str]] = {}
+        """A training job's campaign and its run (a pack job: its log, whose header names its members)."""
+        self.diverged: set[str] = set()
         self.finished: list[str] = []
         self.campaigns: set[str] = set()
         self.status_written = 0.0
@@ -120,8 +132,12 @@ class LogHandler(LogHandlerBase):
             self.jobs[record.jobid] = job_label(record.rule_name, campaign, record.wildcards)
             if campaign is not None:
                 self.campaigns.add(campaign)
+                if record.rule_name in _TRAINING:
+                    run = (record.wildcards or {}).get("run") or list(getattr(record, "log", None) or ())
+                    self.runs[record.jobid] = (campaign, run)
         elif event == LogEvent.JOB_FINISHED:
-            self.finished.append(self.jobs.pop(record.job_id, f"job {record.job_id}"))
+            label = self.jobs.pop(record.job_id, f"job {record.job_id}")
+            self.finished.append(label + self.divergence_note(*self.runs.pop(record.job_id, (None, []))))
         elif event == LogEvent.PROGRESS:
             done = ", ".join(self.finished)
             self.finished = []
@@ -139,8 +155,34 @@ class LogHandler(LogHandlerBase):
         elif event is None and (
             record.levelno >= logging.WARNING or record.getMessage() in _SAID or getattr(record, CLOSING, False)
         ):
-            return None if record.getMessage().startswith(_PACKED_OUTPUTS) else record.getMessage()
+            return None if record.getMessage().startswith(_EARLY_OUTPUTS) else record.getMessage()
         return None
+
+    def divergence_note(self, campaign: str | None, run: list[str] | str) -> str:
+        """`: diverged at step 16 (non-finite)` for a finished training job whose run diverged (a pack
+        job: each such member, named), said once per run; nothing without the ebd2n package."""
+        if campaign is None:
+            return ""
+        try:
+            from ebd2n.layout import named_campaign
+            from ebd2n.train.pack_record import pack_log_members
+            from ebd2n.train.records import RunRecord
+        except ImportError:
+            return ""
+        notes = []
+        try:  # a line must never stop the workflow
+            members = [run] if isinstance(run, str) else [m for log in run for m in pack_log_members(Path(log))]
+            for member in members:
+                if member in self.diverged:
+                    continue
+                divergence = RunRecord(named_campaign(campaign).run(member).directory).divergence
+                if divergence is not None:
+                    self.diverged.add(member)
+                    described = divergence.describe()
+                    notes.append(described if isinstance(run, str) else f"{member} {described}")
+        except (OSError, ValueError) as error:
+            sys.stderr.write(f"divergence of {run} not read: {error}\n")
+        return f": {'; '.join(notes)}" if notes else ""
 
     def interrupted_line(self) -> str | None:
         """The one line an interrupted run shows, in place of what its stopped jobs report."""
