@@ -26,7 +26,7 @@ def test_demo_console_counts_are_the_readmes_and_its_last_line_is_the_report(dem
     result = (done[-1].split("] ")[1].split(" done")[0], console[-1])
     assert result == (
         f"{claimed.group(2)}/{claimed.group(2)}",
-        "report: results/demo/report/index.html (audit: results/demo/audit.json)",
+        f"report: results/demo/report/index.html (audit: results/demo/audit.json); runs: {claimed.group(1)} complete",
     )
 
 

@@ -130,3 +130,12 @@ def test_the_final_output_asks_for_every_pack_jobs_record(tmp_path: Path, monkey
     plan = WorkflowPlan(campaign_from_dict(raw))
     records = [path for path in plan.final_output() if "/packs/" in path]
     assert [Path(path).name.split("-")[:2] for path in records] == [["slice", "1"], ["slice", "2"]]
+
+
+def test_the_closing_line_counts_every_outcome_of_the_runs_table(inputs: WorkflowInputs) -> None:
+    paths = inputs.plan.paths
+    for path in (paths.audit_passed, paths.report_index):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    paths.runs_csv.write_text("run,status\na,complete\nb,diverged\nc,complete\nd,failed\n")
+    assert closing_line(paths, partial=False)[1].endswith("; runs: 2 complete, 1 diverged, 1 failed")

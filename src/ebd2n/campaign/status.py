@@ -27,6 +27,8 @@ status are ebd2n.campaign.status_display's.
 
 from __future__ import annotations
 
+import collections
+import csv
 import itertools
 import math
 import time
@@ -109,15 +111,26 @@ class CampaignStatus:
 
 def closing_line(paths: CampaignPaths, partial: bool) -> tuple[bool, str]:
     """The workflow's last console line after its jobs ran, and whether the invocation succeeded:
-    the report, once the audit passed; a run stopped where it was asked to (`partial`: --until, a
-    target, --allowed-rules) says so; any other ends unfinished, non-zero. The line names only files
-    that exist."""
+    the report, once the audit passed, and every run outcome's count; a run stopped where it was
+    asked to (`partial`: --until, a target, --allowed-rules) says so; any other ends unfinished,
+    non-zero. The line names only files that exist."""
     if paths.audit_passed.is_file() and paths.report_index.is_file():
-        return True, f"report: {paths.report_index} (audit: {paths.audit})"
+        return True, f"report: {paths.report_index} (audit: {paths.audit}){_outcome_counts(paths)}"
     status = f"`ebd2n status {paths.directory}` lists each run's state"
     if partial:
         return True, f"stopped where asked (--until, a target, --allowed-rules); without it this goes on; {status}"
     return False, f"not finished: the audit has not passed (no {paths.audit_passed}); {status}"
+
+
+def _outcome_counts(paths: CampaignPaths) -> str:
+    """`; runs: 30 complete, 6 diverged`: every outcome of the runs table, most frequent first."""
+    try:
+        with open(paths.runs_csv, encoding="utf-8", newline="") as file:
+            outcomes = collections.Counter(row.get("status") or "" for row in csv.DictReader(file))
+    except OSError:
+        return ""
+    counts = ", ".join(f"{count} {outcome}" for outcome, count in outcomes.most_common() if outcome)
+    return f"; runs: {counts}" if counts else ""
 
 
 def campaign_status(campaign_dir: Path, now: float | None = None) -> CampaignStatus:
