@@ -115,7 +115,7 @@ def test_workflow_report_cost_is_the_jobs_recorded_time_with_the_wall_clock_besi
     )
     seconds = sum(record["seconds"] for record in records)
     assert result == (
-        [("train", 1), ("train", None), ("validate", None)],
+        [("train", 1), ("train", 2), ("validate", None)],  # a training line names the epoch it trained to
         True,
         [],
         round(seconds * run["cpus"], 6),
