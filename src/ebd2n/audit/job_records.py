@@ -43,7 +43,7 @@ def check_job_records(views: Iterable[RunView], plans: Mapping[str, SlicePlan | 
 
 def _problems(view: RunView, plan: SlicePlan) -> Iterable[str]:
     jobs = recorded_jobs(view.paths.directory)
-    trained, last = _trained_ends(view, plan)
+    trained, last = trained_ends(view, plan)
     lines = [job for job in jobs if job.get("kind") == "train"]
     ends = [plan.epochs if job.get("epoch") is None else job.get("epoch") for job in lines]
     for end in trained if last is not None else ():
@@ -67,7 +67,7 @@ def _problems(view: RunView, plan: SlicePlan) -> Iterable[str]:
         yield "no validation job's record"
 
 
-def _trained_ends(view: RunView, plan: SlicePlan) -> tuple[list[int], int | None]:
+def trained_ends(view: RunView, plan: SlicePlan) -> tuple[list[int], int | None]:
     """The slice ends a finished run trained to (every one of its plan, or up to the slice it
     diverged in) and the last of them (None: a divergence recorded without its epoch, by an older
     ebd2n: which slices it trained is not known). A diverged run's last records may be written by

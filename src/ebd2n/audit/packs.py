@@ -13,12 +13,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ebd2n.audit.checks import Check
+from ebd2n.audit.job_records import trained_ends
 from ebd2n.audit.runs import RunView, json_object
 from ebd2n.errors import UserError
 from ebd2n.layout import PACKS, CampaignPaths
 from ebd2n.train.pack_record import pack_digest, read_packs
 from ebd2n.train.plan import SlicePlan
-from ebd2n.train.records import DIVERGENCE, Divergence
 
 
 def trained_packed(paths: CampaignPaths, views: Mapping[str, RunView]) -> bool:
@@ -84,11 +84,7 @@ def _problems(paths: CampaignPaths, view: RunView, jobs: Mapping[int, Path], pla
 def _ended_before(view: RunView, plan: SlicePlan | None, end: int) -> bool:
     """Whether the run had diverged, as its validated results say, before the slice to `end` began
     (an unreadable plan is check_plans' to name)."""
-    diverged = Divergence.of((view.results or {}).get(DIVERGENCE))
-    if plan is None:
+    if plan is None or end not in plan.ends:
         return False
-    try:
-        start = plan.previous(end) or 0
-    except UserError:
-        return False
-    return diverged is not None and diverged.epoch is not None and diverged.epoch <= start
+    last = trained_ends(view, plan)[1]
+    return last is not None and end > last

@@ -39,12 +39,19 @@ class DecentralizedConfig(Section):
         k = self.num_models
         if self.topology == "one_peer_exponential" and k & (k - 1):
             raise ValueError(f"decentralized.topology one_peer_exponential needs num_models a power of two, got {k}")
-        if self.mixing_version == 2 and self.topology == "one_peer_ring" and k % 2 and k != 1:
-            raise ValueError(
-                f"decentralized.topology one_peer_ring with mixing_version 2 pairs the models: num_models must be "
-                f"even, got {k}"
-            )
+        if (problem := unpaired_ring(self.topology, k, self.mixing_version)) is not None:
+            raise ValueError(problem)
         return self
+
+
+def unpaired_ring(topology: str, num_models: int, mixing_version: int) -> str | None:
+    """Why the reciprocal pairs of mixing_version 2 cannot pair these ring models (None: they can)."""
+    if mixing_version == 2 and topology == "one_peer_ring" and num_models % 2 and num_models != 1:
+        return (
+            f"decentralized.topology one_peer_ring with mixing_version 2 pairs the models: num_models must be "
+            f"even, got {num_models}"
+        )
+    return None
 
 
 class LoraConfig(Section):

@@ -20,6 +20,8 @@ from typing import Literal
 
 import torch
 
+from ebd2n.config.parallelism import unpaired_ring
+
 Topology = Literal["one_peer_ring", "one_peer_exponential", "complete"]
 TOPOLOGIES: tuple[str, ...] = ("one_peer_ring", "one_peer_exponential", "complete")
 MIXING_VERSIONS = (1, 2)
@@ -66,11 +68,8 @@ def peers(topology: Topology, step: int, num_models: int, version: int = 1) -> l
 def check_pairs(topology: Topology, num_models: int) -> None:
     """Reciprocal pairs (version 2) need an even K for the ring, a power of two for the exponential graph."""
     _check_num_models(num_models)
-    if topology == "one_peer_ring" and num_models % 2 and num_models != 1:
-        raise ValueError(
-            f"decentralized.topology one_peer_ring with mixing_version 2 pairs the models: num_models must be "
-            f"even, got {num_models}"
-        )
+    if (problem := unpaired_ring(topology, num_models, 2)) is not None:
+        raise ValueError(problem)
     if topology == "one_peer_exponential":
         _check_power_of_two(num_models)
 
