@@ -499,7 +499,18 @@ def test_shipped_campaign_files_pass_the_schema(tmp_path: Path, monkeypatch: pyt
     monkeypatch.chdir(tmp_path)
     paths = [REPO_ROOT / "config" / "config.yaml", *sorted(CAMPAIGNS.glob("*.yaml"))]
     result = [load_campaign(path).name for path in paths]
-    expected = ["demo", "finetune-qwen-moe", "finetune-sql-demo", "recipe-sweep-20m", "scaling-minipile", "my-campaign"]
+    expected = [
+        "demo",
+        "batch-beta1-20m",
+        "batch-beta1-demo",
+        "finetune-qwen-moe",
+        "finetune-sql-demo",
+        "recipe-sweep-20m",
+        "scaling-minipile",
+        "schedules-horizons-20m",
+        "schedules-horizons-demo",
+        "my-campaign",
+    ]
     assert result == expected
 
 

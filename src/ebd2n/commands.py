@@ -182,7 +182,7 @@ def cmd_freeze(args: argparse.Namespace) -> None:
 def cmd_resolve(args: argparse.Namespace) -> None:
     from ebd2n.campaign.resolve import resolve_run
 
-    print(resolve_run(args.run_dir))
+    print(resolve_run(args.run_dir, args.settings))
 
 
 def cmd_collect(args: argparse.Namespace) -> None:

@@ -139,6 +139,10 @@ def get_frozen_base(wildcards):
     return INPUTS.frozen_base(wildcards)
 
 
+def get_resolve_settings(wildcards):
+    return INPUTS.resolve_settings(wildcards)
+
+
 def get_plan_file(wildcards):
     return INPUTS.plan_file(wildcards)
 

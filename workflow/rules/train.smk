@@ -68,8 +68,10 @@ rule resolve_recipe:
         log_of(R.recipe),
     conda:
         CONDA_ENV
+    params:
+        settings=get_resolve_settings,
     shell:
-        JOB_START + TRAINER + " resolve " + RUN_DIR + " >> {log} 2>&1"
+        JOB_START + TRAINER + " resolve " + RUN_DIR + " {params.settings} >> {log} 2>&1"
 
 
 # Successive halving (campaign `search`, ebd2n.campaign.search): after each rung the bracket's runs

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from ebd2n.audit.checks import Check, each_run
 from ebd2n.audit.runs import RunView
+from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.config import Recipe, load_recipe, recipe_identity
 from ebd2n.errors import UserError
@@ -75,10 +76,11 @@ def check_validation(views: list[RunView], cache_identity: str | None, targets: 
     return each_run("complete full validation on the campaign cache", views, problem)
 
 
-def check_recipes(paths: CampaignPaths, views: list[RunView], campaign: str) -> Check:
-    """Each run's recipe is its frozen base at its grid point, trained in its own directory
-    (results/<campaign>/runs/<run-id>, however the campaign is reached now)."""
+def check_recipes(paths: CampaignPaths, views: list[RunView], campaign: str, grid: Grid) -> Check:
+    """Each run's recipe is its frozen base at its grid point (its further axes' settings included),
+    trained in its own directory (results/<campaign>/runs/<run-id>, however the campaign is reached now)."""
     bases: dict[str, Recipe | str] = {}
+    fixed = {**GRID_AXES, **{key: axis.name for axis in grid.axes for key in axis.keys}}
 
     def problem(view: RunView) -> Iterable[str]:
         if view.recipe is None:
@@ -98,10 +100,15 @@ def check_recipes(paths: CampaignPaths, views: list[RunView], campaign: str) -> 
         )
         if trained_in != own:
             yield f"runtime.output_dir {trained_in} is not the run's directory {own} (a run trained elsewhere)"
-        expected = run_recipe(bases[base], view.run, view.recipe.runtime.output_dir)
+        try:
+            settings = grid.settings(view.run)
+        except UserError as error:
+            yield str(error)
+            return
+        expected = run_recipe(bases[base], view.run, view.recipe.runtime.output_dir, settings=settings)
         diff = _differences(expected.model_dump(mode="json"), view.recipe.model_dump(mode="json"))
-        axes = [key for key in diff if key in GRID_AXES]
-        others = [key for key in diff if key not in GRID_AXES]
+        axes = [key for key in diff if key in fixed]
+        others = [key for key in diff if key not in fixed]
         if axes:
             yield f"{', '.join(axes)} differ from the run id's grid point ({view.run.id})"
         if others:

@@ -3,12 +3,18 @@
 The rules follow the published 20M recipe sweep (`shared/reference/recipe_sweep_20m`), which this
 module reproduces exactly: per mode, the winner is the grid point with the lowest mean final
 full-validation loss over seeds; only points with every seed are eligible; exact ties go to the
-lower LR, then the lower beta2; uncertainty is the sample SD (ddof = 1).
+lower LR, then the lower value of each further axis in the grid's order (beta2 first, then
+`grid.axes` as the campaign file lists them); uncertainty is the sample SD (ddof = 1).
+
+A grid point is its mode, LR and `axes` (runs-table columns: beta2 alone unless the grid has
+further axes); the grouped table keeps them between `lr` and `seeds_completed`, where every
+reader of it finds them (`point_axes`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,19 +38,10 @@ RUN_FIELDS: dict[str, type[pl.DataType]] = {
     "loss": pl.Float64,
 }
 """The per-run fields every runs table has (the reference's per-run records)."""
-_POINT = ["mode", "lr", "beta2"]
-_GROUP_COLUMNS = [
-    *_POINT,
-    "seeds_completed",
-    "eligible",
-    "mean_loss",
-    "std_loss",
-    "rank",
-    "outcome",
-    "diverged_step",
-    DIVERGED,
-]
-_SELECTION_KEYS = ["lr", "beta2", "mean_loss", "std_loss", "seeds_completed"]
+AXES = ("beta2",)
+"""A grid point's axes besides mode and LR in a campaign without further axes (and the reference's)."""
+_FACT_COLUMNS = ["seeds_completed", "eligible", "mean_loss", "std_loss", "rank", "outcome", "diverged_step", DIVERGED]
+_SELECTION_KEYS = ["mean_loss", "std_loss", "seeds_completed"]
 _ALPHA = 0.05  # Welch t-test level below which a margin is called more than seed noise
 _NOT_ESTABLISHED = "the ranking alone does not establish a reliable improvement"
 RESPONSE_FIELDS = {
@@ -83,20 +80,21 @@ def failed_runs(runs: pl.DataFrame) -> dict[str, str]:
     }
 
 
-def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFrame:
+def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None, axes: Sequence[str] = AXES) -> pl.DataFrame:
     """One row per grid point: seeds done, eligibility, mean and sample SD of loss, rank in mode,
     outcome (converged, diverged, stopped by successive halving, incomplete) and the first step any
     seed diverged at.
 
     Only complete runs with a finite loss count; retired runs are left out. A point is eligible
     when it has every expected seed (`seeds`, or else every seed the table mentions) and no seed
-    diverged. Rank orders eligible points first, by mean loss, then lower LR, then lower beta2;
-    incomplete points follow, then diverged ones, each in the same order.
+    diverged. Rank orders eligible points first, by mean loss, then lower LR, then each of `axes`
+    lower first; incomplete points follow, then diverged ones, each in the same order.
     """
+    point = ["mode", "lr", *axes]
     runs = runs.filter(pl.col("status") != Outcome.RETIRED)
     expected = sorted(set(seeds) if seeds is not None else set(runs["seed"].to_list()))
-    done = completed_runs(runs, seeds)
-    summary = done.group_by(_POINT).agg(
+    done = completed_runs(runs, seeds, axes)
+    summary = done.group_by(point).agg(
         seeds_completed=pl.col("seed").n_unique().cast(pl.Int64),
         mean_loss=pl.col("loss").mean(),
         std_loss=pl.col("loss").std(ddof=1),
@@ -104,19 +102,19 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
     step = pl.col("diverged_step") if "diverged_step" in runs.columns else pl.lit(None)
     diverged = (
         runs.filter(pl.col("status") == Outcome.DIVERGED)
-        .group_by(_POINT)
+        .group_by(point)
         .agg(diverged_step=step.cast(pl.Int64).min(), **{DIVERGED: pl.lit(True)})
     )
     stopped = (
-        runs.filter(pl.col("status") == Outcome.STOPPED).select(_POINT).unique().with_columns(**{STOPPED: pl.lit(True)})
+        runs.filter(pl.col("status") == Outcome.STOPPED).select(point).unique().with_columns(**{STOPPED: pl.lit(True)})
     )
     modes = pl.Enum(runs["mode"].unique(maintain_order=True).to_list())
     groups = (
-        runs.select(_POINT)
+        runs.select(point)
         .unique()
-        .join(summary, on=_POINT, how="left")
-        .join(diverged, on=_POINT, how="left")
-        .join(stopped, on=_POINT, how="left")
+        .join(summary, on=point, how="left", nulls_equal=True)
+        .join(diverged, on=point, how="left", nulls_equal=True)
+        .join(stopped, on=point, how="left", nulls_equal=True)
         .with_columns(pl.col("seeds_completed").fill_null(0), pl.col(DIVERGED, STOPPED).fill_null(False))
         .with_columns(
             eligible=(pl.col("seeds_completed") == len(expected)) & (len(expected) > 0) & ~pl.col(DIVERGED),
@@ -124,17 +122,44 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None) -> pl.DataFra
         )
         .with_columns(outcome=_point_outcomes())
         .sort(
-            ["mode", "eligible", DIVERGED, "mean_loss", "lr", "beta2"],
-            descending=[False, True, False, False, False, False],
+            ["mode", "eligible", DIVERGED, "mean_loss", "lr", *axes],
+            descending=[False, True, False, False, False, *(False for _ in axes)],
             nulls_last=True,
         )
         .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("mode"))
-        .sort(["mode", "lr", "beta2"])
+        .sort(point)
         .with_columns(pl.col("mode").cast(pl.String))
-        .select(_GROUP_COLUMNS)
+        .select(*point, *_FACT_COLUMNS)
     )
     diverged_columns = [DIVERGED] if groups[DIVERGED].any() else [DIVERGED, "diverged_step"]
     return groups.drop(diverged_columns)  # diverged_step only where a point diverged: a CSV column of numbers
+
+
+def point_axes(groups: pl.DataFrame) -> list[str]:
+    """A grouped table's axes besides mode and LR: its columns between `lr` and `seeds_completed`."""
+    columns = groups.columns
+    return columns[columns.index("lr") + 1 : columns.index("seeds_completed")]
+
+
+def point_name(point: dict[str, Any], axes: Sequence[str]) -> str:
+    """`LR 0.004 (beta2 0.95)`, `LR 0.004 (beta2 0.95, beta1 0.9)`: a point of one mode, as sentences say it."""
+    values = ", ".join(f"{axis} {value_text(point[axis])}" for axis in axes)
+    return f"LR {point['lr']:g} ({values})" if values else f"LR {point['lr']:g}"
+
+
+def point_key(row: dict[str, Any], axes: Sequence[str]) -> tuple:
+    """A point's values on `axes` (a heatmap column, a response table)."""
+    return tuple(row[axis] for axis in axes)
+
+
+def values_label(values: Sequence[Any]) -> str:
+    """`0.95`, `0.95 · 0.9 · 1024 · wsd`: a point's values on the axes besides mode and LR, as a column head."""
+    return " · ".join(value_text(value) for value in values)
+
+
+def value_text(value: Any) -> str:
+    """An axis value as sentences and keys write it: floats as %g, anything else as text."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _point_outcomes() -> pl.Expr:
@@ -164,14 +189,17 @@ def select(groups: pl.DataFrame) -> dict[str, dict]:
     }
 
 
-def lr_response(groups: pl.DataFrame, beta2: float) -> pl.DataFrame:
-    """LR x mode table at one beta2, numbers only: per mode `<mode> mean_loss`, `<mode> std_loss`,
-    `<mode> seeds_completed` and, where a point diverged, `<mode> diverged_step` (the first step a
-    seed diverged at) columns; all empty where a mode skipped an LR."""
-    at = groups.filter(pl.col("beta2") == beta2)
-    if at.is_empty():
-        tested = ", ".join(f"{b:g}" for b in sorted(groups["beta2"].unique().to_list()))
-        raise UserError(f"beta2 {beta2:g} is not in the grid; choose one of: {tested}")
+def lr_response(groups: pl.DataFrame, at: dict[str, Any] | float) -> pl.DataFrame:
+    """LR x mode table at one value of each other axis (`at`: axis -> value; a bare number is a
+    beta2), numbers only: per mode `<mode> mean_loss`, `<mode> std_loss`, `<mode> seeds_completed`
+    and, where a point diverged, `<mode> diverged_step` (the first step a seed diverged at) columns;
+    all empty where a mode skipped an LR."""
+    at = at if isinstance(at, dict) else {"beta2": at}
+    for axis, value in at.items():
+        if groups.filter(pl.col(axis).eq_missing(value)).is_empty():
+            tested = ", ".join(value_text(v) for v in sorted(groups[axis].unique().to_list()))
+            raise UserError(f"{axis} {value_text(value)} is not in the grid; choose one of: {tested}")
+    at = groups.filter(*(pl.col(axis).eq_missing(value) for axis, value in at.items()))
     cells = {(row["mode"], row["lr"]): row for row in at.iter_rows(named=True)}
     lrs = sorted(at["lr"].unique().to_list())
     columns: dict[str, pl.Series] = {"lr": pl.Series(lrs, dtype=pl.Float64)}
@@ -189,7 +217,7 @@ def winner_notes(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | No
 
     Pass the same `seeds` given to `group_runs`, so the t-test sees the losses the means used.
     """
-    done = completed_runs(runs, seeds)
+    done = completed_runs(runs, seeds, point_axes(groups))
     notes = {}
     for mode in _modes(groups):
         ranked = _ranked_eligible(groups, mode)
@@ -200,12 +228,15 @@ def winner_notes(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | No
 
 
 def diverged_above(winner: dict[str, Any], points: pl.DataFrame) -> dict[str, Any] | None:
-    """The point at the next tested LR above the winner (at its beta2) when that point diverged: the
-    evidence that bounds the optimum from above. None when the next LR converged or there is none."""
-    above = points.filter((pl.col("beta2") == winner["beta2"]) & (pl.col("lr") > winner["lr"])).sort("lr")
+    """The point at the next tested LR above the winner (at its other axes' values) when that point
+    diverged: the evidence that bounds the optimum from above. None when the next LR converged or
+    there is none."""
+    axes = point_axes(points)
+    same = [pl.col(axis).eq_missing(winner[axis]) for axis in axes]
+    above = points.filter(*same, pl.col("lr") > winner["lr"]).sort("lr")
     if above.is_empty() or above["outcome"][0] != PointOutcome.DIVERGED:
         return None
-    return {key: above.row(0, named=True)[key] for key in ("lr", "beta2", "diverged_step")}
+    return {key: above.row(0, named=True)[key] for key in ("lr", *axes, "diverged_step")}
 
 
 def write_selection(
@@ -219,9 +250,8 @@ def write_selection(
             f"--out {out_dir}: a file, not a directory; give a directory for {GROUPS_CSV} and {SELECTION_JSON}"
         )
     atomic_write_text(out_dir / GROUPS_CSV, groups.write_csv())
-    chosen = {
-        mode: {**{key: entry[key] for key in _SELECTION_KEYS}, **optima[mode]} for mode, entry in selection.items()
-    }
+    keys = ["lr", *point_axes(groups), *_SELECTION_KEYS]
+    chosen = {mode: {**{key: entry[key] for key in keys}, **optima[mode]} for mode, entry in selection.items()}
     atomic_write_text(out_dir / SELECTION_JSON, json.dumps(chosen, indent=2) + "\n")
 
 
@@ -261,12 +291,12 @@ def _cast(table: pl.DataFrame, path: Path, name: str, dtype: type[pl.DataType]) 
     return column
 
 
-def completed_runs(runs: pl.DataFrame, seeds: list[int] | None) -> pl.DataFrame:
+def completed_runs(runs: pl.DataFrame, seeds: list[int] | None, axes: Sequence[str] = AXES) -> pl.DataFrame:
     """Runs that count: complete, finite loss, an expected seed, at most one per point and seed."""
     done = runs.filter((pl.col("status") == Outcome.COMPLETE) & pl.col("loss").is_finite())
     if seeds is not None:
         done = done.filter(pl.col("seed").is_in(list(seeds)))
-    twice = done.filter(pl.struct([*_POINT, "seed"]).is_duplicated())
+    twice = done.filter(pl.struct(["mode", "lr", *axes, "seed"]).is_duplicated())
     if not twice.is_empty():
         raise UserError(
             f"{twice.height} complete runs share a grid point and seed (first: "
@@ -282,13 +312,14 @@ def _modes(groups: pl.DataFrame) -> list[str]:
 
 def _ranked_eligible(groups: pl.DataFrame, mode: str) -> pl.DataFrame:
     """One mode's eligible points, best first, with the spec's tie-break."""
-    return groups.filter((pl.col("mode") == mode) & pl.col("eligible")).sort(["mean_loss", "lr", "beta2"])
+    return groups.filter((pl.col("mode") == mode) & pl.col("eligible")).sort(["mean_loss", "lr", *point_axes(groups)])
 
 
 def _notes(ranked: pl.DataFrame, points: pl.DataFrame, done: pl.DataFrame) -> dict[str, Any]:
     """Edge, divergence above, unfinished points, runner-up margin, its size against seed noise,
     and a sentence a reader can quote."""
     lrs = sorted(points["lr"].unique().to_list())
+    axes = point_axes(points)
     winner = ranked.row(0, named=True)
     runner = ranked.row(1, named=True) if ranked.height > 1 else None
     edge = lr_edge(winner["lr"], lrs)
@@ -296,22 +327,22 @@ def _notes(ranked: pl.DataFrame, points: pl.DataFrame, done: pl.DataFrame) -> di
     margin = runner["mean_loss"] - winner["mean_loss"] if runner else None
     notes = {
         "edge": edge,
-        "runner_up": {key: runner[key] for key in ("lr", "beta2", "mean_loss")} if runner else None,
+        "runner_up": {key: runner[key] for key in ("lr", *axes, "mean_loss")} if runner else None,
         "margin": margin,
         "seed_sd": sd,
         "margin_vs_sd": margin / sd if margin is not None and sd else None,
-        "p_value": _welch_p(_losses(done, winner), _losses(done, runner)) if runner else None,
+        "p_value": _welch_p(_losses(done, winner, axes), _losses(done, runner, axes)) if runner else None,
         "next_lrs": _next_lrs(edge, lrs),
         "diverged_above": diverged_above(winner, points),
-        "unfinished": points.filter(pl.col("outcome") == PointOutcome.INCOMPLETE).select("lr", "beta2").to_dicts(),
+        "unfinished": points.filter(pl.col("outcome") == PointOutcome.INCOMPLETE).select("lr", *axes).to_dicts(),
     }
-    notes["verdict"] = _verdict(winner, runner, notes)
+    notes["verdict"] = _verdict(winner, runner, notes, axes)
     return notes
 
 
-def _losses(done: pl.DataFrame, point: dict[str, Any]) -> list[float]:
+def _losses(done: pl.DataFrame, point: dict[str, Any], axes: Sequence[str]) -> list[float]:
     """Per-seed losses behind one grid point's mean."""
-    match = [pl.col(key) == point[key] for key in _POINT]
+    match = [pl.col(key).eq_missing(point[key]) for key in ("mode", "lr", *axes)]
     return done.filter(*match)["loss"].to_list()
 
 
@@ -341,14 +372,14 @@ def _next_lrs(edge: Edge | None, lrs: list[float], count: int = 2) -> list[float
     return [float(f"{near * (near / far) ** k:.4g}") for k in range(1, count + 1)]
 
 
-def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[str, Any]) -> str:
+def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[str, Any], axes: list[str]) -> str:
     """Plain-English summary: how much the winner wins by, whether that is noise, where next."""
-    name = f"LR {winner['lr']:g} (beta2 {winner['beta2']:g})"
+    name = point_name(winner, axes)
     if runner is None:
         text = f"{name} is the only eligible recipe, so there is no runner-up to compare with."
     else:
         text = (
-            f"{name} beats the runner-up LR {runner['lr']:g} (beta2 {runner['beta2']:g}) "
+            f"{name} beats the runner-up {point_name(runner, axes)} "
             f"by {notes['margin']:.{loss_decimals(winner['std_loss'])}f} nats{_noise_clause(notes)}."
         )
     if notes["diverged_above"]:

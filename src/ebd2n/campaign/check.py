@@ -8,12 +8,14 @@ check` and the workflow's Snakefile load a campaign here, so both refuse a bad f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
+from ebd2n.campaign.axis_check import bind_axes, check_axes, check_axes_kept, check_axes_shape
 from ebd2n.campaign.file import Campaign, validate_schema
-from ebd2n.campaign.grid import grid_from_dict
+from ebd2n.campaign.grid import grid_from_dict, grid_from_record
 from ebd2n.campaign.horizons import check_branch_in_mode, check_horizons, check_horizons_growth
 from ebd2n.campaign.plans import campaign_plans
 from ebd2n.campaign.resolve import run_recipe
@@ -23,6 +25,7 @@ from ebd2n.campaign.search import check_search
 from ebd2n.config import Recipe
 from ebd2n.config.checkpoint_policy import DEFAULT_CHECKPOINT_POLICY
 from ebd2n.errors import UserError
+from ebd2n.jsonio import read_json
 from ebd2n.train.budget import budget_of
 from ebd2n.train.pack_rules import pack_refusal
 from ebd2n.yamlio import read_yaml_mapping
@@ -36,6 +39,7 @@ def load_campaign(path: str | Path) -> Campaign:
 def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
     """Check a parsed campaign (the schema, then consistency) and build the Campaign."""
     validate_schema(raw, source)
+    check_axes_shape(raw["grid"].get("axes"), f"campaign file {source}")
     epochs = raw["epochs_per_slice"]
     campaign = Campaign(
         name=raw["campaign"],
@@ -55,7 +59,11 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         pack=raw.get("execution", {}).get("pack", 1),
     )
     _check_campaign(campaign)
-    return campaign
+    return (
+        campaign
+        if not campaign.grid.axes
+        else dataclasses.replace(campaign, grid=bind_axes(campaign.grid, campaign.current_bases))
+    )
 
 
 def _epoch_list(value: int | list[int] | None) -> list[int] | None:
@@ -114,6 +122,7 @@ def _check_campaign(campaign: Campaign) -> None:
             "remove one of the two"
         )
     check_horizons(grid, bases, campaign.checkpoint_policy, where)
+    check_axes(grid, bases, campaign.pack, where, campaign.paths.runs.as_posix())
     for base, recipe in bases.items():
         epochs = budget_of(recipe).epochs
         scope, horizon = split_base(base)
@@ -175,12 +184,17 @@ def _check_frozen(campaign: Campaign) -> None:
     frozen_bases = [split_base(path.stem) for path in campaign.paths.frozen_recipes.glob("*.yaml")]
     started = sorted({*first_horizons, *(horizon for _scope, horizon in frozen_bases if horizon is not None)})
     check_horizons_growth(started, list(campaign.grid.horizons or ()), f"campaign file {campaign.source}")
+    if campaign.paths.frozen_spec.is_dir():
+        started = [grid_from_record(read_json(path)) for path in sorted(campaign.paths.frozen_spec.glob("*.json"))]
+        for grid in started:
+            check_axes_kept(grid.axes, campaign.grid.axes, f"campaign file {campaign.source}")
     changed = [key for key in frozen if frozen[key] != now[key]]
     if changed:
         details = "; ".join(f"{key}: frozen {frozen.get(key)!r}, now {now[key]!r}" for key in changed)
         raise UserError(
             f"campaign file {campaign.source}: campaign {campaign.name} started with other settings ({details}). "
-            "A started campaign can only gain learning rates, beta2 values, modes, presets, seeds and longer horizons; "
+            "A started campaign can only gain learning rates, beta2 values, modes, presets, seeds, longer horizons, "
+            "further axes and their values; "
             f"restore the settings, or give the changed campaign a new name (or remove {campaign.paths.frozen} "
             "and its runs to start over)"
         )

@@ -97,7 +97,7 @@ def edge_proposals(campaign_dir: Path, campaign: Campaign) -> dict[str, tuple[li
     """Mode -> (LRs to add, why) for every mode whose winner is at an edge of its tested LRs;
     LRs the campaign file already lists (proposed, not yet run) are not proposed again."""
     results = read_results(campaign_dir)
-    groups = group_runs(results.runs, results.seeds)
+    groups = group_runs(results.runs, results.seeds, results.axes)
     winners = select(groups)
     proposals = {}
     for mode, notes in winner_notes(groups, results.runs, results.seeds).items():

@@ -1,7 +1,8 @@
 """Where a mode's LR optimum lies and how sure the seeds let us be.
 
 Near its minimum, final loss is close to a parabola in ln(LR) (the shape optimum-LR laws such as
-DeepSeek LLM's and Step Law's are fitted to). Per mode and beta2 we fit one through the best
+DeepSeek LLM's and Step Law's are fitted to). Per mode and value of the other axes (beta2, the
+further axes) we fit one through the best
 LR with every seed and its two neighbours (the first or last three when the best is at the grid's
 end) and take its vertex. The 95 % interval is a percentile bootstrap: seeds are resampled within
 each grid point and the whole fit redone, best point and window included, so a near-tie between
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ebd2n.campaign.analysis import Edge, completed_runs, diverged_above, lr_edge, outcome_text
+from ebd2n.campaign.analysis import Edge, completed_runs, diverged_above, lr_edge, outcome_text, point_axes, value_text
 from ebd2n.outcomes import DIVERGED, PointOutcome
 
 RESAMPLES = 2000
@@ -34,31 +35,37 @@ METHOD = (
 
 def lr_optima(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None = None) -> dict[str, dict[str, Any]]:
     """Per mode with a winner: `edge`, `diverged_above` (the diverged point above the winner that
-    bounds the optimum, or None) and `lr_optimum` at the winner's beta2, and, when the grid
-    has several beta2, `lr_optimum_by_beta2` (beta2 as text -> the fit at that beta2).
+    bounds the optimum, or None) and `lr_optimum` at the winner's other axes, and, where those take
+    several values, the fit at each: `lr_optimum_by_<axis>` (its value as text -> the fit) for a
+    grid of one such axis (beta2), else `lr_optimum_by_point` (each point's axes and fit).
 
     `groups` and `seeds` as for `winner_notes`; only eligible points (every seed) are fitted.
     """
-    done = completed_runs(runs, seeds)
+    axes = point_axes(groups)
+    done = completed_runs(runs, seeds, axes)
     out = {}
     for mode in groups["mode"].unique(maintain_order=True).to_list():
         part = groups.filter(pl.col("mode") == mode)
         eligible = part.filter(pl.col("eligible"))
         if eligible.is_empty():
             continue
-        winner = eligible.sort(["mean_loss", "lr", "beta2"]).row(0, named=True)
+        winner = eligible.sort(["mean_loss", "lr", *axes]).row(0, named=True)
         tested = sorted(part["lr"].unique().to_list())
+        points = part.select(axes).unique().sort(axes, nulls_last=True).rows()
         fits = {
-            beta2: fit_optimum(tested, _seed_losses(done, mode, beta2, eligible))
-            for beta2 in sorted(part["beta2"].unique().to_list())
+            point: fit_optimum(tested, seed_losses(done, mode, dict(zip(axes, point, strict=True)), eligible))
+            for point in points
         }
         entry: dict[str, Any] = {
             "edge": lr_edge(winner["lr"], tested),
             "diverged_above": diverged_above(winner, part),
-            "lr_optimum": fits[winner["beta2"]],
+            "lr_optimum": fits[tuple(winner[axis] for axis in axes)],
         }
-        if len(fits) > 1:
-            entry["lr_optimum_by_beta2"] = {f"{beta2:g}": fit for beta2, fit in fits.items()}
+        if len(fits) > 1 and len(axes) == 1:
+            entry[f"lr_optimum_by_{axes[0]}"] = {value_text(point[0]): fit for point, fit in fits.items()}
+        elif len(fits) > 1:
+            by_point = [{**dict(zip(axes, point, strict=True)), **fit} for point, fit in fits.items()]
+            entry["lr_optimum_by_point"] = by_point
         out[mode] = entry
     return out
 
@@ -130,14 +137,20 @@ def fit_optimum(tested: list[float], losses: dict[float, list[float]]) -> dict[s
     if min(len(losses[lr]) for lr in lrs) < 2:
         result["reason"] = _join(result["reason"], "one seed per point: no seed variation to resample for an interval")
         return result
-    rng = np.random.default_rng(RESAMPLING_SEED)
-    resampled = np.stack([resampled_means(np.asarray(losses[lr], dtype=float), rng) for lr in lrs], axis=1)
-    minima = np.sort(fitted_minima(resampled, x))
+    minima = np.sort(bootstrap_minima(losses, RESAMPLING_SEED))
     tail = (1 - LEVEL) / 2
     low, high = minima[int(math.floor(tail * RESAMPLES))], minima[int(math.ceil((1 - tail) * RESAMPLES)) - 1]
     result["low"], result["high"] = _lr(low), _lr(high)
     result["open"] = _open(low, high, math.log(min(tested)), math.log(max(tested)), minima)
     return result
+
+
+def bootstrap_minima(losses: dict[float, list[float]], seed: int) -> np.ndarray:
+    """ln(LR) of the fitted minimum of each of `RESAMPLES` resamples of every point's seeds (in resample order)."""
+    lrs = sorted(losses)
+    rng = np.random.default_rng(seed)
+    resampled = np.stack([resampled_means(np.asarray(losses[lr], dtype=float), rng) for lr in lrs], axis=1)
+    return fitted_minima(resampled, np.log(lrs))
 
 
 def _lr(log_lr: float) -> float | None:
@@ -154,10 +167,13 @@ def _window(means: np.ndarray) -> np.ndarray:
     return np.clip(np.argmin(means, axis=1) - 1, 0, means.shape[1] - POINTS)
 
 
-def _seed_losses(done: pl.DataFrame, mode: str, beta2: float, eligible: pl.DataFrame) -> dict[float, list[float]]:
-    """LR -> the per-seed losses of the eligible points of one mode at one beta2."""
-    lrs = eligible.filter(pl.col("beta2") == beta2)["lr"].to_list()
-    rows = done.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2) & pl.col("lr").is_in(lrs)).sort("seed")
+def seed_losses(
+    done: pl.DataFrame, mode: str, point: dict[str, Any], eligible: pl.DataFrame
+) -> dict[float, list[float]]:
+    """LR -> the per-seed losses of the eligible points of one mode at one value of each other axis."""
+    at = [pl.col(axis).eq_missing(value) for axis, value in point.items()]
+    lrs = eligible.filter(*at)["lr"].to_list()
+    rows = done.filter(pl.col("mode") == mode, *at, pl.col("lr").is_in(lrs)).sort("seed")
     return {lr: part["loss"].to_list() for (lr,), part in rows.group_by(["lr"], maintain_order=True)}
 
 
@@ -208,23 +224,23 @@ def optimum_panels(
     optima: dict[str, dict[str, Any]],
     seeds: list[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """What the LR-optimum figure draws per mode at its winner's beta2: every seed's loss, each
+    """What the LR-optimum figure draws per mode at its winner's other axes: every seed's loss, each
     point's mean and SD, the fitted parabola over the points it used, the optimum and its interval,
     and the LRs that diverged (with the first step a seed diverged at), which have no loss to draw."""
-    done = completed_runs(runs, seeds)
+    axes = point_axes(groups)
+    done = completed_runs(runs, seeds, axes)
     panels = []
     for mode, winner in selection.items():
-        beta2, fit = winner["beta2"], optima[mode]["lr_optimum"]
-        at = groups.filter((pl.col("mode") == mode) & (pl.col("beta2") == beta2))
+        fit = optima[mode]["lr_optimum"]
+        same = [pl.col("mode") == mode, *(pl.col(axis).eq_missing(winner[axis]) for axis in axes)]
+        at = groups.filter(*same)
         diverged = at.filter(pl.col("outcome") == PointOutcome.DIVERGED).sort("lr")
         points = at.filter(pl.col("mean_loss").is_not_null() & (pl.col("outcome") != PointOutcome.DIVERGED))
-        seeded = done.filter(
-            (pl.col("mode") == mode) & (pl.col("beta2") == beta2) & ~pl.col("lr").is_in(diverged["lr"].to_list())
-        ).sort(["lr", "seed"])
+        seeded = done.filter(*same, ~pl.col("lr").is_in(diverged["lr"].to_list())).sort(["lr", "seed"])
         panels.append(
             {
                 "mode": mode,
-                "beta2": beta2,
+                "at": {axis: winner[axis] for axis in axes},
                 "seeds": {
                     "lr": seeded["lr"].to_list(),
                     "loss": seeded["loss"].to_list(),

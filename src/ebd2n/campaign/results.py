@@ -9,6 +9,7 @@ shows in detail (winners, one run per mode, scaling points), which keeps large c
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from ebd2n.campaign.analysis import RUN_FIELDS
-from ebd2n.campaign.grid import grid_from_dict
+from ebd2n.campaign.grid import Grid, grid_from_dict
 from ebd2n.campaign.job_logs import JobLogs, classify_run
 from ebd2n.campaign.runs import parse_run_id
 from ebd2n.config import Recipe, load_recipe
@@ -61,12 +62,16 @@ class CampaignResults:
     info: dict[str, Any] | None
     """campaign.json, or None for a tree built by hand."""
     runs: pl.DataFrame
-    """One row per run directory (`RUN_COLUMNS`), in mode, LR, beta2, seed order."""
+    """One row per run directory (`RUN_COLUMNS`, each further axis's column after beta2), in mode,
+    LR, axes, seed order."""
     results: dict[str, dict[str, Any]]
     """results.json of every complete run, keyed by `directory`."""
     modes: list[str]
     learning_rates: dict[str, list[float]]
     beta2: list[float]
+    axes: list[str]
+    """The grid's axes besides mode and learning rate, as runs-table columns: beta2, then the further
+    axes (`grid.axes`) in the campaign file's order; selection breaks ties in this order."""
     seeds: list[int]
     presets: dict[str, str]
     """The cell of each run (by `directory`): its model size in a scaling campaign, its horizon in one
@@ -82,6 +87,18 @@ class CampaignResults:
     without its output; its log in `failures`)."""
     failures: dict[str, list[str]]
     """The last lines of the newest job log of each failed run, keyed by `directory`."""
+
+    @property
+    def further_axes(self) -> list[str]:
+        """The axes of the campaign file's `grid.axes`: `axes` after beta2."""
+        return self.axes[1:]
+
+    @property
+    def points(self) -> list[tuple]:
+        """Every value of `axes` together, in order: beta2's declared or run values, then each further
+        axis's run values (the columns of the LR heatmaps and response tables)."""
+        values = [self.beta2] + [sorted(self.runs[axis].drop_nulls().unique().to_list()) for axis in self.axes[1:]]
+        return list(itertools.product(*values))
 
     @property
     def missing(self) -> list[str]:
@@ -135,14 +152,19 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         if outcome == Outcome.FAILED and job is not None:
             failures[record.directory.relative_to(directory).as_posix()] = [f"{paths.relative(job.log)}:", *job.lines]
     complete = {key: value for key, value in results.items() if value is not None}
+    grid = _recorded_grid(info)
+    further = [axis.name for axis in grid.axes] if grid else []
+    if grid and grid.axes:
+        rows = [{**row, **_axis_columns(grid, row["run"])} for row in rows]
     try:  # typed first: everything below may trust the values
-        table = pl.DataFrame(rows, schema=RUN_COLUMNS)
+        table = pl.DataFrame(rows, schema=_columns(grid))
     except (pl.exceptions.PolarsError, TypeError, ValueError) as error:
         first = str(error).strip().splitlines()[0]
         raise UserError(f"{paths.runs}: a {RESULTS_JSON} holds a value of the wrong type ({first})") from None
     modes, learning_rates, beta2 = _grid(info, [row for row in table.to_dicts() if row["status"] != Outcome.RETIRED])
     order = {mode: index for index, mode in enumerate(modes)}
-    runs = table.sort([pl.col("mode").replace_strict(order, return_dtype=pl.Int64), "lr", "beta2", "seed", "run"])
+    mode_order = pl.col("mode").replace_strict(order, return_dtype=pl.Int64)
+    runs = table.sort([mode_order, "lr", "beta2", *further, "seed", "run"], nulls_last=bool(further))
     seeds = sorted(info["seeds"]) if info and info.get("seeds") else sorted(set(runs["seed"].to_list()))
     repo_root = paths.repository
     manifest_path = _manifest_path(directory, runs["directory"][0], repo_root)
@@ -156,6 +178,7 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         modes=modes,
         learning_rates=learning_rates,
         beta2=beta2,
+        axes=["beta2", *further],
         seeds=seeds,
         presets=_presets(info, [p.name for p in run_dirs]),
         manifest=read_json(manifest_path),
@@ -224,13 +247,39 @@ def _packed(record: RunRecord) -> int | None:
 
 def _missing(info: dict[str, Any] | None, present: set[str]) -> list[str]:
     """Runs of the recorded grid without a directory; [] for a tree without a recorded grid."""
+    grid = _recorded_grid(info)
+    return [run.id for run in grid.runs() if run.id not in present] if grid else []
+
+
+def _recorded_grid(info: dict[str, Any] | None) -> Grid | None:
+    """campaign.json's grid; None for a tree without one (or with one of another shape)."""
     if not info or "grid" not in info or "seeds" not in info:
-        return []
+        return None
     try:
-        grid = grid_from_dict(info["grid"], info["seeds"], None)
+        return grid_from_dict(info["grid"], info["seeds"], None)
     except (AttributeError, KeyError, TypeError, ValueError, UserError):
-        return []
-    return [run.id for run in grid.runs() if run.id not in present]
+        return None
+
+
+_DTYPES = {int: pl.Int64, float: pl.Float64, bool: pl.Boolean, str: pl.String}
+
+
+def _columns(grid: Grid | None) -> dict[str, type[pl.DataType]]:
+    """The runs table's columns: `RUN_COLUMNS`, with each further axis's after beta2."""
+    if not grid or not grid.axes:
+        return RUN_COLUMNS
+    columns = list(RUN_COLUMNS.items())
+    at = [name for name, _ in columns].index("beta2") + 1
+    axes = [(axis.name, _DTYPES[axis.dtype]) for axis in grid.axes]
+    return dict(columns[:at] + axes + columns[at:])
+
+
+def _axis_columns(grid: Grid, run_id: str) -> dict[str, Any]:
+    """Each further axis's value at a run (`Grid.columns`); empty for an id of no grid run."""
+    try:
+        return grid.columns(parse_run_id(run_id))
+    except UserError:
+        return {}
 
 
 def _grid(

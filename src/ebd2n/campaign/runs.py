@@ -2,9 +2,10 @@
 
 `packed-4-lr0.0012-beta20.999-seed42`; scaling campaigns prefix the preset:
 `254m-synchronous-lr0.0008-beta20.95-seed42`; campaigns with training horizons (tokens per
-parameter) name the run's before its seed: `synchronous-lr0.001-beta20.95-tpp80.0-seed42`. Floats are
-written as Python's repr, the shortest text that reads back as the same float, so an id maps to
-exactly one grid point and back.
+parameter) name the run's before its seed: `synchronous-lr0.001-beta20.95-tpp80.0-seed42`; further
+axes (`grid.axes`, ebd2n.campaign.axes) name each value but their base's, after beta2:
+`synchronous-lr0.01-beta20.95-beta1=0.98-schedule=wsd-seed42`. Floats are written as Python's repr,
+the shortest text that reads back as the same float, so an id maps to exactly one grid point and back.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ebd2n.campaign.axes import AXIS_NAME, LABEL
 from ebd2n.errors import UserError
 
 BASE = "base"
@@ -24,8 +26,10 @@ _PRESET = r"[A-Za-z0-9][A-Za-z0-9._]*"
 _PACKED_MODE = r"packed-[0-9]+"
 _RUN_ID = re.compile(
     rf"^(?:(?P<preset>{_PRESET})-)?(?P<mode>{SYNCHRONOUS}|{_PACKED_MODE})"
-    rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})(?:-tpp(?P<horizon>{_NUMBER}))?-seed(?P<seed>[0-9]+)$"
+    rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})(?P<axes>(?:-{AXIS_NAME.pattern}={LABEL.pattern}?)*)"
+    rf"(?:-tpp(?P<horizon>{_NUMBER}))?-seed(?P<seed>[0-9]+)$"
 )
+_AXIS_VALUE = re.compile(rf"-({AXIS_NAME.pattern})=(.+?)(?=-{AXIS_NAME.pattern}=|$)")
 _HORIZON_SUFFIX = "-tpp"
 
 
@@ -40,19 +44,23 @@ class Run:
     seed: int
     horizon: float | None = None
     """Training horizon in tokens per parameter (a campaign's `grid.horizons`); None: the recipe's budget."""
+    axes: tuple[tuple[str, str], ...] = ()
+    """(axis, value label) of each further axis not at its base value, in the grid's order."""
 
     @property
     def id(self) -> str:
         prefix = f"{self.preset}-" if self.preset else ""
+        axes = "".join(f"-{name}={label}" for name, label in self.axes)
         horizon = f"-tpp{self.horizon!r}" if self.horizon is not None else ""
-        return f"{prefix}{self.mode}-lr{self.lr!r}-beta2{self.beta2!r}{horizon}-seed{self.seed}"
+        return f"{prefix}{self.mode}-lr{self.lr!r}-beta2{self.beta2!r}{axes}{horizon}-seed{self.seed}"
 
     @property
     def label(self) -> str:
         """The id as a page shows it: `packed-4 · lr 0.0012 · β2 0.999 · seed 42` (`beta20.999` reads as a number)."""
         prefix = f"{self.preset} · " if self.preset else ""
+        axes = "".join(f" · {name} {label}" for name, label in self.axes)
         horizon = f" · {self.horizon:g} tokens/param" if self.horizon is not None else ""
-        return f"{prefix}{self.mode} · lr {self.lr!r} · β2 {self.beta2!r}{horizon} · seed {self.seed}"
+        return f"{prefix}{self.mode} · lr {self.lr!r} · β2 {self.beta2!r}{axes}{horizon} · seed {self.seed}"
 
     @property
     def scope(self) -> str:
@@ -98,13 +106,15 @@ def parse_run_id(run_id: str) -> Run:
     match = _RUN_ID.fullmatch(run_id)
     if match is None:
         raise UserError(
-            f"run id {run_id!r}: expected [<preset>-]<mode>-lr<float>-beta2<float>[-tpp<float>]-seed<int>, "
+            f"run id {run_id!r}: expected [<preset>-]<mode>-lr<float>-beta2<float>[-<axis>=<value>...][-tpp<float>]"
+            "-seed<int>, "
             "e.g. packed-4-lr0.0012-beta20.999-seed42"
         )
     try:
         horizon = float(match["horizon"]) if match["horizon"] is not None else None
+        axes = tuple((name, label) for name, label in _AXIS_VALUE.findall(match["axes"]))
         run = Run(
-            match["preset"], match["mode"], float(match["lr"]), float(match["beta2"]), int(match["seed"]), horizon
+            match["preset"], match["mode"], float(match["lr"]), float(match["beta2"]), int(match["seed"]), horizon, axes
         )
     except ValueError:
         raise UserError(f"run id {run_id!r}: learning rate or beta2 is not a number") from None

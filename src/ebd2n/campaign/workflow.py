@@ -12,6 +12,7 @@ Nothing here imports Snakemake.
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ebd2n.campaign.halving import Halving
 from ebd2n.campaign.horizons import parent_base, parent_run
 from ebd2n.campaign.packs import Packing
 from ebd2n.campaign.plans import campaign_plans, grid_search
+from ebd2n.campaign.resolve import settings_option
 from ebd2n.campaign.resources import Resources
 from ebd2n.campaign.runs import Run, parse_run_id, run_id_pattern
 from ebd2n.campaign.search import Bracket
@@ -70,7 +72,13 @@ class WorkflowPlan:
                 f"run {run_id}: its base recipe {run.base} is not one of {self.campaign.source}'s "
                 f"({', '.join(self.campaign.grid.bases)}: grid.presets x grid.horizons)"
             )
+        self.campaign.grid.settings(run)  # an axis value the grid does not have is refused too
         return run
+
+    def resolve_settings(self, run_id: str) -> str:
+        """`--settings '<json>'` for the resolve job of a run off the base of a further axis; else nothing."""
+        option = settings_option(self.campaign.grid.settings(self.run(run_id)))
+        return f"--settings {shlex.quote(option)}" if option else ""
 
     def frozen_base(self, run_id: str) -> str:
         """The frozen base recipe a run's recipe is resolved from."""
@@ -335,6 +343,10 @@ class WorkflowInputs:
     @_as_workflow_error
     def frozen_base(self, wildcards: Any) -> str:
         return self.plan.frozen_base(wildcards.run)
+
+    @_as_workflow_error
+    def resolve_settings(self, wildcards: Any) -> str:
+        return self.plan.resolve_settings(wildcards.run)
 
     @_as_workflow_error
     def plan_file(self, wildcards: Any) -> Any:

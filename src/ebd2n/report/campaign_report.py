@@ -20,7 +20,8 @@ from typing import Any
 import polars as pl
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text, serialized
-from ebd2n.campaign.analysis import group_runs, lr_response, select, winner_notes, write_selection
+from ebd2n.campaign.analysis import group_runs, lr_response, select, value_text, winner_notes, write_selection
+from ebd2n.campaign.axis_optimum import optimum_shifts
 from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
 from ebd2n.campaign.results import CampaignResults, read_results
@@ -48,7 +49,7 @@ from ebd2n.report.plotly_embed import shared_plotly
 from ebd2n.report.publish import STAGING, publish, remove_killed_stagings
 from ebd2n.report.store import write_store
 from ebd2n.report.summary import campaign_path, campaign_summary, repo_relative
-from ebd2n.report.tables import curve_table, point_runs, response_beta2, scaling_rows
+from ebd2n.report.tables import curve_table, point_runs, response_point, scaling_rows
 
 
 def build_report(campaign_dir: Path, out: Path | None = None, info: dict[str, Any] | None = None) -> Path:
@@ -102,19 +103,20 @@ def _write_report(campaign: CampaignResults, out: Path) -> Path:
 
 def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
     """Selection, LR response, curves, heatmaps and selected recipes of an LR x beta2 campaign."""
-    groups = group_runs(campaign.runs, campaign.seeds)
+    groups = group_runs(campaign.runs, campaign.seeds, campaign.axes)
     selection = select(groups)
     notes = winner_notes(groups, campaign.runs, campaign.seeds)
     optima = lr_optima(groups, campaign.runs, campaign.seeds)
     panels = optimum_panels(groups, campaign.runs, selection, optima, campaign.seeds)
+    shifts = optimum_shifts(groups, campaign.runs, selection, campaign.further_axes, campaign.seeds)
     write_selection(groups, selection, out, optima)
-    beta2 = response_beta2(groups["beta2"].unique().sort().to_list(), selection)
-    response = lr_response(groups, beta2)
+    at = response_point(groups, selection)
+    response = lr_response(groups, at)
     atomic_write_text(out / LR_RESPONSE_CSV, response.write_csv())
     curves = curve_table(campaign, selection)
     atomic_write_text(out / CURVES_CSV, curves.write_csv())
     for name, drawn in (
-        ("heatmaps", figures.heatmaps(groups, campaign.learning_rates, campaign.beta2, selection)),
+        ("heatmaps", figures.heatmaps(groups, campaign.learning_rates, campaign.points, selection)),
         ("curves", figures.curves(curves)),
         ("lr-optimum", figures.lr_optimum(panels)),
     ):
@@ -128,18 +130,20 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
         "notes": notes,
         "optima": optima,
         "optimum_panels": panels,
+        "optimum_shifts": shifts,
         "extensions": extensions,
         "response": response,
-        "response_beta2": beta2,
+        "response_at": at,
         "curves": curves,
         "selected": selected,
         "json": {
             "selected": selection,
             "notes": notes,
             "lr_optima": optima,
+            **({"lr_optimum_shifts": shifts} if shifts else {}),  # a grid with further axes only
             "extensions": extensions,
             "selected_recipes": {mode: entry["file"] for mode, entry in selected.items()},
-            "lr_response": {"beta2": beta2, "rows": response.to_dicts()},
+            "lr_response": {**at, "rows": response.to_dicts()},
             "groups": groups.to_dicts(),
         },
     }
@@ -171,7 +175,7 @@ def _write_selected(campaign: CampaignResults, mode: str, point: dict[str, Any],
     seeds = ", ".join(str(seed) for seed in runs["seed"])
     header = (
         f"# Selected {mode} recipe of campaign {_one_line(campaign.name)}: "
-        f"LR {point['lr']:g}, beta2 {point['beta2']:g},\n"
+        f"LR {point['lr']:g}, {', '.join(f'{axis} {value_text(point[axis])}' for axis in campaign.axes)},\n"
         f"# mean final full-validation loss {point['mean_loss']:.6f} nats over seeds {seeds}.\n"
         f"# Reproduce from the repository root: ebd2n prepare {config}\n"
         f"#   ebd2n train --config {config} --set runtime.seed={recipe.runtime.seed} "

@@ -20,8 +20,8 @@ from ebd2n.campaign.span import campaign_span
 from ebd2n.campaign.status_plan import planned_runs
 from ebd2n.job_time import recorded_jobs
 
-GROUPS = (("point", ("mode", "lr", "beta2")), ("mode", ("mode",)))
-"""The levels the report sums runs at, with the keys that define a group."""
+LEVELS = ("point", "mode")
+"""The levels the report sums runs at: each grid point (mode, LR and the other axes), each mode."""
 
 
 def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
                 "directory": directory,
                 "mode": row["mode"],
                 "lr": row["lr"],
-                "beta2": row["beta2"],
+                **{axis: row[axis] for axis in campaign.axes},
                 "seed": row["seed"],
                 "gpus": gpus,
                 "cpus": cpus,
@@ -51,7 +51,7 @@ def campaign_cost(campaign: CampaignResults) -> dict[str, Any]:
             }
         )
     cost: dict[str, Any] = {"cost_per_gpu_hour": price, "runs": runs}
-    for level, keys in GROUPS:
+    for level, keys in zip(LEVELS, (("mode", "lr", *campaign.axes), ("mode",)), strict=True):
         groups: dict[tuple, list[dict[str, Any]]] = {}
         for run in runs:
             groups.setdefault(tuple(run[key] for key in keys), []).append(run)

@@ -26,51 +26,61 @@ METRICS = {
     "val_loss": (RecordType.EPOCH, "subset validation loss per epoch (nats)"),
 }
 """The curves the page offers: record column -> (record type, label)."""
-AXES = ("mode", "lr", "beta2", "seed", "preset")
-"""What runs are filtered by on the page (preset only in scaling campaigns)."""
-GROUPINGS = (
-    (("mode", "lr", "beta2"), " (mean over seeds)"),
-    (("mode", "lr"), ""),
-    (("mode",), ""),
-    (("lr",), ""),
-    (("beta2",), ""),
-    (("preset", "mode", "lr", "beta2"), " (mean over seeds)"),
-    (("preset",), ""),
-)
-"""The page's grouping choices, the first one drawn at load."""
+
+
+def run_axes(axes: list[str]) -> tuple[str, ...]:
+    """What runs are filtered by on the page: mode, LR, the other axes (beta2, the further axes),
+    seed and preset (preset only in scaling campaigns)."""
+    return ("mode", "lr", *axes, "seed", "preset")
+
+
+def groupings(axes: list[str]) -> tuple[tuple[tuple[str, ...], str], ...]:
+    """The page's grouping choices, the first one drawn at load: by grid point, by mode and LR, by
+    each axis alone, and per preset."""
+    return (
+        (("mode", "lr", *axes), " (mean over seeds)"),
+        (("mode", "lr"), ""),
+        (("mode",), ""),
+        (("lr",), ""),
+        *(((axis,), "") for axis in axes),
+        (("preset", "mode", "lr", *axes), " (mean over seeds)"),
+        (("preset",), ""),
+    )
+
+
 _NAMES = {"lr": "LR"}
 
 
 def explore(campaign: CampaignResults, store: dict[str, pa.Table]) -> dict[str, Any]:
     """The page's packed curve data (runs, their grid point and each metric's downsampled curve)
     from the store's tables (ebd2n.report.store.write_store), and its parallel-coordinates figure."""
-    runs = []
+    runs, every = [], run_axes(campaign.axes)
     for row in campaign.runs.iter_rows(named=True):
         table = store.get(row["directory"])
         records = pl.from_arrow(table) if table is not None else None
         curves = {name: _curve(records, kind, name) for name, (kind, _) in METRICS.items()}
         runs.append(
             {
-                **{axis: row[axis] for axis in AXES},
+                **{axis: row[axis] for axis in every},
                 "run": row["run"],
                 "status": row["status"],
                 "final": _finite(row["loss"]),
                 "curves": curves,
             }
         )
-    axes = [axis for axis in AXES if axis != "preset" or campaign.presets]
+    axes = [axis for axis in every if axis != "preset" or campaign.presets]
     return {
         "packed": pack_rows(runs),
         "metrics": [{"key": key, "label": label} for key, (_, label) in METRICS.items()],
         "axes_json": figure_json(axes),
         "groupings": [
             (",".join(fields), ", ".join(_NAMES.get(f, f) for f in fields) + note)
-            for fields, note in GROUPINGS
+            for fields, note in groupings(campaign.axes)
             if set(fields) <= set(axes)
         ],
         "buckets": BUCKETS,
         "runs": len(runs),
-        "parallel": figure_json(parallel_figure(campaign.runs)),
+        "parallel": figure_json(parallel_figure(campaign.runs, campaign.axes)),
     }
 
 
@@ -101,19 +111,13 @@ def _finite(value: float | None, digits: int | None = None) -> float | None:
     return float(f"{value:.{digits}g}") if digits else value
 
 
-def parallel_figure(runs: pl.DataFrame) -> dict[str, Any]:
-    """One line per run with a final loss across mode, log10 LR, beta2 and seed, coloured by that loss."""
+def parallel_figure(runs: pl.DataFrame, axes: list[str]) -> dict[str, Any]:
+    """One line per run with a final loss across mode, log10 LR, the other axes and seed, coloured by that loss."""
     done = runs.filter(pl.col("loss").is_not_null() & pl.col("loss").is_finite())
-    modes = list(dict.fromkeys(done["mode"].to_list()))
     dimensions = [
-        {
-            "label": "mode",
-            "values": [modes.index(m) for m in done["mode"]],
-            "tickvals": list(range(len(modes))),
-            "ticktext": modes,
-        },
+        _categories("mode", done["mode"].to_list()),
         {"label": "log10 LR", "values": [round(math.log10(lr), 6) for lr in done["lr"]]},
-        {"label": "beta2", "values": done["beta2"].to_list()},
+        *(_dimension(axis, done[axis]) for axis in axes),
         {"label": "seed", "values": done["seed"].to_list()},
         {"label": "final loss (nats)", "values": done["loss"].to_list()},
     ]
@@ -133,3 +137,16 @@ def parallel_figure(runs: pl.DataFrame) -> dict[str, Any]:
         ],
         "layout": {"height": 380, "margin": {"l": 100, "r": 110, "t": 60, "b": 30}},
     }
+
+
+def _dimension(axis: str, values: pl.Series) -> dict[str, Any]:
+    """A numeric axis as its values; text or yes/no values (a variant's name) as categories."""
+    if values.dtype.is_numeric():
+        return {"label": axis, "values": values.to_list()}
+    return _categories(axis, [str(value) for value in values.to_list()])
+
+
+def _categories(label: str, values: list[str]) -> dict[str, Any]:
+    names = list(dict.fromkeys(values))
+    indices = [names.index(value) for value in values]
+    return {"label": label, "values": indices, "tickvals": list(range(len(names))), "ticktext": names}

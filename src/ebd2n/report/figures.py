@@ -19,8 +19,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import EngFormatter, MaxNLocator, NullLocator
 
+from ebd2n.campaign.analysis import point_axes, point_key, values_label
 from ebd2n.outcomes import DIVERGED
-from ebd2n.report.plotly_figures import PALETTE, halving_series, series_label
+from ebd2n.report.plotly_figures import PALETTE, halving_series, panel_title, series_label, winner_curves
 
 _CMAP = colormaps["viridis_r"].with_extremes(bad="white")  # low loss bright; untested cells blank
 _METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None, "Creator": None}}
@@ -29,19 +30,20 @@ _METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer"
 def heatmaps(
     groups: pl.DataFrame,
     learning_rates: dict[str, list[float]],
-    beta2: list[float],
+    columns: list[tuple],
     selection: dict[str, dict[str, Any]],
 ) -> dict[str, bytes]:
-    """One panel per mode: mean loss over its LR x beta2 grid, annotated; untested cells blank."""
+    """One panel per mode: mean loss over its LR x other axes grid (`columns`: each value of the axes
+    besides mode and LR, beta2's alone in most campaigns), annotated; untested cells blank."""
     modes = list(learning_rates)
     rows = max(len(lrs) for lrs in learning_rates.values())
-    figure = Figure(figsize=(0.6 + 1.1 * len(beta2) * len(modes) + 1.2 * len(modes), 1.4 + 0.34 * rows))
+    figure = Figure(figsize=(0.6 + 1.1 * len(columns) * len(modes) + 1.2 * len(modes), 1.4 + 0.34 * rows))
     axes = figure.subplots(1, len(modes), squeeze=False)[0]
     losses = groups["mean_loss"].drop_nulls().drop_nans()
     scale = (losses.min(), losses.max()) if not losses.is_empty() else (None, None)  # one colour scale for every mode
     for ax, mode in zip(axes, modes, strict=True):
         part = groups.filter(pl.col("mode") == mode)
-        _heatmap_panel(figure, ax, part, mode, learning_rates[mode], beta2, selection.get(mode), scale)
+        _heatmap_panel(figure, ax, part, mode, learning_rates[mode], columns, selection.get(mode), scale)
     partial = "; * not every seed" if not groups["eligible"].all() else ""
     figure.suptitle(f"Mean final full-validation loss (nats) over seeds; winner outlined{partial}", fontsize=10)
     figure.tight_layout()
@@ -55,13 +57,13 @@ def curves(table: pl.DataFrame) -> dict[str, bytes]:
     """Winners' epoch-subset validation loss against tokens: mean line and a band of one sample SD."""
     figure = Figure(figsize=(7.5, 4.5))
     ax = figure.subplots()
-    for index, ((mode, lr, beta2), part) in enumerate(table.group_by(["mode", "lr", "beta2"], maintain_order=True)):
+    for index, (name, part) in enumerate(winner_curves(table)):
         color = PALETTE[index % len(PALETTE)]
         tokens = part["tokens"].to_numpy()
         mean = part["mean_loss"].to_numpy()
         sd = part["std_loss"].fill_null(0.0).to_numpy()
         ax.fill_between(tokens, mean - sd, mean + sd, color=color, alpha=0.22, linewidth=0)
-        ax.plot(tokens, mean, color=color, linewidth=1.6, label=f"{mode}: LR {lr:g}, beta2 {beta2:g}")
+        ax.plot(tokens, mean, color=color, linewidth=1.6, label=name)
     if table.is_empty():
         ax.text(0.5, 0.5, "no grid point has every seed yet", ha="center", va="center", transform=ax.transAxes)
     else:
@@ -81,14 +83,15 @@ def _heatmap_panel(
     groups: pl.DataFrame,
     mode: str,
     lrs: list[float],
-    beta2: list[float],
+    columns: list[tuple],
     winner: dict | None,
     scale: tuple[float | None, float | None] = (None, None),
 ) -> None:
-    cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
-    values = np.full((len(lrs), len(beta2)), np.nan)
+    axes = point_axes(groups)
+    cells = {(row["lr"], point_key(row, axes)): row for row in groups.iter_rows(named=True)}
+    values = np.full((len(lrs), len(columns)), np.nan)
     for i, lr in enumerate(lrs):
-        for j, b in enumerate(beta2):
+        for j, b in enumerate(columns):
             row = cells.get((lr, b))
             if row and row["outcome"] == DIVERGED:
                 ax.add_patch(
@@ -119,7 +122,7 @@ def _heatmap_panel(
     image = ax.imshow(masked, cmap=_CMAP, aspect="auto", origin="lower", vmin=scale[0], vmax=scale[1])
     low, high = (np.nanmin(values), np.nanmax(values)) if masked.count() else (0.0, 1.0)
     for i, lr in enumerate(lrs):
-        for j, b in enumerate(beta2):
+        for j, b in enumerate(columns):
             if math.isnan(values[i, j]):
                 continue
             shade = image.cmap(image.norm(values[i, j]))
@@ -135,11 +138,11 @@ def _heatmap_panel(
                 color="white" if dark else "black",
             )
     if winner is not None:
-        i, j = lrs.index(winner["lr"]), beta2.index(winner["beta2"])
+        i, j = lrs.index(winner["lr"]), columns.index(point_key(winner, axes))
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=2.2))
-    ax.set_xticks(range(len(beta2)), [f"{b:g}" for b in beta2])
+    ax.set_xticks(range(len(columns)), [values_label(b) for b in columns])
     ax.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
-    ax.set_xlabel("beta2")
+    ax.set_xlabel(" · ".join(axes))
     ax.set_ylabel("peak learning rate")
     ax.set_title(mode, fontsize=10)
     if high > low:
@@ -219,7 +222,7 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("peak learning rate (log scale; ticks at the tested LRs)")
         ax.set_ylabel("final full-validation loss (nats)")
-        ax.set_title(f"{panel['mode']} (beta2 {panel['beta2']:g})", fontsize=10, pad=14)
+        ax.set_title(panel_title(panel), fontsize=10, pad=14)
         if panel["estimate"] is None:  # above the plot area, under the title: clear of every point
             ax.text(
                 0.5,

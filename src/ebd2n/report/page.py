@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ebd2n.campaign.analysis import point_key, value_text, values_label
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.campaign.runs import run_label
 from ebd2n.layout import (
@@ -66,7 +67,7 @@ def render_page(
             _run_row(campaign, row, hours, stopped, digits)
             for row, hours in zip(campaign.runs.iter_rows(named=True), cost["runs"], strict=True)
         ],
-        "cost": _cost(cost),
+        "cost": _cost(cost, campaign.axes),
         "scaling": _scaling(scaling) if scaling is not None else None,
         "grid": grid_section(campaign, grid, stopped) if grid is not None else None,
         "halving": _halving(halving) if halving is not None else None,
@@ -187,7 +188,7 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _cost(cost: dict[str, Any]) -> dict[str, Any]:
+def _cost(cost: dict[str, Any], axes: list[str]) -> dict[str, Any]:
     """The cost section: one row per mode and the campaign's, one per grid point; money only with a price."""
 
     def texts(entry: dict[str, Any]) -> dict[str, str]:
@@ -203,10 +204,17 @@ def _cost(cost: dict[str, Any]) -> dict[str, Any]:
         "price": f"{cost['cost_per_gpu_hour']:g}" if cost["cost_per_gpu_hour"] is not None else None,
         "modes": [{"mode": entry["mode"], **texts(entry)} for entry in cost["mode"]],
         "campaign": texts(cost["campaign"]),
+        "axes_title": " · ".join(axes),
         "points": [
-            {"mode": e["mode"], "lr": f"{e['lr']:g}", "beta2": f"{e['beta2']:g}", **texts(e)} for e in cost["point"]
+            {"mode": e["mode"], "lr": f"{e['lr']:g}", "point": values_label(point_key(e, axes)), **texts(e)}
+            for e in cost["point"]
         ],
     }
+
+
+def _point_text(point: dict[str, Any]) -> str:
+    """`beta2 = 0.95`, `beta2 = 0.95, beta1 = 0.9`: where on the other axes a table is drawn."""
+    return ", ".join(f"{axis} = {value_text(value)}" for axis, value in point.items())
 
 
 def _measured(cost: dict[str, Any]) -> str:
@@ -270,7 +278,7 @@ def _links(
         links += [
             _link(GROUPS_CSV, f"grouped CSV: {grid['groups'].height} combinations, means, sample SDs and ranks"),
             _link(SELECTION_JSON, "the selected point per mode"),
-            _link(LR_RESPONSE_CSV, f"LR response at beta2 = {grid['response_beta2']:g}"),
+            _link(LR_RESPONSE_CSV, f"LR response at {_point_text(grid['response_at'])}"),
             _link("heatmaps.png", "full-grid heatmaps (PNG)"),
             _link("heatmaps.pdf", "full-grid heatmaps (PDF)"),
             _link("curves.png", "winners' validation curves (PNG)"),

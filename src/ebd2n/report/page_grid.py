@@ -1,4 +1,6 @@
-"""The LR x beta2 sections of the campaign page as text (winners, grid, response, heatmaps, curves): grid only."""
+"""The LR x other-axes sections of the campaign page as text (winners, grid, response, heatmaps,
+curves): grid only. The other axes are beta2 and any further axes (`CampaignResults.axes`); where
+beta2 is the only one, every section reads as it always did."""
 
 from __future__ import annotations
 
@@ -7,13 +9,13 @@ from typing import Any
 
 import polars as pl
 
-from ebd2n.campaign.analysis import lr_response, outcome_text
+from ebd2n.campaign.analysis import lr_response, outcome_text, point_key, point_name, value_text, values_label
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.outcomes import DIVERGED, STOPPED, Outcome
 from ebd2n.quantities import loss_decimals
 from ebd2n.report.html import DASH, percent
 from ebd2n.report.plotly_embed import figure_json
-from ebd2n.report.plotly_figures import curves_figure, heatmap_figure, lr_optimum_figure
+from ebd2n.report.plotly_figures import curves_figure, heatmap_figure, lr_optimum_figure, winner_curves
 from ebd2n.report.tables import point_runs
 
 
@@ -30,6 +32,8 @@ def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[
     ]
     modes = [mode for mode in campaign.learning_rates if not groups.filter(pl.col("mode") == mode).is_empty()]
     return {
+        "axes_title": " · ".join(campaign.axes),
+        "point_words": "/".join(["LR", *campaign.axes]),
         "combinations": groups.height,
         "eligible": int(groups["eligible"].sum()),
         "modes": modes,
@@ -41,12 +45,19 @@ def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[
         "bounded": [w for w in winners if w["diverged_above"]],
         "grid_rows": _grid_rows(campaign, groups, stopped),
         "responses": [
-            _response(groups, lr_response(groups, beta2), beta2, selection)
-            for beta2 in groups["beta2"].unique().sort().to_list()
-        ],  # one table per beta2: each winner is bold in its own
+            _response(groups, lr_response(groups, at), at, selection)
+            for point in campaign.points
+            if (at := dict(zip(campaign.axes, point, strict=True)))
+            and not groups.filter(*(pl.col(axis).eq_missing(value) for axis, value in at.items())).is_empty()
+        ],  # one table per value of the other axes: each winner is bold in its own
         "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
         "curves": _curves(grid["curves"]),
         "optimum_plots": [_optimum_plot(panel, index) for index, panel in enumerate(grid["optimum_panels"])],
+        "shifts": [
+            {"mode": mode, "axis": entry["axis"], "rows": [_shift_row(row) for row in entry["values"]]}
+            for mode, entries in grid["optimum_shifts"].items()
+            for entry in entries
+        ],
         "extensions": [
             {
                 "number": entry["extension"],
@@ -121,21 +132,19 @@ def _winner(
     return {
         "mode": mode,
         "lr": f"{point['lr']:g}",
-        "beta2": f"{point['beta2']:g}",
+        "point": values_label(point_key(point, campaign.axes)),
         "loss": _pm(point["mean_loss"], point["std_loss"], digits),
         "perplexity": f"{math.exp(point['mean_loss']):.3f}",
         "accuracy": percent(runs["accuracy"].mean()),
         "seeds": ", ".join(str(seed) for seed in seeds),
         "runs": selected["runs"],
-        "runner_up": (f"LR {runner['lr']:g}, beta2 {runner['beta2']:g}", f"{runner['mean_loss']:.{digits}f}")
-        if runner
-        else None,
+        "runner_up": (_runner_name(runner, campaign.axes), f"{runner['mean_loss']:.{digits}f}") if runner else None,
         "margin": f"{notes['margin']:.{digits}f}" if notes["margin"] is not None else DASH,
         "margin_vs_sd": f"{notes['margin_vs_sd']:.2f} × SD" if notes["margin_vs_sd"] is not None else "",
         "p_value": f"{notes['p_value']:.3g}" if notes["p_value"] is not None else DASH,
         "edge": notes["edge"],
         "next_lrs": ", ".join(f"{lr:g}" for lr in notes["next_lrs"]),
-        "diverged_above": _diverged_above(notes["diverged_above"]),
+        "diverged_above": _diverged_above(notes["diverged_above"], campaign.axes),
         "unfinished": ", ".join(sorted({f"{point['lr']:g}" for point in notes["unfinished"]})),
         "verdict": notes["verdict"],
         "file": selected["file"],
@@ -152,11 +161,27 @@ def _winner(
     }
 
 
-def _diverged_above(point: dict[str, Any] | None) -> str:
+def _shift_row(row: dict[str, Any]) -> dict[str, str]:
+    """One value of a further axis: its fitted LR optimum and the shift from the axis's first value, with intervals."""
+    fit = _optimum_text({"lr_optimum": row})
+    shift = DASH if row["shift"] is None else f"× {row['shift']:.3g}"
+    if row["shift_low"] is not None or row["shift_high"] is not None:
+        low = f"{row['shift_low']:.3g}" if row["shift_low"] is not None else "beyond the grid"
+        high = f"{row['shift_high']:.3g}" if row["shift_high"] is not None else "beyond the grid"
+        shift += f" (95 %: {low} to {high})"
+    return {"value": value_text(row["value"]), **fit, "shift": shift}
+
+
+def _runner_name(point: dict[str, Any], axes: list[str]) -> str:
+    """`LR 0.004, beta2 0.95`: the runner-up, as the best-recipes table names it."""
+    return ", ".join([f"LR {point['lr']:g}", *(f"{axis} {value_text(point[axis])}" for axis in axes)])
+
+
+def _diverged_above(point: dict[str, Any] | None, axes: list[str]) -> str:
     """ "LR 1000 (beta2 0.95) diverged at step 12": the point above a winner that bounds its optimum."""
     if point is None:
         return ""
-    return f"LR {point['lr']:g} (beta2 {point['beta2']:g}) {outcome_text({'outcome': DIVERGED, **point})}"
+    return f"{point_name(point, axes)} {outcome_text({'outcome': DIVERGED, **point})}"
 
 
 def _point_text(cell: dict[str, Any] | None) -> str | None:
@@ -180,25 +205,34 @@ def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame, stopped: dict[st
                 "mode": mode,
                 "lrs": ", ".join(f"{lr:g}" for lr in lrs),
                 "count": len(lrs),
-                "beta2": ", ".join(f"{b:g}" for b in campaign.beta2),
+                "axis_values": _axis_values(campaign),
                 "points": groups.filter(pl.col("mode") == mode).height,
                 Outcome.COMPLETE.value: runs.filter(pl.col("status") == Outcome.COMPLETE).height,
                 DIVERGED: runs.filter(pl.col("status") == Outcome.DIVERGED).height,
-                "expected": len(lrs) * len(campaign.beta2) * len(campaign.seeds) - halted,
+                "expected": len(lrs) * len(campaign.points) * len(campaign.seeds) - halted,
                 STOPPED: halted,
             }
         )
     return rows
 
 
+def _axis_values(campaign: CampaignResults) -> str:
+    """`0.95, 0.99`; with further axes each axis's values by name: `beta2 0.95; beta1 0.9, 0.95`."""
+    values = [sorted({point[index] for point in campaign.points}) for index in range(len(campaign.axes))]
+    texts = [", ".join(value_text(value) for value in axis) for axis in values]
+    if len(texts) == 1:
+        return texts[0]
+    return "; ".join(f"{axis} {text}" for axis, text in zip(campaign.axes, texts, strict=True))
+
+
 def _response(
-    groups: pl.DataFrame, table: pl.DataFrame, beta2: float, selection: dict[str, dict[str, Any]]
+    groups: pl.DataFrame, table: pl.DataFrame, point: dict[str, Any], selection: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
     """LR-response rows as text ("mean ± sd", "diverged at step k", "not finished", a dash where
     untested, how few seeds an incomplete point rests on); the winner's cell is flagged so the page
     can set it in bold."""
     modes = [name.removesuffix(" mean_loss") for name in table.columns if name.endswith(" mean_loss")]
-    at = groups.filter(pl.col("beta2") == beta2)
+    at = groups.filter(*(pl.col(axis).eq_missing(value) for axis, value in point.items()))
     eligible = {(row["mode"], row["lr"]) for row in at.filter(pl.col("eligible")).iter_rows(named=True)}
     points = {(row["mode"], row["lr"]): row for row in at.iter_rows(named=True)}
 
@@ -217,26 +251,32 @@ def _response(
                     "text": text(row, mode),
                     "winner": mode in selection
                     and selection[mode]["lr"] == row["lr"]
-                    and selection[mode]["beta2"] == beta2,
+                    and all(selection[mode][axis] == value for axis, value in point.items()),
                 }
                 for mode in modes
             ],
         }
         for row in table.iter_rows(named=True)
     ]
-    return {"beta2": f"{beta2:g}", "modes": modes, "rows": rows}
+    return {
+        "attribute": "-".join(point),
+        "point": values_label(list(point.values())),
+        "caption": ", ".join(f"{axis} = {value_text(value)}" for axis, value in point.items()),
+        "modes": modes,
+        "rows": rows,
+    }
 
 
 def _heatmap(
     campaign: CampaignResults, groups: pl.DataFrame, mode: str, winner: dict[str, Any] | None, index: int
 ) -> dict[str, Any]:
-    lrs, beta2 = campaign.learning_rates[mode], campaign.beta2
+    lrs, columns = campaign.learning_rates[mode], campaign.points
     part = groups.filter(pl.col("mode") == mode)
-    cells = {(row["lr"], row["beta2"]): row for row in part.iter_rows(named=True)}
+    cells = {(row["lr"], point_key(row, campaign.axes)): row for row in part.iter_rows(named=True)}
     rows = []
     for lr in reversed(lrs):
         texts = []
-        for b in beta2:
+        for b in columns:
             cell = cells.get((lr, b))
             if (why := _point_text(cell)) is not None:
                 diverged = cell is not None and cell["outcome"] == DIVERGED
@@ -249,15 +289,15 @@ def _heatmap(
                     "mean": f"{cell['mean_loss']:.4f}",
                     "sd": sd + seeds,
                     DIVERGED: False,
-                    "winner": winner is not None and (winner["lr"], winner["beta2"]) == (lr, b),
+                    "winner": winner is not None and (winner["lr"], point_key(winner, campaign.axes)) == (lr, b),
                 }
             )
         rows.append({"lr": f"{lr:g}", "cells": texts})
     return {
         "id": f"heatmap-{index}",
         "mode": mode,
-        "json": figure_json(heatmap_figure(mode, part, lrs, beta2, winner, _loss_scale(groups))),
-        "beta2": [f"{b:g}" for b in beta2],
+        "json": figure_json(heatmap_figure(mode, part, lrs, columns, winner, _loss_scale(groups))),
+        "columns": [values_label(b) for b in columns],
         "rows": rows,
     }
 
@@ -271,8 +311,9 @@ def _loss_scale(groups: pl.DataFrame) -> tuple[float, float] | None:
 def _curves(table: pl.DataFrame) -> dict[str, Any]:
     """The curve figure and its table view: one row per token count, one column per winner."""
     columns, cells = [], {}
-    for (mode, lr, beta2), part in table.group_by(["mode", "lr", "beta2"], maintain_order=True):
-        columns.append(f"{mode} (LR {lr:g}, beta2 {beta2:g})")
+    for name, part in winner_curves(table):
+        mode, point = name.split(": ", 1)
+        columns.append(f"{mode} ({point})")
         for row in part.iter_rows(named=True):
             sd = f" ± {row['std_loss']:.4f}" if row["std_loss"] is not None else ""
             cells[(len(columns) - 1, row["tokens"])] = f"{row['mean_loss']:.4f}{sd}"

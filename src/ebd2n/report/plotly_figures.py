@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ebd2n.campaign.analysis import outcome_text
+from ebd2n.campaign.analysis import outcome_text, point_axes, point_key, value_text, values_label
 from ebd2n.outcomes import DIVERGED
 from ebd2n.report.plotly_embed import MODEBAR_BAND
 
@@ -24,17 +24,20 @@ def heatmap_figure(
     mode: str,
     groups: pl.DataFrame,
     lrs: list[float],
-    beta2: list[float],
+    columns: list[tuple],
     winner: dict[str, Any] | None,
     scale: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """One mode's LR x beta2 grid of mean loss, annotated; untested cells are empty (null). `scale`
-    (lowest, highest) puts every mode's heatmap on one colour scale, so colours compare across modes."""
-    cells = {(row["lr"], row["beta2"]): row for row in groups.iter_rows(named=True)}
+    """One mode's LR x other axes grid of mean loss (`columns` as `figures.heatmaps`), annotated;
+    untested cells are empty (null). `scale` (lowest, highest) puts every mode's heatmap on one
+    colour scale, so colours compare across modes."""
+    axes = point_axes(groups)
+    title = " · ".join(axes)
+    cells = {(row["lr"], point_key(row, axes)): row for row in groups.iter_rows(named=True)}
     z, text, hover = [], [], []
     for lr in lrs:
         row_z, row_text, row_hover = [], [], []
-        for b in beta2:
+        for b in columns:
             cell = cells.get((lr, b))
             mean = cell["mean_loss"] if cell and cell["outcome"] != DIVERGED else None
             row_z.append(mean)
@@ -46,7 +49,7 @@ def heatmap_figure(
     diverged = [cell for cell in cells.values() if cell["outcome"] == DIVERGED]
     shapes = []
     if winner is not None:
-        i, j = lrs.index(winner["lr"]), beta2.index(winner["beta2"])
+        i, j = lrs.index(winner["lr"]), columns.index(point_key(winner, axes))
         shapes.append(
             {
                 "type": "rect",
@@ -61,13 +64,13 @@ def heatmap_figure(
         "data": [
             {
                 "type": "heatmap",
-                "x": [f"{b:g}" for b in beta2],
+                "x": [values_label(b) for b in columns],
                 "y": [f"{lr:g}" for lr in lrs],
                 "z": z,
                 "text": text,
                 "texttemplate": "%{text}",
                 "customdata": hover,
-                "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
+                "hovertemplate": f"LR %{{y}}, {title} %{{x}}<br>%{{customdata}}<extra></extra>",
                 "colorscale": "Viridis",
                 "reversescale": True,
                 **({"zmin": scale[0], "zmax": scale[1]} if scale else {}),
@@ -77,9 +80,10 @@ def heatmap_figure(
             *(
                 [
                     _diverged_trace(
-                        [f"{cell['beta2']:g}" for cell in diverged],
+                        [values_label(point_key(cell, axes)) for cell in diverged],
                         [f"{cell['lr']:g}" for cell in diverged],
                         [outcome_text(cell) for cell in diverged],
+                        title,
                     )
                 ]
                 if diverged
@@ -89,7 +93,7 @@ def heatmap_figure(
         "layout": {
             # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
             "title": {"text": mode, "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
-            "xaxis": {"title": {"text": "beta2"}, "type": "category"},
+            "xaxis": {"title": {"text": title}, "type": "category"},
             "yaxis": {"title": {"text": "peak learning rate"}, "type": "category"},
             "shapes": shapes,
             # the diverged cross's entry above the plot's right end, clear of the colour bar
@@ -104,7 +108,8 @@ def heatmap_figure(
 def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
     """Winners' subset validation loss: a ± one-SD band (two traces, filled) and the mean line."""
     data: list[dict[str, Any]] = []
-    for index, ((mode, lr, beta2), part) in enumerate(table.group_by(["mode", "lr", "beta2"], maintain_order=True)):
+    for index, (name, part) in enumerate(winner_curves(table)):
+        mode = part["mode"][0]
         color = PALETTE[index % len(PALETTE)]
         tokens = part["tokens"].to_list()
         mean = part["mean_loss"].to_list()
@@ -134,7 +139,7 @@ def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
                 "x": tokens,
                 "y": mean,
                 "customdata": sd,
-                "name": f"{mode}: LR {lr:g}, beta2 {beta2:g}",
+                "name": name,
                 "legendgroup": mode,
                 "line": {"color": color, "width": 2},
                 "marker": {"size": 4},
@@ -154,7 +159,24 @@ def curves_figure(table: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def _diverged_trace(x: list[Any], y: list[Any], texts: list[str]) -> dict[str, Any]:
+def winner_curves(table: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    """curves.csv's lines, each named by its point: `synchronous: LR 0.004, beta2 0.95`."""
+    columns = table.columns
+    axes = columns[columns.index("lr") + 1 : columns.index("tokens")]
+    lines = []
+    for (mode, lr, *values), part in table.group_by(["mode", "lr", *axes], maintain_order=True):
+        named = ", ".join(f"{axis} {value_text(value)}" for axis, value in zip(axes, values, strict=True))
+        lines.append((f"{mode}: LR {lr:g}, {named}", part))
+    return lines
+
+
+def panel_title(panel: dict[str, Any]) -> str:
+    """An LR-optimum panel's title: its mode and where on the other axes it is drawn."""
+    at = ", ".join(f"{axis} {value_text(value)}" for axis, value in panel["at"].items())
+    return f"{panel['mode']} ({at})"
+
+
+def _diverged_trace(x: list[Any], y: list[Any], texts: list[str], title: str) -> dict[str, Any]:
     """The diverged points as red crosses, with their own legend entry ("diverged") and the step on hover."""
     return {
         "type": "scatter",
@@ -165,7 +187,7 @@ def _diverged_trace(x: list[Any], y: list[Any], texts: list[str]) -> dict[str, A
         "customdata": texts,
         "marker": {"symbol": "x", "size": 14, "color": DIVERGED_COLOR},
         "showlegend": True,
-        "hovertemplate": "LR %{y}, beta2 %{x}<br>%{customdata}<extra></extra>",
+        "hovertemplate": f"LR %{{y}}, {title} %{{x}}<br>%{{customdata}}<extra></extra>",
     }
 
 
@@ -281,13 +303,7 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
         "data": data,
         "layout": {
             # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
-            "title": {
-                "text": f"{panel['mode']} (beta2 {panel['beta2']:g})",
-                "yref": "paper",
-                "y": 1,
-                "yanchor": "bottom",
-                "pad": {"b": 8},
-            },
+            "title": {"text": panel_title(panel), "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
             "xaxis": {
                 "title": {"text": "peak learning rate"},
                 "type": "log",

@@ -15,11 +15,15 @@ from ebd2n.outcomes import RESULTS, CheckStatus, Outcome
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.tables import data_facts, point_runs, settings
 
-SELECTION_RULE = {
-    "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
-    "uncertainty": "sample standard deviation across seeds (ddof = 1), not a confidence interval",
-    "tie_break": "lower learning rate, then lower beta2; only points with every seed are eligible",
-}
+
+def selection_rule(axes: list[str]) -> dict[str, str]:
+    """How winners are picked, in words; ties go down the axes in the campaign's order."""
+    lower = ", then lower ".join(["learning rate", *axes])
+    return {
+        "selection": "lowest mean final full-validation cross-entropy (nats) over seeds, separately per mode",
+        "uncertainty": "sample standard deviation across seeds (ddof = 1), not a confidence interval",
+        "tie_break": f"lower {lower}; only points with every seed are eligible",
+    }
 
 
 def campaign_summary(
@@ -36,7 +40,7 @@ def campaign_summary(
     ended = counted.filter(pl.col("status").is_in(list(RESULTS)) & validated)
     results = list(campaign.results.values())
     info = campaign.info or {}
-    points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.beta2)
+    points = sum(len(lrs) for lrs in campaign.learning_rates.values()) * len(campaign.points)
     # campaign.json knows the plan (presets may have their own learning rates); else the grid's product
     planned = info.get("runs_planned") or points * len(campaign.seeds) * max(1, len(set(campaign.presets.values())))
     expected = planned - len(stopped)
@@ -56,9 +60,9 @@ def campaign_summary(
         "expected_runs": expected,
         "outcomes": run_outcomes(campaign),
         **({"stopped_runs": len(stopped)} if halving is not None else {}),
-        "grid": {"modes": campaign.modes, "learning_rates": campaign.learning_rates, "beta2": campaign.beta2},
+        "grid": {"modes": campaign.modes, "learning_rates": campaign.learning_rates, **_axis_values(campaign)},
         "seeds": campaign.seeds,
-        **SELECTION_RULE,
+        **selection_rule(campaign.axes),
         "settings": {mode: settings(recipe, epochs) for mode, (recipe, epochs) in recipes.items()},
         "validation_targets": sorted({r["targets"] for r in results if r.get("targets") is not None}),
         "data": _data_record(campaign, first),
@@ -208,3 +212,8 @@ def campaign_path(campaign: CampaignResults) -> str:
     """The campaign directory as commands run from the repository root name it (results/<name>,
     however the campaign was reached)."""
     return repo_relative(os.path.abspath(campaign.directory), campaign)
+
+
+def _axis_values(campaign: CampaignResults) -> dict[str, list[Any]]:
+    """Each axis besides mode and LR with its values (beta2's declared or run, the others' run values)."""
+    return {axis: sorted({point[index] for point in campaign.points}) for index, axis in enumerate(campaign.axes)}

@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from ebd2n.campaign.analysis import point_axes
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.config import Recipe, count_parameters
 from ebd2n.config.checkpoint_policy import policy_label
@@ -32,30 +33,36 @@ CURVE_COLUMNS: dict[str, type[pl.DataType]] = {
 """Columns of curves.csv, as in the reference validation_curves.csv."""
 
 
-def response_beta2(beta2: list[float], selection: dict[str, dict[str, Any]]) -> float:
-    """The beta2 of the LR-response table: the one every winner shares, else the largest tested."""
-    chosen = {entry["beta2"] for entry in selection.values()}
-    return chosen.pop() if len(chosen) == 1 else max(beta2)
+def response_point(groups: pl.DataFrame, selection: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Where the LR-response table is drawn: on each axis besides mode and LR (beta2, the further
+    axes), the value every winner shares, else the largest tested."""
+    point = {}
+    for axis in point_axes(groups):
+        chosen = {entry[axis] for entry in selection.values()}
+        point[axis] = chosen.pop() if len(chosen) == 1 else max(groups[axis].drop_nulls().to_list())
+    return point
 
 
 def point_runs(campaign: CampaignResults, point: dict[str, Any]) -> pl.DataFrame:
     """The complete runs behind one grid point, on the campaign's seeds, in seed order."""
     return campaign.runs.filter(
-        (pl.col("mode") == point["mode"])
-        & (pl.col("lr") == point["lr"])
-        & (pl.col("beta2") == point["beta2"])
-        & (pl.col("status") == Outcome.COMPLETE)
-        & pl.col("seed").is_in(campaign.seeds)
+        pl.col("mode") == point["mode"],
+        pl.col("lr") == point["lr"],
+        *(pl.col(axis).eq_missing(point[axis]) for axis in campaign.axes),
+        pl.col("status") == Outcome.COMPLETE,
+        pl.col("seed").is_in(campaign.seeds),
     ).sort("seed")
 
 
 def curve_table(campaign: CampaignResults, selection: dict[str, dict[str, Any]]) -> pl.DataFrame:
-    """Winners' epoch-subset validation loss per token count: seeds, mean and sample SD."""
+    """Winners' epoch-subset validation loss per token count: seeds, mean and sample SD (each
+    further axis's column after beta2)."""
+    columns = curve_columns(campaign)
     records = [
         {
             "mode": mode,
             "lr": point["lr"],
-            "beta2": point["beta2"],
+            **{axis: point[axis] for axis in campaign.axes},
             "tokens": record["tokens"],
             "loss": record["val_loss"],
         }
@@ -64,17 +71,24 @@ def curve_table(campaign: CampaignResults, selection: dict[str, dict[str, Any]])
         for record in campaign.epochs(directory)
     ]
     if not records:
-        return pl.DataFrame(schema=CURVE_COLUMNS)
+        return pl.DataFrame(schema=columns)
     order = {mode: index for index, mode in enumerate(selection)}
     return (
         pl.DataFrame(records)
-        .group_by(["mode", "lr", "beta2", "tokens"])
+        .group_by(["mode", "lr", *campaign.axes, "tokens"])
         .agg(seeds=pl.len().cast(pl.Int64), mean_loss=pl.col("loss").mean(), std_loss=pl.col("loss").std(ddof=1))
         .with_columns(split=pl.lit("subset"))
         .sort([pl.col("mode").replace_strict(order, return_dtype=pl.Int64), "tokens"])
-        .select(list(CURVE_COLUMNS))
-        .cast(CURVE_COLUMNS)
+        .select(list(columns))
+        .cast(columns)
     )
+
+
+def curve_columns(campaign: CampaignResults) -> dict[str, type[pl.DataType]]:
+    """curves.csv's columns: the reference's, with each further axis's after beta2 (its runs-table type)."""
+    further = {axis: campaign.runs.schema[axis] for axis in campaign.axes if axis not in CURVE_COLUMNS}
+    columns = list(CURVE_COLUMNS.items())
+    return dict(columns[:3] + list(further.items()) + columns[3:])
 
 
 def settings_rows(settings: dict[str, dict[str, str]]) -> list[dict[str, Any]]:

@@ -50,7 +50,7 @@ def export_mlflow(campaign_dir: Path, out: Path) -> Path:
         client = client_class(tracking_uri=staging.resolve().as_uri())
         experiment = client.create_experiment(campaign.name, tags={"ebd2n.campaign_dir": str(campaign.directory)})
         for row in campaign.runs.iter_rows(named=True):
-            _export_run(client, experiment, campaign.directory / row["directory"], row)
+            _export_run(client, experiment, campaign.directory / row["directory"], row, campaign.axes)
         staging.rename(out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -67,7 +67,7 @@ def _mlflow_client() -> Any:
     return MlflowClient
 
 
-def _export_run(client: Any, experiment: str, run_dir: Path, row: dict[str, Any]) -> None:
+def _export_run(client: Any, experiment: str, run_dir: Path, row: dict[str, Any], axes: list[str]) -> None:
     from mlflow.entities import Metric, Param
 
     paths = run_paths(run_dir)
@@ -80,7 +80,7 @@ def _export_run(client: Any, experiment: str, run_dir: Path, row: dict[str, Any]
         "mlflow.note.content": f"ebd2n run {row['run']}; recipe: {recipe}",
     }
     run = client.create_run(experiment, run_name=row["run"], tags=tags).info.run_id
-    params = [Param(key, value) for key, value in _parameters(run_dir, row).items()]
+    params = [Param(key, value) for key, value in _parameters(run_dir, row, axes).items()]
     metrics = _metrics(read_metrics(paths.metrics), row, Metric)
     for start in range(0, len(params), 100):  # MLflow's limits per call: 100 parameters, 1,000 metrics
         client.log_batch(run, params=params[start : start + 100])
@@ -89,11 +89,13 @@ def _export_run(client: Any, experiment: str, run_dir: Path, row: dict[str, Any]
     client.set_terminated(run, status="FINISHED" if row["status"] == Outcome.COMPLETE else "KILLED")
 
 
-def _parameters(run_dir: Path, row: dict[str, Any]) -> dict[str, str]:
-    """The grid point, then every recipe setting by its dotted key (MLflow keeps parameters as text)."""
+def _parameters(run_dir: Path, row: dict[str, Any], axes: list[str]) -> dict[str, str]:
+    """The grid point (mode, LR, each other axis, seed, preset), then every recipe setting by its
+    dotted key (MLflow keeps parameters as text)."""
     from ebd2n.config import load_recipe
 
-    params = {key: str(row[key]) for key in ("mode", "lr", "beta2", "seed", "preset") if row.get(key) not in (None, "")}
+    point = ("mode", "lr", *axes, "seed", "preset")
+    params = {key: str(row[key]) for key in point if row.get(key) not in (None, "")}
     recipe_file = run_paths(run_dir).recipe
     if recipe_file.is_file():
         settings = _flat(load_recipe(recipe_file).model_dump(mode="json"))

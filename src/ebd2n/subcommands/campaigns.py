@@ -44,10 +44,13 @@ def add_campaign_commands(subcommands: argparse._SubParsersAction) -> None:
         commands.cmd_resolve,
         f"write a run's {RECIPE} from the frozen base and its run id",
         f"Write {RECIPE} of a campaign's run: its frozen base recipe with the learning rate, beta2, seed "
-        "and mode its run id names.",
+        "and mode its run id names, and the settings of its further axes (grid.axes).",
         "ebd2n resolve results/demo/runs/synchronous-lr0.003-beta20.99-seed42",
     )
     p.add_argument("run_dir", type=Path, help="results/<campaign>/runs/<run-id>")
+    p.add_argument(
+        "--settings", help="JSON object of the recipe keys the run's further axes set (the workflow passes them)"
+    )
 
     p = command(
         subcommands,

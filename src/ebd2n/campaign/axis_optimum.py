@@ -1,0 +1,81 @@
+"""How the fitted LR optimum moves along a further axis: the optimum at each batch size (or beta1,
+schedule, ...), the other axes at the mode's winner, and its shift from the axis's first value.
+
+The shift is the ratio of two fitted optima; its 95 % interval comes from the two points' seed
+bootstraps (ebd2n.campaign.optimum), resampled independently and paired resample by resample, so
+it is as wide as the seeds of both make it. A value whose fit has no optimum has no shift.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ebd2n.campaign.analysis import completed_runs, point_axes
+from ebd2n.campaign.optimum import LEVEL, RESAMPLES, RESAMPLING_SEED, bootstrap_minima, fit_optimum, seed_losses
+
+
+def optimum_shifts(
+    groups: pl.DataFrame,
+    runs: pl.DataFrame,
+    selection: dict[str, dict[str, Any]],
+    further: Sequence[str],
+    seeds: list[int] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Per mode with a winner, per further axis with several values: each value's fitted optimum and
+    its shift from the first value's, with intervals (`fit_optimum`'s fields, then `shift`,
+    `shift_low`, `shift_high`)."""
+    axes = point_axes(groups)
+    done = completed_runs(runs, seeds, axes)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for mode, winner in selection.items():
+        part = groups.filter(pl.col("mode") == mode)
+        eligible = part.filter(pl.col("eligible"))
+        tested = sorted(part["lr"].unique().to_list())
+        for axis in further:
+            values = sorted(part[axis].drop_nulls().unique().to_list())
+            if len(values) < 2:
+                continue
+            rows = []
+            for index, value in enumerate(values):
+                point = {name: value if name == axis else winner[name] for name in axes}
+                losses = seed_losses(done, mode, point, eligible)
+                rows.append({"value": value, "losses": losses, **fit_optimum(tested, losses), "index": index})
+            out.setdefault(mode, []).append({"axis": axis, "values": _shifts(rows)})
+    return out
+
+
+def _shifts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each value's fit with its shift from the first value with an optimum (None where either has
+    none; the reference itself shifts by 1 with no interval)."""
+    minima = [_minima(row.pop("losses"), RESAMPLING_SEED + row.pop("index")) for row in rows]
+    first = next((index for index, row in enumerate(rows) if row["estimate"] is not None), None)
+    shifted = []
+    for index, row in enumerate(rows):
+        shift = low = high = None
+        if first is not None and row["estimate"] is not None:
+            shift = row["estimate"] / rows[first]["estimate"]
+            if index != first and minima[index] is not None and minima[first] is not None:
+                low, high = _bounds(np.exp(minima[index] - minima[first]))
+        shifted.append({**row, "shift": shift, "shift_low": low, "shift_high": high})
+    return shifted
+
+
+def _minima(losses: dict[float, list[float]], seed: int) -> np.ndarray | None:
+    """A point's bootstrap minima (ln LR), or None where it has no three LRs or one seed per LR."""
+    if len(losses) < 3 or min(len(seeds) for seeds in losses.values()) < 2:
+        return None
+    return bootstrap_minima(losses, seed)
+
+
+def _bounds(ratios: np.ndarray) -> tuple[float | None, float | None]:
+    """The percentile interval of the resampled shifts; an end past any grid is None."""
+    tail = (1 - LEVEL) / 2
+    with np.errstate(invalid="ignore"):
+        ordered = np.sort(np.nan_to_num(ratios, nan=np.inf))
+    low, high = ordered[int(math.floor(tail * RESAMPLES))], ordered[int(math.ceil((1 - tail) * RESAMPLES)) - 1]
+    return (float(low) if 0 < low < np.inf else None, float(high) if 0 < high < np.inf else None)
