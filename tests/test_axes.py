@@ -162,3 +162,58 @@ def test_the_shipped_studies_plan_their_runs(
     base = campaign.current_bases["base"]
     epochs = {budget_of(base).epochs}
     assert (len(campaign.grid.runs()), epochs) == (runs, {40} if name.endswith("20m") else {2})
+
+
+def test_a_cosine_variant_under_grid_horizons_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    wsd = {"optimizer.schedule": "wsd", "optimizer.decay_fraction": 0.25, "optimizer.warmup_tokens": 2048}
+    raw = _campaign(
+        {
+            "schedule": {
+                "wsd": {"optimizer.decay_shape": "sqrt"},
+                "cosine": {"optimizer.schedule": "cosine", "optimizer.decay_fraction": 0.1},
+            }
+        },
+        overrides={"training.epoch_tokens": 16384, **wsd},
+    )
+    raw["grid"]["horizons"] = [0.5, 1.0]
+    with pytest.raises(UserError, match="grid.axes.schedule: cosine: grid.horizons branch wsd runs"):
+        campaign_from_dict(raw)
+
+
+def test_select_reads_the_axes_of_a_runs_table(tmp_path: Path) -> None:
+    rows = [
+        {
+            "run": f"r{lr}-{batch}-{seed}",
+            "mode": "synchronous",
+            "lr": lr,
+            "beta2": 0.95,
+            "batch_tokens": batch,
+            "seed": seed,
+            "status": "complete",
+            "loss": 3.0 + abs(lr - 0.004 * batch / 1024) + seed * 1e-4,
+        }
+        for lr in (0.002, 0.004, 0.008)
+        for batch in (1024, 2048)
+        for seed in (1, 2)
+    ]
+    path = tmp_path / "runs.csv"
+    import polars as pl
+
+    pl.DataFrame(rows).write_csv(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "select", str(path), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    selection = json.loads((tmp_path / "out" / "selection.json").read_text())["synchronous"]
+    groups = pl.read_csv(tmp_path / "out" / "groups.csv")
+    result = (done.returncode, (selection["lr"], selection["batch_tokens"]), groups.height, groups.columns[:4])
+    assert result == (0, (0.004, 1024), 6, ["mode", "lr", "beta2", "batch_tokens"])
+
+
+def test_an_axis_may_take_no_name_of_the_runs_table() -> None:
+    from ebd2n.campaign.axis_check import TABLE_COLUMNS
+    from ebd2n.campaign.results import RUN_COLUMNS
+
+    assert TABLE_COLUMNS == set(RUN_COLUMNS)

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import html
 import json
+import math
 import re
 from pathlib import Path
 
@@ -90,7 +91,8 @@ def test_the_tracker_export_names_every_axis(campaign: Path, monkeypatch: pytest
 def test_the_report_fits_the_lr_optimum_per_batch_size_and_its_shift(campaign: Path) -> None:
     report = campaign / "results/batch-beta1-demo/report"
     shifts = json.loads((report / "results.json").read_text())["lr_optimum_shifts"]["synchronous"]
-    batch = next(entry for entry in shifts if entry["axis"] == "batch_tokens")["values"]
+    along = next(entry for entry in shifts if entry["axis"] == "batch_tokens")
+    batch, law = along["values"], along["law"]
     page = (report / "index.html").read_text()
     table = re.search(
         r'<table class="optimum-shift" data-mode="synchronous" data-axis="batch_tokens">.*?</table>', page, re.S
@@ -103,8 +105,11 @@ def test_the_report_fits_the_lr_optimum_per_batch_size_and_its_shift(campaign: P
         second["shift"] == pytest.approx(second["estimate"] / first["estimate"]),
         second["shift_low"] is not None and second["shift_low"] <= second["shift"] <= second["shift_high"],
         table is not None and f"× {second['shift']:.3g}" in table[0],
+        law["exponent"] == pytest.approx(math.log(second["shift"]) / math.log(2)),
+        (law["next"]["value"], law["next"]["lr"] == pytest.approx(second["estimate"] * second["shift"])),
+        f"LR optimum ∝ batch_tokens^{law['exponent']:.3g}" in page,
     )
-    assert result == ([1024, 2048], 1.0, True, True, True, True)
+    assert result == ([1024, 2048], 1.0, True, True, True, True, True, (4096, True), True)
 
 
 def test_a_new_value_and_a_new_axis_extend_it_leaving_every_run(campaign: Path) -> None:

@@ -198,11 +198,11 @@ def cmd_decide(args: argparse.Namespace) -> None:
 
 
 def cmd_select(args: argparse.Namespace) -> None:
-    from ebd2n.campaign.analysis import failed_runs, group_runs, load_runs, select, write_selection
+    from ebd2n.campaign.analysis import failed_runs, group_runs, load_runs, select, table_axes, write_selection
     from ebd2n.campaign.optimum import lr_optima, optimum_lines
 
     runs = load_runs(args.runs)
-    groups = group_runs(runs)
+    groups = group_runs(runs, axes=table_axes(runs))
     optima = lr_optima(groups, runs)
     write_selection(groups, select(groups), args.out, optima)
     for run, why in failed_runs(runs).items():

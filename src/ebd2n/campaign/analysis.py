@@ -135,6 +135,14 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None, axes: Sequenc
     return groups.drop(diverged_columns)  # diverged_step only where a point diverged: a CSV column of numbers
 
 
+def table_axes(runs: pl.DataFrame) -> list[str]:
+    """A runs table's axes besides mode and LR: its columns between `lr` and `seed`, as runs.csv
+    writes them (beta2, then each further axis); beta2 alone in a table ordered otherwise."""
+    columns = runs.columns
+    between = columns[columns.index("lr") + 1 : columns.index("seed")]
+    return between if "beta2" in between else list(AXES)
+
+
 def point_axes(groups: pl.DataFrame) -> list[str]:
     """A grouped table's axes besides mode and LR: its columns between `lr` and `seeds_completed`."""
     columns = groups.columns
@@ -155,6 +163,15 @@ def point_key(row: dict[str, Any], axes: Sequence[str]) -> tuple:
 def values_label(values: Sequence[Any]) -> str:
     """`0.95`, `0.95 · 0.9 · 1024 · wsd`: a point's values on the axes besides mode and LR, as a column head."""
     return " · ".join(value_text(value) for value in values)
+
+
+def column_labels(columns: Sequence[tuple], axes: Sequence[str], joiner: str) -> tuple[str, list[str]]:
+    """A figure axis over points of several axes: its title and one label per point, naming only the
+    axes whose value varies (each on its own line: `joiner`); a single axis is named as it is."""
+    varying = [i for i in range(len(axes)) if len({column[i] for column in columns}) > 1] if len(axes) > 1 else [0]
+    varying = varying or list(range(len(axes)))
+    title = " · ".join(axes[i] for i in varying)
+    return title, [joiner.join(value_text(column[i]) for i in varying) for column in columns]
 
 
 def value_text(value: Any) -> str:

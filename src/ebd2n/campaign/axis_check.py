@@ -22,8 +22,12 @@ from ebd2n.errors import UserError
 from ebd2n.train.budget import budget_of
 from ebd2n.train.pack_rules import MEMBER_FIELDS
 
-TABLE_COLUMNS = {"run", "mode", "lr", "beta2", "seed", "status", "loss", "preset", "tokens", "directory", "packed"}
-"""Runs-table columns an axis's name may not take (its column sits beside them)."""
+TABLE_COLUMNS = {
+    *("run", "mode", "lr", "beta2", "seed", "status", "loss", "preset", "perplexity", "accuracy", "targets"),
+    *("tokens", "directory", "recipe_identity", "cache_identity", "source_hash", "job_ids", "diverged_step", "packed"),
+}
+"""Runs-table columns an axis's name may not take (its column sits beside them; the table's schema,
+ebd2n.campaign.results.RUN_COLUMNS, imports polars, which a campaign check does not need)."""
 
 
 def check_axes_shape(raw: Mapping[str, Any] | None, where: str) -> None:
@@ -68,7 +72,7 @@ def check_axes(grid: Grid, bases: Mapping[str, Recipe], pack: int, where: str, o
             probe = Run(None if scope == BASE else scope, mode, lr, grid.beta2[0], grid.seeds[0], horizon)
             plain = run_recipe(recipe, probe, output_dir, where).model_dump(mode="json")
             for axis in grid.axes:
-                _check_values(axis, recipe, probe, plain, where, output_dir)
+                _check_values(axis, recipe, probe, plain, where, output_dir, bool(grid.horizons))
                 if pack > 1 and mode == SYNCHRONOUS:
                     _check_packable(axis, pack, where)
 
@@ -110,8 +114,11 @@ def _check_names(axes: Iterable[Axis], grid: Grid, where: str) -> None:
         names[axis.name] = axis
 
 
-def _check_values(axis: Axis, base: Recipe, probe: Run, plain: Mapping[str, Any], where: str, output_dir: str) -> None:
-    """Each value on this base recipe in this mode: schema-valid, in a section the mode has, same epochs."""
+def _check_values(
+    axis: Axis, base: Recipe, probe: Run, plain: Mapping[str, Any], where: str, output_dir: str, horizons: bool
+) -> None:
+    """Each value on this base recipe in this mode: schema-valid, in a section the mode has, same
+    epochs, and under grid.horizons still a wsd schedule (a longer horizon branches off its trunk)."""
     for key in sorted(axis.keys):
         if recipe_value(plain, key.split(".")[0]) is None:
             raise UserError(
@@ -125,6 +132,12 @@ def _check_values(axis: Axis, base: Recipe, probe: Run, plain: Mapping[str, Any]
         except UserError as error:
             reason = str(error).removeprefix(f"{where} for run {probe.id}: ")
             raise UserError(f"{where}: grid.axes.{_written(axis)}: {label}: {reason}") from None
+        if horizons and recipe.optimizer.schedule != "wsd":
+            raise UserError(
+                f"{where}: grid.axes.{_written(axis)}: {label}: grid.horizons branch wsd runs off a shorter "
+                f"horizon's trunk, and {label} is a {recipe.optimizer.schedule} schedule; to train each horizon "
+                "from scratch, make the budget an axis of named variants instead of grid.horizons"
+            )
         if (trained := budget_of(recipe).epochs) != epochs:
             raise UserError(
                 f"{where}: grid.axes.{_written(axis)}: {label} trains {trained} epochs, its base recipe {epochs}: "

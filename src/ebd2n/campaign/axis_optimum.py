@@ -4,6 +4,11 @@ schedule, ...), the other axes at the mode's winner, and its shift from the axis
 The shift is the ratio of two fitted optima; its 95 % interval comes from the two points' seed
 bootstraps (ebd2n.campaign.optimum), resampled independently and paired resample by resample, so
 it is as wide as the seeds of both make it. A value whose fit has no optimum has no shift.
+
+Along an axis of whole numbers (a batch size, a token count) the optima also give a power law,
+LR* proportional to value^k, fitted by least squares in log-log over every value with an optimum;
+its exponent's interval, and the LR it predicts at the next value (the axis continued by its last
+ratio), come from the same paired resamples.
 """
 
 from __future__ import annotations
@@ -45,14 +50,17 @@ def optimum_shifts(
                 point = {name: value if name == axis else winner[name] for name in axes}
                 losses = seed_losses(done, mode, point, eligible)
                 rows.append({"value": value, "losses": losses, **fit_optimum(tested, losses), "index": index})
-            out.setdefault(mode, []).append({"axis": axis, "values": _shifts(rows)})
+            minima = [_minima(row.pop("losses"), RESAMPLING_SEED + row.pop("index")) for row in rows]
+            entry = {"axis": axis, "values": _shifts(rows, minima)}
+            if all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in values):
+                entry["law"] = _power_law(rows, minima)
+            out.setdefault(mode, []).append(entry)
     return out
 
 
-def _shifts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _shifts(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> list[dict[str, Any]]:
     """Each value's fit with its shift from the first value with an optimum (None where either has
     none; the reference itself shifts by 1 with no interval)."""
-    minima = [_minima(row.pop("losses"), RESAMPLING_SEED + row.pop("index")) for row in rows]
     first = next((index for index, row in enumerate(rows) if row["estimate"] is not None), None)
     shifted = []
     for index, row in enumerate(rows):
@@ -63,6 +71,47 @@ def _shifts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 low, high = _bounds(np.exp(minima[index] - minima[first]))
         shifted.append({**row, "shift": shift, "shift_low": low, "shift_high": high})
     return shifted
+
+
+def _power_law(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> dict[str, Any] | None:
+    """LR* = c * value^k over the values with an optimum, and the LR it predicts at the next value;
+    None with fewer than two such values."""
+    used = [index for index, row in enumerate(rows) if row["estimate"] is not None]
+    if len(used) < 2:
+        return None
+    x = np.log([float(rows[index]["value"]) for index in used])
+    slope, intercept = np.polyfit(x, np.log([rows[index]["estimate"] for index in used]), 1)
+    values = [rows[index]["value"] for index in used]
+    following = round(values[-1] * values[-1] / values[-2])
+    predicted = math.exp(intercept + slope * math.log(following))
+    law = {
+        "exponent": float(slope),
+        "exponent_low": None,
+        "exponent_high": None,
+        "values_used": values,
+        "next": {
+            "value": following,
+            "lr": math.exp(intercept + slope * math.log(following)),
+            "low": None,
+            "high": None,
+        },
+    }
+    resampled = [minima[index] for index in used]
+    if all(sample is not None for sample in resampled):
+        logs = np.stack(resampled, axis=1)  # RESAMPLES x values, ln LR*
+        finite = np.all(np.isfinite(logs), axis=1)
+        if finite.sum() >= RESAMPLES * LEVEL:  # an interval only where nearly every resample has an optimum
+            fits = np.polyfit(x, logs[finite].T, 1)  # 2 x resamples: slopes, intercepts
+            predicted = fits[1] + fits[0] * math.log(following)
+            law["exponent_low"], law["exponent_high"] = _percentiles(fits[0])
+            low, high = _percentiles(predicted)
+            law["next"]["low"], law["next"]["high"] = math.exp(low), math.exp(high)
+    return law
+
+
+def _percentiles(samples: np.ndarray) -> tuple[float, float]:
+    tail = (1 - LEVEL) / 2
+    return float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
 
 
 def _minima(losses: dict[float, list[float]], seed: int) -> np.ndarray | None:

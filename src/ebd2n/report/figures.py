@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import EngFormatter, MaxNLocator, NullLocator
 
-from ebd2n.campaign.analysis import point_axes, point_key, values_label
+from ebd2n.campaign.analysis import column_labels, point_axes, point_key
 from ebd2n.outcomes import DIVERGED
 from ebd2n.report.plotly_figures import PALETTE, halving_series, panel_title, series_label, winner_curves
 
@@ -140,9 +140,10 @@ def _heatmap_panel(
     if winner is not None:
         i, j = lrs.index(winner["lr"]), columns.index(point_key(winner, axes))
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#d62728", linewidth=2.2))
-    ax.set_xticks(range(len(columns)), [values_label(b) for b in columns])
+    title, labels = column_labels(columns, axes, "\n")
+    ax.set_xticks(range(len(columns)), labels)
     ax.set_yticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
-    ax.set_xlabel(" · ".join(axes))
+    ax.set_xlabel(title)
     ax.set_ylabel("peak learning rate")
     ax.set_title(mode, fontsize=10)
     if high > low:

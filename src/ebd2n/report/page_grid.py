@@ -54,7 +54,12 @@ def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[
         "curves": _curves(grid["curves"]),
         "optimum_plots": [_optimum_plot(panel, index) for index, panel in enumerate(grid["optimum_panels"])],
         "shifts": [
-            {"mode": mode, "axis": entry["axis"], "rows": [_shift_row(row) for row in entry["values"]]}
+            {
+                "mode": mode,
+                "axis": entry["axis"],
+                "rows": [_shift_row(row) for row in entry["values"]],
+                "law": _law_text(entry["axis"], entry.get("law")),
+            }
             for mode, entries in grid["optimum_shifts"].items()
             for entry in entries
         ],
@@ -170,6 +175,20 @@ def _shift_row(row: dict[str, Any]) -> dict[str, str]:
         high = f"{row['shift_high']:.3g}" if row["shift_high"] is not None else "beyond the grid"
         shift += f" (95 %: {low} to {high})"
     return {"value": value_text(row["value"]), **fit, "shift": shift}
+
+
+def _law_text(axis: str, law: dict[str, Any] | None) -> str:
+    """`LR optimum ∝ batch_tokens^0.685 (95 %: 0.357 to 1.14); at batch_tokens 4096 it predicts LR 0.0116 (...)`."""
+    if law is None:
+        return ""
+    text = f"LR optimum ∝ {axis}^{law['exponent']:.3g}"
+    if law["exponent_low"] is not None:
+        text += f" (95 %: {law['exponent_low']:.3g} to {law['exponent_high']:.3g})"
+    following = law["next"]
+    text += f"; at {axis} {following['value']} it predicts LR {following['lr']:.3g}"
+    if following["low"] is not None:
+        text += f" (95 %: {following['low']:.3g} to {following['high']:.3g})"
+    return text + "."
 
 
 def _runner_name(point: dict[str, Any], axes: list[str]) -> str:

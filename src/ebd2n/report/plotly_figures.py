@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ebd2n.campaign.analysis import outcome_text, point_axes, point_key, value_text, values_label
+from ebd2n.campaign.analysis import column_labels, outcome_text, point_axes, point_key, value_text
 from ebd2n.outcomes import DIVERGED
 from ebd2n.report.plotly_embed import MODEBAR_BAND
 
@@ -32,7 +32,8 @@ def heatmap_figure(
     untested cells are empty (null). `scale` (lowest, highest) puts every mode's heatmap on one
     colour scale, so colours compare across modes."""
     axes = point_axes(groups)
-    title = " · ".join(axes)
+    title, labels = column_labels(columns, axes, "<br>")
+    lines = max(label.count("<br>") for label in labels) if labels else 0
     cells = {(row["lr"], point_key(row, axes)): row for row in groups.iter_rows(named=True)}
     z, text, hover = [], [], []
     for lr in lrs:
@@ -64,7 +65,7 @@ def heatmap_figure(
         "data": [
             {
                 "type": "heatmap",
-                "x": [values_label(b) for b in columns],
+                "x": labels,
                 "y": [f"{lr:g}" for lr in lrs],
                 "z": z,
                 "text": text,
@@ -80,7 +81,7 @@ def heatmap_figure(
             *(
                 [
                     _diverged_trace(
-                        [values_label(point_key(cell, axes)) for cell in diverged],
+                        [labels[columns.index(point_key(cell, axes))] for cell in diverged],
                         [f"{cell['lr']:g}" for cell in diverged],
                         [outcome_text(cell) for cell in diverged],
                         title,
@@ -99,7 +100,7 @@ def heatmap_figure(
             # the diverged cross's entry above the plot's right end, clear of the colour bar
             "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom"},
             "height": max(280, 160 + 30 * len(lrs)),
-            "margin": {"l": 80, "r": 20, "t": MODEBAR_BAND + 36, "b": 50},
+            "margin": {"l": 80, "r": 20, "t": MODEBAR_BAND + 36, "b": 50 + 16 * lines},
             "font": _FONT,
         },
     }
