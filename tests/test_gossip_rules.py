@@ -141,3 +141,14 @@ def test_version_2_refuses_an_odd_ring_in_one_line() -> None:
         load_recipe("demo", ["decentralized.num_models=3", "decentralized.mixing_version=2"])
     assert "\n" not in str(error.value)
     assert load_recipe("demo", ["decentralized.num_models=3"]).decentralized.mixing_version == 1
+
+
+@pytest.mark.parametrize(("version", "words"), [(1, "a directed shift"), (2, "reciprocal pairs")])
+def test_the_run_dashboard_names_the_gossip_rule(version: int, words: str) -> None:
+    from ebd2n.config import load_recipe
+    from ebd2n.report.dashboard_settings import settings_groups
+
+    recipe = load_recipe("demo", ["decentralized.num_models=4", f"decentralized.mixing_version={version}"])
+    numerics = {"dtype": "float32", "compile": False, "deterministic": True}
+    rows = dict(dict(settings_groups(recipe, {"numerics": numerics}))["Decentralized"])
+    assert words in rows["Gossip rule"]

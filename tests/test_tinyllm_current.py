@@ -136,3 +136,28 @@ def test_ebd2n_train_takes_the_overlays_by_a_repeated_config(tmp_path: Path, dem
     )
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "data.shuffle_group_size" in refused.stderr
+
+
+def test_ebd2n_campaign_check_takes_a_current_packed_recipe(tmp_path: Path) -> None:
+    recipe = _file(tmp_path, {"decentralized": {"num_models": 4}, "lr_schedule": {"name": "wsd"}})
+    campaign = {
+        "campaign": "current",
+        "recipe": str(recipe),
+        "data": {"source": "synthetic", "cache_dir": "results/caches/synthetic"},
+        "grid": {"modes": ["packed-4"], "learning_rates": {"packed-4": [0.004]}, "beta2": [0.95]},
+        "seeds": [42],
+        "epochs_per_slice": 40,
+        "resources": {"default": {"gpus": 1, "minutes": 30, "mem_mb": 32000, "cpus": 8}},
+    }
+    path = _file(tmp_path, campaign, "campaign.yaml")
+    done = subprocess.run(
+        [sys.executable, "-m", "ebd2n", "campaign", "check", str(path)], cwd=tmp_path, capture_output=True, text=True
+    )
+    from ebd2n.campaign.check import load_campaign
+    from ebd2n.campaign.resolve import run_recipe
+
+    grid = load_campaign(path).grid
+    run = run_recipe(load_campaign(path).current_bases["base"], grid.runs()[0], "out")
+    mixing = (run.decentralized.num_models, run.decentralized.topology, run.decentralized.mixing_version)
+    result = (done.returncode, mixing, run.optimizer.schedule, run.model.width, "packed-4: 1 runs" in done.stdout)
+    assert result == (0, (4, "complete", 2), "wsd", 320, True), done.stderr

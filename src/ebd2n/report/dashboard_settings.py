@@ -184,7 +184,19 @@ def _decentralized(recipe: Recipe) -> list[tuple[str, str]]:
     settings = recipe.decentralized
     if settings is None:
         return [("Training", "synchronous (one model)")]
-    return [("Local models", str(settings.num_models)), ("Topology", settings.topology), ("Scheme", settings.scheme)]
+    return [
+        ("Local models", str(settings.num_models)),
+        ("Topology", settings.topology),
+        ("Scheme", settings.scheme),
+        ("Gossip rule", GOSSIP_RULES[settings.mixing_version]),
+    ]
+
+
+GOSSIP_RULES = {
+    1: "mixing_version 1: a directed shift (the published 2026-09 benchmark's)",
+    2: "mixing_version 2: reciprocal pairs (the reference's current rule)",
+}
+"""What each `decentralized.mixing_version` mixes with, as the run dashboard names it (ebd2n.parallel.gossip)."""
 
 
 def _yes(flag: bool) -> str:
