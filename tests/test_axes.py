@@ -88,7 +88,19 @@ def test_settings_of_a_run_are_its_axes_off_the_base(tmp_path: Path, monkeypatch
 
 BAD = [
     ("unknown key", {"optimizer.betta1": [0.9, 0.95]}, {}, "grid.axes.optimizer.betta1: 0.9: optimizer.betta1"),
-    ("value of the wrong type", {"training.batch_tokens": [1024, "big"]}, {}, "grid.axes.training.batch_tokens: big:"),
+    (
+        "value of the wrong type",
+        {"training.batch_tokens": ["big", "huge"]},
+        {},
+        "grid.axes.training.batch_tokens: big:",
+    ),
+    (
+        "values of two types",
+        {"training.batch_tokens": [1024, "big"]},
+        {},
+        "grid.axes.training.batch_tokens: values of one type",
+    ),
+    ("a value no run id can hold", {"optimizer.weight_decay": [-1, 0.1]}, {}, "value '-1' cannot name a run"),
     ("out of range", {"optimizer.beta1": [0.9, 1.5]}, {}, "grid.axes.optimizer.beta1: 1.5: optimizer.beta1"),
     (
         "a key the mode does not allow",
@@ -217,3 +229,18 @@ def test_an_axis_may_take_no_name_of_the_runs_table() -> None:
     from ebd2n.campaign.results import RUN_COLUMNS
 
     assert TABLE_COLUMNS == set(RUN_COLUMNS)
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "synchronous-lr0.004-beta20.95-schedule=wsd-beta1=0.95-seed42",  # axes out of the grid's order
+        "synchronous-lr0.004-beta20.95-beta1=0.9-seed42",  # the base value named
+        "synchronous-lr0.004-beta20.95-beta1=0.95-beta1=0.95-seed42",  # one axis twice
+    ],
+)
+def test_a_run_id_off_canonical_form_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_id: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    grid = campaign_from_dict(_campaign({"optimizer.beta1": [0.9, 0.95], "schedule": SCHEDULES})).grid
+    with pytest.raises(UserError, match="not in canonical form"):
+        grid.settings(parse_run_id(run_id))

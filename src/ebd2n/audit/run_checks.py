@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from ebd2n.audit.checks import Check, each_run
 from ebd2n.audit.runs import RunView
+from ebd2n.campaign.axes import GRID_KEYS
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.resolve import run_recipe
 from ebd2n.config import Recipe, load_recipe, recipe_identity
@@ -38,14 +39,6 @@ from ebd2n.train.budget import budget_of
 from ebd2n.train.plan import SlicePlan
 from ebd2n.train.records import DIVERGENCE, Divergence
 from ebd2n.train.retention import Retention
-
-GRID_AXES = {
-    "optimizer.lr": "learning rate",
-    "optimizer.beta2": "beta2",
-    "runtime.seed": "seed",
-    "decentralized.num_models": "mode",
-}
-"""Recipe keys a run id fixes: a difference there contradicts the run id, not the frozen base."""
 
 
 def check_files(views: list[RunView]) -> Check:
@@ -80,7 +73,7 @@ def check_recipes(paths: CampaignPaths, views: list[RunView], campaign: str, gri
     """Each run's recipe is its frozen base at its grid point (its further axes' settings included),
     trained in its own directory (results/<campaign>/runs/<run-id>, however the campaign is reached now)."""
     bases: dict[str, Recipe | str] = {}
-    fixed = {**GRID_AXES, **{key: axis.name for axis in grid.axes for key in axis.keys}}
+    fixed = {*GRID_KEYS, *(key for axis in grid.axes for key in axis.keys)}  # what a run id fixes
 
     def problem(view: RunView) -> Iterable[str]:
         if view.recipe is None:

@@ -127,7 +127,7 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None, axes: Sequenc
             nulls_last=True,
         )
         .with_columns(rank=pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("mode"))
-        .sort(point)
+        .sort(point, nulls_last=True)
         .with_columns(pl.col("mode").cast(pl.String))
         .select(*point, *_FACT_COLUMNS)
     )
@@ -175,8 +175,9 @@ def column_labels(columns: Sequence[tuple], axes: Sequence[str], joiner: str) ->
 
 
 def value_text(value: Any) -> str:
-    """An axis value as sentences and keys write it: floats as %g, anything else as text."""
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    """An axis value as sentences and keys write it: floats as %g, anything else as text (none: a run
+    of an earlier recording without the axis)."""
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _point_outcomes() -> pl.Expr:
@@ -329,7 +330,9 @@ def _modes(groups: pl.DataFrame) -> list[str]:
 
 def _ranked_eligible(groups: pl.DataFrame, mode: str) -> pl.DataFrame:
     """One mode's eligible points, best first, with the spec's tie-break."""
-    return groups.filter((pl.col("mode") == mode) & pl.col("eligible")).sort(["mean_loss", "lr", *point_axes(groups)])
+    return groups.filter((pl.col("mode") == mode) & pl.col("eligible")).sort(
+        ["mean_loss", "lr", *point_axes(groups)], nulls_last=True
+    )
 
 
 def _notes(ranked: pl.DataFrame, points: pl.DataFrame, done: pl.DataFrame) -> dict[str, Any]:

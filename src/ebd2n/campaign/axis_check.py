@@ -8,11 +8,12 @@ members of a pack share, and a variant redefined after the campaign ran it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ebd2n.campaign.axes import GRID_KEYS, LABEL, Axis, recipe_value, with_bases
+from ebd2n.campaign.axes import GRID_KEYS, LABEL, Axis, recipe_value, value_label, with_bases
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.horizons import horizon_overrides
 from ebd2n.campaign.resolve import run_recipe
@@ -25,6 +26,12 @@ from ebd2n.train.pack_rules import MEMBER_FIELDS
 TABLE_COLUMNS = {
     *("run", "mode", "lr", "beta2", "seed", "status", "loss", "preset", "perplexity", "accuracy", "targets"),
     *("tokens", "directory", "recipe_identity", "cache_identity", "source_hash", "job_ids", "diverged_step", "packed"),
+}
+RESERVED = {
+    *TABLE_COLUMNS,
+    *("seeds_completed", "eligible", "mean_loss", "std_loss", "rank", "outcome", "diverged", "split", "seeds"),
+    *("estimate", "low", "high", "points_used", "method", "open", "reason", "shift", "shift_low", "shift_high"),
+    *("value", "gpus", "cpus", "jobs", "final", "curves", "at", "axis", "law", "point"),
 }
 """Runs-table columns an axis's name may not take (its column sits beside them; the table's schema,
 ebd2n.campaign.results.RUN_COLUMNS, imports polars, which a campaign check does not need)."""
@@ -44,9 +51,16 @@ def check_axes_shape(raw: Mapping[str, Any] | None, where: str) -> None:
                 f"{where}: grid.axes.{name}: a dotted recipe key takes a list of values; "
                 "give named variants a name without dots (schedule: {wsd: {optimizer.schedule: wsd}})"
             )
-        for value in values if isinstance(values, list) else ():
-            if isinstance(value, str) and not LABEL.fullmatch(value):
-                raise UserError(f"{where}: grid.axes.{name}: value {value!r} cannot name a run (letters, digits, ._+-)")
+        labels = [value_label(value) for value in values] if isinstance(values, list) else [str(v) for v in values]
+        for label in labels:
+            if not LABEL.fullmatch(label) or re.search(r"-(tpp|seed)[0-9]", label):
+                raise UserError(
+                    f"{where}: grid.axes.{name}: value {label!r} cannot name a run (a letter or digit first, then "
+                    "letters, digits and ._+-; no -tpp or -seed before a digit)"
+                )
+        kinds = {type(value) for value in values} if isinstance(values, list) else set()
+        if len(kinds) > 1 and kinds != {int, float}:
+            raise UserError(f"{where}: grid.axes.{name}: values of one type, please (numbers, or text, or yes/no)")
 
 
 def bind_axes(grid: Grid, bases: Mapping[str, Recipe]) -> Grid:
@@ -78,9 +92,15 @@ def check_axes(grid: Grid, bases: Mapping[str, Recipe], pack: int, where: str, o
 
 
 def check_axes_kept(started: Iterable[Axis], now: Iterable[Axis], where: str) -> None:
-    """A value a started campaign ran keeps its settings (its runs' ids would name other recipes)."""
+    """A value a started campaign ran keeps its settings, and an axis its base value (else its runs'
+    ids would name other recipes); `now` bound to the base recipes (`bind_axes`)."""
     before = {axis.name: axis for axis in started}
     for axis in now:
+        if axis.name in before and before[axis.name].base != axis.base:
+            raise UserError(
+                f"{where}: grid.axes.{_written(axis)}: the campaign ran with {before[axis.name].base} as the value its "
+                f"base recipes have, now {axis.base}; restore the base recipes (or presets) it started with"
+            )
         for label, settings in axis.values.items():
             old = before[axis.name].values.get(label) if axis.name in before else None
             if old is not None and dict(old) != dict(settings):
@@ -105,8 +125,12 @@ def _check_names(axes: Iterable[Axis], grid: Grid, where: str) -> None:
                     "one axis per key"
                 )
             keys[key] = axis
-        if axis.name in names or axis.name in TABLE_COLUMNS:
-            other = f"grid.axes.{_written(names[axis.name])}" if axis.name in names else "a runs-table column"
+        if axis.name in names or axis.name in RESERVED:
+            other = (
+                f"grid.axes.{_written(names[axis.name])}"
+                if axis.name in names
+                else "a column or field of the campaign's tables"
+            )
             raise UserError(
                 f"{where}: grid.axes.{_written(axis)}: its name {axis.name} is also {other}; "
                 "write one of them as named variants under another name"

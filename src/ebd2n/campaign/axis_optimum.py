@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from ebd2n.campaign.analysis import completed_runs, point_axes
-from ebd2n.campaign.optimum import LEVEL, RESAMPLES, RESAMPLING_SEED, bootstrap_minima, fit_optimum, seed_losses
+from ebd2n.campaign.optimum import LEVEL, POINTS, RESAMPLES, RESAMPLING_SEED, bootstrap_minima, fit_optimum, seed_losses
 
 
 def optimum_shifts(
@@ -51,7 +51,9 @@ def optimum_shifts(
                 losses = seed_losses(done, mode, point, eligible)
                 rows.append({"value": value, "losses": losses, **fit_optimum(tested, losses), "index": index})
             minima = [_minima(row.pop("losses"), RESAMPLING_SEED + row.pop("index")) for row in rows]
-            entry = {"axis": axis, "values": _shifts(rows, minima)}
+            shifted = _shifts(rows, minima)
+            reference = next((row["value"] for row in shifted if row["estimate"] is not None), None)
+            entry = {"axis": axis, "reference": reference, "values": shifted}
             if all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in values):
                 entry["law"] = _power_law(rows, minima)
             out.setdefault(mode, []).append(entry)
@@ -83,7 +85,6 @@ def _power_law(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> d
     slope, intercept = np.polyfit(x, np.log([rows[index]["estimate"] for index in used]), 1)
     values = [rows[index]["value"] for index in used]
     following = round(values[-1] * values[-1] / values[-2])
-    predicted = math.exp(intercept + slope * math.log(following))
     law = {
         "exponent": float(slope),
         "exponent_low": None,
@@ -103,28 +104,28 @@ def _power_law(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> d
         if finite.sum() >= RESAMPLES * LEVEL:  # an interval only where nearly every resample has an optimum
             fits = np.polyfit(x, logs[finite].T, 1)  # 2 x resamples: slopes, intercepts
             predicted = fits[1] + fits[0] * math.log(following)
-            law["exponent_low"], law["exponent_high"] = _percentiles(fits[0])
-            low, high = _percentiles(predicted)
+            law["exponent_low"], law["exponent_high"] = _tails(fits[0])
+            low, high = _tails(predicted)
             law["next"]["low"], law["next"]["high"] = math.exp(low), math.exp(high)
     return law
 
 
-def _percentiles(samples: np.ndarray) -> tuple[float, float]:
-    tail = (1 - LEVEL) / 2
-    return float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
-
-
 def _minima(losses: dict[float, list[float]], seed: int) -> np.ndarray | None:
-    """A point's bootstrap minima (ln LR), or None where it has no three LRs or one seed per LR."""
-    if len(losses) < 3 or min(len(seeds) for seeds in losses.values()) < 2:
+    """A point's bootstrap minima (ln LR), or None where it has too few LRs to fit or one seed per LR."""
+    if len(losses) < POINTS or min(len(seeds) for seeds in losses.values()) < 2:
         return None
     return bootstrap_minima(losses, seed)
 
 
 def _bounds(ratios: np.ndarray) -> tuple[float | None, float | None]:
     """The percentile interval of the resampled shifts; an end past any grid is None."""
-    tail = (1 - LEVEL) / 2
-    with np.errstate(invalid="ignore"):
-        ordered = np.sort(np.nan_to_num(ratios, nan=np.inf))
-    low, high = ordered[int(math.floor(tail * RESAMPLES))], ordered[int(math.ceil((1 - tail) * RESAMPLES)) - 1]
-    return (float(low) if 0 < low < np.inf else None, float(high) if 0 < high < np.inf else None)
+    low, high = _tails(np.nan_to_num(ratios, nan=np.inf))
+    return (low if 0 < low < np.inf else None, high if 0 < high < np.inf else None)
+
+
+def _tails(samples: np.ndarray) -> tuple[float, float]:
+    """The `LEVEL` percentile interval of resampled values, indexed as `fit_optimum`'s interval is."""
+    tail, ordered = (1 - LEVEL) / 2, np.sort(samples)
+    return float(ordered[int(math.floor(tail * ordered.size))]), float(
+        ordered[int(math.ceil((1 - tail) * ordered.size)) - 1]
+    )

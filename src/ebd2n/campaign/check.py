@@ -59,11 +59,9 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         pack=raw.get("execution", {}).get("pack", 1),
     )
     _check_campaign(campaign)
-    return (
-        campaign
-        if not campaign.grid.axes
-        else dataclasses.replace(campaign, grid=bind_axes(campaign.grid, campaign.current_bases))
-    )
+    if not campaign.grid.axes:
+        return campaign
+    return dataclasses.replace(campaign, grid=bind_axes(campaign.grid, campaign.current_bases))
 
 
 def _epoch_list(value: int | list[int] | None) -> list[int] | None:
@@ -184,10 +182,10 @@ def _check_frozen(campaign: Campaign) -> None:
     frozen_bases = [split_base(path.stem) for path in campaign.paths.frozen_recipes.glob("*.yaml")]
     started = sorted({*first_horizons, *(horizon for _scope, horizon in frozen_bases if horizon is not None)})
     check_horizons_growth(started, list(campaign.grid.horizons or ()), f"campaign file {campaign.source}")
-    if campaign.paths.frozen_spec.is_dir():
-        started = [grid_from_record(read_json(path)) for path in sorted(campaign.paths.frozen_spec.glob("*.json"))]
-        for grid in started:
-            check_axes_kept(grid.axes, campaign.grid.axes, f"campaign file {campaign.source}")
+    if campaign.grid.axes and campaign.paths.frozen_spec.is_dir():
+        now_axes = bind_axes(campaign.grid, campaign.current_bases).axes
+        for path in sorted(campaign.paths.frozen_spec.glob("*.json")):
+            check_axes_kept(grid_from_record(read_json(path)).axes, now_axes, f"campaign file {campaign.source}")
     changed = [key for key in frozen if frozen[key] != now[key]]
     if changed:
         details = "; ".join(f"{key}: frozen {frozen.get(key)!r}, now {now[key]!r}" for key in changed)

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ebd2n.atomic import atomic_write_text
-from ebd2n.campaign.analysis import group_runs, select, winner_notes
+from ebd2n.campaign.analysis import group_runs, point_name, select, winner_notes
 from ebd2n.campaign.check import campaign_from_dict, load_campaign
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.locate import find_campaign_file
@@ -106,7 +106,7 @@ def edge_proposals(campaign_dir: Path, campaign: Campaign) -> dict[str, tuple[li
             winner = winners[mode]
             proposals[mode] = (
                 added,
-                f"winner LR {winner['lr']:g} (beta2 {winner['beta2']:g}) is the {notes['edge']} "
+                f"winner {point_name(winner, results.axes)} is the {notes['edge']} "
                 f"edge of the tested LRs; continued the grid's step there",
             )
     return proposals

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ebd2n.campaign.axes import Axis, axes_from_dict, axis_from_record
@@ -86,6 +86,14 @@ class Grid:
         unknown = [f"{name}={label}" for name, label in run.axes if label not in values.get(name, {})]
         if unknown:
             raise UserError(f"run {run.id}: {unknown[0]} is no value of the grid's axes")
+        named = dict(run.axes)
+        canonical = tuple(
+            (axis.name, named[axis.name]) for axis in self.axes if named.get(axis.name, axis.base) != axis.base
+        )
+        if run.axes != canonical:
+            raise UserError(
+                f"run {run.id}: not in canonical form; the run with these values is {replace(run, axes=canonical).id}"
+            )
         return [item for name, label in run.axes for item in values[name][label].items()]
 
     def columns(self, run: Run) -> dict[str, Any]:

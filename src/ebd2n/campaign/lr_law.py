@@ -109,17 +109,23 @@ class Law:
 
 
 def cells_from_runs(
-    runs: pl.DataFrame, parameters: Mapping[str, int], mode: str, beta2: float, seeds: list[int] | None = None
+    runs: pl.DataFrame,
+    parameters: Mapping[str, int],
+    mode: str,
+    at: Mapping[str, Any] | float,
+    seeds: list[int] | None = None,
 ) -> list[Cell]:
-    """A campaign's cells of one mode and beta2 from its runs table (runs.csv): one per preset and
-    tokens trained, its learning rates with every seed's final loss (ordered by seed);
-    `parameters` maps each preset ("" outside scaling campaigns) to its model's N."""
+    """A campaign's cells of one mode at one value of each other axis (`at`: axis -> value; a bare
+    number is a beta2) from its runs table (runs.csv): one per preset and tokens trained, its
+    learning rates with every seed's final loss (ordered by seed); `parameters` maps each preset
+    ("" outside scaling campaigns) to its model's N."""
+    at = at if isinstance(at, Mapping) else {"beta2": at}
     done = runs.filter(
-        (pl.col("status") == Outcome.COMPLETE)
-        & pl.col("loss").is_finite()
-        & (pl.col("mode") == mode)
-        & (pl.col("beta2") == beta2)
-        & (pl.lit(True) if seeds is None else pl.col("seed").is_in(seeds))
+        pl.col("status") == Outcome.COMPLETE,
+        pl.col("loss").is_finite(),
+        pl.col("mode") == mode,
+        *(pl.col(axis).eq_missing(value) for axis, value in at.items()),
+        pl.lit(True) if seeds is None else pl.col("seed").is_in(seeds),
     )
     done = done.unique(["preset", "tokens", "lr", "seed"], keep="first", maintain_order=True).sort("seed")
     cells = []

@@ -49,7 +49,7 @@ def lr_optima(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None 
         eligible = part.filter(pl.col("eligible"))
         if eligible.is_empty():
             continue
-        winner = eligible.sort(["mean_loss", "lr", *axes]).row(0, named=True)
+        winner = eligible.sort(["mean_loss", "lr", *axes], nulls_last=True).row(0, named=True)
         tested = sorted(part["lr"].unique().to_list())
         points = part.select(axes).unique().sort(axes, nulls_last=True).rows()
         fits = {

@@ -72,6 +72,9 @@ class CampaignResults:
     axes: list[str]
     """The grid's axes besides mode and learning rate, as runs-table columns: beta2, then the further
     axes (`grid.axes`) in the campaign file's order; selection breaks ties in this order."""
+    axis_values: dict[str, list[Any]]
+    """Each of `axes` with its values, lowest first: declared (campaign.json's grid) or run; a run
+    of an earlier recording without a further axis adds None, last."""
     seeds: list[int]
     presets: dict[str, str]
     """The cell of each run (by `directory`): its model size in a scaling campaign, its horizon in one
@@ -95,10 +98,9 @@ class CampaignResults:
 
     @property
     def points(self) -> list[tuple]:
-        """Every value of `axes` together, in order: beta2's declared or run values, then each further
-        axis's run values (the columns of the LR heatmaps and response tables)."""
-        values = [self.beta2] + [sorted(self.runs[axis].drop_nulls().unique().to_list()) for axis in self.axes[1:]]
-        return list(itertools.product(*values))
+        """Every value of `axes` together, in order (`axis_values`): the columns of the LR heatmaps
+        and response tables."""
+        return list(itertools.product(*self.axis_values.values()))
 
     @property
     def missing(self) -> list[str]:
@@ -179,6 +181,7 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
         learning_rates=learning_rates,
         beta2=beta2,
         axes=["beta2", *further],
+        axis_values={"beta2": beta2, **_further_values(grid, runs)},
         seeds=seeds,
         presets=_presets(info, [p.name for p in run_dirs]),
         manifest=read_json(manifest_path),
@@ -259,6 +262,16 @@ def _recorded_grid(info: dict[str, Any] | None) -> Grid | None:
         return grid_from_dict(info["grid"], info["seeds"], None)
     except (AttributeError, KeyError, TypeError, ValueError, UserError):
         return None
+
+
+def _further_values(grid: Grid | None, runs: pl.DataFrame) -> dict[str, list[Any]]:
+    """Each further axis's declared and run values, lowest first, None last where a run has none."""
+    values = {}
+    for axis in grid.axes if grid else ():
+        column = runs[axis.name]
+        declared = {axis.column(label) for label in axis.values}
+        values[axis.name] = sorted(declared | set(column.drop_nulls().to_list())) + ([None] * column.has_nulls())
+    return values
 
 
 _DTYPES = {int: pl.Int64, float: pl.Float64, bool: pl.Boolean, str: pl.String}

@@ -24,12 +24,14 @@ SYNCHRONOUS = "synchronous"
 _NUMBER = r"[0-9][0-9.e+-]*?"
 _PRESET = r"[A-Za-z0-9][A-Za-z0-9._]*"
 _PACKED_MODE = r"packed-[0-9]+"
+_SHORTEST_LABEL = f"{LABEL.pattern}?"
+"""An axis value's label, as short as the rest of the id allows (a label may hold `-`)."""
 _RUN_ID = re.compile(
     rf"^(?:(?P<preset>{_PRESET})-)?(?P<mode>{SYNCHRONOUS}|{_PACKED_MODE})"
-    rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})(?P<axes>(?:-{AXIS_NAME.pattern}={LABEL.pattern}?)*)"
+    rf"-lr(?P<lr>{_NUMBER})-beta2(?P<beta2>{_NUMBER})(?P<axes>(?:-{AXIS_NAME.pattern}={_SHORTEST_LABEL})*)"
     rf"(?:-tpp(?P<horizon>{_NUMBER}))?-seed(?P<seed>[0-9]+)$"
 )
-_AXIS_VALUE = re.compile(rf"-({AXIS_NAME.pattern})=(.+?)(?=-{AXIS_NAME.pattern}=|$)")
+_AXIS_VALUE = re.compile(rf"-({AXIS_NAME.pattern})=({_SHORTEST_LABEL})(?=-{AXIS_NAME.pattern}=|$)")
 _HORIZON_SUFFIX = "-tpp"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from ebd2n.campaign.horizons import parent_base, parent_run
 from ebd2n.campaign.packs import Packing
 from ebd2n.campaign.plans import campaign_plans, grid_search
 from ebd2n.campaign.resolve import settings_option
-from ebd2n.campaign.resources import Resources
+from ebd2n.campaign.resources import Resources, job_settings
 from ebd2n.campaign.runs import Run, parse_run_id, run_id_pattern
 from ebd2n.campaign.search import Bracket
 from ebd2n.errors import UserError
@@ -434,29 +434,3 @@ def asked_candidates(
             "(the campaign file changed while the workflow ran: run it again)"
         )
     return points
-
-
-def job_settings(scopes: Iterable[Resources], of_job: Callable[[Any], Resources] | None) -> tuple[dict[str, Any], Any]:
-    """SLURM resources in the plugin's names, and threads: each a constant when every job of the
-    scopes asks the same (Snakemake then evaluates nothing per job, which keeps planning 324 runs
-    quick), else a function of the job's wildcards that asks `of_job(wildcards)`."""
-    scopes = list(scopes)
-    names = {name: None for scope in scopes for name in scope.slurm}
-    resources = {
-        name: _constant_or_per_job(
-            [scope.slurm.get(name) for scope in scopes], lambda r, name=name: r.slurm.get(name), of_job
-        )
-        for name in names
-    }
-    threads = _constant_or_per_job([scope.cpus for scope in scopes], lambda r: r.cpus, of_job)
-    return resources, threads
-
-
-def _constant_or_per_job(values: list, field: Callable[[Resources], Any], of_job: Callable[[Any], Resources] | None):
-    if len(set(values)) == 1 or of_job is None:
-        return values[0]
-    return functools.partial(_per_job, field=field, of_job=of_job)
-
-
-def _per_job(wildcards: Any, field: Callable[[Resources], Any], of_job: Callable[[Any], Resources]) -> Any:
-    return field(of_job(wildcards))

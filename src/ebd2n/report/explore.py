@@ -73,6 +73,7 @@ def explore(campaign: CampaignResults, store: dict[str, pa.Table]) -> dict[str, 
         "packed": pack_rows(runs),
         "metrics": [{"key": key, "label": label} for key, (_, label) in METRICS.items()],
         "axes_json": figure_json(axes),
+        "axes_words": ", ".join(campaign.axes),
         "groupings": [
             (",".join(fields), ", ".join(_NAMES.get(f, f) for f in fields) + note)
             for fields, note in groupings(campaign.axes)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ebd2n.campaign.analysis import value_text
 from ebd2n.campaign.lr_law import Cell, Law, cells_from_runs, curvature, fit_law, leave_largest_out, proposed_grid
 from ebd2n.campaign.optimum import LEVEL
 from ebd2n.campaign.results import CampaignResults
@@ -32,15 +33,17 @@ SHARED_RATIO = 0.01
 
 
 def lr_law_report(campaign: CampaignResults) -> list[dict[str, Any]]:
-    """One entry per mode and beta2 with two or more cells: the law's record, or the reason there is none."""
+    """One entry per mode and value of the other axes (beta2, the further axes) with two or more
+    cells: the law's record, or the reason there is none."""
     runs = campaign.runs
     parameters = _parameters(campaign)
     entries = []
-    for (mode, beta2), _part in runs.group_by(["mode", "beta2"], maintain_order=True):
-        cells = cells_from_runs(runs, parameters, mode, beta2)
+    for (mode, *values), _part in runs.group_by(["mode", *campaign.axes], maintain_order=True):
+        at = dict(zip(campaign.axes, values, strict=True))
+        cells = cells_from_runs(runs, parameters, mode, at)
         if len(cells) < 2:
             continue
-        entry: dict[str, Any] = {"mode": mode, "beta2": beta2, "cells": len(cells)}
+        entry: dict[str, Any] = {"mode": mode, **at, "cells": len(cells)}  # the other axes between mode and cells
         try:
             law = fit_law(cells)
         except ValueError as error:
@@ -62,12 +65,12 @@ def lr_law_report(campaign: CampaignResults) -> list[dict[str, Any]]:
                 },
             }
         )
-    return sorted(entries, key=lambda entry: (entry["mode"], entry["beta2"]))
+    return sorted(entries, key=lambda entry: (entry["mode"], *(_order(value) for value in _at(entry).values())))
 
 
 def figure_name(entry: dict[str, Any]) -> str:
     """The stem of an entry's figure files (.png and .pdf in the report directory)."""
-    return f"lr-law-{entry['mode']}-beta2{entry['beta2']:g}"
+    return f"lr-law-{entry['mode']}-" + "-".join(f"{axis}{value_text(value)}" for axis, value in _at(entry).items())
 
 
 def lr_law_figures(entries: list[dict[str, Any]]) -> dict[str, dict[str, bytes]]:
@@ -106,7 +109,7 @@ def law_plot(entry: dict[str, Any]) -> dict[str, Any]:
         )
     prediction = following["prediction"]
     return {
-        "title": f"{entry['mode']}, beta2 {entry['beta2']:g}: {law['form']}",
+        "title": f"{entry['mode']}, {_where(entry, 'beta2')}: {law['form']}",
         "axis": axis,
         "series": series,
         "next": {
@@ -182,7 +185,7 @@ def lr_law_section(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _section(entry: dict[str, Any]) -> dict[str, Any]:
-    heading = f"{entry['mode']}, β2 {entry['beta2']:g} ({entry['cells']} cells)"
+    heading = f"{entry['mode']}, {_where(entry, 'β2')} ({entry['cells']} cells)"
     law = entry["law"]
     if law is None:
         return {"heading": heading, "reason": entry["reason"]}
@@ -269,3 +272,24 @@ def _parameters(campaign: CampaignResults) -> dict[str, int]:
         row["preset"] or "": count_parameters(campaign.recipe(row["directory"]).model)
         for row in first.select(pl.col("preset"), pl.col("directory")).iter_rows(named=True)
     }
+
+
+def _where(entry: dict[str, Any], beta2: str) -> str:
+    """`beta2 0.95`, `β2 0.95, batch_tokens 2048`: an entry's other axes (beta2 under the name given)."""
+    return ", ".join(f"{beta2 if axis == 'beta2' else axis} {value_text(value)}" for axis, value in _at(entry).items())
+
+
+def _order(value: Any) -> tuple:
+    """A sort key of axis values of any type: numbers by value, then text, then none."""
+    return (value is None, isinstance(value, str), value if not isinstance(value, str) else 0, str(value))
+
+
+def _at(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry's other axes and their values: its keys after `mode`, up to `cells` (or the law)."""
+    keys = list(entry)
+    end = next((index for index, key in enumerate(keys) if key in _ENTRY_FIELDS), len(keys))
+    return {key: entry[key] for key in keys[keys.index("mode") + 1 : end]}
+
+
+_ENTRY_FIELDS = {"cells", "law", "reason", "curvature", "leave_largest_out", "next"}
+"""An entry's keys that are no axis."""

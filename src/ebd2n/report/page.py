@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ebd2n.campaign.analysis import point_key, value_text, values_label
+from ebd2n.campaign.analysis import point_key, values_label
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.campaign.runs import run_label
 from ebd2n.layout import (
@@ -30,7 +30,7 @@ from ebd2n.quantities import format_amount, format_duration, loss_decimals
 from ebd2n.report import html
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.html import DASH, percent
-from ebd2n.report.page_grid import grid_section
+from ebd2n.report.page_grid import grid_section, point_caption
 from ebd2n.report.plotly_embed import figure_json, plotly_tag
 from ebd2n.report.plotly_figures import halving_figure
 from ebd2n.report.tables import settings_rows, split_rows
@@ -212,11 +212,6 @@ def _cost(cost: dict[str, Any], axes: list[str]) -> dict[str, Any]:
     }
 
 
-def _point_text(point: dict[str, Any]) -> str:
-    """`beta2 = 0.95`, `beta2 = 0.95, beta1 = 0.9`: where on the other axes a table is drawn."""
-    return ", ".join(f"{axis} = {value_text(value)}" for axis, value in point.items())
-
-
 def _measured(cost: dict[str, Any]) -> str:
     """What the hours count, and the campaign's wall-clock time when its runs recorded one."""
     jobs = cost["campaign"]["jobs"]
@@ -278,7 +273,7 @@ def _links(
         links += [
             _link(GROUPS_CSV, f"grouped CSV: {grid['groups'].height} combinations, means, sample SDs and ranks"),
             _link(SELECTION_JSON, "the selected point per mode"),
-            _link(LR_RESPONSE_CSV, f"LR response at {_point_text(grid['response_at'])}"),
+            _link(LR_RESPONSE_CSV, f"LR response at {point_caption(grid['response_at'])}"),
             _link("heatmaps.png", "full-grid heatmaps (PNG)"),
             _link("heatmaps.pdf", "full-grid heatmaps (PDF)"),
             _link("curves.png", "winners' validation curves (PNG)"),

@@ -57,6 +57,7 @@ def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[
             {
                 "mode": mode,
                 "axis": entry["axis"],
+                "reference": value_text(entry["reference"]),
                 "rows": [_shift_row(row) for row in entry["values"]],
                 "law": _law_text(entry["axis"], entry.get("law")),
             }
@@ -235,10 +236,14 @@ def _grid_rows(campaign: CampaignResults, groups: pl.DataFrame, stopped: dict[st
     return rows
 
 
+def point_caption(point: dict[str, Any]) -> str:
+    """`beta2 = 0.95`, `beta2 = 0.95, beta1 = 0.9`: where on the other axes a table is drawn."""
+    return ", ".join(f"{axis} = {value_text(value)}" for axis, value in point.items())
+
+
 def _axis_values(campaign: CampaignResults) -> str:
     """`0.95, 0.99`; with further axes each axis's values by name: `beta2 0.95; beta1 0.9, 0.95`."""
-    values = [sorted({point[index] for point in campaign.points}) for index in range(len(campaign.axes))]
-    texts = [", ".join(value_text(value) for value in axis) for axis in values]
+    texts = [", ".join(value_text(value) for value in values) for values in campaign.axis_values.values()]
     if len(texts) == 1:
         return texts[0]
     return "; ".join(f"{axis} {text}" for axis, text in zip(campaign.axes, texts, strict=True))
@@ -280,7 +285,7 @@ def _response(
     return {
         "attribute": "-".join(point),
         "point": values_label(list(point.values())),
-        "caption": ", ".join(f"{axis} = {value_text(value)}" for axis, value in point.items()),
+        "caption": point_caption(point),
         "modes": modes,
         "rows": rows,
     }

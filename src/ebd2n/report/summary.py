@@ -60,7 +60,7 @@ def campaign_summary(
         "expected_runs": expected,
         "outcomes": run_outcomes(campaign),
         **({"stopped_runs": len(stopped)} if halving is not None else {}),
-        "grid": {"modes": campaign.modes, "learning_rates": campaign.learning_rates, **_axis_values(campaign)},
+        "grid": {"modes": campaign.modes, "learning_rates": campaign.learning_rates, **campaign.axis_values},
         "seeds": campaign.seeds,
         **selection_rule(campaign.axes),
         "settings": {mode: settings(recipe, epochs) for mode, (recipe, epochs) in recipes.items()},
@@ -212,8 +212,3 @@ def campaign_path(campaign: CampaignResults) -> str:
     """The campaign directory as commands run from the repository root name it (results/<name>,
     however the campaign was reached)."""
     return repo_relative(os.path.abspath(campaign.directory), campaign)
-
-
-def _axis_values(campaign: CampaignResults) -> dict[str, list[Any]]:
-    """Each axis besides mode and LR with its values (beta2's declared or run, the others' run values)."""
-    return {axis: sorted({point[index] for point in campaign.points}) for index, axis in enumerate(campaign.axes)}
