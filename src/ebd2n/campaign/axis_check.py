@@ -20,6 +20,7 @@ from ebd2n.campaign.resolve import run_recipe
 from ebd2n.campaign.runs import BASE, SYNCHRONOUS, Run, base_name, split_base
 from ebd2n.config import Recipe
 from ebd2n.errors import UserError
+from ebd2n.outcomes import DIVERGED
 from ebd2n.train.budget import budget_of
 from ebd2n.train.pack_rules import MEMBER_FIELDS
 
@@ -29,7 +30,7 @@ TABLE_COLUMNS = {
 }
 RESERVED = {
     *TABLE_COLUMNS,
-    *("seeds_completed", "eligible", "mean_loss", "std_loss", "rank", "outcome", "diverged", "split", "seeds"),
+    *("seeds_completed", "eligible", "mean_loss", "std_loss", "rank", "outcome", DIVERGED, "split", "seeds"),
     *("estimate", "low", "high", "points_used", "method", "open", "reason", "shift", "shift_low", "shift_high"),
     *("value", "gpus", "cpus", "jobs", "final", "curves", "at", "axis", "law", "point"),
 }
