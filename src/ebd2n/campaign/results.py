@@ -147,14 +147,14 @@ def read_results(directory: Path, info: dict[str, Any] | None = None) -> Campaig
             failures[key] = [f"{paths.relative(job.log)}:", *job.lines]
         rows.append(_row(directory, record, results[key], outcome))
     unresolved = {}  # grid runs without a resolved recipe: missing, or a job of them starts, runs or failed
-    for run_id in _missing(info, {p.name for p in run_dirs}):
+    grid = _recorded_grid(info)
+    for run_id in _missing(grid, {p.name for p in run_dirs}):
         record = RunRecord(paths.run(run_id).directory)
         outcome, job = classify_run(record, logs)
         unresolved[run_id] = Outcome.MISSING if job is None else outcome
         if outcome == Outcome.FAILED and job is not None:
             failures[record.directory.relative_to(directory).as_posix()] = [f"{paths.relative(job.log)}:", *job.lines]
     complete = {key: value for key, value in results.items() if value is not None}
-    grid = _recorded_grid(info)
     further = [axis.name for axis in grid.axes] if grid else []
     if grid and grid.axes:
         rows = [{**row, **_axis_columns(grid, row["run"])} for row in rows]
@@ -248,9 +248,8 @@ def _packed(record: RunRecord) -> int | None:
     return max(map(len, read_packs(record.directory).values()), default=None)
 
 
-def _missing(info: dict[str, Any] | None, present: set[str]) -> list[str]:
+def _missing(grid: Grid | None, present: set[str]) -> list[str]:
     """Runs of the recorded grid without a directory; [] for a tree without a recorded grid."""
-    grid = _recorded_grid(info)
     return [run.id for run in grid.runs() if run.id not in present] if grid else []
 
 
