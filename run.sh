@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-step set-up and run.  Usage: ./run.sh demo  |  ./run.sh test [pytest args...]
-#   demo: set up .venv and run the embedded demo campaign end to end (CPU, minutes).
+#   demo: set up .venv (with TensorBoard) and run the embedded demo campaign end to end (CPU, minutes).
 #   test: set up .venv (with test tools and a headless Chromium) and run the test suite.
 # The set-up is skipped when .venv is up to date: a stamp in .venv records what it was installed
 # from (pyproject.toml, the torch choice, the extras); a second ./run.sh demo only asks Snakemake.
@@ -17,14 +17,14 @@ if command -v nvidia-smi >/dev/null 2>&1; then torch_choice=cuda; fi
 key() {  # what an install for extras "$1" depends on
   { cat pyproject.toml; echo "torch=$torch_choice extras=$1"; } | sha256sum | cut -d' ' -f1
 }
-extras=""
+extras="[live]"  # the demo's: TensorBoard, which follows its runs (the test extras hold it too)
 if [ "$what" = test ]; then extras="[test]"; fi
 say() { echo "run.sh: $*" >&2; }  # run.sh's own lines, on stderr like Snakemake's console
 # the stamp lists one key per install it covers (a test install covers the demo's too)
 if ! { [ -x "$py" ] && grep -qsx "$(key "$extras")" "$stamp"; }; then
   started=$SECONDS
   tools=""; if [ "$what" = test ]; then tools=" and the test tools (pytest, Playwright)"; fi
-  say "setting up $venv (once): PyTorch, Snakemake and ebd2n's other dependencies$tools;" \
+  say "setting up $venv (once): PyTorch, Snakemake, TensorBoard and ebd2n's other dependencies$tools;" \
       "this usually takes about 4 minutes on a fresh machine (most of it downloads)"
   if [ -x "$py" ]; then say "[1/4] $venv exists: reusing its Python"; else say "[1/4] creating $venv"; python3 -m venv "$venv"; fi
   rm -f "$stamp"
@@ -45,7 +45,7 @@ if ! { [ -x "$py" ] && grep -qsx "$(key "$extras")" "$stamp"; }; then
   fi
   say "[4/4] installing ebd2n and its dependencies$tools"
   "$py" -m pip install -q -e ".$extras"
-  if [ "$what" = test ]; then printf '%s\n%s\n' "$(key "")" "$(key "[test]")"; else key ""; fi > "$stamp"
+  if [ "$what" = test ]; then printf '%s\n%s\n' "$(key "[live]")" "$(key "[test]")"; else key "[live]"; fi > "$stamp"
   say "$venv is ready ($(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s)"
 else
   say "$venv is up to date: nothing to install"

@@ -282,7 +282,7 @@ def test_dashboard_headline_is_the_full_validation_loss(tmp_path: Path) -> None:
     (run / "results.json").write_text(json.dumps(results))
     page = write_dashboard(run).read_text(encoding="utf-8")
     cards = _cards(page)
-    assert cards[0] == ("3.1416", "full-validation loss, nats (final.pt, all 98,304 targets)")
+    assert cards[0] == ("3.1416", "ranking loss: full validation, nats (final.pt, all 98,304 targets)")
     assert [label for _, label in cards if "subset" in label] == [
         "validation token accuracy (epoch subset, epoch 3)",
         "validation loss, nats (epoch subset, epoch 3)",

@@ -268,6 +268,18 @@ def test_the_campaign_page_and_status_count_the_trunk_once(campaign: Path) -> No
     assert {row["size"] for row in results["scaling"]} == {"0.5 tokens/param", "1 tokens/param"}
 
 
+def test_runs_csv_names_each_runs_horizon_and_its_tokens_per_parameter(campaign: Path) -> None:
+    """Each row its declared horizon and what it trained: tokens over run.json's parameter count, which
+    equals the horizon up to the budget's rounding to whole blocks."""
+    import polars as pl
+
+    runs = pl.read_csv(campaign / PATHS.directory / "runs.csv")
+    wanted = {run_id: parse_run_id(run_id).horizon for run_id in runs["run"]}
+    got = dict(zip(runs["run"], runs["horizon"], strict=True))
+    ratio = [row["tokens_per_parameter"] / row["horizon"] for row in runs.iter_rows(named=True)]
+    assert got == wanted and all(value is not None for value in got.values()) and all(0.95 < r < 1.05 for r in ratio)
+
+
 def test_the_audit_names_a_branch_whose_parent_checkpoint_was_replaced(campaign: Path, tmp_path: Path) -> None:
     repo = Path(shutil.copytree(campaign, tmp_path / "repo", symlinks=True))
     parent = repo / PATHS.run(SHORT.id).directory

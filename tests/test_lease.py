@@ -203,3 +203,25 @@ def test_symlinked_output_dir_to_no_directory_is_refused_in_one_line(
     assert (result.returncode, len(result.stderr.splitlines())) == (2, 1), result.stderr
     assert re.search(f"runtime.output_dir {link}: {message}", result.stderr)
     assert sorted((p.name, p.is_symlink()) for p in tmp_path.iterdir()) == before
+
+
+def test_validation_puts_the_ranking_loss_on_the_run_page_it_hashes(
+    finished_run: Path, demo_cache: Path, tmp_path: Path
+) -> None:
+    """The validation job writes the run's page with its full-validation loss first, then results.json,
+    which hashes that page; validating again rewrites neither."""
+    import hashlib
+    import shutil
+
+    run = tmp_path / finished_run.name
+    shutil.copytree(finished_run, run)
+    environment = {**os.environ, "PYTHONPATH": SOURCE, "EBD2N_WARM": "0", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "ebd2n", "validate", str(run)]
+    first = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    results = json.loads((run / "results.json").read_text())
+    page = (run / "report.html").read_bytes()
+    assert f"{results['loss']:.4f}" in page.decode() and b"ranking loss: full validation" in page
+    assert results["artifacts"]["report.html"] == hashlib.sha256(page).hexdigest()
+    second = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0 and (run / "report.html").read_bytes() == page

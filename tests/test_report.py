@@ -138,11 +138,18 @@ def test_report_page_shows_the_digits_the_seed_spread_supports_and_the_csv_keeps
     )
 
 
-def test_report_lr_response_is_at_the_winners_beta2(report_campaign: Path) -> None:
+def test_report_lr_response_page_is_at_the_winners_beta2_and_its_file_holds_every_beta2(report_campaign: Path) -> None:
     table = pl.read_csv(_report(report_campaign) / "lr-response.csv")
-    result = (table.columns, _results(report_campaign)["lr_response"]["beta2"])
+    groups = pl.read_csv(_report(report_campaign) / "groups.csv")
+    result = (
+        table.columns,
+        _results(report_campaign)["lr_response"]["beta2"],
+        sorted(table["beta2"].unique().to_list()),
+        table.height,
+    )
     columns = [f"{mode} {field}" for mode in REPORT_MODES for field in ("mean_loss", "std_loss", "seeds_completed")]
-    assert result == (["lr", *columns], 0.999)
+    pairs = groups.select("beta2", "lr").unique().height
+    assert result == (["beta2", "lr", *columns], 0.999, sorted(groups["beta2"].unique().to_list()), pairs)
 
 
 @pytest.mark.parametrize("mode", REPORT_MODES)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from campaign_tree import RunSpec, write_campaign
 
 from ebd2n.jsonio import read_jsonl
 
@@ -93,3 +94,59 @@ def test_tracker_export_into_an_existing_folder_exits_2(exported: tuple[Path, Pa
     result = (completed.returncode, len(completed.stderr.strip().splitlines()), after)
     assert result == (2, 1, before) and "already exists" in completed.stderr
     assert [p.name for p in store.parent.iterdir() if p.name.startswith(".mlruns")] == []
+
+
+OUTCOME_RUNS = {
+    "complete": RunSpec("synchronous", 0.001, 0.95, 42, 3.7),
+    "diverged": RunSpec("synchronous", 1000.0, 0.95, 42, 9.9, diverged_at=30),
+    "stopped": RunSpec("synchronous", 0.003, 0.95, 42, 3.8),
+    "retired": RunSpec("synchronous", 0.001, 0.999, 42, 3.9),
+    "failed": RunSpec("synchronous", 0.003, 0.999, 42, 3.8, failed=True),
+    "incomplete": RunSpec("synchronous", 0.001, 0.95, 43, 3.7),
+}
+"""A run of each outcome a run directory can have (a missing run has none)."""
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A campaign with a run of each outcome, exported: (campaign, store)."""
+    from ebd2n.report.tracker import export_mlflow
+
+    root = tmp_path_factory.mktemp("outcomes")
+    campaign = write_campaign(root, "outcomes", OUTCOME_RUNS.values(), steps_per_epoch=3)
+    for name in ("stopped", "incomplete"):  # trained part-way: no full validation
+        (campaign / "runs" / OUTCOME_RUNS[name].run_id / "results.json").unlink()
+    info = json.loads((campaign / "campaign.json").read_text())
+    info["search"] = {"stopped": {OUTCOME_RUNS["stopped"].run_id: 1}}
+    info["retired"] = [OUTCOME_RUNS["retired"].run_id]
+    (campaign / "campaign.json").write_text(json.dumps(info))
+    return campaign, export_mlflow(campaign, root / "mlruns")
+
+
+def test_tracker_export_status_of_each_outcome(outcomes: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A diverged, stopped or retired run is a finished result (never KILLED: cancelled), a failed run
+    FAILED, an incomplete one still RUNNING; the outcome itself is the ebd2n.status tag."""
+    _, store = outcomes
+    client = _client(store, monkeypatch)
+    experiment = client.get_experiment_by_name("outcomes")
+    found = client.search_runs([experiment.experiment_id], max_results=1000)
+    by_id = {spec.run_id: name for name, spec in OUTCOME_RUNS.items()}
+    result = {
+        by_id[tags["ebd2n.run_id"]]: (tags["ebd2n.status"], run.info.status, run.info.end_time is None)
+        for run, tags in ((run, run.data.tags) for run in found)
+    }
+    assert result == {
+        "complete": ("complete", "FINISHED", False),
+        "diverged": ("diverged", "FINISHED", False),
+        "stopped": ("stopped", "FINISHED", False),
+        "retired": ("retired", "FINISHED", False),
+        "failed": ("failed", "FAILED", False),
+        "incomplete": ("incomplete", "RUNNING", True),
+    }
+
+
+def test_tracker_status_table_covers_every_outcome() -> None:
+    from ebd2n.outcomes import Outcome
+    from ebd2n.report.tracker import MLFLOW_STATUS
+
+    assert set(MLFLOW_STATUS) == set(Outcome)

@@ -59,7 +59,7 @@ def test_run_sh_installs_again_when_pyproject_changes(tmp_path: Path) -> None:
     with (checkout / "pyproject.toml").open("a") as handle:
         handle.write("\n# a new dependency\n")
     result = _run(checkout, "demo")
-    assert "python -m pip install -q -e ." in result
+    assert "python -m pip install -q -e .[live]" in result
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="./run.sh test would install Chromium")
@@ -92,7 +92,8 @@ def test_run_sh_says_what_it_installs_and_each_stage(tmp_path: Path) -> None:
     demo = "run.sh: running the embedded demo campaign: snakemake --cores all (results in results/demo/)"
     expected = (
         [
-            "run.sh: setting up .venv (once): PyTorch, Snakemake and ebd2n's other dependencies; this usually takes"
+            "run.sh: setting up .venv (once): PyTorch, Snakemake, TensorBoard and ebd2n's other dependencies; this"
+            " usually takes"
             " about 4 minutes on a fresh machine (most of it downloads)",
             "run.sh: [1/4] .venv exists: reusing its Python",
             "run.sh: [2/4] upgrading pip",
@@ -104,3 +105,12 @@ def test_run_sh_says_what_it_installs_and_each_stage(tmp_path: Path) -> None:
         ["run.sh: .venv is up to date: nothing to install", demo],
     )
     assert result == expected
+
+
+def test_run_sh_test_extras_hold_the_demo_extras() -> None:
+    """The stamp of a test install lists the demo's key too, so the test extras must hold the `live` ones."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    result = [requirement for requirement in extras["live"] if requirement not in extras["test"]]
+    assert result == []

@@ -297,15 +297,22 @@ def test_browser_status_page_links_dashboards_and_keeps_each_cell_on_one_line(
     stopped: dict[str, str], tmp_path: Path, width: int
 ) -> None:
     """A run with a dashboard is a link to it (its grid point readable on hover); a run without one
-    is plain text; no cell but the note wraps, at 800 px as at 1,400."""
+    is plain text; no cell but the note wraps, at 800 px as at 1,400, and the page itself never
+    scrolls sideways (the table does, inside it); a finished run keeps its training-loss curve."""
     with_dashboard = [run for run, role in stopped.items() if role == "done"][:2]
     for run in with_dashboard:
         (tmp_path / "results/sweep/runs" / run / "report.html").write_text("<html></html>")
+        with open(tmp_path / "results/sweep/runs" / run / "metrics.jsonl", "a") as metrics:  # a curve's worth of steps
+            metrics.write(
+                "".join(json.dumps({"type": "step", "step": step, "loss": 5.0 - step}) + "\n" for step in (2, 3))
+            )
     pages = _open_status_page(tmp_path, width)
     page = next(pages)
     try:
         links = page.evaluate("[...document.querySelectorAll('#runs td a')].map(a => [a.textContent, a.title])")
         wrapped = page.evaluate(WRAPPED_CELLS)
+        sideways = page.evaluate("document.documentElement.scrollWidth > window.innerWidth")
+        finished_curves = page.evaluate("[...document.querySelectorAll('#runs tr.done td.curve svg')].length")
         page.goto(page.evaluate("document.querySelector('#runs td a').href"))
         opened = page.content()
     finally:
@@ -313,10 +320,12 @@ def test_browser_status_page_links_dashboards_and_keeps_each_cell_on_one_line(
     labels = [
         f"synchronous · lr {run.split('-lr')[1].split('-')[0]} · β2 0.95 · seed {run[-2:]}" for run in with_dashboard
     ]
-    assert (links, wrapped, opened) == (
+    assert (links, wrapped, opened, sideways, finished_curves) == (
         [list(pair) for pair in zip(with_dashboard, labels, strict=True)],
         [],
         "<html><head></head><body></body></html>",
+        False,
+        len(with_dashboard),
     )
 
 

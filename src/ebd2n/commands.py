@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ebd2n.errors import AuditFailed, UserError
-from ebd2n.layout import DASHBOARD, GROUPS_CSV, SELECTION_JSON
+from ebd2n.layout import GROUPS_CSV, SELECTION_JSON
 from ebd2n.outcomes import CheckStatus
 
 if TYPE_CHECKING:
@@ -125,8 +125,9 @@ def train_pack_job(run_dirs: list[Path], **options: Any) -> list[str]:
 
 
 def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -> list[str]:
-    """Fully validate a run's final model (writing its dashboard first if its training job was killed
-    just before); return the lines the job prints: the result, then the job's usage."""
+    """Fully validate a run's final model and write its dashboard with the result (also where its
+    training job was killed before the page); return the lines the job prints: the result, then the
+    job's usage."""
     from ebd2n.evaluate import validate_run
     from ebd2n.provenance import job_usage
     from ebd2n.report.run_pages import RunDashboards
@@ -135,14 +136,13 @@ def validate_job(run_dir: Path, device: str | None = None, wait: bool = False) -
     pages = RunDashboards()
     run_dir = Path(run_dir)
     trained = RunRecord(run_dir).finished
-    if trained and not (run_dir / DASHBOARD).is_file():
-        pages.final(run_dir)
     if trained:
         pages.remove_live(run_dir)  # a killed training job's, left beside the finished run's page
     from ebd2n.outcomes import Outcome
     from ebd2n.train.records import DIVERGENCE, Divergence
 
-    results = validate_run(run_dir, device=device, wait=wait)
+    page = (lambda result: pages.final(run_dir, result)) if trained else None  # with the result it ranks by
+    results = validate_run(run_dir, device=device, wait=wait, page=page)
     if results["status"] == Outcome.DIVERGED:
         outcome = f"{run_dir}: {Divergence.of(results[DIVERGENCE]).describe()}; full validation {results['validation']}"
     elif results["status"] == Outcome.FAILED:  # recorded in results.json, which the report and the audit show

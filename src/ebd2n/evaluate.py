@@ -10,7 +10,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ebd2n.atomic import atomic_write_text, remove_temporaries, sha256_file
 from ebd2n.config import Recipe, load_recipe, recipe_identity
@@ -30,14 +32,21 @@ from ebd2n.train.step import bf16_autocast
 from ebd2n.train.validation import evaluate_sequences
 from ebd2n.train.weights import evaluation_state_dict, model_with_weights
 
+ResultPage = Callable[[dict[str, Any]], Any]
+"""Writes the run's page with its validation result (ebd2n.report, from the layer above)."""
 
-def validate_run(run_dir: str | Path, device: str | None = None, wait: bool = False) -> dict:
+
+def validate_run(
+    run_dir: str | Path, device: str | None = None, wait: bool = False, page: ResultPage | None = None
+) -> dict:
     """Evaluate the final checkpoint over every validation target once and write results.json.
 
     results.json records the SHA-256 of every file the trainer left, so the audit can tell an
     artifact changed after validation. Validating an unchanged run again rewrites the same bytes:
     a touched checkpoint (a copy without preserved times) never changes a result. Validation holds
     the run's lease, as a trainer does (`wait`: for a live trainer still finishing the run).
+    `page(result)` writes the run's page with the result before the hashes are taken, so the page
+    shows the loss the campaign ranks by and results.json hashes that page.
     """
     paths = RunPaths(
         Path(os.path.realpath(run_dir))
@@ -50,12 +59,12 @@ def validate_run(run_dir: str | Path, device: str | None = None, wait: bool = Fa
     cache = open_verified_cache(recipe.data.cache_dir, recipe.model.vocab_size)
     lease = take_lease(run_dir, wait=wait)
     try:
-        return _validate(paths, recipe, cache, device)
+        return _validate(paths, recipe, cache, device, page)
     finally:
         lease.release()
 
 
-def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None) -> dict:
+def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None, page: ResultPage | None) -> dict:
     run_dir = paths.directory
     remove_temporaries(run_dir)  # of a killed write (results.json, the dashboard): no artifact of the run
     provenance = Provenance(recipe_identity(recipe, cache.identity), cache.identity, source_hash=None)
@@ -68,8 +77,11 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
         )
     previous = _unchanged_results(paths, provenance)
     if previous is not None:
+        results = json.loads(previous)
+        if page is not None:
+            page(results)  # the same bytes results.json hashed: a page rewritten since shows the result again
         atomic_write_text(paths.results, previous)
-        return json.loads(previous)
+        return results
     diverged = state.get("progress", {}).get(DIVERGENCE)
     if diverged is not None:  # the weights of a run that stopped learning: not worth a full pass
         return _write_results(
@@ -78,6 +90,7 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
             provenance,
             state,
             started,
+            page,
             {
                 "status": Outcome.DIVERGED.value,
                 "loss": None,
@@ -109,14 +122,22 @@ def _validate(paths: RunPaths, recipe: Recipe, cache: Cache, device: str | None)
             "perplexity": None,
             "accuracy": None,
         }
-    return _write_results(paths, recipe, provenance, state, started, outcome)
+    return _write_results(paths, recipe, provenance, state, started, page, outcome)
 
 
 def _write_results(
-    paths: RunPaths, recipe: Recipe, provenance: Provenance, state: dict, started: float, outcome: dict
+    paths: RunPaths,
+    recipe: Recipe,
+    provenance: Provenance,
+    state: dict,
+    started: float,
+    page: ResultPage | None,
+    outcome: dict,
 ) -> dict:
     """results.json: the run, its `outcome` (status and measurements), who trained and validated it,
-    and the SHA-256 of every file its trainer left."""
+    and the SHA-256 of every file its trainer left (its page written with the outcome first)."""
+    if page is not None:
+        page(outcome)
     results = {
         "run": paths.directory.name,
         "mode": recipe.mode,

@@ -229,6 +229,20 @@ def lr_response(groups: pl.DataFrame, at: dict[str, Any] | float) -> pl.DataFram
     return pl.DataFrame(columns)
 
 
+def lr_responses(groups: pl.DataFrame) -> pl.DataFrame:
+    """`lr_response` at every value of the other axes, in long form: each row names its point's axes
+    (beta2, the further axes) before its LR, so the file says every value it holds."""
+    axes = point_axes(groups)
+    points = groups.select(axes).unique().sort(axes, nulls_last=True).rows()
+    tables = []
+    for point in points:
+        at = dict(zip(axes, point, strict=True))
+        table = lr_response(groups, at)
+        named = [pl.lit(value, dtype=groups.schema[axis]).alias(axis) for axis, value in at.items()]
+        tables.append(table.select(*named, pl.all()))
+    return pl.concat(tables, how="vertical")
+
+
 def winner_notes(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None = None) -> dict[str, dict]:
     """Per mode with a winner: is it on the LR edge, does a diverged LR bound it from above, which
     points are still unfinished, and does it beat the runner-up beyond noise?

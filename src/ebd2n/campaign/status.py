@@ -85,7 +85,7 @@ class RunStatus:
     validation_seconds: float | None = None
     """Duration of its validation job, once finished."""
     curve: list[float] = field(default_factory=list)
-    """A running run's training loss by step, at most CURVE_POINTS bucket means (the page's live curve)."""
+    """The training loss by step of a run that trained, at most CURVE_POINTS bucket means (the page's curve)."""
 
     @property
     def counted(self) -> str:
@@ -328,6 +328,8 @@ def _run_status(
         row.detail = "trained, waiting for validation"
     elif slices_done:
         row.detail = f"{slices_done} of {len(ends)} slices done"
+    if not row.curve and epochs:  # a run that trained: its curve stays on the page once it ended
+        row.curve = _curve(record.metrics.step_losses())
     return row
 
 

@@ -120,6 +120,7 @@ def write_status_page(campaign_dir: Path, status: CampaignStatus) -> Path:
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 1.5rem; color: #1d232b; }}
 table {{ border-collapse: collapse; }}
+.scroll {{ overflow-x: auto; max-width: 100%; }}
 th, td {{ padding: 0.2rem 0.7rem; text-align: left; border-bottom: 1px solid #e3e7ec; }}
 td:nth-child(n+3):nth-child(-n+7) {{ text-align: right; font-variant-numeric: tabular-nums; }}
 td:nth-child(-n+7) {{ white-space: nowrap; }}
@@ -135,9 +136,9 @@ tr.stopped td:nth-child(2), tr.diverged td:nth-child(2) {{ color: #8a5a00; }}
 <p id="campaign">{html.escape(campaign_line(status))}</p>{brackets}
 <p class="muted">Written {time.strftime("%Y-%m-%d %H:%M:%S")} by <code>ebd2n status</code>; {reloads}.
 The report, once the campaign is done: <a href="report/index.html">report/index.html</a>.</p>
-<table id="runs"><thead><tr>{header}</tr></thead><tbody>
+<div class="scroll"><table id="runs"><thead><tr>{header}</tr></thead><tbody>
 {rows}
-</tbody></table>
+</tbody></table></div>
 <p class="muted">{html.escape(LOSSES)}</p>
 </body>
 </html>
@@ -147,7 +148,7 @@ The report, once the campaign is done: <a href="report/index.html">report/index.
 
 
 def _curve(losses: list[float]) -> str:
-    """A running run's training loss by step as a small inline line chart (empty with under two points)."""
+    """A run's training loss by step as a small inline line chart (empty with under two points)."""
     if len(losses) < 2:
         return ""
     low, high = min(losses), max(losses)

@@ -20,7 +20,15 @@ from typing import Any
 import polars as pl
 
 from ebd2n.atomic import atomic_write_bytes, atomic_write_text, serialized
-from ebd2n.campaign.analysis import group_runs, lr_response, select, value_text, winner_notes, write_selection
+from ebd2n.campaign.analysis import (
+    group_runs,
+    lr_response,
+    lr_responses,
+    select,
+    value_text,
+    winner_notes,
+    write_selection,
+)
 from ebd2n.campaign.axis_optimum import optimum_shifts
 from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
@@ -112,7 +120,7 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
     write_selection(groups, selection, out, optima)
     at = response_point(groups, selection)
     response = lr_response(groups, at)
-    atomic_write_text(out / LR_RESPONSE_CSV, response.write_csv())
+    atomic_write_text(out / LR_RESPONSE_CSV, lr_responses(groups).write_csv())
     curves = curve_table(campaign, selection)
     atomic_write_text(out / CURVES_CSV, curves.write_csv())
     for name, drawn in (

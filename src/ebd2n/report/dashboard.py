@@ -5,8 +5,9 @@ trained on its own, and an exported page (`ebd2n dashboard RUN --self-contained 
 
 It shows what the training process itself recorded (run.json, recipe.yaml, metrics.jsonl):
 identity, hyper-parameters, metrics, interactive curves with a table view each, the placement of
-units over devices and every unit's state. Full-validation scores are computed later from
-final.pt and are not on this page. Per-batch series are down-sampled for plotting only; each
+units over devices and every unit's state. The full validation of final.pt, the loss a campaign
+ranks by, leads the page once measured: the validation job writes the page again with it.
+Per-batch series are down-sampled for plotting only; each
 per-batch table view holds every batch, so the page alone carries all the data. This module
 assembles the page; report.dashboard_settings writes its identity and settings tables,
 report.dashboard_figures its figures.
@@ -43,13 +44,18 @@ STATE_CLASSES = {FROZEN_PREFIX: "frozen-prefix", FROZEN_BASE: "frozen-base", LOR
 
 
 def write_dashboard(
-    run_dir: Path, out: Path | None = None, self_contained: bool = False, run: dict[str, Any] | None = None
+    run_dir: Path,
+    out: Path | None = None,
+    self_contained: bool = False,
+    run: dict[str, Any] | None = None,
+    results: dict[str, Any] | None = None,
 ) -> Path:
     """Write the run's page (default `run_dir/report.html`) from its own records and return its path.
 
     Self-contained when asked or when the run belongs to no campaign; else plotly.js is the
     campaign's shared copy. `run`: the run record of a run still training (its `state` says how
-    far it is), instead of its run.json."""
+    far it is), instead of its run.json; `results`: its full validation being written, instead of
+    its results.json."""
     run_dir = Path(run_dir)
     if run is None:
         run = json.loads(_required(run_dir / RUN_RECORD).read_text(encoding="utf-8"))
@@ -61,7 +67,8 @@ def write_dashboard(
     # the campaign page, by relative path (it exists once the campaign's report is built)
     back = os.path.relpath(campaign.report_index.absolute(), path.absolute().parent) if campaign else None
     back = Path(back).as_posix() if back else None
-    results = read_json(run_dir / RESULTS_JSON)
+    if results is None:
+        results = read_json(run_dir / RESULTS_JSON)
     packs = read_packs(run_dir)
     page = render_dashboard(run, recipe, read_jsonl(run_dir / METRICS), plotly, results, back, packs)
     atomic_write_text(path, page)
@@ -135,7 +142,11 @@ def _cards(
 ) -> list[tuple[str, str]]:
     """The headline numbers: (value, label) pairs; the full-validation loss first, once measured."""
     last = epochs[-1] if epochs else None
-    headline = [(full["loss"], f"full-validation loss, nats ({FINAL}, all {full['targets']} targets)")] if full else []
+    headline = (
+        [(full["loss"], f"ranking loss: full validation, nats ({FINAL}, all {full['targets']} targets)")]
+        if full
+        else []
+    )
     wall = sum(epoch["wall_s"] for epoch in epochs)
     busiest = memory["busiest"]
     where = f" ({busiest['device']})" if busiest else ""

@@ -119,7 +119,7 @@ def parallel_figure(runs: pl.DataFrame, axes: list[str]) -> dict[str, Any]:
         _categories("mode", done["mode"].to_list()),
         {"label": "log10 LR", "values": [round(math.log10(lr), 6) for lr in done["lr"]]},
         *(_dimension(axis, done[axis]) for axis in axes),
-        {"label": "seed", "values": done["seed"].to_list()},
+        _dimension("seed", done["seed"]),
         {"label": "final loss (nats)", "values": done["loss"].to_list()},
     ]
     return {
@@ -141,9 +141,11 @@ def parallel_figure(runs: pl.DataFrame, axes: list[str]) -> dict[str, Any]:
 
 
 def _dimension(axis: str, values: pl.Series) -> dict[str, Any]:
-    """A numeric axis as its values; text or yes/no values (a variant's name) as categories."""
-    if values.dtype.is_numeric():
-        return {"label": axis, "values": values.to_list()}
+    """A grid axis (or the seed) ticked at the values it takes, never between them (seed 42.2);
+    text or yes/no values (a variant's name) as categories."""
+    if values.dtype.is_numeric() and not values.has_nulls():
+        taken = sorted(set(values.to_list()))
+        return {"label": axis, "values": values.to_list(), "tickvals": taken, "ticktext": [f"{v:g}" for v in taken]}
     return _categories(axis, [str(value) for value in values.to_list()])
 
 

@@ -30,7 +30,7 @@ from ebd2n.quantities import format_amount, format_duration, loss_decimals
 from ebd2n.report import html
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.html import DASH, percent
-from ebd2n.report.page_grid import grid_section, point_caption
+from ebd2n.report.page_grid import grid_section
 from ebd2n.report.plotly_embed import figure_json, plotly_tag
 from ebd2n.report.plotly_figures import halving_figure
 from ebd2n.report.tables import settings_rows, split_rows
@@ -273,7 +273,7 @@ def _links(
         links += [
             _link(GROUPS_CSV, f"grouped CSV: {grid['groups'].height} combinations, means, sample SDs and ranks"),
             _link(SELECTION_JSON, "the selected point per mode"),
-            _link(LR_RESPONSE_CSV, f"LR response at {point_caption(grid['response_at'])}"),
+            _link(LR_RESPONSE_CSV, f"LR response at every {' x '.join(grid['response_at'])}, one row per value and LR"),
             _link("heatmaps.png", "full-grid heatmaps (PNG)"),
             _link("heatmaps.pdf", "full-grid heatmaps (PDF)"),
             _link("curves.png", "winners' validation curves (PNG)"),

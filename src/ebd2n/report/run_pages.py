@@ -20,10 +20,11 @@ class RunDashboards:
 
         return LiveDashboard(run_dir)
 
-    def final(self, run_dir: Path) -> Path:
+    def final(self, run_dir: Path, results: dict | None = None) -> Path:
+        """report.html; `results`: the full validation being recorded (else its results.json, if any)."""
         from ebd2n.report.dashboard import write_dashboard
 
-        return write_dashboard(run_dir)
+        return write_dashboard(run_dir, results=results)
 
     def remove_live(self, run_dir: Path) -> None:
         from ebd2n.report.live_dashboard import remove_live_page

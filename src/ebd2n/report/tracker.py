@@ -8,6 +8,13 @@ browses it (with MLFLOW_ALLOW_FILE_STORE=true: MLflow keeps its file store in ma
 `mlflow migrate-filestore` moves it into a database. mlflow is an optional extra (`ebd2n[track]`).
 The store is built in a temporary folder beside DIR and renamed into place, so a failed export
 leaves nothing behind.
+
+Each MLflow run's status reads as its outcome does (`MLFLOW_STATUS`): a complete, diverged, stopped
+or retired run is a finished result (FINISHED; a diverged run is one, never KILLED, which reads as
+cancelled), a failed run FAILED, and an incomplete run stays RUNNING (not terminated: the export is
+a snapshot of a campaign still training). The outcome itself is the `ebd2n.status` tag (runs.csv's
+`status`). A run of the grid without a run directory (missing) is in no table the export reads, so
+it has no MLflow run.
 """
 
 from __future__ import annotations
@@ -35,6 +42,17 @@ EPOCH_METRICS = {
 """Epoch record key -> MLflow metric name (the epoch validation is on the fixed subset, and says so)."""
 FINAL = {"loss": "final_loss", "perplexity": "final_perplexity", "accuracy": "final_accuracy"}
 """runs.csv column -> MLflow metric: the full validation the report ranks by."""
+MLFLOW_STATUS: dict[Outcome, str | None] = {
+    Outcome.COMPLETE: "FINISHED",
+    Outcome.DIVERGED: "FINISHED",
+    Outcome.STOPPED: "FINISHED",
+    Outcome.RETIRED: "FINISHED",
+    Outcome.FAILED: "FAILED",
+    Outcome.INCOMPLETE: None,
+    Outcome.MISSING: None,
+}
+"""Outcome -> the MLflow status its run ends with; None: left RUNNING, as MLflow creates it (a missing
+run has no directory, so no MLflow run)."""
 
 
 def export_mlflow(campaign_dir: Path, out: Path) -> Path:
@@ -86,7 +104,8 @@ def _export_run(client: Any, experiment: str, run_dir: Path, row: dict[str, Any]
         client.log_batch(run, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):
         client.log_batch(run, metrics=metrics[start : start + 1000])
-    client.set_terminated(run, status="FINISHED" if row["status"] == Outcome.COMPLETE else "KILLED")
+    if (status := MLFLOW_STATUS[Outcome(row["status"])]) is not None:
+        client.set_terminated(run, status=status)
 
 
 def _parameters(run_dir: Path, row: dict[str, Any], axes: list[str]) -> dict[str, str]:

@@ -7,6 +7,19 @@
   var PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf"];
   var control = function (name) { return document.getElementById("explore-" + name); };
+  function colour(index, count) {  // the palette while it lasts, else hues spread evenly: one colour per group
+    if (count <= PALETTE.length) return PALETTE[index];
+    return "hsl(" + Math.round(index * 360 / count) + ", 70%, " + (index % 2 ? 36 : 50) + "%)";
+  }
+  function translucent(color) {
+    return color.charAt(0) === "#" ? color + "33" : color.replace("hsl(", "hsla(").replace(")", ", 0.2)");
+  }
+  function span(values) {  // the converged curves' range, a little padded; null when there is none
+    var finite = values.filter(function (y) { return y !== null && isFinite(y); });
+    if (!finite.length) return null;
+    var low = Math.min.apply(null, finite), high = Math.max.apply(null, finite), pad = (high - low) * 0.05 || 0.05;
+    return [low - pad, high + pad];
+  }
   var axes = JSON.parse(control("axes").textContent);
   var runs = [];
 
@@ -49,15 +62,19 @@
     var metric = control("metric").value, weight = Number(control("smooth").value);
     var fields = control("group").value ? control("group").value.split(",") : [];
     var groups = {}, order = [];
+    var converged = [], diverged = [];
     chosen().forEach(function (run) {
       var key = fields.length ? label(run, fields) : run.run;
       if (!groups[key]) { groups[key] = []; order.push(key); }
-      var curve = run.curves[metric];
-      groups[key].push({xs: curve[0], ys: smooth(curve[1], weight)});
+      var curve = run.curves[metric], ys = smooth(curve[1], weight);
+      groups[key].push({xs: curve[0], ys: ys});
+      if (run.status === "diverged") diverged.push({key: key, run: run.run, xs: curve[0]});
+      else converged = converged.concat(ys);
     });
-    var drawn = [];
+    var drawn = [], colours = {};
     order.forEach(function (key, index) {
-      var members = groups[key], color = PALETTE[index % PALETTE.length];
+      var members = groups[key], color = colour(index, order.length);
+      colours[key] = color;
       if (members.length === 1) {
         drawn.push({x: members[0].xs, y: members[0].ys, name: key, mode: "lines", line: {color: color, width: 1.4}});
         return;
@@ -74,22 +91,33 @@
       });
       drawn.push({x: xs, y: upper, mode: "lines", line: {width: 0}, hoverinfo: "skip", showlegend: false,
         legendgroup: key});
-      drawn.push({x: xs, y: lower, mode: "lines", line: {width: 0}, fill: "tonexty", fillcolor: color + "33",
+      drawn.push({x: xs, y: lower, mode: "lines", line: {width: 0}, fill: "tonexty", fillcolor: translucent(color),
         hoverinfo: "skip", showlegend: false, legendgroup: key});
       drawn.push({x: xs, y: mean, name: key + " (" + members.length + " runs)", mode: "lines", legendgroup: key,
         line: {color: color, width: 1.8}});
     });
-    return drawn;
+    var range = control("diverged").checked ? null : span(converged);
+    if (range) {  // each diverged run: a mark at the top edge where its curve ends
+      diverged.forEach(function (mark) {
+        drawn.push({x: [mark.xs[mark.xs.length - 1]], y: [range[1]], mode: "markers", cliponaxis: false,
+          marker: {symbol: "x", size: 9, color: colours[mark.key]}, showlegend: false,
+          hovertext: mark.run + ": diverged", hoverinfo: "text"});
+      });
+    }
+    return {data: drawn, range: range, diverged: diverged.length};
   }
   function draw() {
     var metric = control("metric");
     control("smooth-value").textContent = Number(control("smooth").value).toFixed(2);
-    var data = traces();
-    control("count").textContent = chosen().length + " of " + runs.length + " runs drawn";
+    var drawn = traces(), data = drawn.data;
+    var hidden = drawn.range && drawn.diverged ? "; y axis scaled to the converged runs, " + drawn.diverged +
+      " diverged run(s) marked ✕ at the top edge" : "";
+    control("count").textContent = chosen().length + " of " + runs.length + " runs drawn" + hidden;
     var layout = {
       height: 460, margin: {l: 60, r: 20, t: 20, b: 50}, hovermode: "closest",
       xaxis: {title: {text: "step"}, type: control("logx").checked ? "log" : "linear"},
-      yaxis: {title: {text: metric.options[metric.selectedIndex].text}},
+      yaxis: drawn.range ? {title: {text: metric.options[metric.selectedIndex].text}, range: drawn.range}
+        : {title: {text: metric.options[metric.selectedIndex].text}},
       showlegend: data.length <= 60, legend: {orientation: "h", y: -0.18, yanchor: "top"},
     };
     if (typeof Plotly === "undefined") {
@@ -116,7 +144,9 @@
   unpackJson(block.textContent).then(function (unpacked) {
     runs = unpacked;
     filters();
-    ["metric", "group", "smooth", "logx"].forEach(function (name) { control(name).addEventListener("input", draw); });
+    ["metric", "group", "smooth", "logx", "diverged"].forEach(function (name) {
+      control(name).addEventListener("input", draw);
+    });
     draw();
   });
 })();
