@@ -26,7 +26,8 @@ from ebd2n.train.pack_rules import MEMBER_FIELDS
 
 TABLE_COLUMNS = {
     *("run", "mode", "lr", "beta2", "seed", "status", "loss", "preset", "perplexity", "accuracy", "targets"),
-    *("tokens", "directory", "recipe_identity", "cache_identity", "source_hash", "job_ids", "diverged_step", "packed"),
+    *("tokens", "horizon", "tokens_per_parameter", "directory", "recipe_identity", "cache_identity", "source_hash"),
+    *("job_ids", "diverged_step", "packed"),
 }
 RESERVED = {
     *TABLE_COLUMNS,
