@@ -3,8 +3,9 @@
 rates (x2 apart, centred off the optimum by up to 1.4x) x 3 seeds, loss 3 + 0.05·(ln lr - ln η*)²
 plus seed noise of SD 0.003 nats.
 
-Coverage of the 95 % intervals over 50 draws (seeds 0-49), measured when written: a 45/50, b
-46/50, c 48/50 (the percentile bootstrap of three seeds runs a little narrow, as optimum.py's)."""
+Coverage of the 95 % intervals over 50 draws (seeds 0-49), measured when written: a, b and c 50/50
+each (each cell's bootstrap draws its parabola's misfit in, the cubic kept whole, so on these exact
+parabolas it errs wide; with seeds alone through three LRs it was 45/50, 46/50, 48/50)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_lr_law_recovers_the_exponents_within_their_intervals() -> None:
         fit = record["coefficients"][name]
         assert fit["low"] <= true <= fit["high"], (name, fit)
         assert fit["low"] < fit["estimate"] < fit["high"]
-    assert record["coefficients"]["b"]["high"] - record["coefficients"]["b"]["low"] < 0.1
+    assert record["coefficients"]["b"]["high"] - record["coefficients"]["b"]["low"] < 0.2
     assert len(record["cells"]) == 6 and record["held_at_grid_end"] < 0.01
 
 

@@ -80,9 +80,11 @@ def test_browser_lr_optimum_figure_draws_seeds_fit_band_and_optimum(bracketed: L
     assert result == [["seeds", "mean ± SD", "quadratic fit"], ["rect", "line"], 2, "log"]
 
 
-def test_browser_lr_optimum_caption_gives_the_estimate_and_interval(bracketed: Loaded) -> None:
+def test_browser_lr_optimum_caption_gives_the_unchecked_bracket_of_three_lrs(bracketed: Loaded) -> None:
+    """Three LRs leave the parabola unchecked: the caption gives the bracket and the vertex, no interval."""
     result = bracketed.page.locator("#figures figcaption").first.inner_text()
-    assert result.startswith("synchronous: optimum 0.00") and "95 %:" in result
+    expected = "synchronous: optimum unchecked (3 LRs, no residual), between 0.001 and 0.004, vertex 0.00"
+    assert result.startswith(expected) and "95 %" not in result
 
 
 def test_browser_hostile_run_name_is_text(loaded: Loaded) -> None:

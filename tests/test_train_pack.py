@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -215,7 +216,7 @@ def test_a_run_that_finished_a_slice_past_the_others_is_refused(demo_cache: Path
 
 def test_a_run_named_twice_is_refused(demo_cache: Path, tmp_path: Path) -> None:
     run_dirs = _runs(demo_cache, tmp_path, MEMBERS[:1])
-    with pytest.raises(UserError, match="named twice"):
+    with pytest.raises(UserError, match=f"^{re.escape(str(run_dirs[0]))}: this run directory is named twice; "):
         train_pack_job([run_dirs[0], run_dirs[0]], wait=True)
 
 

@@ -98,7 +98,7 @@ def test_wheel_installs_and_runs_from_an_empty_directory(tmp_path: Path) -> None
     )
     result = (
         Path(located).is_relative_to(site),
-        (checked.returncode, "'unknown_key' was unexpected" in checked.stderr),
+        (checked.returncode, "top level: unknown key 'unknown_key' (the keys here: " in checked.stderr),
         "parameters: " in recipe,
         prepared.startswith("cache results/caches/synthetic"),
         trained.startswith("done: runs/wheel/final.pt, dashboard runs/wheel/report.html"),

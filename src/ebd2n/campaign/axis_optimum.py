@@ -1,14 +1,17 @@
 """How the fitted LR optimum moves along a further axis: the optimum at each batch size (or beta1,
 schedule, ...), the other axes at the mode's winner, and its shift from the axis's first value.
 
-The shift is the ratio of two fitted optima; its 95 % interval comes from the two points' seed
-bootstraps (ebd2n.campaign.optimum), resampled independently and paired resample by resample, so
-it is as wide as the seeds of both make it. A value whose fit has no optimum has no shift.
+The shift is the ratio of two fitted optima; its 95 % interval comes from the two points'
+bootstraps (ebd2n.campaign.optimum: seeds and the fit's misfit), resampled independently and paired
+resample by resample, so it is as wide as both make it. Where either optimum is unchecked (three
+LRs around its best), the shift's range is the ratio of their ranges instead (each end of one over
+the other end of the other: a bracket, not an interval). A value whose fit has no optimum has no
+shift.
 
 Along an axis of whole numbers (a batch size, a token count) the optima also give a power law,
 LR* proportional to value^k, fitted by least squares in log-log over every value with an optimum;
 its exponent's interval, and the LR it predicts at the next value (the axis continued by its last
-ratio), come from the same paired resamples.
+ratio), come from the same paired resamples, where every optimum is checked (`checked`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from ebd2n.campaign.analysis import completed_runs, point_axes
-from ebd2n.campaign.optimum import LEVEL, POINTS, RESAMPLES, RESAMPLING_SEED, bootstrap_minima, fit_optimum, seed_losses
+from ebd2n.campaign.optimum import LEVEL, RESAMPLES, RESAMPLING_SEED, bootstrap_minima, fit_optimum, seed_losses
 
 
 def optimum_shifts(
@@ -50,7 +53,7 @@ def optimum_shifts(
                 point = {name: value if name == axis else winner[name] for name in axes}
                 losses = seed_losses(done, mode, point, eligible)
                 rows.append({"value": value, "losses": losses, **fit_optimum(tested, losses), "index": index})
-            minima = [_minima(row.pop("losses"), RESAMPLING_SEED + row.pop("index")) for row in rows]
+            minima = [_minima(row.pop("losses"), RESAMPLING_SEED + row.pop("index"), row) for row in rows]
             shifted = _shifts(rows, minima)
             reference = next((row["value"] for row in shifted if row["estimate"] is not None), None)
             entry = {"axis": axis, "reference": reference, "values": shifted}
@@ -62,7 +65,8 @@ def optimum_shifts(
 
 def _shifts(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> list[dict[str, Any]]:
     """Each value's fit with its shift from the first value with an optimum (None where either has
-    none; the reference itself shifts by 1 with no interval)."""
+    none; the reference itself shifts by 1 with no interval): the paired resamples' interval, or
+    the ratio of the two ranges where either is unchecked."""
     first = next((index for index, row in enumerate(rows) if row["estimate"] is not None), None)
     shifted = []
     for index, row in enumerate(rows):
@@ -71,13 +75,15 @@ def _shifts(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> list
             shift = row["estimate"] / rows[first]["estimate"]
             if index != first and minima[index] is not None and minima[first] is not None:
                 low, high = _bounds(np.exp(minima[index] - minima[first]))
+            elif index != first:
+                low, high = _ratio(row["low"], rows[first]["high"]), _ratio(row["high"], rows[first]["low"])
         shifted.append({**row, "shift": shift, "shift_low": low, "shift_high": high})
     return shifted
 
 
 def _power_law(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> dict[str, Any] | None:
     """LR* = c * value^k over the values with an optimum, and the LR it predicts at the next value;
-    None with fewer than two such values."""
+    None with fewer than two such values. Intervals only where every optimum used is checked."""
     used = [index for index, row in enumerate(rows) if row["estimate"] is not None]
     if len(used) < 2:
         return None
@@ -90,6 +96,7 @@ def _power_law(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> d
         "exponent_low": None,
         "exponent_high": None,
         "values_used": values,
+        "checked": all(rows[index]["checked"] for index in used),
         "next": {
             "value": following,
             "lr": math.exp(intercept + slope * math.log(following)),
@@ -110,11 +117,15 @@ def _power_law(rows: list[dict[str, Any]], minima: list[np.ndarray | None]) -> d
     return law
 
 
-def _minima(losses: dict[float, list[float]], seed: int) -> np.ndarray | None:
-    """A point's bootstrap minima (ln LR), or None where it has too few LRs to fit or one seed per LR."""
-    if len(losses) < POINTS or min(len(seeds) for seeds in losses.values()) < 2:
-        return None
-    return bootstrap_minima(losses, seed)
+def _minima(losses: dict[float, list[float]], seed: int, fit: dict[str, Any]) -> np.ndarray | None:
+    """A point's bootstrap minima (ln LR), or None where its fit is unchecked (too few LRs, three
+    around the best, or one seed per LR)."""
+    return bootstrap_minima(losses, seed) if fit["checked"] else None
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    """One end of a shift's range from unchecked ranges; None where either end is past the grid."""
+    return top / bottom if top is not None and bottom is not None else None
 
 
 def _bounds(ratios: np.ndarray) -> tuple[float | None, float | None]:

@@ -23,7 +23,7 @@ from ebd2n.campaign.resources import DEFAULT, PREPARE, scope_name
 from ebd2n.campaign.runs import BASE, SYNCHRONOUS, Run, packed_models, split_base
 from ebd2n.campaign.search import check_search
 from ebd2n.config import Recipe
-from ebd2n.config.checkpoint_policy import DEFAULT_CHECKPOINT_POLICY
+from ebd2n.config.checkpoint_policy import DEFAULT_CHECKPOINT_POLICY, epochs_past_budget
 from ebd2n.errors import UserError
 from ebd2n.jsonio import read_json
 from ebd2n.train.budget import budget_of
@@ -120,6 +120,7 @@ def _check_campaign(campaign: Campaign) -> None:
             "remove one of the two"
         )
     check_horizons(grid, bases, campaign.checkpoint_policy, where)
+    _check_checkpoint_epochs(campaign, [budget_of(recipe).epochs for recipe in bases.values()], where)
     check_axes(grid, bases, campaign.pack, where, campaign.paths.runs.as_posix())
     for base, recipe in bases.items():
         epochs = budget_of(recipe).epochs
@@ -143,6 +144,22 @@ def _check_campaign(campaign: Campaign) -> None:
             if campaign.pack > 1 and mode == SYNCHRONOUS and (refusal := pack_refusal([probed])) is not None:
                 raise UserError(f"{where}: execution.pack {campaign.pack}: {base}'s synchronous runs: {refusal}")
     check_search(grid.search, campaign_plans(campaign), grid.brackets(), where)
+
+
+def _check_checkpoint_epochs(campaign: Campaign, budgets: list[int], where: str) -> None:
+    """An explicit checkpoint epoch past every run's budget would silently keep nothing. The budgets of
+    a scaling campaign's presets may differ: an epoch only the longer runs reach is theirs to keep, and
+    the shorter ignore it. (A campaign with horizons keeps the final policy: check_horizons.)"""
+    if campaign.checkpoint_epochs is None:
+        return
+    past = epochs_past_budget(campaign.checkpoint_policy, campaign.checkpoint_epochs, max(budgets))
+    if past:
+        epochs, verb, them = ("epochs", "are", "them") if len(past) > 1 else ("epoch", "is", "it")
+        raise UserError(
+            f"{where}: checkpoint_epochs: {epochs} {', '.join(map(str, past))} {verb} past every run's budget "
+            f"(the longest is {max(budgets)} epochs), so no run would keep {them}; "
+            f"remove {them}, or lengthen the budget"
+        )
 
 
 def campaign_warnings(campaign: Campaign) -> list[str]:

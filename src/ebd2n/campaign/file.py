@@ -21,6 +21,7 @@ from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.horizons import horizon_overrides
 from ebd2n.campaign.resources import PREPARE, Resources, scope_name, scope_resources
 from ebd2n.campaign.runs import BASE, SYNCHRONOUS, split_base, unknown_mode
+from ebd2n.campaign.schema_words import plain_error
 from ebd2n.config import INT_RANGE, Recipe, load_recipe, recipe_from_dict, resolve_recipe_path
 from ebd2n.errors import UserError
 from ebd2n.layout import CampaignPaths, named_campaign
@@ -144,13 +145,16 @@ class Campaign:
 
 
 def validate_schema(raw: Any, source: str = "campaign") -> None:
-    """JSON Schema check, then the integer range: the first error, naming the key."""
-    error = next(_validator().iter_errors(raw), None)
-    if error is not None:
-        where = ".".join(str(part) for part in error.absolute_path) or "top level"
+    """JSON Schema check, then the integer range: the first error in plain words (ebd2n.campaign.schema_words),
+    naming the key."""
+    errors = list(_validator().iter_errors(raw))
+    if errors:
+        error = errors[0]
         mode = list(error.absolute_path)[:2] in (["grid", "modes"], ["grid", "learning_rates"])
-        typo = mode and error.validator in ("pattern", "anyOf") and isinstance(error.instance, str)
-        message = unknown_mode(error.instance) if typo else error.message
+        if mode and error.validator in ("pattern", "anyOf") and isinstance(error.instance, str):
+            where, message = ".".join(str(part) for part in error.absolute_path), unknown_mode(error.instance)
+        else:
+            where, message = plain_error(errors, _validator())
         raise UserError(f"campaign file {source}: {where}: {message}")
     for where, value in _integers(raw):
         low, high = INT_RANGE

@@ -2,9 +2,12 @@
 
 ln η* = a + b·ln N + c·ln D is fitted by least squares to each cell's fitted optimum (the vertex of
 ebd2n.campaign.optimum's parabola in ln LR), as DeepSeek LLM's and Step Law's laws are. How sure it
-is comes from a seed bootstrap: in every resample the seeds are resampled within each grid point of
-every cell, each cell's optimum is fitted again (its window included) and so is the law; the 2.5 and
-97.5 percentiles give the interval of each coefficient and of each prediction. A resample whose
+is comes from the optimum fit's bootstrap: in every resample the seeds are resampled within each
+grid point of every cell and the cell's misfit to its parabola is drawn in (ebd2n.campaign.optimum),
+each cell's optimum is fitted again (its window included) and so is the law; the 2.5 and 97.5
+percentiles give the interval of each coefficient and of each prediction. A cell whose optimum is
+unchecked (three LRs around its best: nothing tests its parabola) carries seed noise alone, and is
+named in the notes. A resample whose
 optimum falls beyond a cell's grid is held at the grid's end (the share is reported): the campaign
 says nothing past its grid. A term whose values do not vary, or that moves with another (presets
 trained at one tokens-per-parameter have D = k·N), is left out and named.
@@ -26,7 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ebd2n.campaign.optimum import LEVEL, RESAMPLES, RESAMPLING_SEED, fit_optimum, fitted_minima, resampled_means
+from ebd2n.campaign.optimum import LEVEL, RESAMPLES, RESAMPLING_SEED, fit_optimum, fitted_minima, resampled_grid
 from ebd2n.outcomes import Outcome
 
 TERMS = ("ln N", "ln D")
@@ -150,11 +153,13 @@ def fit_law(cells: Sequence[Cell], seed: int = RESAMPLING_SEED) -> Law:
             raise ValueError(
                 f"{cell.label}: one seed at a learning rate; the law's intervals resample seeds (2 or more)"
             )
+        if not fit["checked"]:
+            notes.append(
+                f"{cell.label}: optimum unchecked ({fit['check']}); its resamples carry seed noise alone, "
+                "not the parabola's misfit"
+            )
         x, _ = cell.curve()
-        resampled = np.stack(
-            [resampled_means(np.asarray(cell.losses[lr], dtype=float), rng) for lr in sorted(cell.losses)], axis=1
-        )
-        minima = fitted_minima(resampled, x)
+        minima = fitted_minima(resampled_grid({lr: list(losses) for lr, losses in cell.losses.items()}, rng), x)
         held += int(np.sum((minima < x[0]) | (minima > x[-1])))
         used.append(cell)
         optima.append(math.log(fit["estimate"]))

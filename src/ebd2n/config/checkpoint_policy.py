@@ -68,6 +68,13 @@ DEFAULT_CHECKPOINT_POLICY = "final"
 CheckpointPolicyName = Literal[tuple(CHECKPOINT_POLICIES)]
 
 
+def epochs_past_budget(policy: str, checkpoint_epochs: Sequence[int], epochs: int) -> list[int]:
+    """The epochs the `explicit` policy lists past a budget of `epochs` (none under the other
+    policies): boundaries a run of that budget never reaches. The trainer ignores them; a campaign
+    refuses them when they are past every run's budget (ebd2n.campaign.check)."""
+    return sorted({epoch for epoch in checkpoint_epochs if epoch > epochs}) if policy == "explicit" else []
+
+
 def policy_label(policy: str, checkpoint_epochs: Sequence[int]) -> str:
     """The policy as a page shows it: its name, and the epochs it keeps where it takes them."""
     if policy == "interval":

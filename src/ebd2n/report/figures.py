@@ -168,7 +168,9 @@ def _save(figure: Figure) -> dict[str, bytes]:
 
 def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
     """One panel per mode: final loss against LR (log axis) with every seed, mean ± SD, the fitted
-    parabola and the optimum's 95 % interval as a band (open ends run to the axis edge)."""
+    parabola and the optimum's band: its 95 % interval, or the bracket of an unchecked optimum (open
+    ends run to the axis edge). The x axis spans the converged LRs; an LR that diverged beyond them
+    is an ✕ at the axis edge with its LR written, one inside them an ✕ at its LR."""
     figure = Figure(figsize=(0.6 + 4.2 * max(1, len(panels)), 3.9))
     axes = figure.subplots(1, max(1, len(panels)), squeeze=False)[0]
     for index, (ax, panel) in enumerate(zip(axes[: len(panels)], panels, strict=True)):
@@ -187,10 +189,7 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
         if panel["curve"]["lr"]:
             ax.plot(panel["curve"]["lr"], panel["curve"]["loss"], color="black", linewidth=1.2, label="quadratic fit")
         ax.set_xscale("log")
-        left, right = ax.get_xlim()
-        for bound in (panel["low"], panel["high"]):  # a band beyond the tested LRs is drawn, not only listed
-            if bound is not None:
-                left, right = min(left, bound / 1.25), max(right, bound * 1.25)
+        left, right = _converged_range(panel)
         if panel["low"] is not None or panel["high"] is not None:
             ax.axvspan(
                 panel["low"] or left,
@@ -198,30 +197,17 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
                 color=color,
                 alpha=0.15,
                 linewidth=0,
-                label="95 % interval",
+                label="95 % interval" if panel["checked"] else "bracket (unchecked)",
             )
         if panel["estimate"] is not None:
-            ax.axvline(
-                panel["estimate"], color=color, linestyle="--", linewidth=1.2, label=f"optimum {panel['estimate']:.3g}"
-            )
-        if panel[DIVERGED]:
-            crossed = [d["lr"] for d in panel[DIVERGED]]
-            ax.scatter(
-                crossed,
-                [0.97] * len(crossed),
-                marker="x",
-                s=40,
-                color=_DIVERGED_LINE,
-                transform=ax.get_xaxis_transform(),
-                label=DIVERGED,
-                clip_on=False,
-            )
-            left, right = min(left, min(crossed) / 1.5), max(right, max(crossed) * 1.5)
+            label = f"{'optimum' if panel['checked'] else 'vertex'} {panel['estimate']:.3g}"
+            ax.axvline(panel["estimate"], color=color, linestyle="--", linewidth=1.2, label=label)
+        inside = _diverged_marks(ax, panel[DIVERGED], left, right)
         ax.set_xlim(left, right)
-        ticks = sorted([p["lr"] for p in points] + [d["lr"] for d in panel[DIVERGED]])
+        ticks = sorted([p["lr"] for p in points] + inside)
         ax.set_xticks(ticks, [f"{lr:g}" for lr in ticks], rotation=45, fontsize=7)
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xlabel("peak learning rate (log scale; ticks at the tested LRs)")
+        ax.set_xlabel("peak learning rate (log scale; ticks at the LRs drawn)")
         ax.set_ylabel("final full-validation loss (nats)")
         ax.set_title(panel_title(panel), fontsize=10, pad=14)
         if panel["estimate"] is None:  # above the plot area, under the title: clear of every point
@@ -242,10 +228,51 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
             0.5, 0.5, "no grid point has every seed yet", ha="center", va="center", transform=axes[0].transAxes
         )
     figure.suptitle(
-        "Fitted LR optimum per mode: quadratic in ln(LR) near the best point, 95 % seed-bootstrap band", fontsize=10
+        "Fitted LR optimum per mode: quadratic in ln(LR) near the best point, 95 % band or unchecked bracket",
+        fontsize=10,
     )
     figure.tight_layout()
     return _save(figure)
+
+
+def _converged_range(panel: dict[str, Any]) -> tuple[float, float]:
+    """The x range of an LR-optimum panel: its converged LRs, padded, and a band's finite ends up to
+    a grid step or so beyond them (a band further out runs to the edge)."""
+    lrs = [p["lr"] for p in panel["points"]] or [d["lr"] for d in panel[DIVERGED]] or [1.0]
+    left, right = min(lrs) / 1.25, max(lrs) * 1.25
+    if panel["low"] is not None:
+        left = min(left, max(panel["low"] / 1.25, min(lrs) / 2.5))
+    if panel["high"] is not None:
+        right = max(right, min(panel["high"] * 1.25, max(lrs) * 2.5))
+    return left, right
+
+
+def _diverged_marks(ax: Any, diverged: list[dict[str, Any]], left: float, right: float) -> list[float]:
+    """An ✕ on the top edge at each diverged LR inside the x range, and one at the left or right
+    edge, its LRs written beside it, for those beyond; the LRs inside (ticked) are returned."""
+    inside = [d["lr"] for d in diverged if left <= d["lr"] <= right]
+    marks = [(lr, 0.97, ax.get_xaxis_transform()) for lr in inside]
+    for edge, group, align in (
+        (0.0, [d["lr"] for d in diverged if d["lr"] < left], "left"),
+        (1.0, [d["lr"] for d in diverged if d["lr"] > right], "right"),
+    ):
+        if group:
+            marks.append((edge, 0.97, ax.transAxes))
+            words = f"LR {', '.join(f'{lr:g}' for lr in group)} {DIVERGED}"
+            text = f"{words} →" if align == "right" else f"← {words}"
+            ax.text(edge, 0.92, text, ha=align, va="top", fontsize=6.5, color=_DIVERGED_LINE, transform=ax.transAxes)
+    for number, (x, y, transform) in enumerate(marks):
+        ax.scatter(
+            [x],
+            [y],
+            marker="x",
+            s=40,
+            color=_DIVERGED_LINE,
+            transform=transform,
+            label=DIVERGED if number == 0 else None,
+            clip_on=False,
+        )
+    return inside
 
 
 def halving(brackets: list[dict[str, Any]]) -> dict[str, bytes]:
@@ -325,7 +352,7 @@ def lr_law_figure(plot: dict[str, Any]) -> Figure:
     ax.set_title(plot["title"], fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(frameon=False, fontsize=7)
-    figure.suptitle("Fitted LR optimum per cell with its 95 % seed-bootstrap interval, and the law", fontsize=10)
+    figure.suptitle("Fitted LR optimum per cell with its 95 % interval (seeds and misfit), and the law", fontsize=10)
     figure.tight_layout()
     return figure
 

@@ -58,7 +58,7 @@ def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[
                 "mode": mode,
                 "axis": entry["axis"],
                 "reference": value_text(entry["reference"]),
-                "rows": [_shift_row(row) for row in entry["values"]],
+                "rows": [_shift_row(row, row["checked"] and _reference(entry)["checked"]) for row in entry["values"]],
                 "law": _law_text(entry["axis"], entry.get("law")),
             }
             for mode, entries in grid["optimum_shifts"].items()
@@ -81,10 +81,14 @@ def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[
 
 
 def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
-    """The fitted optimum as the best-recipes table shows it: estimate, interval, and why not."""
+    """The fitted optimum as the best-recipes table shows it: estimate, interval, and why not. An
+    unchecked optimum (three LRs around its best) gives its bracket, the best LR's neighbours, in
+    place of an interval: "unchecked (3 LRs, no residual)" over "between 0.004 and 0.008, vertex 0.00606"."""
     fit = entry["lr_optimum"]
     low = f"{fit['low']:.3g}" if fit["low"] is not None else "beyond the grid"
     high = f"{fit['high']:.3g}" if fit["high"] is not None else "beyond the grid"
+    if not fit["checked"] and (fit["low"] is not None or fit["high"] is not None):
+        return _bracket_text(fit, low, high)
     interval = f"95 %: {low} to {high}" if fit["low"] is not None or fit["high"] is not None else ""
     if fit["open"]:
         interval += f" (open at the {fit['open']} end)"
@@ -97,9 +101,27 @@ def _optimum_text(entry: dict[str, Any]) -> dict[str, str]:
             estimate, interval = f"below {high}", "95 % bound"
     else:
         sentence = f"Fitted LR optimum {fit['estimate']:.3g}" + (f" ({interval})" if interval else "") + "."
+        if fit["checked"]:
+            sentence += f" Checked: {fit['check']}."
         if fit["reason"]:
             sentence += f" Note: {fit['reason']}."
     return {"estimate": estimate, "interval": interval, "reason": fit["reason"] or "", "sentence": sentence}
+
+
+def _bracket_text(fit: dict[str, Any], low: str, high: str) -> dict[str, str]:
+    """An unchecked optimum: its bracket (open where the best LR is at the grid's end), the vertex."""
+    where = f"between {low} and {high}"
+    if fit["low"] is None or fit["high"] is None:
+        where = f"above {low}" if fit["high"] is None else f"below {high}"
+    label = f"unchecked ({fit['check']})"
+    if fit["estimate"] is None:
+        sentence = f"No fitted LR optimum: {fit['reason']}; {label}, the best LR's neighbours put it {where}."
+        return {"estimate": where, "interval": label, "reason": fit["reason"] or "", "sentence": sentence}
+    vertex = f"{where}, vertex {fit['estimate']:.3g}"
+    sentence = f"LR optimum {label}: {vertex}."
+    if fit["reason"]:
+        sentence += f" Note: {fit['reason']}."
+    return {"estimate": label, "interval": vertex, "reason": fit["reason"] or "", "sentence": sentence}
 
 
 def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
@@ -167,15 +189,21 @@ def _winner(
     }
 
 
-def _shift_row(row: dict[str, Any]) -> dict[str, str]:
-    """One value of a further axis: its fitted LR optimum and the shift from the axis's first value, with intervals."""
+def _shift_row(row: dict[str, Any], checked: bool) -> dict[str, str]:
+    """One value of a further axis: its fitted LR optimum and the shift from the axis's first value,
+    with intervals; `checked`: both optima are (else the shift's range is their brackets' ratio)."""
     fit = _optimum_text({"lr_optimum": row})
     shift = DASH if row["shift"] is None else f"× {row['shift']:.3g}"
     if row["shift_low"] is not None or row["shift_high"] is not None:
         low = f"{row['shift_low']:.3g}" if row["shift_low"] is not None else "beyond the grid"
         high = f"{row['shift_high']:.3g}" if row["shift_high"] is not None else "beyond the grid"
-        shift += f" (95 %: {low} to {high})"
+        shift += f" (95 %: {low} to {high})" if checked else f" (unchecked, bracket: {low} to {high})"
     return {"value": value_text(row["value"]), **fit, "shift": shift}
+
+
+def _reference(entry: dict[str, Any]) -> dict[str, Any]:
+    """The fit the shifts along an axis are taken from (the first value with an optimum)."""
+    return next((row for row in entry["values"] if row["value"] == entry["reference"]), entry["values"][0])
 
 
 def _law_text(axis: str, law: dict[str, Any] | None) -> str:
@@ -189,6 +217,8 @@ def _law_text(axis: str, law: dict[str, Any] | None) -> str:
     text += f"; at {axis} {following['value']} it predicts LR {following['lr']:.3g}"
     if following["low"] is not None:
         text += f" (95 %: {following['low']:.3g} to {following['high']:.3g})"
+    if not law["checked"]:
+        text += " (no intervals: an optimum it uses is unchecked)"
     return text + "."
 
 

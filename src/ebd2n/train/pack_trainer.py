@@ -87,8 +87,12 @@ def train_pack(
     if refusal is not None:
         raise UserError(f"these runs do not pack: {refusal}")
     directories = [run_directory(recipe).resolve() for recipe in recipes]
-    if len(set(directories)) < len(directories):
-        raise UserError("a run directory is named twice: each run of a pack trains once")
+    twice = next((index for index, directory in enumerate(directories) if directory in directories[:index]), None)
+    if twice is not None:
+        raise UserError(
+            f"{recipes[twice].runtime.output_dir}: this run directory is named twice; each run of a pack trains once, "
+            "so name it once"
+        )
     budget = budget_of(recipes[0])
     end_epoch = budget.epochs if until_epoch is None else until_epoch
     if not 1 <= end_epoch <= budget.epochs:
