@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,15 @@ def open_offline(browser: Any, path: Path, width: int = WIDTH) -> tuple[Any, Loa
     loaded.page.goto(path.as_uri())
     loaded.page.wait_for_function("document.querySelectorAll('[data-figure] .main-svg').length > 0")
     return context, loaded
+
+
+@contextmanager
+def explorer(browser: Any, campaign: Path, width: int) -> Iterator[Loaded]:
+    """A campaign's report at `width` once its explorer has drawn; closed on leaving."""
+    context, loaded = open_offline(browser, campaign / "report" / "index.html", width=width)
+    loaded.page.wait_for_function("document.getElementById('plot-explore').data !== undefined")
+    yield loaded
+    context.close()
 
 
 def toggle_states(page: Any) -> list[tuple[bool, bool]]:

@@ -192,7 +192,7 @@ def test_console_quiet_dry_run_shows_the_table_alone(tmp_path: Path) -> None:
 
 
 def test_console_dry_run_of_the_demo_matches_the_readme(tmp_path: Path) -> None:
-    """The README's "36 runs, 153 jobs" of the demo is what its own dry run plans."""
+    """The README's "36 runs, 152 jobs" of the demo is what its own dry run plans."""
     repo = copy_repo(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(repo / "src")}
     completed = subprocess.run(

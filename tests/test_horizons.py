@@ -275,8 +275,8 @@ def test_runs_csv_names_each_runs_horizon_and_its_tokens_per_parameter(campaign:
 
     runs = pl.read_csv(campaign / PATHS.directory / "runs.csv")
     wanted = {run_id: parse_run_id(run_id).horizon for run_id in runs["run"]}
-    got = dict(zip(runs["run"], runs["horizon"], strict=True))
-    ratio = [row["tokens_per_parameter"] / row["horizon"] for row in runs.iter_rows(named=True)]
+    got = dict(zip(runs["run"], runs["horizon_tpp"], strict=True))
+    ratio = [row["tokens_per_parameter"] / row["horizon_tpp"] for row in runs.iter_rows(named=True)]
     assert got == wanted and all(value is not None for value in got.values()) and all(0.95 < r < 1.05 for r in ratio)
 
 

@@ -19,7 +19,7 @@ from campaign_tree import (
     report_runs,
     write_campaign,
 )
-from offline_browser import MARKS, Loaded, open_offline
+from offline_browser import MARKS, Loaded, explorer
 
 pytestmark = MARKS
 PLOT = "document.getElementById('plot-explore')"
@@ -55,10 +55,8 @@ def diverging_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module", params=[800, 1400], ids=["800px", "1400px"])
 def explored(request: pytest.FixtureRequest, browser, diverging_campaign: Path) -> Iterator[Loaded]:
-    context, loaded = open_offline(browser, diverging_campaign / "report" / "index.html", width=request.param)
-    loaded.page.wait_for_function(f"{PLOT}.data !== undefined")
-    yield loaded
-    context.close()
+    with explorer(browser, diverging_campaign, request.param) as loaded:
+        yield loaded
 
 
 def _view(loaded: Loaded) -> dict:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from offline_browser import MARKS, Loaded, open_offline
+from offline_browser import MARKS, Loaded, explorer
 
 pytestmark = MARKS
 PLOT = "document.getElementById('plot-explore')"
@@ -17,10 +17,8 @@ PLOT = "document.getElementById('plot-explore')"
 @pytest.fixture(scope="module", params=[800, 1400], ids=["800px", "1400px"])
 def explored(request: pytest.FixtureRequest, browser, curves_campaign: Path) -> Iterator[Loaded]:
     """The 24-run campaign's page, its overlay drawn, at each width."""
-    context, loaded = open_offline(browser, curves_campaign / "report" / "index.html", width=request.param)
-    loaded.page.wait_for_function(f"{PLOT}.data !== undefined")
-    yield loaded
-    context.close()
+    with explorer(browser, curves_campaign, request.param) as loaded:
+        yield loaded
 
 
 def _names(loaded: Loaded) -> list[str]:

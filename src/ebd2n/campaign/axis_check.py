@@ -26,7 +26,7 @@ from ebd2n.train.pack_rules import MEMBER_FIELDS
 
 TABLE_COLUMNS = {
     *("run", "mode", "lr", "beta2", "seed", "status", "loss", "preset", "perplexity", "accuracy", "targets"),
-    *("tokens", "horizon", "tokens_per_parameter", "directory", "recipe_identity", "cache_identity", "source_hash"),
+    *("tokens", "horizon_tpp", "tokens_per_parameter", "directory", "recipe_identity", "cache_identity", "source_hash"),
     *("job_ids", "diverged_step", "packed"),
 }
 RESERVED = {
@@ -34,6 +34,7 @@ RESERVED = {
     *("seeds_completed", "eligible", "mean_loss", "std_loss", "rank", "outcome", DIVERGED, "split", "seeds"),
     *("estimate", "low", "high", "points_used", "method", "open", "reason", "shift", "shift_low", "shift_high"),
     *("value", "gpus", "cpus", "jobs", "final", "curves", "at", "axis", "law", "point"),
+    *("checked", "check", "bracket", "misfit"),
 }
 """Runs-table columns an axis's name may not take (its column sits beside them; the table's schema,
 ebd2n.campaign.results.RUN_COLUMNS, imports polars, which a campaign check does not need)."""

@@ -37,7 +37,7 @@ RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     "accuracy": pl.Float64,
     "targets": pl.Int64,
     "tokens": pl.Int64,
-    "horizon": pl.Float64,
+    "horizon_tpp": pl.Float64,
     "tokens_per_parameter": pl.Float64,
     "directory": pl.String,
     "recipe_identity": pl.String,
@@ -48,7 +48,7 @@ RUN_COLUMNS: dict[str, type[pl.DataType]] = {
     "packed": pl.Int64,
 }
 """Columns of the runs table (runs.csv); `directory` is relative to the campaign, `job_ids`
-space-separated, `preset` empty outside scaling campaigns, `horizon` the run's `grid.horizons` value
+space-separated, `preset` empty outside scaling campaigns, `horizon_tpp` the run's `grid.horizons` value
 (tokens per parameter; empty without horizons), `tokens_per_parameter` the tokens it trained over
 its model's parameters (run.json's count), `diverged_step` the step a diverged
 run stopped at, `packed` the most runs it trained a slice with in one pack (`execution.pack`;
@@ -229,21 +229,21 @@ def _row(campaign: Path, record: RunRecord, results: dict[str, Any] | None, outc
             "preset": preset,
             "directory": directory,
             "job_ids": "",
-            "horizon": _horizon(run_dir.name),
+            "horizon_tpp": _horizon(run_dir.name),
             "diverged_step": None if divergence is None else divergence.step,
             "packed": _packed(record),
         }
     missing = [key for key in ("mode", "lr", "beta2", "seed", "status") if key not in results]
     if missing:
         raise UserError(f"{record.paths.results}: missing {', '.join(missing)}; re-run `ebd2n validate {run_dir}`")
-    own = ("preset", "horizon", "tokens_per_parameter", "directory", "job_ids", "packed")
+    own = ("preset", "horizon_tpp", "tokens_per_parameter", "directory", "job_ids", "packed")
     row = {key: results.get(key) for key in RUN_COLUMNS if key not in own}
     row["run"] = str(results.get("run") or run_dir.name)
     row["status"] = outcome.value
     row["preset"] = preset
     row["directory"] = directory
     row["job_ids"] = " ".join(str(job) for job in results.get("job_ids") or [])
-    row["horizon"] = _horizon(run_dir.name)
+    row["horizon_tpp"] = _horizon(run_dir.name)
     row["tokens_per_parameter"] = _tokens_per_parameter(results.get("tokens"), record.run_json)
     divergence = Divergence.of(results.get(DIVERGENCE))
     row["diverged_step"] = None if divergence is None else divergence.step
