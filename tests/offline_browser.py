@@ -54,8 +54,13 @@ def launch(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
 
 
-def open_offline(browser: Any, path: Path, width: int = WIDTH) -> tuple[Any, Loaded]:
-    """(context, Loaded) for `path` from file:// with every other request aborted; waits for the figures."""
+FIGURES_DRAWN = "document.querySelectorAll('[data-figure] .main-svg').length > 0"
+EXPLORER_DRAWN = "document.getElementById('plot-explore')?.data !== undefined"
+"""What open_offline waits for: a page's figures drawn, or its explorer (the status page has no other)."""
+
+
+def open_offline(browser: Any, path: Path, width: int = WIDTH, ready: str = FIGURES_DRAWN) -> tuple[Any, Loaded]:
+    """(context, Loaded) for `path` from file:// with every other request aborted, once `ready` holds."""
     context = browser.new_context(viewport={"width": width, "height": 900})
     context.route(
         "**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_()
@@ -65,7 +70,7 @@ def open_offline(browser: Any, path: Path, width: int = WIDTH) -> tuple[Any, Loa
     loaded.page.on("pageerror", lambda error: loaded.errors.append(str(error)))
     loaded.page.on("dialog", lambda dialog: (loaded.dialogs.append(dialog.message), dialog.dismiss()))
     loaded.page.goto(path.as_uri())
-    loaded.page.wait_for_function("document.querySelectorAll('[data-figure] .main-svg').length > 0")
+    loaded.page.wait_for_function(ready)
     return context, loaded
 
 
@@ -73,7 +78,7 @@ def open_offline(browser: Any, path: Path, width: int = WIDTH) -> tuple[Any, Loa
 def explorer(browser: Any, campaign: Path, width: int) -> Iterator[Loaded]:
     """A campaign's report at `width` once its explorer has drawn; closed on leaving."""
     context, loaded = open_offline(browser, campaign / "report" / "index.html", width=width)
-    loaded.page.wait_for_function("document.getElementById('plot-explore').data !== undefined")
+    loaded.page.wait_for_function(EXPLORER_DRAWN)
     yield loaded
     context.close()
 

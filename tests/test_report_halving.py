@@ -19,6 +19,7 @@ from ebd2n.campaign.analysis import group_runs, load_runs, select
 from ebd2n.campaign.optimum import lr_optima
 from ebd2n.campaign.rung_decision import read_decision
 from ebd2n.jsonio import read_jsonl
+from ebd2n.quantities import loss_decimals
 from ebd2n.report import build_report
 
 LRS = [0.001, 0.002, 0.004, 0.008]
@@ -94,8 +95,11 @@ def test_report_halving_shows_the_brackets_table_on_the_page(campaign: Path) -> 
         page.index('<section id="halving">') : page.index("</section>", page.index('<section id="halving">'))
     ]
     rows = [row for row in pl.read_csv(campaign / "report" / "brackets.csv").iter_rows(named=True)]
+    digits = loss_decimals(
+        pl.read_csv(campaign / "report" / "groups.csv")["std_loss"].drop_nulls().drop_nans().median()
+    )
     result = [
-        f'{row["mean_loss"]:.4f}<br><span class="muted">'
+        f'{row["mean_loss"]:.{digits}f}<br><span class="muted">'
         f"rank {row['rank']}{'' if row['continued'] else ', stopped'}</span>" in section
         for row in rows
     ]

@@ -43,6 +43,8 @@ CAMPAIGN = "config/campaigns/tiny.yaml"
 PATHS = named_campaign("tiny")
 BRACKET = "synchronous"
 HALVING_CHECK = "successive-halving decisions recomputed from the runs' subset losses"
+CONSOLE: list[str] = []
+"""The console of the halving campaign's first run (the module's fixture)."""
 
 
 def run_id(lr: float, seed: int) -> str:
@@ -53,7 +55,7 @@ def run_id(lr: float, seed: int) -> str:
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository copy holding the finished halving campaign and the grid campaign."""
     repo = copy_repo(tmp_path_factory.mktemp("search"))
-    snakemake(repo, "--configfile", write_campaign(repo, RAW))
+    CONSOLE.append(snakemake(repo, "--configfile", write_campaign(repo, RAW)).stderr)
     snakemake(repo, "--configfile", write_campaign(repo, GRID, "grid.yaml"))
     return repo
 
@@ -189,6 +191,25 @@ def test_decisions_equal_the_ranking_recomputed_from_the_runs(campaign: Path) ->
                 ]
     record = json.loads((campaign / PATHS.campaign_json).read_text())["search"]
     assert (record["runs_stopped"], record["runs_training_to_the_end"]) == (4, 2)
+
+
+def test_the_console_names_the_points_each_rung_decision_stopped(campaign: Path) -> None:
+    """Each decide_rung line ends with how many points go on and which the decision stopped."""
+    decisions = sorted((campaign / PATHS.directory / "search" / BRACKET).glob("rung-*.json"))
+    wanted = []
+    for path in decisions:
+        decision = json.loads(path.read_text())
+        ranked = [entry["point"] for entry in decision["ranking"]]
+        stopped = [point for point in ranked if point not in decision["continuing"]]
+        going = f"{len(ranked) - len(stopped)} of {len(ranked)} points train on"
+        wanted.append(
+            f"bracket {BRACKET} epoch {decision['epoch']} digest {decision['digest']}: {going}; "
+            f"stopped by the rung decision: {', '.join(stopped)}"
+        )
+    console = CONSOLE[0]
+    lines = [line for line in console.splitlines() if "decide_rung tiny" in line]
+    assert len(decisions) == len(RUNGS) == len(lines)
+    assert [sum(f"decide_rung tiny {where}" in line for line in lines) for where in wanted] == [1] * len(wanted), lines
 
 
 def test_audit_cli_passes_the_campaign(repo: Path) -> None:

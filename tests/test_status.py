@@ -203,7 +203,7 @@ def test_status_without_a_plan_is_a_user_error(tmp_path: Path) -> None:
 
 def _open_status_page(tmp_path: Path, width: int = 1400) -> Iterator[object]:
     """The campaign's status page in headless Chromium, `width` px wide, offline."""
-    from ebd2n.campaign.status_display import write_status_page
+    from ebd2n.report.status_page import write_status_page
 
     yield from _open_page(
         write_status_page(tmp_path / "results/sweep", campaign_status(Path("results/sweep"), now=NOW)), width
@@ -502,8 +502,9 @@ def test_browser_status_page_of_a_halved_campaign_stops_reloading(halved: Halved
 def test_browser_status_page_draws_each_running_runs_loss_curve(
     stopped: dict[str, str], tmp_path: Path, width: int
 ) -> None:
-    """The run training its second slice has 250 steps of falling loss (and one non-finite): its row
-    draws them as 100 bucket means, highest first, at full size; runs not running draw none."""
+    """The run training its second slice has 251 steps of falling loss (one non-finite): its row
+    draws its explorer curve, the lowest and highest step of each of 120 buckets less the non-finite
+    one (239 points), highest first, at full size; runs with a single step draw none."""
     training = next(run for run, role in stopped.items() if role == "training")
     steps = [{"type": "step", "step": step, "loss": 5.0 - step / 100} for step in range(1, 251)]
     steps[7]["loss"] = float("nan")
@@ -526,7 +527,7 @@ def test_browser_status_page_draws_each_running_runs_loss_curve(
     ys, shown = rows["training"]
     assert (sorted(rows), len(ys), ys == sorted(ys), ys[0] < ys[-1], shown) == (
         ["training"],  # the validating run's history holds one step: no line to draw
-        100,
+        2 * 120 - 1,
         True,
         True,
         True,

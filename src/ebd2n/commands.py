@@ -246,9 +246,20 @@ def cmd_export_tracker(args: argparse.Namespace) -> None:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> None:
+    from ebd2n.layout import CampaignPaths
     from ebd2n.report.dashboard import write_dashboard
 
-    if args.self_contained is None:
+    if CampaignPaths(args.run_dir).status_plan.is_file():  # a campaign: its live page, the explorer included
+        from ebd2n.campaign.status import campaign_status
+        from ebd2n.report.status_page import write_status_page
+
+        if args.self_contained is not None:
+            raise UserError(
+                f"--self-contained: {args.run_dir} is a campaign directory; only a run's page travels alone "
+                f"(ebd2n dashboard {args.run_dir}/runs/RUN --self-contained OUT.html)"
+            )
+        print(f"status page {write_status_page(args.run_dir, campaign_status(args.run_dir))}")
+    elif args.self_contained is None:
         print(f"dashboard {write_dashboard(args.run_dir)}")
     else:
         print(f"dashboard {write_dashboard(args.run_dir, args.self_contained, self_contained=True)}")
@@ -256,7 +267,8 @@ def cmd_dashboard(args: argparse.Namespace) -> None:
 
 def cmd_status(args: argparse.Namespace) -> None:
     from ebd2n.campaign.status import campaign_status
-    from ebd2n.campaign.status_display import finished, format_status, write_status_page
+    from ebd2n.campaign.status_display import finished, format_status
+    from ebd2n.report.status_page import write_status_page
 
     directory = _locate(args).directory
     status = campaign_status(directory)

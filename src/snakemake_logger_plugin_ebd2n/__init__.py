@@ -1,16 +1,16 @@
 """A quiet console for ebd2n campaigns: Snakemake's `--logger ebd2n` (the repository's profiles set it).
 
-One line per finished job (time, jobs done of all, rule, run; a training job whose run diverged
-adds `: diverged at step 16 (non-finite)`), every error in full with the failed job's log,
-warnings, Snakemake's job table at the start and the workflow's closing line (records marked
-CLOSING). After a Ctrl-C (SIGINT) the jobs it stopped are no failures: one line says the campaign
-was interrupted and how to resume, and no error follows it. A dry run (`-n`) shows the table once,
-then the plan (dryrun.py): the runs that would train or validate, those reused, and with -p each
-rule's first command. The full record stays in Snakemake's own log file. As jobs finish it also
-rewrites each campaign's status page (`ebd2n status`), at most every STATUS_EVERY_S seconds.
+One line per finished job (time, jobs done of all, rule, run; a training job whose run diverged adds
+`: diverged at step 16 (non-finite)`, a rung decision the points it stopped), every error in full
+with the failed job's log, warnings, Snakemake's job table at the start and the workflow's closing
+line (records marked CLOSING). After a Ctrl-C (SIGINT) the jobs it stopped are no failures: one line
+says the campaign was interrupted and how to resume, and no error follows it. A dry run (`-n`) shows
+the table once, then the plan (dryrun.py): the runs that would train or validate, those reused, and
+with -p each rule's first command. The full record stays in Snakemake's own log file. As jobs finish
+it also rewrites each campaign's status page (`ebd2n status`), at most every STATUS_EVERY_S seconds.
 Snakemake finds this module by its name (snakemake_logger_plugin_<name>), so it is a top-level
 package of its own; it imports ebd2n only to name a job's campaign (ebd2n.layout), to read a
-finished training job's divergence, to write status pages and in a dry run.
+finished training job's divergence and a rung decision, to write status pages and in a dry run.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ diverged in): outputs made after the plan was, on purpose, so not shown; the div
 its job's line instead."""
 _TRAINING = {"train_slice", "train_final", "train_pack"}
 """The rules whose finished job may have seen a run diverge."""
+_DECIDING = "decide_rung"
+"""The rule whose finished job stops points of a successive-halving bracket (workflow/rules/train.smk)."""
+NAMED_STOPS = 4
+"""How many stopped points a rung decision's line names before it counts the rest."""
 CLOSING = "ebd2n_closing"
 """The attribute (`logger.info(..., extra={CLOSING: True})`) marking the workflow's closing line."""
 _STOPPED_BY_SIGINT = ("exit status 130", "<Signals.SIGINT: 2>")
@@ -59,6 +63,8 @@ class LogHandler(LogHandlerBase):
         self.jobs: dict[int, str] = {}
         self.runs: dict[int, tuple[str, list[str] | str]] = {}
         """A training job's campaign and its run (a pack job: its log, whose header names its members)."""
+        self.decisions: dict[int, list[str]] = {}
+        """A rung decision job's output."""
         self.diverged: set[str] = set()
         self.finished: list[str] = []
         self.campaigns: set[str] = set()
@@ -135,9 +141,12 @@ class LogHandler(LogHandlerBase):
                 if record.rule_name in _TRAINING:
                     run = (record.wildcards or {}).get("run") or list(getattr(record, "log", None) or ())
                     self.runs[record.jobid] = (campaign, run)
+                if record.rule_name == _DECIDING:
+                    self.decisions[record.jobid] = list(getattr(record, "output", None) or ())
         elif event == LogEvent.JOB_FINISHED:
             label = self.jobs.pop(record.job_id, f"job {record.job_id}")
-            self.finished.append(label + self.divergence_note(*self.runs.pop(record.job_id, (None, []))))
+            note = self.divergence_note(*self.runs.pop(record.job_id, (None, [])))
+            self.finished.append(label + note + decision_note(self.decisions.pop(record.job_id, [])))
         elif event == LogEvent.PROGRESS:
             done = ", ".join(self.finished)
             self.finished = []
@@ -208,8 +217,8 @@ class LogHandler(LogHandlerBase):
         self.status_written = time.monotonic()
         try:
             from ebd2n.campaign.status import campaign_status
-            from ebd2n.campaign.status_display import write_status_page
             from ebd2n.layout import named_campaign
+            from ebd2n.report.status_page import write_status_page
         except ImportError:  # Snakemake runs without the ebd2n package: no pages
             return
         for campaign in self.campaigns:
@@ -218,6 +227,31 @@ class LogHandler(LogHandlerBase):
                 write_status_page(directory, campaign_status(directory))
             except Exception as error:  # a status page must never stop the workflow
                 sys.stderr.write(f"status page of {directory} not written: {error}\n")
+
+
+def decision_note(outputs: list[str]) -> str:
+    """`: 2 of 3 points train on; stopped by the rung decision: lr0.016-beta20.99` for a finished rung
+    decision job (its output, ebd2n.campaign.rung_decision); nothing without the package or the file."""
+    try:
+        from ebd2n.campaign.rung_decision import read_decision
+        from ebd2n.errors import UserError
+    except ImportError:
+        return ""
+    try:  # a line must never stop the workflow
+        # Snakemake names an output with its flags: "results/…/rung-1-….json (update)"
+        decisions = [read_decision(Path(output.split(" (", 1)[0])) for output in outputs]
+    except (OSError, ValueError, UserError) as error:
+        return f": decision not read ({error})"
+    notes = []
+    for decision in filter(None, decisions):
+        ranked = [entry["point"] for entry in decision["ranking"]]
+        stopped = [point for point in ranked if point not in decision["continuing"]]
+        named = ", ".join(stopped[:NAMED_STOPS]) + (
+            f" and {len(stopped) - NAMED_STOPS} more" if len(stopped) > NAMED_STOPS else ""
+        )
+        going = f"{len(ranked) - len(stopped)} of {len(ranked)} points train on"
+        notes.append(f"{going}; stopped by the rung decision: {named}" if stopped else f"{going}")
+    return f": {'; '.join(notes)}" if notes else ""
 
 
 def job_campaign(record: logging.LogRecord) -> str | None:

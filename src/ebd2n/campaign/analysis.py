@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import polars as pl
-from scipy import stats
 
 from ebd2n.atomic import atomic_write_text
+from ebd2n.campaign.welch import welch
 from ebd2n.errors import UserError
 from ebd2n.layout import GROUPS_CSV, SELECTION_JSON
 from ebd2n.outcomes import DIVERGED, POINT_PRECEDENCE, STOPPED, Outcome, PointOutcome
@@ -357,15 +356,16 @@ def _notes(ranked: pl.DataFrame, points: pl.DataFrame, done: pl.DataFrame) -> di
     winner = ranked.row(0, named=True)
     runner = ranked.row(1, named=True) if ranked.height > 1 else None
     edge = lr_edge(winner["lr"], lrs)
-    sd = winner["std_loss"]
     margin = runner["mean_loss"] - winner["mean_loss"] if runner else None
+    test = welch(point_losses(done, winner, axes), point_losses(done, runner, axes)) if runner else None
     notes = {
         "edge": edge,
-        "runner_up": {key: runner[key] for key in ("lr", *axes, "mean_loss")} if runner else None,
+        "runner_up": {key: runner[key] for key in ("lr", *axes, "mean_loss", "std_loss")} if runner else None,
         "margin": margin,
-        "seed_sd": sd,
-        "margin_vs_sd": margin / sd if margin is not None and sd else None,
-        "p_value": _welch_p(_losses(done, winner, axes), _losses(done, runner, axes)) if runner else None,
+        "seed_sd": winner["std_loss"],
+        "margin_se": test["se"] if test else None,  # Welch's: both points' SDs, as the p value uses them
+        "margin_vs_se": margin / test["se"] if test else None,
+        "p_value": test["p_value"] if test else None,
         "next_lrs": _next_lrs(edge, lrs),
         "diverged_above": diverged_above(winner, points),
         "unfinished": points.filter(pl.col("outcome") == PointOutcome.INCOMPLETE).select("lr", *axes).to_dicts(),
@@ -374,17 +374,10 @@ def _notes(ranked: pl.DataFrame, points: pl.DataFrame, done: pl.DataFrame) -> di
     return notes
 
 
-def _losses(done: pl.DataFrame, point: dict[str, Any], axes: Sequence[str]) -> list[float]:
+def point_losses(done: pl.DataFrame, point: dict[str, Any], axes: Sequence[str]) -> list[float]:
     """Per-seed losses behind one grid point's mean."""
     match = [pl.col(key).eq_missing(point[key]) for key in ("mode", "lr", *axes)]
     return done.filter(*match)["loss"].to_list()
-
-
-def _welch_p(a: list[float], b: list[float]) -> float | None:
-    """Two-sided Welch t-test p; None when there is no spread to test (one seed, or none varies)."""
-    if len(a) < 2 or len(b) < 2 or (np.var(a) == 0 and np.var(b) == 0):
-        return None
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
 def lr_edge(lr: float, lrs: list[float]) -> Edge | None:
@@ -439,9 +432,9 @@ def _verdict(winner: dict[str, Any], runner: dict[str, Any] | None, notes: dict[
 
 
 def _noise_clause(notes: dict[str, Any]) -> str:
-    """Margin against the seed SD and the t-test; says plainly when the win is not established."""
-    ratio = notes["margin_vs_sd"]
-    size = f", {ratio:.2f} times the winner's seed SD" if ratio is not None else ""
+    """Margin in Welch standard errors and the t-test; says plainly when the win is not established."""
+    ratio = notes["margin_vs_se"]
+    size = f", {ratio:.2f} times its Welch standard error" if ratio is not None else ""
     p = notes["p_value"]
     if p is None:
         return f"{size}; with too few varying seeds for a t-test, {_NOT_ESTABLISHED}"

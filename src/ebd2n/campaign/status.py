@@ -21,8 +21,10 @@ stopped run is a state of its own, neither failed nor left to do: the ETA counts
 still train (those whose fate no rung has decided yet among them), and a campaign whose other
 runs are done is finished. One line per bracket says the rung it is at.
 
-The plan is written and read in ebd2n.campaign.status_plan; the table and the page that show a
-status are ebd2n.campaign.status_display's.
+The plan is written and read in ebd2n.campaign.status_plan; the table that shows a status is
+ebd2n.campaign.status_display's, the page ebd2n.report.status_page's (it draws the runs' curves,
+which a status does not hold: reading every step of every run at each status costs seconds at
+1,000 runs).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from __future__ import annotations
 import collections
 import csv
 import itertools
-import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -54,7 +55,6 @@ STATES = (DONE, RUNNING, Outcome.FAILED.value, LiveState.PENDING.value)
 """The campaign line's counts; a run that trains or validates counts as running. A stopped run
 (successive halving) and a diverged one are counted apart."""
 LIVE = frozenset({LiveState.TRAINING, LiveState.VALIDATING})
-CURVE_POINTS = 100
 
 
 @dataclass
@@ -84,8 +84,6 @@ class RunStatus:
     """Duration of each finished training job of the run."""
     validation_seconds: float | None = None
     """Duration of its validation job, once finished."""
-    curve: list[float] = field(default_factory=list)
-    """The training loss by step of a run that trained, at most CURVE_POINTS bucket means (the page's curve)."""
 
     @property
     def counted(self) -> str:
@@ -312,7 +310,6 @@ def _run_status(
         row.charged_s += elapsed / shared(finished + 1)
         validating = (record.has_final and record.has_best) or (job is not None and job.validating)
         row.state = (LiveState.VALIDATING if validating else LiveState.TRAINING).value
-        row.curve = _curve(record.metrics.step_losses())
         starting = "" if holder is not None or validating else ", starting"
         row.detail = (
             "full validation" if validating else f"slice {min(slices_done + 1, len(ends))} of {len(ends)}{starting}"
@@ -328,8 +325,6 @@ def _run_status(
         row.detail = "trained, waiting for validation"
     elif slices_done:
         row.detail = f"{slices_done} of {len(ends)} slices done"
-    if not row.curve and epochs:  # a run that trained: its curve stays on the page once it ended
-        row.curve = _curve(record.metrics.step_losses())
     return row
 
 
@@ -342,17 +337,6 @@ def _pack_shares(record: RunRecord) -> dict[int, int]:
         if job.get("kind") == "train" and isinstance(job.get("epoch"), int):
             shares[job["epoch"]] = job.get("pack", 1)
     return shares
-
-
-def _curve(losses: list[float]) -> list[float]:
-    """The finite training losses, averaged into CURVE_POINTS buckets of consecutive steps (all of
-    them when fewer): a curve's shape for a cell of the page."""
-    losses = [loss for loss in losses if math.isfinite(loss)]
-    count = min(len(losses), CURVE_POINTS)
-    if not count:
-        return []
-    bounds = [len(losses) * i // count for i in range(count + 1)]
-    return [sum(losses[a:b]) / (b - a) for a, b in itertools.pairwise(bounds)]
 
 
 def _stopped_epoch_seconds(epochs: list[dict[str, Any]], diverged: Divergence, record: RunRecord) -> float:

@@ -31,6 +31,7 @@ from ebd2n.campaign.analysis import (
 )
 from ebd2n.campaign.axis_optimum import optimum_shifts
 from ebd2n.campaign.extend import extension_history
+from ebd2n.campaign.mode_comparison import compare_modes
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
 from ebd2n.campaign.results import CampaignResults, read_results
 from ebd2n.config import Recipe, dump_recipe
@@ -114,6 +115,7 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
     groups = group_runs(campaign.runs, campaign.seeds, campaign.axes)
     selection = select(groups)
     notes = winner_notes(groups, campaign.runs, campaign.seeds)
+    comparison = compare_modes(groups, campaign.runs, selection, campaign.seeds)
     optima = lr_optima(groups, campaign.runs, campaign.seeds)
     panels = optimum_panels(groups, campaign.runs, selection, optima, campaign.seeds)
     shifts = optimum_shifts(groups, campaign.runs, selection, campaign.further_axes, campaign.seeds)
@@ -136,6 +138,7 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
         "groups": groups,
         "selection": selection,
         "notes": notes,
+        "mode_comparison": comparison,
         "optima": optima,
         "optimum_panels": panels,
         "optimum_shifts": shifts,
@@ -147,6 +150,7 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
         "json": {
             "selected": selection,
             "notes": notes,
+            **({"mode_comparison": comparison} if comparison else {}),  # two modes selected or more
             "lr_optima": optima,
             **({"lr_optimum_shifts": shifts} if shifts else {}),  # a grid with further axes only
             "extensions": extensions,

@@ -207,7 +207,14 @@ def _optimizer_figure(steps: list[dict[str, Any]]) -> dict[str, Any]:
     data.append({**_line(downsample(_series(steps, "lr")), "learning rate", "#1f5fa8", width=2), "yaxis": "y2"})
     layout = {
         "xaxis": {"title": {"text": "batch (optimizer step)"}},
-        "yaxis": {"title": {"text": "gradient norm (before clipping)"}, "type": "log"},
+        # three ticks' worth of range: Plotly ticks 1, 2 and 5 of a decade (never all nine digits,
+        # whose labels collide), each labelled in full (its default labels 0.4 as "4")
+        "yaxis": {
+            "title": {"text": "gradient norm (before clipping)"},
+            "type": "log",
+            "nticks": 3,
+            "minorloglabels": "complete",
+        },
         "yaxis2": {
             "title": {"text": "learning rate"},
             "overlaying": "y",

@@ -1,5 +1,7 @@
 """The campaign page's Explore section: every run's curves from the metrics store, for the page to
 overlay, group, smooth and filter; and the parallel-coordinates view of the axes against the loss.
+The status page draws the same explorer over the runs so far (ebd2n.report.status_page): both build
+its payload with `explorer` from per-run `curves`.
 
 The curves are the Parquet store's tables, as the report just wrote them, downsampled for the page:
 per bucket of steps the lowest and the highest point, so spikes and the curve's shape survive at a
@@ -54,35 +56,46 @@ _NAMES = {"lr": "LR"}
 def explore(campaign: CampaignResults, store: dict[str, pa.Table]) -> dict[str, Any]:
     """The page's packed curve data (runs, their grid point and each metric's downsampled curve)
     from the store's tables (ebd2n.report.store.write_store), and its parallel-coordinates figure."""
-    runs, every = [], run_axes(campaign.axes)
+    runs = []
     for row in campaign.runs.iter_rows(named=True):
         table = store.get(row["directory"])
-        records = pl.from_arrow(table) if table is not None else None
-        curves = {name: _curve(records, kind, name) for name, (kind, _) in METRICS.items()}
         runs.append(
             {
-                **{axis: row[axis] for axis in every},
+                **{axis: row[axis] for axis in run_axes(campaign.axes)},
                 "run": row["run"],
                 "status": row["status"],
                 "final": _finite(row["loss"]),
-                "curves": curves,
+                "curves": curves(pl.from_arrow(table) if table is not None else None),
             }
         )
-    axes = [axis for axis in every if axis != "preset" or campaign.presets]
+    explored = explorer(runs, campaign.axes, bool(campaign.presets))
+    return {**explored, "parallel": figure_json(parallel_figure(campaign.runs, campaign.axes))}
+
+
+def explorer(runs: list[dict[str, Any]], axes: list[str], presets: bool) -> dict[str, Any]:
+    """What explore.html.j2 and explore.js draw, from one entry per run: its `run_axes` values, `run`,
+    `status` (a diverged run is a mark) and `curves`. The campaign report and the status page
+    (ebd2n.report.status_page, while the campaign trains) both build theirs here."""
+    shown = [axis for axis in run_axes(axes) if axis != "preset" or presets]
     return {
         "packed": pack_rows(runs),
         "metrics": [{"key": key, "label": label} for key, (_, label) in METRICS.items()],
-        "axes_json": figure_json(axes),
-        "axes_words": ", ".join(campaign.axes),
+        "axes_json": figure_json(shown),
+        "axes_words": ", ".join(axes),
         "groupings": [
             (",".join(fields), ", ".join(_NAMES.get(f, f) for f in fields) + note)
-            for fields, note in groupings(campaign.axes)
-            if set(fields) <= set(axes)
+            for fields, note in groupings(axes)
+            if set(fields) <= set(shown)
         ],
         "buckets": BUCKETS,
         "runs": len(runs),
-        "parallel": figure_json(parallel_figure(campaign.runs, campaign.axes)),
     }
+
+
+def curves(records: pl.DataFrame | None) -> dict[str, list[list[float]]]:
+    """Each metric of METRICS downsampled from a run's records (`type`, `step` and the metrics'
+    columns; None: no records yet)."""
+    return {name: _curve(records, kind, name) for name, (kind, _) in METRICS.items()}
 
 
 def _curve(records: pl.DataFrame | None, kind: str, column: str) -> list[list[float]]:

@@ -6,6 +6,7 @@ came from a user (run names, campaign names, purposes, paths) is shown as text, 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from ebd2n.campaign.analysis import point_key, values_label
@@ -69,8 +70,8 @@ def render_page(
         ],
         "cost": _cost(cost, campaign.axes),
         "scaling": _scaling(scaling) if scaling is not None else None,
-        "grid": grid_section(campaign, grid, stopped) if grid is not None else None,
-        "halving": _halving(halving) if halving is not None else None,
+        "grid": grid_section(campaign, grid, stopped, digits) if grid is not None else None,
+        "halving": _halving(halving, digits) if halving is not None else None,
         "links": _links(campaign, grid, scaling is not None, halving),
         "explore": explore,
         "lr_law": lr_law or [],
@@ -81,7 +82,7 @@ def render_page(
     return environment.get_template("campaign.html.j2").render(context)
 
 
-def _halving(outputs: dict[str, Any]) -> dict[str, Any]:
+def _halving(outputs: dict[str, Any], digits: int) -> dict[str, Any]:
     """The successive-halving section: the hours, and per bracket its figure and its points at every rung."""
     hours = outputs["hours"]
     brackets = []
@@ -91,7 +92,7 @@ def _halving(outputs: dict[str, Any]) -> dict[str, Any]:
             cells = []
             for rung in bracket["rungs"]:
                 entry = point["rungs"].get(str(rung["epoch"]))
-                loss = DASH if entry is None or entry["mean_loss"] is None else f"{entry['mean_loss']:.4f}"
+                loss = DASH if entry is None or entry["mean_loss"] is None else f"{entry['mean_loss']:.{digits}f}"
                 rank = "" if entry is None else f"rank {entry['rank']}" + ("" if entry["continued"] else ", stopped")
                 cells.append({"text": loss, "rank": rank})
             rows.append(
@@ -178,7 +179,7 @@ def _provenance(summary: dict[str, Any]) -> dict[str, Any]:
         and (hashes["campaign"] is None or hashes["runs"] in ([], [hashes["campaign"]])),
         "caches": summary["cache_identity"],
         "base_recipes": summary["base_recipes"],
-        "created": summary["created"],
+        "created": time_text(summary["created"]) if summary["created"] else None,
         "environments": [
             {**env, "devices": ", ".join(env.get("devices") or []) or DASH} for env in summary["environment"]
         ],
@@ -230,14 +231,28 @@ def _measured(cost: dict[str, Any]) -> str:
         return f"{text}. Wall-clock time: not known (no job recorded its start)"
     return (
         f"{text}. Wall-clock time: {format_duration(span['wall_s'])}, from the first job's start "
-        f"({span['started']}) to the last job's end ({span['ended']}), pauses between invocations included"
+        f"({time_text(span['started'])}) to the last job's end ({time_text(span['ended'])}), pauses between "
+        "invocations included"
     )
 
 
+def time_text(iso: str) -> str:
+    """`2026-12-07 14:03 UTC`: a recorded ISO time as people read it, to the minute; one without an
+    offset as recorded (converting it would depend on the machine building the page)."""
+    moment = datetime.fromisoformat(iso)
+    if moment.tzinfo is None:
+        return f"{moment:%Y-%m-%d %H:%M}"
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
 def _loss_digits(grid: dict[str, Any] | None) -> int:
-    """Decimals of the runs table's losses: what the median seed SD of the grid's points supports."""
-    sds = grid["groups"]["std_loss"].drop_nulls().drop_nans() if grid is not None else None
-    return loss_decimals(sds.median() if sds is not None and not sds.is_empty() else None)
+    """Decimals of every loss on the page, chosen once so no table mixes them: what the smaller of
+    the points' median seed SD and the winners' smallest supports (no winner's SD reads as 0)."""
+    if grid is None:
+        return loss_decimals(None)
+    sds = grid["groups"]["std_loss"].drop_nulls().drop_nans()
+    winners = [sd for point in grid["selection"].values() if (sd := point["std_loss"]) is not None and sd > 0]
+    return loss_decimals(min([sds.median(), *winners]) if not sds.is_empty() else None)
 
 
 def _run_row(

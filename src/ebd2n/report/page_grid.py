@@ -12,20 +12,22 @@ import polars as pl
 from ebd2n.campaign.analysis import lr_response, outcome_text, point_key, point_name, value_text, values_label
 from ebd2n.campaign.results import CampaignResults
 from ebd2n.outcomes import DIVERGED, STOPPED, Outcome
-from ebd2n.quantities import loss_decimals
 from ebd2n.report.html import DASH, percent
 from ebd2n.report.plotly_embed import figure_json
 from ebd2n.report.plotly_figures import curves_figure, heatmap_figure, lr_optimum_figure, winner_curves
 from ebd2n.report.tables import point_runs
 
 
-def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[str, int]) -> dict[str, Any]:
-    """Everything the LR x beta2 sections show: winners, grid, response, figures, commands."""
+def grid_section(
+    campaign: CampaignResults, grid: dict[str, Any], stopped: dict[str, int], digits: int
+) -> dict[str, Any]:
+    """Everything the LR x beta2 sections show: winners, grid, response, figures, commands; every
+    loss to `digits` decimals (the page's one choice)."""
     groups: pl.DataFrame = grid["groups"]
     selection = grid["selection"]
     winners = [
         {
-            **_winner(campaign, mode, point, grid["notes"][mode], grid["selected"][mode]),
+            **_winner(campaign, mode, point, grid["notes"][mode], grid["selected"][mode], digits),
             "optimum": _optimum_text(grid["optima"][mode]),
         }
         for mode, point in selection.items()
@@ -43,16 +45,19 @@ def grid_section(campaign: CampaignResults, grid: dict[str, Any], stopped: dict[
         "on_edge": [w for w in winners if w["edge"]],
         "unsettled": [w for w in winners if w["unfinished"]],
         "bounded": [w for w in winners if w["diverged_above"]],
+        "modes_compared": _modes_compared(campaign, selection, grid["mode_comparison"], digits),
         "grid_rows": _grid_rows(campaign, groups, stopped),
         "responses": [
-            _response(groups, lr_response(groups, at), at, selection)
+            _response(groups, lr_response(groups, at), at, selection, digits)
             for point in campaign.points
             if (at := dict(zip(campaign.axes, point, strict=True)))
             and not groups.filter(*(pl.col(axis).eq_missing(value) for axis, value in at.items())).is_empty()
         ],  # one table per value of the other axes: each winner is bold in its own
-        "heatmaps": [_heatmap(campaign, groups, mode, selection.get(mode), index) for index, mode in enumerate(modes)],
-        "curves": _curves(grid["curves"]),
-        "optimum_plots": [_optimum_plot(panel, index) for index, panel in enumerate(grid["optimum_panels"])],
+        "heatmaps": [
+            _heatmap(campaign, groups, mode, selection.get(mode), index, digits) for index, mode in enumerate(modes)
+        ],
+        "curves": _curves(grid["curves"], digits),
+        "optimum_plots": [_optimum_plot(panel, index, digits) for index, panel in enumerate(grid["optimum_panels"])],
         "shifts": [
             {
                 "mode": mode,
@@ -124,15 +129,15 @@ def _bracket_text(fit: dict[str, Any], low: str, high: str) -> dict[str, str]:
     return {"estimate": label, "interval": vertex, "reason": fit["reason"] or "", "sentence": sentence}
 
 
-def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
+def _optimum_plot(panel: dict[str, Any], index: int, digits: int) -> dict[str, Any]:
     """One mode's LR-optimum figure and its table view (one row per LR, a diverged one's saying so)."""
     seeds = panel["seeds"]
     rows = [
         {
             "lr": p["lr"],
-            "mean": _pm(p["mean_loss"], p["std_loss"], 4),
+            "mean": _pm(p["mean_loss"], p["std_loss"], digits),
             "seeds": ", ".join(
-                f"{loss:.4f}" for lr, loss in zip(seeds["lr"], seeds["loss"], strict=True) if lr == p["lr"]
+                f"{loss:.{digits}f}" for lr, loss in zip(seeds["lr"], seeds["loss"], strict=True) if lr == p["lr"]
             ),
         }
         for p in panel["points"]
@@ -151,12 +156,16 @@ def _optimum_plot(panel: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 def _winner(
-    campaign: CampaignResults, mode: str, point: dict[str, Any], notes: dict[str, Any], selected: dict[str, Any]
+    campaign: CampaignResults,
+    mode: str,
+    point: dict[str, Any],
+    notes: dict[str, Any],
+    selected: dict[str, Any],
+    digits: int,
 ) -> dict[str, Any]:
     runs = point_runs(campaign, point)
     runner = notes["runner_up"]
     seeds = selected["seeds"]
-    digits = loss_decimals(point["std_loss"])  # what the seeds' spread supports
     return {
         "mode": mode,
         "lr": f"{point['lr']:g}",
@@ -168,7 +177,7 @@ def _winner(
         "runs": selected["runs"],
         "runner_up": (_runner_name(runner, campaign.axes), f"{runner['mean_loss']:.{digits}f}") if runner else None,
         "margin": f"{notes['margin']:.{digits}f}" if notes["margin"] is not None else DASH,
-        "margin_vs_sd": f"{notes['margin_vs_sd']:.2f} × SD" if notes["margin_vs_sd"] is not None else "",
+        "margin_vs_se": f"{notes['margin_vs_se']:.2f} × Welch SE" if notes["margin_vs_se"] is not None else "",
         "p_value": f"{notes['p_value']:.3g}" if notes["p_value"] is not None else DASH,
         "edge": notes["edge"],
         "next_lrs": ", ".join(f"{lr:g}" for lr in notes["next_lrs"]),
@@ -280,7 +289,7 @@ def _axis_values(campaign: CampaignResults) -> str:
 
 
 def _response(
-    groups: pl.DataFrame, table: pl.DataFrame, point: dict[str, Any], selection: dict[str, dict[str, Any]]
+    groups: pl.DataFrame, table: pl.DataFrame, point: dict[str, Any], selection: dict[str, dict[str, Any]], digits: int
 ) -> dict[str, Any]:
     """LR-response rows as text ("mean ± sd", "diverged at step k", "not finished", a dash where
     untested, how few seeds an incomplete point rests on); the winner's cell is flagged so the page
@@ -295,7 +304,7 @@ def _response(
         if (why := _point_text(points.get((mode, row["lr"])))) is not None:
             return why
         few = "" if (mode, row["lr"]) in eligible else f" (only {seeds} seed{'' if seeds == 1 else 's'})"
-        return _pm(mean, row[f"{mode} std_loss"], 4) + few
+        return _pm(mean, row[f"{mode} std_loss"], digits) + few
 
     rows = [
         {
@@ -322,7 +331,7 @@ def _response(
 
 
 def _heatmap(
-    campaign: CampaignResults, groups: pl.DataFrame, mode: str, winner: dict[str, Any] | None, index: int
+    campaign: CampaignResults, groups: pl.DataFrame, mode: str, winner: dict[str, Any] | None, index: int, digits: int
 ) -> dict[str, Any]:
     lrs, columns = campaign.learning_rates[mode], campaign.points
     part = groups.filter(pl.col("mode") == mode)
@@ -336,11 +345,11 @@ def _heatmap(
                 diverged = cell is not None and cell["outcome"] == DIVERGED
                 texts.append({"mean": why, "sd": "", "winner": False, DIVERGED: diverged})
                 continue
-            sd = f"± {cell['std_loss']:.4f}" if cell["std_loss"] is not None else ""
+            sd = f"± {cell['std_loss']:.{digits}f}" if cell["std_loss"] is not None else ""
             seeds = "" if cell["eligible"] else f" ({cell['seeds_completed']} seeds)"
             texts.append(
                 {
-                    "mean": f"{cell['mean_loss']:.4f}",
+                    "mean": f"{cell['mean_loss']:.{digits}f}",
                     "sd": sd + seeds,
                     DIVERGED: False,
                     "winner": winner is not None and (winner["lr"], point_key(winner, campaign.axes)) == (lr, b),
@@ -362,20 +371,48 @@ def _loss_scale(groups: pl.DataFrame) -> tuple[float, float] | None:
     return (losses.min(), losses.max()) if not losses.is_empty() else None
 
 
-def _curves(table: pl.DataFrame) -> dict[str, Any]:
+def _curves(table: pl.DataFrame, digits: int) -> dict[str, Any]:
     """The curve figure and its table view: one row per token count, one column per winner."""
     columns, cells = [], {}
     for name, part in winner_curves(table):
         mode, point = name.split(": ", 1)
         columns.append(f"{mode} ({point})")
         for row in part.iter_rows(named=True):
-            sd = f" ± {row['std_loss']:.4f}" if row["std_loss"] is not None else ""
-            cells[(len(columns) - 1, row["tokens"])] = f"{row['mean_loss']:.4f}{sd}"
+            cells[(len(columns) - 1, row["tokens"])] = _pm(row["mean_loss"], row["std_loss"], digits)
     rows = [
         {"tokens": f"{tokens:,}", "cells": [cells.get((index, tokens), DASH) for index in range(len(columns))]}
         for tokens in sorted(set(table["tokens"].to_list()))
     ]
     return {"id": "curves", "json": figure_json(curves_figure(table)), "columns": columns, "rows": rows}
+
+
+def _modes_compared(
+    campaign: CampaignResults, selection: dict[str, dict[str, Any]], comparison: dict[str, Any] | None, digits: int
+) -> dict[str, Any] | None:
+    """Each mode's winner and how far its loss lies from the first mode's, at their own winners:
+    "packed-4 vs synchronous: +0.0118 nats (95 %: −0.0003 to +0.0239; Welch p 0.113)"."""
+    if comparison is None:
+        return None
+    level = f"{100 * comparison['level']:g} %"
+    rows = []
+    for entry in comparison["modes"]:
+        text = f"{entry['mode']} vs {comparison['reference']}: {_signed(entry['difference'], digits)} nats"
+        if entry["se"] is None:
+            text += " (too few varying seeds for a Welch test)"
+        else:
+            low, high = _signed(entry["low"], digits), _signed(entry["high"], digits)
+            text += f" ({level}: {low} to {high}; Welch p {entry['p_value']:.3g})"
+        rows.append({"mode": entry["mode"], "text": text})
+    winners = [
+        f"{mode} at {_runner_name(point, campaign.axes)}: {_pm(point['mean_loss'], point['std_loss'], digits)} nats"
+        for mode, point in selection.items()
+    ]
+    return {"reference": comparison["reference"], "winners": winners, "rows": rows}
+
+
+def _signed(value: float, digits: int) -> str:
+    """`+0.0118`, `−0.0003`: a difference with its sign, the minus a true minus."""
+    return f"{value:+.{digits}f}".replace("-", "−")
 
 
 def _pm(mean: float, sd: float | None, digits: int) -> str:

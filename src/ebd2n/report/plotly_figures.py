@@ -18,6 +18,10 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 """Line colours shared by the interactive and the static figures, so a mode looks the same in both."""
 
 _FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 12}
+_NARROWEST_PLOT = 220
+"""Width (CSS px) of the narrowest plot area an LR axis is drawn in, a 21rem column of the figure
+grid less its margins: labels that would touch there are left out (their ticks stay)."""
+_LABEL_PX = (7.5, 8)  # per character of _FONT's digits, and the room kept between two labels
 
 
 def heatmap_figure(
@@ -305,11 +309,7 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
         "layout": {
             # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
             "title": {"text": panel_title(panel), "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
-            "xaxis": {
-                "title": {"text": "peak learning rate"},
-                "type": "log",
-                "range": [math.log10(min(lrs)) - 0.1, math.log10(max(lrs)) + 0.1],
-            },
+            "xaxis": _lr_axis([p["lr"] for p in points] + [d["lr"] for d in crossed], lrs),
             "yaxis": {"title": {"text": "final full-validation loss (nats)"}, "zeroline": False},
             "shapes": shapes,
             "legend": {"orientation": "h", "y": -0.25},
@@ -384,17 +384,32 @@ def halving_figure(bracket: dict[str, Any]) -> dict[str, Any]:
         "data": data,
         "layout": {
             "title": {"text": bracket["bracket"], "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
-            "xaxis": {
-                "title": {"text": "peak learning rate"},
-                "type": "log",
-                "tickvals": lrs,
-                "ticktext": [f"{lr:g}" for lr in lrs],
-                "range": [math.log10(lrs[0]) - 0.1, math.log10(lrs[-1]) + 0.1],
-            },
+            "xaxis": _lr_axis(lrs, lrs),
             "yaxis": {"title": {"text": "mean subset validation loss (nats)"}, "zeroline": False},
             "legend": {"orientation": "h", "y": -0.25},
             "height": 420,
             "margin": {"l": 70, "r": 20, "t": MODEBAR_BAND + 36, "b": 60},
             "font": _FONT,
         },
+    }
+
+
+def _lr_axis(taken: list[float], shown: list[float]) -> dict[str, Any]:
+    """A log LR axis spanning `shown`, ticked at every LR `taken` and labelled compactly (`3e-5`);
+    from the smallest LR up, a label that would touch its neighbour's in the _NARROWEST_PLOT is blank."""
+    low, high = math.log10(min(shown)) - 0.1, math.log10(max(shown)) + 0.1
+    char, room = _LABEL_PX
+    ticks, texts, end = sorted(set(taken)), [], -math.inf
+    for lr in ticks:
+        text = f"{lr:.3g}".replace("e-0", "e-").replace("e+0", "e")
+        centre, half = (math.log10(lr) - low) / (high - low) * _NARROWEST_PLOT, len(text) * char / 2
+        fits = centre - half >= end + room
+        texts.append(text if fits else "")
+        end = centre + half if fits else end
+    return {
+        "title": {"text": "peak learning rate"},
+        "type": "log",
+        "range": [low, high],
+        "tickvals": ticks,
+        "ticktext": texts,
     }

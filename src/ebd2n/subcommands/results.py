@@ -18,6 +18,8 @@ from ebd2n.layout import (
     RECIPE,
     RUN_RECORD,
     SIGNATURES,
+    STATUS_PAGE,
+    STATUS_PLAN,
 )
 from ebd2n.subcommands.parts import campaign_arg, command, days
 
@@ -56,11 +58,18 @@ def add_result_commands(subcommands: argparse._SubParsersAction) -> None:
         subcommands,
         "dashboard",
         commands.cmd_dashboard,
-        f"rewrite a finished run's {DASHBOARD}, or export it as one file",
-        f"Rewrite a finished run's {DASHBOARD} from its records, or write it as a single self-contained page.",
+        f"rewrite a finished run's {DASHBOARD}, or export it as one file; a campaign's live {STATUS_PAGE}",
+        f"Rewrite a finished run's {DASHBOARD} from its records, or write it as a single self-contained page. "
+        f"Given a campaign directory, write its {STATUS_PAGE} now: every run's state and the report's explorer "
+        "over the curves of every run so far, reloading itself while the campaign trains.",
         "ebd2n dashboard runs/demo --self-contained demo.html",
+        "ebd2n dashboard results/demo",
     )
-    p.add_argument("run_dir", type=Path, help=f"a finished run directory ({RUN_RECORD}, {RECIPE}, {METRICS})")
+    p.add_argument(
+        "run_dir",
+        type=Path,
+        help=f"a finished run directory ({RUN_RECORD}, {RECIPE}, {METRICS}), or a campaign directory ({STATUS_PLAN})",
+    )
     p.add_argument(
         "--self-contained",
         type=Path,

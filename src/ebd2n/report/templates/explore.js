@@ -15,9 +15,12 @@
     return color.charAt(0) === "#" ? color + "33" : color.replace("hsl(", "hsla(").replace(")", ", 0.2)");
   }
   function span(values) {  // the converged curves' range, a little padded; null when there is none
-    var finite = values.filter(function (y) { return y !== null && isFinite(y); });
-    if (!finite.length) return null;
-    var low = Math.min.apply(null, finite), high = Math.max.apply(null, finite), pad = (high - low) * 0.05 || 0.05;
+    var low = Infinity, high = -Infinity;  // a loop: Math.min.apply overflows the stack at 1,000 runs' points
+    values.forEach(function (y) {
+      if (y !== null && isFinite(y)) { low = Math.min(low, y); high = Math.max(high, y); }
+    });
+    if (low === Infinity) return null;
+    var pad = (high - low) * 0.05 || 0.05;
     return [low - pad, high + pad];
   }
   var axes = JSON.parse(control("axes").textContent);
@@ -69,7 +72,7 @@
       var curve = run.curves[metric], ys = smooth(curve[1], weight);
       groups[key].push({xs: curve[0], ys: ys});
       if (run.status === "diverged") diverged.push({key: key, run: run.run, xs: curve[0]});
-      else converged = converged.concat(ys);
+      else ys.forEach(function (y) { converged.push(y); });
     });
     var drawn = [], colours = {};
     order.forEach(function (key, index) {
@@ -107,6 +110,7 @@
     return {data: drawn, range: range, diverged: diverged.length};
   }
   function draw() {
+    keep();
     var metric = control("metric");
     control("smooth-value").textContent = Number(control("smooth").value).toFixed(2);
     var drawn = traces(), data = drawn.data;
@@ -141,9 +145,38 @@
     });
     box.addEventListener("change", draw);
   }
+  // The controls' settings outlive a reload (the status page reloads itself while the campaign trains).
+  var KEPT = "ebd2n-explore:" + location.pathname, VALUES = ["metric", "group", "smooth"], BOXES = ["logx", "diverged"];
+  function keep() {
+    var state = {off: []};
+    VALUES.forEach(function (name) { state[name] = control(name).value; });
+    BOXES.forEach(function (name) { state[name] = control(name).checked; });
+    document.querySelectorAll("#explore-filters input:not(:checked)").forEach(function (box) {
+      state.off.push([box.dataset.axis, box.value]);
+    });
+    try { sessionStorage.setItem(KEPT, JSON.stringify(state)); } catch (error) { /* storage refused: not kept */ }
+  }
+  function restore() {
+    var state = null;
+    try { state = JSON.parse(sessionStorage.getItem(KEPT)); } catch (error) { /* storage refused: defaults */ }
+    if (!state) return;
+    VALUES.forEach(function (name) {
+      var element = control(name);
+      var offered = element.options ? Array.from(element.options).some(function (o) { return o.value === state[name]; })
+        : typeof state[name] === "string";
+      if (offered) element.value = state[name];
+    });
+    BOXES.forEach(function (name) { control(name).checked = state[name] === true; });
+    (state.off || []).forEach(function (pair) {
+      document.querySelectorAll("#explore-filters input[data-axis='" + pair[0] + "']").forEach(function (box) {
+        if (box.value === pair[1]) box.checked = false;
+      });
+    });
+  }
   unpackJson(block.textContent).then(function (unpacked) {
     runs = unpacked;
     filters();
+    restore();
     ["metric", "group", "smooth", "logx", "diverged"].forEach(function (name) {
       control(name).addEventListener("input", draw);
     });
