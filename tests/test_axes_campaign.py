@@ -148,7 +148,13 @@ def test_the_schedule_study_trains_at_demo_scale(tmp_path: Path) -> None:
         tokens[("short", "wsd")] * 2 == tokens[("long", "wsd")],
         json.loads((directory / "audit.json").read_text())["passed"],
     )
+    per_model = {
+        mode: dict(zip(zip(part["horizon"], part["schedule"], strict=True), part["tokens_per_parameter"], strict=True))
+        for (mode,), part in runs.group_by("mode")
+    }  # packed-4 trains four models, each on the budget of one: its tokens per parameter are one model's
+    ratios = [per_model["packed-4"][key] / value for key, value in per_model["synchronous"].items()]
     assert result == (16, True, ["packed-4", "synchronous"], True, True)
+    assert len(ratios) == 4 and all(0.95 < ratio < 1.05 for ratio in ratios), per_model
 
 
 def test_packed_trials_over_member_axes_train_as_each_run_alone(tmp_path: Path) -> None:

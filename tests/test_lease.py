@@ -223,5 +223,24 @@ def test_validation_puts_the_ranking_loss_on_the_run_page_it_hashes(
     page = (run / "report.html").read_bytes()
     assert f"{results['loss']:.4f}" in page.decode() and b"ranking loss: full validation" in page
     assert results["artifacts"]["report.html"] == hashlib.sha256(page).hexdigest()
+    recorded = (run / "results.json").read_bytes()
     second = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0 and (run / "report.html").read_bytes() == page
+    assert (run / "results.json").read_bytes() == recorded
+
+    # a page an older ebd2n drew and hashed: validated again, the page is drawn anew and hashed as it is
+    (run / "report.html").write_bytes(b"<p>an older page</p>")
+    (run / "results.json").write_text(
+        json.dumps(
+            results
+            | {
+                "artifacts": results["artifacts"] | {"report.html": hashlib.sha256(b"<p>an older page</p>").hexdigest()}
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    third = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
+    again = json.loads((run / "results.json").read_text())
+    assert third.returncode == 0 and (run / "report.html").read_bytes() == page
+    assert again == results  # the outcome kept, the page's hash the page's

@@ -114,6 +114,22 @@ def test_fit_optimum_best_at_the_end_of_a_wide_grid_is_unchecked_and_open() -> N
     assert (result["checked"], result["bracket"], result["low"], result["high"], result["open"]) == expected
 
 
+def test_a_diverged_lr_beside_the_best_closes_its_bracket() -> None:
+    """The reviewer's case: 0.001 to 0.004 converge, 0.008 diverged; the best is 0.004, so the
+    diverged LR above it, worse than any loss, is the bracket's upper end."""
+    converged = [0.001, 0.002, 0.004]
+    result = fit_optimum(
+        [*converged, 0.008], _curve(converged, seeds=3, sd=0.0005, generator=3, optimum=0.01), diverged=[0.008]
+    )
+    assert (result["checked"], result["bracket"], result["low"], result["high"], result["open"]) == (
+        False,
+        [0.002, 0.008],
+        0.002,
+        0.008,
+        None,
+    )
+
+
 def _asymmetric(lrs: list[float], k: float, noise: np.ndarray, optimum: float = 0.006) -> dict[float, list[float]]:
     """Losses with curvature 0.1 at the optimum, steeper above it for k > 0 (a parabola at k = 0)."""
     out = {}
@@ -305,7 +321,8 @@ def test_the_static_figure_spans_the_converged_lrs_and_puts_a_far_divergence_at_
     is an ✕ at the right edge (not ticked), written beside it."""
     from matplotlib.figure import Figure
 
-    from ebd2n.report.figures import _converged_range, _diverged_marks
+    from ebd2n.report.figures import _diverged_marks
+    from ebd2n.report.plotly_figures import converged_range
 
     panel = {
         "points": [{"lr": lr} for lr in (0.002, 0.004, 0.008)],
@@ -313,7 +330,7 @@ def test_the_static_figure_spans_the_converged_lrs_and_puts_a_far_divergence_at_
         "low": 0.004,
         "high": 0.008,
     }
-    left, right = _converged_range(panel)
+    left, right = converged_range(panel)
     ax = Figure().subplots()
     inside = _diverged_marks(ax, panel[DIVERGED], left, right)
     result = (left < 0.002, 0.008 < right < 0.011, inside, [text.get_text() for text in ax.texts])

@@ -94,6 +94,18 @@ def test_every_group_has_its_own_colour(explored: Loaded, grouping: str) -> None
     assert len(colours) == (12 if grouping else 36) and len(set(colours)) == len(colours)
 
 
+def test_a_group_mixing_diverged_and_converged_runs_is_drawn_from_its_converged_ones(explored: Loaded) -> None:
+    """Grouped by mode, each group holds the LR 10 runs too: its mean and band stay within the plot."""
+    explored.page.select_option("#explore-group", "mode")
+    drawn = explored.page.evaluate(
+        f"""(() => {{ const p = {PLOT}, lines = p.data.filter(t => t.mode === 'lines');
+        return {{top: p.layout.yaxis.range[1], marks: p.data.filter(t => t.mode === 'markers').length,
+                 highest: Math.max(...lines.flatMap(t => t.y.filter(y => y !== null)))}}; }})()"""
+    )
+    explored.page.select_option("#explore-group", "mode,lr,beta2")
+    assert drawn["highest"] <= drawn["top"] and drawn["marks"] == 12
+
+
 def test_parallel_coordinates_tick_only_the_values_taken(explored: Loaded) -> None:
     ticks = explored.page.evaluate(
         "document.getElementById('plot-parallel').data[0].dimensions"

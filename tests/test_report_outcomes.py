@@ -5,6 +5,7 @@ above); a failed, missing or retired run is named as such, never shown as untest
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -172,8 +173,12 @@ def test_report_heatmap_marks_diverged_cells_with_a_legend_entry(diverged: Path)
 def test_report_optimum_figure_marks_the_diverged_lr(diverged: Path) -> None:
     page = _report(diverged, "index.html").read_text()
     figure = _figure(page, "optimum-0")
-    result = [(trace["x"], trace["customdata"]) for trace in figure["data"] if trace["name"] == "diverged"]
-    assert result == [([DIVERGING], ["diverged at step 27"])]
+    """The diverged LR lies far beyond the converged ones: the x axis stays on them, the LR an ✕ at
+    the right edge with its LR written."""
+    (mark,) = [trace for trace in figure["data"] if trace["name"] == "diverged"]
+    edge = 10 ** figure["layout"]["xaxis"]["range"][1]
+    result = (mark["text"], mark["customdata"], math.isclose(mark["x"][0], edge), edge < DIVERGING)
+    assert result == ([f"LR {DIVERGING:g}"], [f"LR {DIVERGING:g}: diverged at step 27"], True, True)
 
 
 def test_report_cost_counts_what_diverged_runs_spent(diverged: Path) -> None:

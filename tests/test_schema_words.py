@@ -69,6 +69,16 @@ MISTAKES = [
     ),
     pytest.param(lambda raw: raw.update(epochs_per_slice=0), "epochs_per_slice: must be ≥ 1, got 0", id="out-of-range"),
     pytest.param(
+        lambda raw: raw.update(epochs_per_slice=None),
+        "epochs_per_slice: null is neither a whole number ≥ 1 nor a mapping to whole numbers ≥ 1",
+        id="null-as-yaml-writes-it",
+    ),
+    pytest.param(
+        lambda raw: raw.update(execution={"pack": True}),
+        "execution.pack: expected a whole number ≥ 1, got true",
+        id="true-as-yaml-writes-it",
+    ),
+    pytest.param(
         lambda raw: raw.update(checkpoint_epochs=[1, 0]),
         "checkpoint_epochs.1: must be ≥ 1, got 0",
         id="out-of-range-in-a-list-branch",

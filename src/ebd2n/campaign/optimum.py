@@ -9,8 +9,8 @@ Checked or not. Through three LRs (a three-LR grid, or a best LR at the grid's e
 passes through every point: no residual is left to test it, and a real curve, steeper above its
 optimum than below, moves the vertex further than the seeds do. Such an optimum is *unchecked*
 (`checked` false, `check` says why) and `low` and `high` are its bracket, the best LR's neighbours
-(the grid's end where it has none), which hold the minimum of any curve with one minimum whose best
-point is the measured best: no interval is claimed.
+among the measured and the diverged LRs (None where it has none), which hold the minimum of any
+curve with one minimum whose best point is the measured best: no interval is claimed.
 
 With four or five LRs the residuals measure the misfit, and the 95 % interval is a percentile
 bootstrap that carries it. Each resample (1) resamples the seeds within every grid point, their
@@ -74,7 +74,14 @@ def lr_optima(groups: pl.DataFrame, runs: pl.DataFrame, seeds: list[int] | None 
         tested = sorted(part["lr"].unique().to_list())
         points = part.select(axes).unique().sort(axes, nulls_last=True).rows()
         fits = {
-            point: fit_optimum(tested, seed_losses(done, mode, dict(zip(axes, point, strict=True)), eligible))
+            point: fit_optimum(
+                tested,
+                seed_losses(done, mode, at := dict(zip(axes, point, strict=True)), eligible),
+                diverged=part.filter(
+                    *(pl.col(axis).eq_missing(value) for axis, value in at.items()),
+                    pl.col("outcome") == PointOutcome.DIVERGED,
+                )["lr"].to_list(),
+            )
             for point in points
         }
         entry: dict[str, Any] = {
@@ -126,9 +133,16 @@ def _bound(value: float | None) -> str:
     return f"{value:.3g}" if value is not None else "beyond the grid"
 
 
-def fit_optimum(tested: list[float], losses: dict[float, list[float]], resamples: int = RESAMPLES) -> dict[str, Any]:
+def fit_optimum(
+    tested: list[float],
+    losses: dict[float, list[float]],
+    resamples: int = RESAMPLES,
+    diverged: list[float] | tuple[float, ...] = (),
+) -> dict[str, Any]:
     """The fitted optimum over `losses` (LR -> per-seed final losses of the points with every
-    seed); `tested` is every LR of the grid, whose ends decide whether the interval is open.
+    seed); `tested` is every LR of the grid, whose ends decide whether the interval is open;
+    `diverged` the LRs whose point diverged, worse than any loss, so one beside the best closes
+    its bracket.
 
     `checked` says whether anything tested the parabola (a residual to compare with seed noise);
     `low`/`high` are then the interval, else the bracket (`bracket`: the best LR's neighbours,
@@ -138,7 +152,9 @@ def fit_optimum(tested: list[float], losses: dict[float, list[float]], resamples
     lrs = sorted(losses)
     means = np.array([np.mean(losses[lr]) for lr in lrs])
     best = int(np.argmin(means)) if lrs else 0
-    bracket = [lrs[best - 1] if best > 0 else None, lrs[best + 1] if best + 1 < len(lrs) else None]
+    bounds = sorted({*lrs, *diverged})
+    place = bounds.index(lrs[best]) if lrs else 0
+    bracket = [bounds[place - 1] if place > 0 else None, bounds[place + 1] if place + 1 < len(bounds) else None]
     result: dict[str, Any] = {
         "estimate": None,
         "low": None,

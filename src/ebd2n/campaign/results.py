@@ -206,8 +206,14 @@ def _mode_key(mode: str) -> tuple[int, int, str]:
     """synchronous first, then packed-K by K, then anything else by name."""
     if mode == "synchronous":
         return (0, 0, mode)
+    models = _models(mode)
+    return (1, models, mode) if models > 1 else (2, 0, mode)
+
+
+def _models(mode: str) -> int:
+    """K of a packed-K mode (its run trains K local models), else 1."""
     match = re.fullmatch(r"packed-(\d+)", mode)
-    return (1, int(match[1]), mode) if match else (2, 0, mode)
+    return int(match[1]) if match else 1
 
 
 def _row(campaign: Path, record: RunRecord, results: dict[str, Any] | None, outcome: Outcome) -> dict[str, Any]:
@@ -244,7 +250,7 @@ def _row(campaign: Path, record: RunRecord, results: dict[str, Any] | None, outc
     row["directory"] = directory
     row["job_ids"] = " ".join(str(job) for job in results.get("job_ids") or [])
     row["horizon_tpp"] = _horizon(run_dir.name)
-    row["tokens_per_parameter"] = _tokens_per_parameter(results.get("tokens"), record.run_json)
+    row["tokens_per_parameter"] = _tokens_per_parameter(results.get("tokens"), record.run_json, _models(row["mode"]))
     divergence = Divergence.of(results.get(DIVERGENCE))
     row["diverged_step"] = None if divergence is None else divergence.step
     row["packed"] = _packed(record)
@@ -259,11 +265,12 @@ def _horizon(run_id: str) -> float | None:
         return None
 
 
-def _tokens_per_parameter(tokens: Any, run: dict[str, Any] | None) -> float | None:
-    """Tokens trained over the model's parameters; None where either is not recorded."""
+def _tokens_per_parameter(tokens: Any, run: dict[str, Any] | None, models: int) -> float | None:
+    """Tokens trained over one model's parameters (run.json counts all `models` of a packed run, the
+    budget one's); None where either is not recorded."""
     parameters = (run or {}).get("parameters")
     valid = isinstance(tokens, int) and isinstance(parameters, int) and parameters > 0
-    return tokens / parameters if valid else None
+    return tokens * models / parameters if valid else None
 
 
 def _packed(record: RunRecord) -> int | None:

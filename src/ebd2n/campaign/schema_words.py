@@ -53,21 +53,28 @@ def _words(error: Any, validator: Any) -> tuple[str, str]:
         inside = [sub for sub in error.context if fitting and sub.relative_schema_path[0] == fitting[0]]
         if len(fitting) == 1 and inside:
             return _words(inside[0], validator)
-        return _place(error.absolute_path), f"{instance!r} is {_none_of([_noun(b, root) for b in branches])}"
+        return _place(error.absolute_path), f"{_as_written(instance)} is {_none_of([_noun(b, root) for b in branches])}"
     if kind in ("additionalProperties", "required"):
         return _place(error.absolute_path), _keys([error], tuple(error.absolute_path), root)
     if kind == "type":
-        words = f"expected {_noun(error.schema, root)}, got {instance!r}"
+        words = f"expected {_noun(error.schema, root)}, got {_as_written(instance)}"
     elif kind in BOUNDS:
-        words = f"must be {BOUNDS[kind]} {value}, got {instance!r}"
+        words = f"must be {BOUNDS[kind]} {value}, got {_as_written(instance)}"
     elif kind == "enum":
-        words = f"must be one of {', '.join(str(choice) for choice in value)}, got {instance!r}"
+        words = f"must be one of {', '.join(str(choice) for choice in value)}, got {_as_written(instance)}"
         words += _did_you_mean(instance, [str(choice) for choice in value])
     elif kind == "const":
-        words = f"must be {value!r}, got {instance!r}"
+        words = f"must be {_as_written(value)}, got {_as_written(instance)}"
     else:
         words = error.message
     return _place(error.absolute_path), words
+
+
+def _as_written(value: Any) -> str:
+    """A value as the campaign file spells it: null, true and false as YAML does, the rest as Python."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def _keys(errors: Sequence[Any], place: tuple, root: Mapping[str, Any]) -> str:

@@ -21,7 +21,14 @@ from matplotlib.ticker import EngFormatter, MaxNLocator, NullLocator
 
 from ebd2n.campaign.analysis import column_labels, point_axes, point_key
 from ebd2n.outcomes import DIVERGED
-from ebd2n.report.plotly_figures import PALETTE, halving_series, panel_title, series_label, winner_curves
+from ebd2n.report.plotly_figures import (
+    PALETTE,
+    converged_range,
+    halving_series,
+    panel_title,
+    series_label,
+    winner_curves,
+)
 
 _CMAP = colormaps["viridis_r"].with_extremes(bad="white")  # low loss bright; untested cells blank
 _METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None, "Creator": None}}
@@ -189,7 +196,7 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
         if panel["curve"]["lr"]:
             ax.plot(panel["curve"]["lr"], panel["curve"]["loss"], color="black", linewidth=1.2, label="quadratic fit")
         ax.set_xscale("log")
-        left, right = _converged_range(panel)
+        left, right = converged_range(panel)
         if panel["low"] is not None or panel["high"] is not None:
             ax.axvspan(
                 panel["low"] or left,
@@ -233,18 +240,6 @@ def lr_optimum(panels: list[dict[str, Any]]) -> dict[str, bytes]:
     )
     figure.tight_layout()
     return _save(figure)
-
-
-def _converged_range(panel: dict[str, Any]) -> tuple[float, float]:
-    """The x range of an LR-optimum panel: its converged LRs, padded, and a band's finite ends up to
-    a grid step or so beyond them (a band further out runs to the edge)."""
-    lrs = [p["lr"] for p in panel["points"]] or [d["lr"] for d in panel[DIVERGED]] or [1.0]
-    left, right = min(lrs) / 1.25, max(lrs) * 1.25
-    if panel["low"] is not None:
-        left = min(left, max(panel["low"] / 1.25, min(lrs) / 2.5))
-    if panel["high"] is not None:
-        right = max(right, min(panel["high"] * 1.25, max(lrs) * 2.5))
-    return left, right
 
 
 def _diverged_marks(ax: Any, diverged: list[dict[str, Any]], left: float, right: float) -> list[float]:

@@ -215,9 +215,24 @@ def _translucent(color: str, alpha: float = 0.2) -> str:
     return f"rgba({red},{green},{blue},{alpha})"
 
 
+def converged_range(panel: dict[str, Any]) -> tuple[float, float]:
+    """The x range of an LR-optimum panel, on the page and in the static figure: its converged LRs,
+    padded, and a band's finite ends up to a grid step or so beyond them (a band further out runs to
+    the edge)."""
+    lrs = [p["lr"] for p in panel["points"]] or [d["lr"] for d in panel[DIVERGED]] or [1.0]
+    left, right = min(lrs) / 1.25, max(lrs) * 1.25
+    if panel["low"] is not None:
+        left = min(left, max(panel["low"] / 1.25, min(lrs) / 2.5))
+    if panel["high"] is not None:
+        right = max(right, min(panel["high"] * 1.25, max(lrs) * 2.5))
+    return left, right
+
+
 def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
-    """One mode's loss against LR (log axis): seeds, mean ± SD, the fitted parabola, the optimum
-    and its 95 % interval as a shaded band (an open end runs to the plot's edge)."""
+    """One mode's loss against LR (log axis, spanning the converged LRs): seeds, mean ± SD, the
+    fitted parabola, the optimum and its 95 % interval, or unchecked its bracket, as a shaded band
+    (an open end runs to the plot's edge); an ✕ on the top edge per diverged LR, at the side edge
+    with its LR written for one beyond the range."""
     color = PALETTE[index % len(PALETTE)]
     points = panel["points"]
     data: list[dict[str, Any]] = [
@@ -255,11 +270,9 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
             }
         )
     shapes = []
+    left, right = converged_range(panel)
     if panel["low"] is not None or panel["high"] is not None:
-        low, high = (
-            (panel["low"] or min(p["lr"] for p in points) / 2),
-            (panel["high"] or max(p["lr"] for p in points) * 2),
-        )
+        low, high = (panel["low"] or left, panel["high"] or right)
         shapes.append(
             {
                 "type": "rect",
@@ -288,29 +301,36 @@ def lr_optimum_figure(panel: dict[str, Any], index: int) -> dict[str, Any]:
             }
         )
     crossed = panel[DIVERGED]
-    if crossed:  # at the top of the plot: a diverged LR has no loss to draw
-        top = max([*panel["seeds"]["loss"], *(p["mean_loss"] + (p["std_loss"] or 0.0) for p in points)], default=0.0)
+    if crossed:  # at the top edge: a diverged LR has no loss to draw; one beyond the range at its side
         data.append(
             {
                 "type": "scatter",
-                "mode": "markers",
+                "mode": "markers+text",
                 "name": DIVERGED,
-                "x": [d["lr"] for d in crossed],
-                "y": [top] * len(crossed),
-                "customdata": [outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]}) for d in crossed],
+                "x": [min(max(d["lr"], left), right) for d in crossed],
+                "y": [1.0] * len(crossed),
+                "yaxis": "y2",
+                "cliponaxis": False,
+                "text": ["" if left <= d["lr"] <= right else f"LR {d['lr']:g}" for d in crossed],
+                "textposition": ["bottom left" if d["lr"] > right else "bottom right" for d in crossed],
+                "textfont": {"color": DIVERGED_COLOR, "size": 10},
+                "customdata": [
+                    f"LR {d['lr']:g}: " + outcome_text({"outcome": DIVERGED, "diverged_step": d["step"]})
+                    for d in crossed
+                ],
                 "marker": {"symbol": "x", "size": 12, "color": DIVERGED_COLOR},
-                "hovertemplate": "LR %{x:.4g}<br>%{customdata}<extra></extra>",
+                "hovertemplate": "%{customdata}<extra></extra>",
             }
         )
-    bounds = [bound for bound in (panel["low"], panel["high"]) if bound is not None]  # the band stays in view
-    lrs = [p["lr"] for p in points] + [d["lr"] for d in crossed] + bounds
+    inside = [d["lr"] for d in crossed if left <= d["lr"] <= right]
     return {
         "data": data,
         "layout": {
             # just above the plot area, under the band the toolbar takes at the top (MODEBAR_BAND)
             "title": {"text": panel_title(panel), "yref": "paper", "y": 1, "yanchor": "bottom", "pad": {"b": 8}},
-            "xaxis": _lr_axis([p["lr"] for p in points] + [d["lr"] for d in crossed], lrs),
+            "xaxis": _lr_axis([p["lr"] for p in points] + inside, [left, right], pad=0.0),
             "yaxis": {"title": {"text": "final full-validation loss (nats)"}, "zeroline": False},
+            "yaxis2": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
             "shapes": shapes,
             "legend": {"orientation": "h", "y": -0.25},
             "height": 420,
@@ -394,10 +414,11 @@ def halving_figure(bracket: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _lr_axis(taken: list[float], shown: list[float]) -> dict[str, Any]:
-    """A log LR axis spanning `shown`, ticked at every LR `taken` and labelled compactly (`3e-5`);
-    from the smallest LR up, a label that would touch its neighbour's in the _NARROWEST_PLOT is blank."""
-    low, high = math.log10(min(shown)) - 0.1, math.log10(max(shown)) + 0.1
+def _lr_axis(taken: list[float], shown: list[float], pad: float = 0.1) -> dict[str, Any]:
+    """A log LR axis spanning `shown` (and `pad` decades beyond), ticked at every LR `taken` and
+    labelled compactly (`3e-5`); from the smallest LR up, a label that would touch its neighbour's in
+    the _NARROWEST_PLOT is blank."""
+    low, high = math.log10(min(shown)) - pad, math.log10(max(shown)) + pad
     char, room = _LABEL_PX
     ticks, texts, end = sorted(set(taken)), [], -math.inf
     for lr in ticks:

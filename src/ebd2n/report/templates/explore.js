@@ -65,19 +65,22 @@
     var metric = control("metric").value, weight = Number(control("smooth").value);
     var fields = control("group").value ? control("group").value.split(",") : [];
     var groups = {}, order = [];
-    var converged = [], diverged = [];
+    var converged = [], diverged = [], scaled = !control("diverged").checked;
     chosen().forEach(function (run) {
       var key = fields.length ? label(run, fields) : run.run;
       if (!groups[key]) { groups[key] = []; order.push(key); }
-      var curve = run.curves[metric], ys = smooth(curve[1], weight);
-      groups[key].push({xs: curve[0], ys: ys});
-      if (run.status === "diverged") diverged.push({key: key, run: run.run, xs: curve[0]});
-      else ys.forEach(function (y) { converged.push(y); });
+      var curve = run.curves[metric], ys = smooth(curve[1], weight), failed = run.status === "diverged";
+      if (!failed) ys.forEach(function (y) { converged.push(y); });
+      else if (curve[0].length) diverged.push({key: key, run: run.run, xs: curve[0]});
+      groups[key].push({xs: curve[0], ys: ys, diverged: failed});
     });
     var drawn = [], colours = {};
     order.forEach(function (key, index) {
-      var members = groups[key], color = colour(index, order.length);
+      var color = colour(index, order.length), members = groups[key].filter(function (m) {
+        return !scaled || !m.diverged;  // scaled to the converged runs, a group's mean and band are theirs
+      });
       colours[key] = color;
+      if (!members.length) members = groups[key];  // every run diverged: their curves, above the top edge
       if (members.length === 1) {
         drawn.push({x: members[0].xs, y: members[0].ys, name: key, mode: "lines", line: {color: color, width: 1.4}});
         return;
@@ -99,7 +102,7 @@
       drawn.push({x: xs, y: mean, name: key + " (" + members.length + " runs)", mode: "lines", legendgroup: key,
         line: {color: color, width: 1.8}});
     });
-    var range = control("diverged").checked ? null : span(converged);
+    var range = scaled ? span(converged) : null;
     if (range) {  // each diverged run: a mark at the top edge where its curve ends
       diverged.forEach(function (mark) {
         drawn.push({x: [mark.xs[mark.xs.length - 1]], y: [range[1]], mode: "markers", cliponaxis: false,
