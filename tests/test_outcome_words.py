@@ -23,6 +23,7 @@ OTHER_MEANINGS = {
     ("config", "training"): "the recipe's `training` section",
     ("config", "complete"): "the complete gossip topology",
     ("model", "complete"): "the complete gossip topology",
+    ("report", "complete"): "Plotly's minorloglabels: every minor tick of a log axis labelled in full",
 }
 """(package, word) pairs where the word names something else than an outcome."""
 

@@ -197,6 +197,12 @@ def cmd_decide(args: argparse.Namespace) -> None:
     print(decide_rung(_locate(args, need_file=True).campaign(), args.bracket, args.epoch, args.digest))
 
 
+def cmd_confirm_select(args: argparse.Namespace) -> None:
+    from ebd2n.campaign.confirm_select import write_selection
+
+    print(write_selection(_locate(args, need_file=True).campaign(), args.digest))
+
+
 def cmd_select(args: argparse.Namespace) -> None:
     from ebd2n.campaign.analysis import failed_runs, group_runs, load_runs, select, table_axes, write_selection
     from ebd2n.campaign.optimum import lr_optima, optimum_lines

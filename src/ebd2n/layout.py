@@ -195,6 +195,7 @@ EXTENSIONS = "extensions"
 campaign file as it was before extension n + 1)."""
 EXTENSION_HISTORY = "history.json"
 SEARCH = "search"
+CONFIRM = "confirm"
 """search/<bracket>/rung-<epoch>-<digest>.json: one rung decision of a successive-halving campaign
 (ebd2n.campaign.search), named by the runs and share it was decided from, written once."""
 PACK_RECORDS = "packs"
@@ -404,6 +405,10 @@ class CampaignPaths:
     def rung_decision(self, bracket: str, epoch: int | str, digest: str) -> Path:
         """The decision at rung `epoch` of `bracket`, made from the runs and share `digest` names."""
         return self.search / bracket / f"rung-{epoch}-{digest}.json"
+
+    def confirm_selection(self, digest: str) -> Path:
+        """The points a confirmation trains again on fresh seeds, chosen from the runs `digest` names."""
+        return self.directory / CONFIRM / f"selection-{digest}.json"
 
     @property
     def pack_records(self) -> Path:

@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from ebd2n.campaign.check import campaign_from_dict, campaign_warnings
+from ebd2n.campaign.confirmation import read_selection
 from ebd2n.campaign.file import SCHEMA_PATH
 from ebd2n.campaign.rung_decision import read_decision
 from ebd2n.campaign.workflow import WorkflowInputs, WorkflowPlan
@@ -116,9 +117,17 @@ def decided(bracket, epoch, path):
     return read_decision(Path(path))
 
 
-# Every input and params function of the rules is one call of the plan with this reader of decisions,
-# with the job's wildcards (ancient() and Snakemake's error passed in: the package imports no Snakemake).
-INPUTS = WorkflowInputs(PLAN, read=decided, ancient=ancient, error=WorkflowError)
+def selected(path):
+    """A confirmation's selection through Snakemake's checkpoint, as `decided` reads a rung decision."""
+    if not Path(path).is_file():
+        checkpoints.select_confirmation.get(digest=Path(path).stem.removeprefix("selection-"))
+    return read_selection(Path(path))
+
+
+# Every input and params function of the rules is one call of the plan with these readers of decisions
+# and selections, with the job's wildcards (ancient() and Snakemake's error passed in: the package
+# imports no Snakemake).
+INPUTS = WorkflowInputs(PLAN, read=decided, ancient=ancient, error=WorkflowError, selected=selected)
 # The inputs of `all` that wait for decisions: one function per bracket (none for the full grid).
 BRACKET_OUTPUTS = INPUTS.bracket_outputs()
 
@@ -129,6 +138,10 @@ def get_final_output(wildcards):
 
 def get_run_results(wildcards):
     return INPUTS.run_results(wildcards)
+
+
+def get_confirmation(wildcards):
+    return INPUTS.confirmation(wildcards)
 
 
 def get_rung_slices(wildcards):

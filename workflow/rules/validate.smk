@@ -26,6 +26,7 @@ rule validate_run:
 rule collect_runs:
     input:
         get_run_results,
+        get_confirmation,
     output:
         update(str(C.runs_csv)),
         update(str(C.campaign_json)),

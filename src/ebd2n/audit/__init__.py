@@ -31,6 +31,7 @@ from typing import Literal
 
 from ebd2n.atomic import atomic_write_text, remove_temporaries, serialized, sha256_bytes
 from ebd2n.audit import checks, run_checks
+from ebd2n.audit.confirmation import check_confirmations
 from ebd2n.audit.derived import check_collected, check_runs_record, recomputed_campaign
 from ebd2n.audit.evidence import (
     campaign_artifacts,
@@ -121,6 +122,7 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory,
 
     expected = history.grid.runs()
     views = run_views(paths, expected, memory)
+    confirmations, confirmed = check_confirmations(paths, views)  # their runs are the campaign's too
     halving, search = _search(paths, history, views)
     fates: dict[str, int | None] = {run.id: None for run in expected}
     if halving is not None:  # successive halving: only the runs every rung promoted train to the end
@@ -145,7 +147,8 @@ def _audit(paths: CampaignPaths, stage: Stage, accept: bool, memory: HashMemory,
         files,
         checks.check_grid(expected_finished, views),
         *search,
-        checks.check_members(paths, expected),
+        checks.check_members(paths, expected + confirmed),
+        *([confirmations] if confirmations.examined else []),
         run_checks.check_files(run_list),
         cache_check,
         run_checks.check_validation(run_list, cache_identity, targets),

@@ -84,13 +84,16 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None, axes: Sequenc
     outcome (converged, diverged, stopped by successive halving, incomplete) and the first step any
     seed diverged at.
 
-    Only complete runs with a finite loss count; retired runs are left out. A point is eligible
+    Only complete runs with a finite loss count; retired runs and, given `seeds`, runs of other seeds (a
+    confirmation's) are left out. A point is eligible
     when it has every expected seed (`seeds`, or else every seed the table mentions) and no seed
     diverged. Rank orders eligible points first, by mean loss, then lower LR, then each of `axes`
     lower first; incomplete points follow, then diverged ones, each in the same order.
     """
     point = ["mode", "lr", *axes]
     runs = runs.filter(pl.col("status") != Outcome.RETIRED)
+    if seeds is not None:  # a confirmation's fresh seeds are no part of what selects
+        runs = runs.filter(pl.col("seed").is_in(list(seeds)))
     expected = sorted(set(seeds) if seeds is not None else set(runs["seed"].to_list()))
     done = completed_runs(runs, seeds, axes)
     summary = done.group_by(point).agg(
@@ -271,10 +274,15 @@ def diverged_above(winner: dict[str, Any], points: pl.DataFrame) -> dict[str, An
 
 
 def write_selection(
-    groups: pl.DataFrame, selection: dict[str, dict], out_dir: Path, optima: dict[str, dict[str, Any]]
+    groups: pl.DataFrame,
+    selection: dict[str, dict],
+    out_dir: Path,
+    optima: dict[str, dict[str, Any]],
+    confirmed: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Write `groups.csv` and `selection.json` atomically, so a reader never sees half a file;
-    each mode's entry also holds its edge and fitted LR optimum (`optimum.lr_optima`)."""
+    each mode's entry also holds its edge and fitted LR optimum (`optimum.lr_optima`) and, where
+    the campaign confirms, its verdict (`confirmed`, by mode: ebd2n.campaign.verdict)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(
@@ -283,6 +291,8 @@ def write_selection(
     atomic_write_text(out_dir / GROUPS_CSV, groups.write_csv())
     keys = ["lr", *point_axes(groups), *_SELECTION_KEYS]
     chosen = {mode: {**{key: entry[key] for key in keys}, **optima[mode]} for mode, entry in selection.items()}
+    for mode, verdict in (confirmed or {}).items():
+        chosen[mode]["confirmation"] = verdict
     atomic_write_text(out_dir / SELECTION_JSON, json.dumps(chosen, indent=2) + "\n")
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ebd2n.campaign.axis_check import bind_axes, check_axes, check_axes_kept, check_axes_shape
+from ebd2n.campaign.confirmation import Confirm
 from ebd2n.campaign.file import Campaign, validate_schema
 from ebd2n.campaign.grid import grid_from_dict, grid_from_record
 from ebd2n.campaign.horizons import check_branch_in_mode, check_horizons, check_horizons_growth
@@ -57,11 +58,33 @@ def campaign_from_dict(raw: Any, source: str = "campaign") -> Campaign:
         cost_per_gpu_hour=raw.get("cost_per_gpu_hour"),
         signing_key=raw.get("signing_key"),
         pack=raw.get("execution", {}).get("pack", 1),
+        confirm=Confirm(confirm["top"], tuple(confirm["seeds"])) if (confirm := raw.get("confirm")) else None,
     )
     _check_campaign(campaign)
+    _check_confirm(campaign)
     if not campaign.grid.axes:
         return campaign
     return dataclasses.replace(campaign, grid=bind_axes(campaign.grid, campaign.current_bases))
+
+
+def _check_confirm(campaign: Campaign) -> None:
+    """Fresh seeds only, and (for now) a grid whose every run trains alone and from scratch."""
+    confirm, grid, where = campaign.confirm, campaign.grid, f"campaign file {campaign.source}: confirm"
+    if confirm is None:
+        return
+    if shared := sorted(set(confirm.seeds) & set(grid.seeds)):
+        raise UserError(f"{where}.seeds: {shared} are seeds of the grid; a confirmation needs seeds no selection saw")
+    unsupported = [
+        name
+        for name, used in (
+            ("search (successive halving)", grid.search.halving),
+            ("execution.pack", campaign.pack > 1),
+            ("grid.horizons", bool(grid.horizons)),
+        )
+        if used
+    ]
+    if unsupported:
+        raise UserError(f"{where}: not yet with {', '.join(unsupported)}; confirm a plain grid")
 
 
 def _epoch_list(value: int | list[int] | None) -> list[int] | None:

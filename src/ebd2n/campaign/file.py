@@ -17,6 +17,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from ebd2n.campaign.confirmation import Confirm
 from ebd2n.campaign.grid import Grid
 from ebd2n.campaign.horizons import horizon_overrides
 from ebd2n.campaign.resources import PREPARE, Resources, scope_name, scope_resources
@@ -58,6 +59,8 @@ class Campaign:
     """Private key the passing audit signs with (EBD2N_SIGNING_KEY overrides it; ebd2n.signing)."""
     pack: int = 1
     """`execution.pack`: synchronous runs of one base recipe train up to this many in one job."""
+    confirm: Confirm | None = None
+    """`confirm`: the points trained again on fresh seeds after selection (None: no confirmation)."""
 
     @property
     def paths(self) -> CampaignPaths:

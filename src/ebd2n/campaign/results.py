@@ -20,7 +20,7 @@ import polars as pl
 from ebd2n.campaign.analysis import RUN_FIELDS
 from ebd2n.campaign.grid import Grid, grid_from_dict
 from ebd2n.campaign.job_logs import JobLogs, classify_run
-from ebd2n.campaign.runs import parse_run_id
+from ebd2n.campaign.runs import packed_models, parse_run_id
 from ebd2n.config import Recipe, load_recipe
 from ebd2n.data.cache import MANIFEST
 from ebd2n.errors import UserError
@@ -206,14 +206,8 @@ def _mode_key(mode: str) -> tuple[int, int, str]:
     """synchronous first, then packed-K by K, then anything else by name."""
     if mode == "synchronous":
         return (0, 0, mode)
-    models = _models(mode)
-    return (1, models, mode) if models > 1 else (2, 0, mode)
-
-
-def _models(mode: str) -> int:
-    """K of a packed-K mode (its run trains K local models), else 1."""
     match = re.fullmatch(r"packed-(\d+)", mode)
-    return int(match[1]) if match else 1
+    return (1, int(match[1]), mode) if match else (2, 0, mode)
 
 
 def _row(campaign: Path, record: RunRecord, results: dict[str, Any] | None, outcome: Outcome) -> dict[str, Any]:
@@ -250,7 +244,8 @@ def _row(campaign: Path, record: RunRecord, results: dict[str, Any] | None, outc
     row["directory"] = directory
     row["job_ids"] = " ".join(str(job) for job in results.get("job_ids") or [])
     row["horizon_tpp"] = _horizon(run_dir.name)
-    row["tokens_per_parameter"] = _tokens_per_parameter(results.get("tokens"), record.run_json, _models(row["mode"]))
+    models = packed_models(row["mode"]) or 1
+    row["tokens_per_parameter"] = _tokens_per_parameter(results.get("tokens"), record.run_json, models)
     divergence = Divergence.of(results.get(DIVERGENCE))
     row["diverged_step"] = None if divergence is None else divergence.step
     row["packed"] = _packed(record)

@@ -12,11 +12,13 @@ Nothing here imports Snakemake.
 from __future__ import annotations
 
 import functools
+import itertools
 import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ebd2n.campaign.confirmation import confirmation_runs, read_selection, selection_path
 from ebd2n.campaign.fates import UNDECIDED, Read, bracket_records, finished_runs, run_fates, run_records
 from ebd2n.campaign.file import Campaign
 from ebd2n.campaign.halving import Halving
@@ -114,6 +116,19 @@ class WorkflowPlan:
             records += [paths.run(run.id).recipe, *run_records(paths, run, plan, until)]
             reached[run] = until
         return [str(path) for path in records + self._pack_records(reached, None)]
+
+    def confirmation(self, selected: Callable[[Path], dict[str, Any] | None]) -> list[str]:
+        """A confirmation's selection (through `selected`, the workflow's checkpoint) and everything
+        the runs it asks for leave, as grid runs do; none without `confirm`."""
+        confirm = self.campaign.confirm
+        if confirm is None:
+            return []
+        path = selection_path(self.paths, self.campaign.grid, confirm)
+        runs = confirmation_runs(selected(path) or {"runs": []})
+        files = [
+            [self.paths.run(run.id).recipe, *run_records(self.paths, run, self.plans[run.base], None)] for run in runs
+        ]
+        return [str(file) for file in [path, *itertools.chain.from_iterable(files)]]
 
     def bracket_output(self, bracket: str, read: Read) -> list[str]:
         """One bracket's runs as far as their fates take them, their packs' records and its decisions."""
@@ -310,8 +325,9 @@ class WorkflowInputs:
         read: Read | None,
         ancient: Callable[[str], Any] = str,
         error: Callable[[str], Exception] = UserError,
+        selected: Callable[[Path], dict[str, Any] | None] = read_selection,
     ) -> None:
-        self.plan, self.read, self.ancient, self.error = plan, read, ancient, error
+        self.plan, self.read, self.ancient, self.error, self.selected = plan, read, ancient, error, selected
 
     @_as_workflow_error
     def final_output(self, wildcards: Any) -> list[str]:
@@ -334,6 +350,10 @@ class WorkflowInputs:
     @_as_workflow_error
     def run_results(self, wildcards: Any) -> list[str]:
         return self.plan.run_results(read=self.read)
+
+    @_as_workflow_error
+    def confirmation(self, wildcards: Any) -> list[str]:
+        return self.plan.confirmation(self.selected)
 
     @_as_workflow_error
     def rung_slices(self, wildcards: Any) -> list[str]:

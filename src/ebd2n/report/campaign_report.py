@@ -34,6 +34,8 @@ from ebd2n.campaign.extend import extension_history
 from ebd2n.campaign.mode_comparison import compare_modes
 from ebd2n.campaign.optimum import lr_optima, optimum_panels
 from ebd2n.campaign.results import CampaignResults, read_results
+from ebd2n.campaign.runs import BASE
+from ebd2n.campaign.verdict import confirmation_verdict
 from ebd2n.config import Recipe, dump_recipe
 from ebd2n.layout import (
     BRACKETS_CSV,
@@ -48,6 +50,7 @@ from ebd2n.layout import (
     CampaignPaths,
     selected_recipe,
 )
+from ebd2n.outcomes import Outcome
 from ebd2n.report import figures
 from ebd2n.report.cost import campaign_cost
 from ebd2n.report.explore import explore
@@ -119,7 +122,9 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
     optima = lr_optima(groups, campaign.runs, campaign.seeds)
     panels = optimum_panels(groups, campaign.runs, selection, optima, campaign.seeds)
     shifts = optimum_shifts(groups, campaign.runs, selection, campaign.further_axes, campaign.seeds)
-    write_selection(groups, selection, out, optima)
+    confirmation = confirmation_verdict(campaign.directory, _losses(campaign))
+    by_mode = {group["mode"]: group for group in (confirmation or {}).get("groups", []) if group["scope"] == BASE}
+    write_selection(groups, selection, out, optima, by_mode)
     at = response_point(groups, selection)
     response = lr_response(groups, at)
     atomic_write_text(out / LR_RESPONSE_CSV, lr_responses(groups).write_csv())
@@ -139,6 +144,7 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
         "selection": selection,
         "notes": notes,
         "mode_comparison": comparison,
+        "confirmation": confirmation,
         "optima": optima,
         "optimum_panels": panels,
         "optimum_shifts": shifts,
@@ -151,6 +157,7 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
             "selected": selection,
             "notes": notes,
             **({"mode_comparison": comparison} if comparison else {}),  # two modes selected or more
+            **({"confirmation": confirmation} if confirmation else {}),  # a campaign with `confirm`
             "lr_optima": optima,
             **({"lr_optimum_shifts": shifts} if shifts else {}),  # a grid with further axes only
             "extensions": extensions,
@@ -159,6 +166,12 @@ def _grid_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any]:
             "groups": groups.to_dicts(),
         },
     }
+
+
+def _losses(campaign: CampaignResults) -> dict[str, float]:
+    """Each complete run's finite full-validation loss, by run id."""
+    done = campaign.runs.filter((pl.col("status") == Outcome.COMPLETE) & pl.col("loss").is_finite())
+    return dict(zip(done["run"], done["loss"], strict=True))
 
 
 def _halving_outputs(campaign: CampaignResults, out: Path) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from ebd2n.quantities import format_amount, format_duration, loss_decimals
 from ebd2n.report import html
 from ebd2n.report.halving import stopped_at
 from ebd2n.report.html import DASH, percent
+from ebd2n.report.page_confirmation import confirmation_section
 from ebd2n.report.page_grid import grid_section
 from ebd2n.report.plotly_embed import figure_json, plotly_tag
 from ebd2n.report.plotly_figures import halving_figure
@@ -71,6 +72,7 @@ def render_page(
         "cost": _cost(cost, campaign.axes),
         "scaling": _scaling(scaling) if scaling is not None else None,
         "grid": grid_section(campaign, grid, stopped, digits) if grid is not None else None,
+        "confirmation": confirmation_section(grid["confirmation"], digits) if grid is not None else None,
         "halving": _halving(halving, digits) if halving is not None else None,
         "links": _links(campaign, grid, scaling is not None, halving),
         "explore": explore,

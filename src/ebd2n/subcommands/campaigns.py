@@ -1,4 +1,5 @@
-"""The subcommands that run a campaign: check, freeze, resolve, collect, decide, select, extend and sweep."""
+"""The subcommands that run a campaign: check, freeze, resolve, collect, decide, confirm-select, select, extend
+and sweep."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ebd2n.subcommands.parts import campaign_arg, command
 
 
 def add_campaign_commands(subcommands: argparse._SubParsersAction) -> None:
-    """campaign, freeze, resolve, collect, decide, select, extend and sweep."""
+    """campaign, freeze, resolve, collect, decide, confirm-select, select, extend and sweep."""
     p = command(
         subcommands,
         "campaign",
@@ -78,6 +79,19 @@ def add_campaign_commands(subcommands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--digest", help="the decision the workflow expects (refused when the campaign file decides another)"
     )
+
+    p = command(
+        subcommands,
+        "confirm-select",
+        commands.cmd_confirm_select,
+        "confirmation: choose the points a campaign trains again on fresh seeds",
+        "Rank each preset x mode's eligible points by mean loss over the grid's seeds and write the best "
+        "`confirm.top` with their runs on `confirm.seeds` (the workflow's select_confirmation job); a "
+        "selection already written is left as it is.",
+        "ebd2n confirm-select config/campaigns/my-confirmed.yaml",
+    )
+    campaign_arg(p)
+    p.add_argument("--digest", help="the selection the workflow expects (refused when the campaign file makes another)")
 
     p = command(
         subcommands,
