@@ -12,7 +12,7 @@ import pytest
 from offline_browser import EXPLORER_DRAWN, FIGURES_DRAWN, MARKS, Loaded, open_offline
 from workflow_support import TINY, copy_repo, snakemake, write_campaign
 
-pytestmark = MARKS
+pytestmark = [*MARKS, pytest.mark.slow]  # a real campaign of its own, trained first
 LEARNING_RATES = [0.001, 0.003, 1000.0]
 DIVERGING = "synchronous-lr1000.0-beta20.99-seed42"
 CAMPAIGN = Path("results/tiny")
