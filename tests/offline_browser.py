@@ -83,6 +83,38 @@ def explorer(browser: Any, campaign: Path, width: int) -> Iterator[Loaded]:
     context.close()
 
 
+_EXPLORER_VIEW = """(diverged) => { const p = document.getElementById('plot-explore');
+  const lines = p.data.filter(t => t.mode === 'lines' && t.name), ys = t => t.y.filter(y => y !== null);
+  return {range: p.layout.yaxis.range, auto: p.layout.yaxis.autorange === true,
+          names: lines.map(t => t.name), ends: Object.fromEntries(lines.map(t => [t.name, Math.max(...t.x)])),
+          converged: Math.max(...lines.filter(t => !t.name.includes(diverged)).flatMap(ys)),
+          diverged: Math.max(...lines.filter(t => t.name.includes(diverged)).flatMap(ys)),
+          marks: p.data.filter(t => t.mode === 'markers').length, colours: lines.map(t => t.line.color),
+          count: document.getElementById('explore-count').textContent}; }"""
+
+
+def explorer_view(loaded: Loaded, diverged: str) -> dict:
+    """What the explorer draws: its y range, its curves (names, last steps, colours), the highest
+    converged and diverged point (`diverged`: what the diverged runs' names hold), its marks and count."""
+    return loaded.page.evaluate(_EXPLORER_VIEW, diverged)
+
+
+def assert_scaled_to_the_converged(loaded: Loaded, diverged: str, marks: int) -> None:
+    """Converged curves fill the plot (its top within 2x their highest point), diverged ones far
+    above it, each diverged run a mark and the count line says so."""
+    view = explorer_view(loaded, diverged)
+    high = view["range"][1]
+    assert not view["auto"] and view["converged"] <= high < 2 * view["converged"] and view["diverged"] > 100 * high
+    assert view["marks"] == marks and f"{marks} diverged run(s) marked" in view["count"]
+
+
+def assert_one_click_scales_to_the_diverged(loaded: Loaded, diverged: str) -> None:
+    loaded.page.check("#explore-diverged")
+    view = explorer_view(loaded, diverged)
+    loaded.page.uncheck("#explore-diverged")
+    assert view["auto"] and view["range"][1] >= view["diverged"] and view["marks"] == 0
+
+
 def toggle_states(page: Any) -> list[tuple[bool, bool]]:
     """(visible after one click, visible after a second click) for every table-view button."""
     states = []

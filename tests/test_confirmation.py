@@ -1,8 +1,8 @@
 """Confirmation on fresh seeds (issue 58): the selection, its runs, the verdict and its audit.
 
-A real Snakemake campaign of tiny models (three LRs x seeds 42 and 43, the best two points
-confirmed on seeds 1, 2 and 3) is trained once per module; tests that change anything work on a
-copy. The verdict is also planted: a synthetic campaign whose winner was a lucky seed.
+A real Snakemake campaign of tiny models (synchronous and packed-2, three LRs x seeds 42 and 43,
+each mode's best two points confirmed on seeds 1, 2 and 3) is trained once per module; tests that
+change anything work on a copy. The verdict is planted in test_confirmation_verdict.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ LRS = [0.001, 0.003, 0.01]
 GRID_SEEDS = [42, 43]
 FRESH = [1, 2, 3]
 RAW = json.loads(json.dumps(TINY)) | {"seeds": GRID_SEEDS, "confirm": {"top": 2, "seeds": FRESH}}
-RAW["grid"] = RAW["grid"] | {"learning_rates": {"synchronous": LRS}}
+MODES = ["synchronous", "packed-2"]
+RAW["grid"] = RAW["grid"] | {"modes": MODES, "learning_rates": {mode: LRS for mode in MODES}}
 CAMPAIGN = "config/campaigns/tiny.yaml"
 PATHS = named_campaign("tiny")
 
@@ -64,17 +65,20 @@ def repo(campaign: Path, tmp_path: Path) -> Path:
 pytestmark = pytest.mark.slow
 
 
-def test_the_best_two_points_are_chosen_from_the_grid_seeds_alone(campaign: Path) -> None:
-    """The selection ranks the points by their mean loss over seeds 42 and 43, as recomputed here."""
-    means = {}
-    for lr in LRS:
-        losses = [_results(campaign, f"synchronous-lr{lr!r}-beta20.99-seed{seed}")["loss"] for seed in GRID_SEEDS]
-        means[f"synchronous-lr{lr!r}-beta20.99"] = sum(losses) / len(losses)
-    best = sorted(means, key=means.get)[:2]
+def test_the_best_two_points_of_each_mode_are_chosen_from_the_grid_seeds_alone(campaign: Path) -> None:
+    """The selection ranks each mode's points by their mean loss over seeds 42 and 43, as recomputed
+    here, in the campaign's order of modes."""
+    best = {}
+    for mode in MODES:
+        means = {}
+        for lr in LRS:
+            losses = [_results(campaign, f"{mode}-lr{lr!r}-beta20.99-seed{seed}")["loss"] for seed in GRID_SEEDS]
+            means[f"{mode}-lr{lr!r}-beta20.99"] = sum(losses) / len(losses)
+        best[mode] = sorted(means, key=means.get)[:2]
     _, selection = _selection(campaign)
-    (group,) = selection["groups"]
-    assert [point["point"] for point in group["points"]] == best
-    assert selection["runs"] == [f"{point}-seed{seed}" for point in best for seed in FRESH]
+    chosen = {group["mode"]: [point["point"] for point in group["points"]] for group in selection["groups"]}
+    assert list(chosen) == MODES and chosen == best
+    assert selection["runs"] == [f"{point}-seed{seed}" for mode in MODES for point in best[mode] for seed in FRESH]
 
 
 def test_every_confirmation_run_trains_the_selected_recipe_but_for_its_seed(campaign: Path) -> None:
@@ -90,19 +94,21 @@ def test_every_confirmation_run_trains_the_selected_recipe_but_for_its_seed(camp
 
 
 def test_the_report_states_the_verdict_from_the_fresh_seeds(campaign: Path) -> None:
-    """results.json's confirmed loss is the mean of the fresh seeds' results; the page shows the verdict."""
+    """results.json's confirmed loss is the mean of the fresh seeds' results; the page shows each verdict."""
     report = campaign / PATHS.directory / "report"
-    (group,) = json.loads((report / "results.json").read_text())["confirmation"]["groups"]
+    groups = json.loads((report / "results.json").read_text())["confirmation"]["groups"]
     _, selection = _selection(campaign)
-    winner = selection["groups"][0]["points"][0]
-    fresh = [_results(campaign, run)["loss"] for run in winner["confirmation"]]
-    assert group["confirmed"]["mean"] == pytest.approx(sum(fresh) / len(fresh), abs=1e-12)
-    assert group["optimism"]["difference"] == pytest.approx(winner["mean_loss"] - group["confirmed"]["mean"])
-    assert group["verdict"] in (CONFIRMED, NOT_CONFIRMED, INSIDE_NOISE)
     selected = json.loads((report / "selection.json").read_text())
-    assert selected["synchronous"]["confirmation"]["verdict"] == group["verdict"]
     page = (report / "index.html").read_text()
-    assert 'id="confirmation"' in page and f"<strong>{group['verdict']}</strong>" in page
+    for group, chosen in zip(groups, selection["groups"], strict=True):
+        winner = chosen["points"][0]
+        fresh = [_results(campaign, run)["loss"] for run in winner["confirmation"]]
+        assert group["confirmed"]["mean"] == pytest.approx(sum(fresh) / len(fresh), abs=1e-12)
+        assert group["optimism"]["difference"] == pytest.approx(winner["mean_loss"] - group["confirmed"]["mean"])
+        assert group["verdict"] in (CONFIRMED, NOT_CONFIRMED, INSIDE_NOISE)
+        assert selected[group["mode"]]["confirmation"]["verdict"] == group["verdict"]
+        assert f'<tr data-mode="{group["mode"]}">' in page
+    assert 'id="confirmation"' in page and [group["mode"] for group in groups] == MODES
 
 
 def test_the_audit_passes_and_a_second_command_does_nothing(campaign: Path) -> None:
@@ -129,11 +135,11 @@ def test_the_audit_names_a_selection_seed_and_a_changed_recipe(repo: Path) -> No
     assert f"{changed}:" in said and "recipe" in said
 
 
-def test_an_extension_that_adds_a_better_point_confirms_it_and_keeps_the_old_record(repo: Path) -> None:
+def test_an_extension_selects_again_confirms_what_it_chose_and_keeps_the_old_record(repo: Path) -> None:
     old_path, old = _selection(repo)
     old_bytes = old_path.read_bytes()
     raw = json.loads(json.dumps(RAW))
-    raw["grid"]["learning_rates"]["synchronous"] = [*LRS, 0.005]
+    raw["grid"]["learning_rates"] = {mode: [*LRS, 0.005] for mode in MODES}
     snakemake(repo, "--configfile", write_campaign(repo, raw))
     selections = sorted((repo / PATHS.directory / "confirm").glob("selection-*.json"))
     (new_path,) = [path for path in selections if path != old_path]
@@ -141,7 +147,7 @@ def test_an_extension_that_adds_a_better_point_confirms_it_and_keeps_the_old_rec
     assert old_path.read_bytes() == old_bytes and len(selections) == 2
     assert set(new["candidates"]) == {
         *old["candidates"],
-        *(f"synchronous-lr0.005-beta20.99-seed{s}" for s in GRID_SEEDS),
+        *(f"{mode}-lr0.005-beta20.99-seed{s}" for mode in MODES for s in GRID_SEEDS),
     }
     assert all((repo / PATHS.run(run).results).is_file() for run in new["runs"])
     confirmation = json.loads((repo / PATHS.directory / "report" / "results.json").read_text())["confirmation"]

@@ -19,7 +19,14 @@ from campaign_tree import (
     report_runs,
     write_campaign,
 )
-from offline_browser import MARKS, Loaded, explorer
+from offline_browser import (
+    MARKS,
+    Loaded,
+    assert_one_click_scales_to_the_diverged,
+    assert_scaled_to_the_converged,
+    explorer,
+    explorer_view,
+)
 
 pytestmark = MARKS
 PLOT = "document.getElementById('plot-explore')"
@@ -60,30 +67,15 @@ def explored(request: pytest.FixtureRequest, browser, diverging_campaign: Path) 
 
 
 def _view(loaded: Loaded) -> dict:
-    return loaded.page.evaluate(
-        f"""(() => {{ const p = {PLOT}, lines = p.data.filter(t => t.mode === 'lines' && t.name);
-        const ys = t => t.y.filter(y => y !== null);
-        return {{range: p.layout.yaxis.range, auto: p.layout.yaxis.autorange === true,
-                 converged: Math.max(...lines.filter(t => !t.name.includes('LR 10')).flatMap(ys)),
-                 diverged: Math.max(...lines.filter(t => t.name.includes('LR 10')).flatMap(ys)),
-                 marks: p.data.filter(t => t.mode === 'markers').length,
-                 colours: lines.map(t => t.line.color),
-                 count: document.getElementById('explore-count').textContent}}; }})()"""
-    )
+    return explorer_view(loaded, "LR 10")
 
 
 def test_converged_curves_fill_the_plot_and_diverged_runs_are_marks_at_its_edge(explored: Loaded) -> None:
-    view = _view(explored)
-    low, high = view["range"]
-    assert not view["auto"] and view["converged"] <= high < 2 * view["converged"] and view["diverged"] > 100 * high
-    assert view["marks"] == 12 and "12 diverged run(s) marked" in view["count"]
+    assert_scaled_to_the_converged(explored, "LR 10", 12)
 
 
 def test_one_click_scales_to_the_diverged_runs_too(explored: Loaded) -> None:
-    explored.page.check("#explore-diverged")
-    view = _view(explored)
-    explored.page.uncheck("#explore-diverged")
-    assert view["auto"] and view["range"][1] >= view["diverged"] and view["marks"] == 0
+    assert_one_click_scales_to_the_diverged(explored, "LR 10")
 
 
 @pytest.mark.parametrize("grouping", ["mode,lr,beta2", ""])

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 from campaign_tree import STEPS_PER_EPOCH, RunSpec, grid_runs, write_campaign
-from offline_browser import EXPLORER_DRAWN, MARKS, Loaded, open_offline
+from offline_browser import (
+    EXPLORER_DRAWN,
+    MARKS,
+    Loaded,
+    assert_one_click_scales_to_the_diverged,
+    assert_scaled_to_the_converged,
+    explorer_view,
+    open_offline,
+)
 
 from ebd2n.campaign.check import campaign_from_dict
 from ebd2n.campaign.plans import campaign_plans
@@ -101,18 +109,7 @@ def explored(request: pytest.FixtureRequest, browser, live: Path) -> Iterator[Lo
 
 
 def _view(loaded: Loaded) -> dict:
-    return loaded.page.evaluate(
-        f"""(() => {{ const p = {PLOT}, lines = p.data.filter(t => t.mode === 'lines' && t.name);
-        const ys = t => t.y.filter(y => y !== null);
-        return {{range: p.layout.yaxis.range, auto: p.layout.yaxis.autorange === true,
-                 names: lines.map(t => t.name),
-                 ends: Object.fromEntries(lines.map(t => [t.name, Math.max(...t.x)])),
-                 converged: Math.max(...lines.filter(t => !t.name.includes('LR 10')).flatMap(ys)),
-                 diverged: Math.max(...lines.filter(t => t.name.includes('LR 10')).flatMap(ys)),
-                 marks: p.data.filter(t => t.mode === 'markers').length,
-                 colours: lines.map(t => t.line.color),
-                 count: document.getElementById('explore-count').textContent}}; }})()"""
-    )
+    return explorer_view(loaded, "LR 10")
 
 
 def _each_run(loaded: Loaded) -> dict:
@@ -133,17 +130,11 @@ def test_every_run_so_far_is_drawn_the_running_one_to_its_last_step(explored: Lo
 
 
 def test_converged_curves_fill_the_plot_and_diverged_runs_are_marks_at_its_edge(explored: Loaded) -> None:
-    view = _view(explored)
-    low, high = view["range"]
-    assert not view["auto"] and view["converged"] <= high < 2 * view["converged"] and view["diverged"] > 100 * high
-    assert view["marks"] == 4 and "4 diverged run(s) marked" in view["count"]
+    assert_scaled_to_the_converged(explored, "LR 10", 4)
 
 
 def test_one_click_scales_to_the_diverged_runs_too(explored: Loaded) -> None:
-    explored.page.check("#explore-diverged")
-    view = _view(explored)
-    explored.page.uncheck("#explore-diverged")
-    assert view["auto"] and view["range"][1] >= view["diverged"] and view["marks"] == 0
+    assert_one_click_scales_to_the_diverged(explored, "LR 10")
 
 
 @pytest.mark.parametrize(("grouping", "groups"), [("mode,lr,beta2", 6), ("", 11), ("lr", 3)])

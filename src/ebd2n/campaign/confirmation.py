@@ -80,7 +80,7 @@ def select_points(
         "digest": selection_digest(candidates, confirm),
         "top": confirm.top,
         "seeds": list(confirm.seeds),
-        "candidates": sorted(run.id for run in candidates),
+        "candidates": [run.id for run in candidates],  # in the grid's order, which the ranking keeps
         "groups": selected,
         "runs": [run for group in selected for point in group["points"] for run in point["confirmation"]],
     }
