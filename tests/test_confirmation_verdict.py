@@ -20,7 +20,9 @@ CONFIRM = Confirm(2, FRESH)
 LUCKY, STEADY, WORSE = 0.004, 0.002, 0.001
 
 
-def _campaign(tmp_path: Path, grid: dict[float, list[float]], fresh: dict[float, list[float]]) -> dict:
+def _campaign(
+    tmp_path: Path, grid: dict[float, list[float]], fresh: dict[float, list[float]], confirm: Confirm = CONFIRM
+) -> dict:
     """A campaign of the grid's losses per LR (seeds 42, 43), its selection, the fresh seeds' losses
     of the points it chose; the report's `confirmation` entry."""
     from ebd2n.report import build_report
@@ -35,7 +37,7 @@ def _campaign(tmp_path: Path, grid: dict[float, list[float]], fresh: dict[float,
     results = {
         spec.run_id: json.loads((campaign / "runs" / spec.run_id / "results.json").read_text()) for spec in specs
     }
-    selection = select_points(candidates, CONFIRM, results) | {"made": "2026-12-07T00:00:00+0000"}
+    selection = select_points(candidates, confirm, results) | {"made": "2026-12-07T00:00:00+0000"}
     path = CampaignPaths(campaign).confirm_selection(selection["digest"])
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(selection))
@@ -78,3 +80,16 @@ def test_fresh_seeds_that_cannot_tell_the_two_apart_read_inside_noise(tmp_path: 
     comparison = group["runner_up"]["comparison"]
     assert group["verdict"] == INSIDE_NOISE and comparison["low"] < 0 < comparison["high"]
     assert 0 < group["p_best"] < 1
+
+
+@pytest.mark.parametrize(
+    ("fresh", "verdict"),
+    [([3.060, 3.062, 3.058], NOT_CONFIRMED), ([2.990, 2.980, 2.985], CONFIRMED)],
+    ids=["fresh-seeds-read-it-worse", "fresh-seeds-reproduce-it"],
+)
+def test_a_lone_winner_is_judged_by_its_optimism(tmp_path: Path, fresh: list[float], verdict: str) -> None:
+    """`top: 1`: no runner-up; a winner the fresh seeds read clearly worse (optimism's interval below 0)
+    is not confirmed."""
+    grid = {WORSE: [3.10, 3.11], STEADY: [3.05, 3.06], LUCKY: [2.98, 2.99]}
+    group = _campaign(tmp_path, grid, {LUCKY: fresh}, Confirm(1, FRESH))
+    assert (group["runner_up"], group["verdict"]) == (None, verdict)

@@ -1,16 +1,17 @@
 """The verdict of a confirmation (ebd2n.campaign.confirmation): does the winner hold on fresh seeds?
 
 Per preset x mode of the newest selection: the winner's loss as selected (its grid seeds, which
-chose it) and as confirmed (the fresh seeds), the optimism (selected minus confirmed: the winner's
-curse, by Welch's test over the two sets of seeds), the runner-up against the winner on the fresh
+chose it) and as confirmed (the fresh seeds), the optimism (selected minus confirmed, by Welch's
+test over the two sets of seeds: negative when the seeds that chose the winner read it low, the
+winner's curse), the runner-up against the winner on the fresh
 seeds alone, the probability that the winner is the best of the confirmed points (a bootstrap of
 each point's fresh seeds), and one word:
 
 - `confirmed`: on fresh seeds the winner beats the runner-up, the difference's 95 % interval above 0
-  (with no runner-up confirmed: the fresh seeds do not read worse than the selected loss, the
-  optimism's interval not above 0);
+  (with no runner-up confirmed: the fresh seeds do not read it worse than the selection did, the
+  optimism's interval not below 0);
 - `not confirmed`: the runner-up beats the winner on fresh seeds, its interval below 0 (with no
-  runner-up: the optimism's interval above 0);
+  runner-up: the optimism's interval below 0, the fresh seeds reading it worse);
 - `inside noise`: neither, the fresh seeds cannot tell the two apart.
 """
 
@@ -97,4 +98,4 @@ def _word(out: dict[str, Any]) -> str:
     optimism = out["optimism"]
     if optimism is None:
         return INSIDE_NOISE
-    return NOT_CONFIRMED if optimism["low"] > 0 else CONFIRMED
+    return NOT_CONFIRMED if optimism["high"] < 0 else CONFIRMED
