@@ -376,7 +376,7 @@ def halved(tmp_path_factory: pytest.TempPathFactory) -> Halved:
     workflow.snakemake(repo, "--configfile", campaign)
     decisions = sorted((repo / "results/halving/search/synchronous").glob("rung-1-*.json"))
     assert len(decisions) == 1
-    console_page = repo / "console-status.html"
+    console_page = repo / "results/halving/console-status.html"  # beside it: its links are relative
     console_page.write_text((repo / "results/halving/status.html").read_text())
     return Halved(
         repo,

@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ebd2n.errors import UserError
 
@@ -105,6 +106,13 @@ def _try_lock(path: Path) -> int | None:
         return None
     os.set_inheritable(descriptor, True)
     return descriptor
+
+
+def asked_gpus(workflow: Any) -> int | None:
+    """The local controller's `--resources gpu=N` (Snakemake's `workflow`), None where not given or
+    not local (Snakemake 9.27 hands a Resource, 9.17 a number)."""
+    asked = workflow.resource_settings.resources.get("gpu") if workflow.local_exec else None
+    return getattr(asked, "value", asked)
 
 
 def pool_warnings(asked: int | None, pool: list[str]) -> list[str]:

@@ -1,6 +1,5 @@
-# All workflow Python: validate the campaign, then the input functions get_<thing>(wildcards), each
-# one call of the package's WorkflowInputs (ebd2n.campaign.workflow). Nothing else happens while the
-# Snakefile is parsed: no file written or deleted, no process started, no Snakemake record read.
+# All workflow Python: validate the campaign, then the input functions get_<thing>(wildcards), each one
+# call of ebd2n.campaign.workflow's WorkflowInputs. Parsing writes, deletes, starts and reads nothing else.
 import shlex
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from ebd2n.campaign.rung_decision import read_decision
 from ebd2n.campaign.workflow import WorkflowInputs, WorkflowPlan
 from ebd2n.errors import UserError
 from ebd2n.layout import BENCHMARKS, LOGS, RESULTS
-from ebd2n.slots import machine_pool, pool_warnings
+from ebd2n.slots import asked_gpus, machine_pool, pool_warnings
 from ebd2n.train.records import JOB_START_SHELL
 from ebd2n.yamlio import read_yaml_mapping
 
@@ -40,13 +39,6 @@ def campaign_file():
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
-def asked_gpus():
-    """The local controller's `--resources gpu=N`, None where not given or not local (Snakemake
-    9.27 hands a Resource, 9.17 a number)."""
-    asked = workflow.resource_settings.resources.get("gpu") if workflow.local_exec else None
-    return getattr(asked, "value", asked)
-
-
 # The campaign file is read again with ebd2n's YAML reader (3e-3 is a number there), on its own:
 # Snakemake's `config` merges it into config/config.yaml. The package checks the schema and what a
 # schema cannot say, in one line; validate() then gives Snakemake's own record of the check.
@@ -55,7 +47,7 @@ try:
     CAMPAIGN_CONFIG = read_yaml_mapping(CAMPAIGN_FILE, "campaign file")
     PLAN = WorkflowPlan(campaign_from_dict(CAMPAIGN_CONFIG, source=CAMPAIGN_FILE))
     if not workflow.remote_exec:  # from the controller only (each cluster job parses this file again)
-        warnings = campaign_warnings(PLAN.campaign) + pool_warnings(asked_gpus(), machine_pool())
+        warnings = campaign_warnings(PLAN.campaign) + pool_warnings(asked_gpus(workflow), machine_pool())
         for line in [PLAN.headline, *(f"warning: {warning}" for warning in warnings)]:
             print(f"ebd2n: {line}", file=sys.stderr)
 except UserError as error:
@@ -63,8 +55,7 @@ except UserError as error:
 validate(CAMPAIGN_CONFIG, schema=str(SCHEMA_PATH), set_default=False)
 CAMPAIGN, CACHE = PLAN.campaign, PLAN.cache
 
-# `python -m ebd2n` of the installed package or, TRAINER, of the campaign's frozen copy (plan, resolve,
-# train, validate): the trainer is passed by path, never as an input.
+# `python -m ebd2n` of the installed package or, TRAINER, of the campaign's frozen copy (by path).
 PYTHON = shlex.quote(sys.executable)
 EBD2N = f"{PYTHON} -m ebd2n"
 # Every job's log begins with its start record (who runs it), before its Python starts: ebd2n.train.records.
@@ -89,9 +80,8 @@ onstart:
     write_plan(CAMPAIGN, PLAN.plans)
 
 
-# Every path comes from the store's layout (ebd2n.layout), under the one campaign this run reads, with
-# wildcards for the names within it (no `campaign` wildcard: Snakemake would match one in every output;
-# the console reads a job's campaign from its log's path).
+# Every path comes from the store's layout (ebd2n.layout), under the one campaign this run reads (no
+# `campaign` wildcard: Snakemake would match one in every output; the console reads it from a log's path).
 C = CAMPAIGN.paths
 R = C.run("{run}")
 RUN_DIR = str(C.run("{wildcards.run}").directory)
@@ -109,8 +99,7 @@ wildcard_constraints:
 
 
 def decided(bracket, epoch, path):
-    """A rung decision through Snakemake's checkpoint (one not made yet becomes a job, what depends on it
-    is planned once it is made); one on disk is read as it is: each is written once, atomically."""
+    """A rung decision through its checkpoint (one not made yet becomes a job); one on disk as it is."""
     if not Path(path).is_file():
         digest = Path(path).stem.removeprefix(f"rung-{epoch}-")
         checkpoints.decide_rung.get(bracket=bracket, epoch=epoch, digest=digest)
@@ -124,9 +113,8 @@ def selected(path):
     return read_selection(Path(path))
 
 
-# Every input and params function of the rules is one call of the plan with these readers of decisions
-# and selections, with the job's wildcards (ancient() and Snakemake's error passed in: the package
-# imports no Snakemake).
+# Every input and params function is one call of the plan with these checkpoint readers and the job's
+# wildcards (ancient() and Snakemake's error passed in: the package imports no Snakemake).
 INPUTS = WorkflowInputs(PLAN, read=decided, ancient=ancient, error=WorkflowError, selected=selected)
 # The inputs of `all` that wait for decisions: one function per bracket (none for the full grid).
 BRACKET_OUTPUTS = INPUTS.bracket_outputs()
