@@ -84,11 +84,10 @@ def group_runs(runs: pl.DataFrame, seeds: list[int] | None = None, axes: Sequenc
     outcome (converged, diverged, stopped by successive halving, incomplete) and the first step any
     seed diverged at.
 
-    Only complete runs with a finite loss count; retired runs and, given `seeds`, runs of other seeds (a
-    confirmation's) are left out. A point is eligible
-    when it has every expected seed (`seeds`, or else every seed the table mentions) and no seed
-    diverged. Rank orders eligible points first, by mean loss, then lower LR, then each of `axes`
-    lower first; incomplete points follow, then diverged ones, each in the same order.
+    Only complete runs with a finite loss count; retired runs and, given `seeds`, runs of other seeds
+    (a confirmation's) are left out. A point is eligible when it has every expected seed (`seeds`, or
+    else every seed the table mentions) and no seed diverged. Rank orders eligible points first, by
+    mean loss, then lower LR, then each of `axes`; incomplete points follow, then diverged ones.
     """
     point = ["mode", "lr", *axes]
     runs = runs.filter(pl.col("status") != Outcome.RETIRED)
@@ -274,11 +273,7 @@ def diverged_above(winner: dict[str, Any], points: pl.DataFrame) -> dict[str, An
 
 
 def write_selection(
-    groups: pl.DataFrame,
-    selection: dict[str, dict],
-    out_dir: Path,
-    optima: dict[str, dict[str, Any]],
-    confirmed: dict[str, dict[str, Any]] | None = None,
+    groups: pl.DataFrame, selection: dict[str, dict], out_dir: Path, optima: dict, confirmed: dict | None = None
 ) -> None:
     """Write `groups.csv` and `selection.json` atomically, so a reader never sees half a file;
     each mode's entry also holds its edge and fitted LR optimum (`optimum.lr_optima`) and, where

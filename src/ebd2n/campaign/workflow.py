@@ -1,12 +1,11 @@
 """What the Snakemake workflow asks of a campaign, answered by the package so that it can be tested.
 
 `workflow/rules/common.smk` builds one `WorkflowPlan` after validating the campaign file, then one
-`WorkflowInputs` of it with the workflow's reader of rung decisions; each of its
-`get_<thing>(wildcards)` input functions is one call of that, with the job's wildcards. Nothing here
-reads a job's output but the rung decisions, which reach it through `read` (the workflow's asks
-Snakemake's checkpoint first, so a decision not made yet becomes a job). Problems are one-line
-UserErrors; `WorkflowInputs` raises them as the error class it is given (Snakemake's WorkflowError).
-Nothing here imports Snakemake.
+`WorkflowInputs` of it with the workflow's reader of rung decisions; each of its `get_<thing>(wildcards)`
+input functions is one call of that, with the job's wildcards. Nothing here reads a job's output but the rung
+decisions and selections, which reach it through `read` and `selected` (the workflow asks the checkpoint
+first, so one not made yet becomes a job). Problems are one-line UserErrors; `WorkflowInputs` raises them as
+the error class it is given (Snakemake's WorkflowError). Nothing here imports Snakemake.
 """
 
 from __future__ import annotations
@@ -118,8 +117,7 @@ class WorkflowPlan:
         return [str(path) for path in records + self._pack_records(reached, None)]
 
     def confirmation(self, selected: Callable[[Path], dict[str, Any] | None]) -> list[str]:
-        """A confirmation's selection (through `selected`, the workflow's checkpoint) and everything
-        the runs it asks for leave, as grid runs do; none without `confirm`."""
+        """A confirmation's selection (through `selected`, its checkpoint) and what its runs leave."""
         confirm = self.campaign.confirm
         if confirm is None:
             return []
@@ -312,12 +310,12 @@ def _as_workflow_error(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class WorkflowInputs:
-    """The workflow's input and params functions: a plan with the workflow's reader of rung decisions,
-    each method taking a job's wildcards as Snakemake hands them (any object with their names as
-    attributes), so that each `get_<thing>(wildcards)` of common.smk is one call. `ancient` is
-    Snakemake's marker of an input whose time never reruns its job, and `error` the class a
-    UserError is raised as (its WorkflowError): both passed in, so that the package imports nothing
-    of Snakemake (the defaults leave paths as they are and errors as UserErrors)."""
+    """The workflow's input and params functions: a plan with the workflow's reader of rung decisions, each method
+    taking a job's wildcards as Snakemake hands them (any object with their names as attributes), so that each
+    `get_<thing>(wildcards)` of common.smk is one call. `ancient` is Snakemake's marker of an input whose time
+    never reruns its job, and `error` the class a UserError is raised as (its WorkflowError): both passed in,
+    so that the package imports nothing of Snakemake (the defaults leave paths as they are and errors as
+    UserErrors)."""
 
     def __init__(
         self,
